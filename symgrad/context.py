@@ -1,0 +1,159 @@
+"""Device contexts: ``cpu()`` runs numpy, ``gpu(i)`` runs CuPy on device ``i``.
+
+CuPy is imported only when a gpu context is actually used.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+
+__all__ = ["Context", "cpu", "gpu", "current_context", "num_gpus"]
+
+_local = threading.local()
+
+
+class Context:
+    """A device: ``Context("cpu", 0)`` or ``Context("gpu", 1)``; usable as ``with`` scope.
+
+    >>> with gpu(1):
+    ...     current_context()
+    gpu(1)
+    >>> current_context()
+    cpu(0)
+    """
+
+    devtype2str = {1: "cpu", 2: "gpu"}
+    devstr2type = {"cpu": 1, "gpu": 2}
+
+    def __init__(self, device_type, device_id: int = 0):
+        if isinstance(device_type, Context):
+            device_type, device_id = device_type.device_type, device_type.device_id
+        if device_type not in ("cpu", "gpu"):
+            raise ValueError(f"Context: device_type must be 'cpu' or 'gpu', got {device_type!r}")
+        if not isinstance(device_id, (int, np.integer)) or device_id < 0:
+            raise ValueError(f"Context: device_id must be a non-negative int, got {device_id!r}")
+        self.device_type = device_type
+        self.device_id = int(device_id)
+
+    @property
+    def device_typeid(self) -> int:
+        return self.devstr2type[self.device_type]
+
+    def __eq__(self, other):
+        return (
+            isinstance(other, Context)
+            and self.device_type == other.device_type
+            and self.device_id == other.device_id
+        )
+
+    def __hash__(self):
+        return hash((self.device_type, self.device_id))
+
+    def __repr__(self):
+        return f"{self.device_type}({self.device_id})"
+
+    __str__ = __repr__
+
+    def __enter__(self):
+        stack = _ctx_stack()
+        stack.append(self)
+        return self
+
+    def __exit__(self, *exc):
+        _ctx_stack().pop()
+
+    # -- arrays ---------------------------------------------------------------
+    @property
+    def xp(self):
+        """The array module of this device (numpy or cupy)."""
+        if self.device_type == "cpu":
+            return np
+        return _cupy(self)
+
+    def device_scope(self):
+        """A context manager making this device current for the array module."""
+        if self.device_type == "cpu":
+            return _NullScope()
+        return _cupy(self).cuda.Device(self.device_id)
+
+    def array_device(self, arr) -> Context | None:
+        """The context an array lives on, or None if it is not an array of a known kind."""
+        return array_context(arr)
+
+    def empty_like_host(self, arr):
+        return self.xp.asarray(arr)
+
+
+class _NullScope:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+def _cupy(ctx: Context):
+    try:
+        import cupy
+    except ImportError as exc:
+        raise ImportError(f"{ctx} needs CuPy: pip install symgrad[gpu]") from exc
+    try:
+        n = cupy.cuda.runtime.getDeviceCount()
+    except Exception as exc:  # CUDA driver missing
+        raise RuntimeError(f"{ctx}: CuPy is installed but no CUDA device is usable ({exc})") from exc
+    if ctx.device_id >= n:
+        raise ValueError(f"{ctx}: only {n} GPU(s) present")
+    return cupy
+
+
+def array_context(arr) -> Context | None:
+    """Where an array lives: cpu(0) for numpy, gpu(i) for a CuPy array, else None."""
+    if isinstance(arr, np.ndarray):
+        return Context("cpu", 0)
+    dev = getattr(arr, "device", None)
+    if type(arr).__module__.startswith("cupy") and dev is not None:
+        return Context("gpu", int(getattr(dev, "id", 0)))
+    return None
+
+
+def to_numpy(arr):
+    """Copy any array (numpy or CuPy) to a numpy array on the host."""
+    if isinstance(arr, np.ndarray):
+        return arr
+    get = getattr(arr, "get", None)
+    if get is not None:
+        return get()
+    return np.asarray(arr)
+
+
+def cpu(device_id: int = 0) -> Context:
+    return Context("cpu", device_id)
+
+
+def gpu(device_id: int = 0) -> Context:
+    return Context("gpu", device_id)
+
+
+def num_gpus() -> int:
+    try:
+        import cupy
+
+        return int(cupy.cuda.runtime.getDeviceCount())
+    except Exception:
+        return 0
+
+
+def _ctx_stack():
+    stack = getattr(_local, "stack", None)
+    if stack is None:
+        stack = []
+        _local.stack = stack
+    return stack
+
+
+def current_context() -> Context:
+    """The innermost ``with ctx:`` context of this thread, ``cpu(0)`` by default."""
+    stack = _ctx_stack()
+    return stack[-1] if stack else Context("cpu", 0)

@@ -1,0 +1,407 @@
+"""The Executor: bound arrays + a compiled plan (MXNet's ``Executor``).
+
+Arrays are plain numpy (cpu) or CuPy (gpu) arrays used by reference: a write
+into ``exe.arg_dict["x"]`` is seen by the next forward, and gradients land in
+the caller's ``args_grad`` arrays. Every input is validated before anything
+is written, and gradients are applied only after the whole backward ran, so a
+call that raises leaves every bound and user array as it was.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..base import BindError, ShapeError, SymgradError
+from ..context import Context, array_context, current_context
+from ..infer import infer_shapes, infer_types
+from .plan import Plan, annotate, failing_instr
+
+__all__ = ["Executor", "simple_bind"]
+
+_REQS = ("write", "add", "null", "inplace")
+
+
+class _NamedDict(dict):
+    """A dict whose missing-key error lists the valid keys (``grad_dict['fc_wieght']``)."""
+
+    def __init__(self, items, what):
+        super().__init__(items)
+        self._what = what
+
+    def __missing__(self, key):
+        raise KeyError(f"{key!r} is not {self._what}; valid names: {sorted(self)}")
+
+
+def _normalize_req(grad_req, names):
+    """grad_req as str / list / dict -> one of write/add/null per argument."""
+    if isinstance(grad_req, str):
+        reqs = {n: grad_req for n in names}
+    elif isinstance(grad_req, (list, tuple)):
+        if len(grad_req) != len(names):
+            raise BindError(f"grad_req has {len(grad_req)} entries but the symbol has {len(names)} arguments {names}")
+        reqs = dict(zip(names, grad_req))
+    elif isinstance(grad_req, dict):
+        unknown = [k for k in grad_req if k not in names]
+        if unknown:
+            raise BindError(f"grad_req names {unknown[0]!r}, which is not an argument; arguments are {names}")
+        reqs = {n: grad_req.get(n, "null") for n in names}
+    else:
+        raise TypeError(f"grad_req must be a str, list or dict, got {type(grad_req).__name__}")
+    for n, r in reqs.items():
+        if r not in _REQS:
+            raise BindError(f"grad_req for argument {n!r} must be one of 'write', 'add', 'null', got {r!r}")
+    return {n: ("write" if r == "inplace" else r) for n, r in reqs.items()}
+
+
+def _check_array(arr, name, what, ctx, allow_none=False):
+    if arr is None:
+        if allow_none:
+            return None
+        raise BindError(f"{what}: argument {name!r} is missing")
+    dev = array_context(arr)
+    if dev is None:
+        raise TypeError(f"{what}: {name!r} must be a numpy (cpu) or CuPy (gpu) array, got {type(arr).__name__}")
+    if dev != ctx:
+        raise BindError(f"{what}: array for {name!r} lives on {dev}, but the executor is bound to {ctx}")
+    return arr
+
+
+def _arrays(given, names, what, ctx, required):
+    """Normalise a list (in ``names`` order) or dict of arrays to a list aligned with names."""
+    if given is None:
+        if required and names:
+            raise BindError(f"{what}: arrays are required for {names}")
+        return [None] * len(names)
+    if isinstance(given, dict):
+        out = []
+        for n in names:
+            if n not in given and required:
+                raise BindError(f"{what}: argument {n!r} is missing (got {sorted(given)})")
+            out.append(_check_array(given.get(n), n, what, ctx, allow_none=not required))
+        return out
+    if isinstance(given, (list, tuple)):
+        if len(given) != len(names):
+            raise BindError(f"{what}: got a list of {len(given)} arrays, but the symbol has {len(names)}: {names}")
+        return [_check_array(a, n, what, ctx, allow_none=not required) for a, n in zip(given, names)]
+    raise TypeError(f"{what} must be a list or a dict of arrays, got {type(given).__name__}")
+
+
+class Executor:
+    """Runs a bound symbol. Create it with ``Symbol.bind`` or ``Symbol.simple_bind``."""
+
+    def __init__(self, symbol, ctx, args, args_grad=None, grad_req="write", aux_states=None):
+        from ..symbol import Symbol
+
+        if not isinstance(symbol, Symbol):
+            raise TypeError(f"bind: expected a Symbol, got {type(symbol).__name__}")
+        ctx = current_context() if ctx is None else ctx
+        if not isinstance(ctx, Context):
+            raise TypeError(f"bind: ctx must be a Context such as sg.cpu(), got {ctx!r}")
+        self._symbol = symbol
+        self._ctx = ctx
+        self._xp = ctx.xp  # imports CuPy only for gpu contexts
+        nodes, arg_nodes, aux_nodes = symbol._arg_and_aux_nodes()
+        self._arg_names = [n.name for n in arg_nodes]
+        self._aux_names = [n.name for n in aux_nodes]
+        self._output_names = symbol.list_outputs()
+        arg_arrays = _arrays(args, self._arg_names, "bind args", ctx, required=True)
+        grad_arrays = _arrays(args_grad, self._arg_names, "bind args_grad", ctx, required=False)
+        aux_arrays = _arrays(aux_states, self._aux_names, "bind aux_states", ctx, required=True)
+        reqs = _normalize_req(grad_req, self._arg_names)
+        for i, n in enumerate(self._arg_names):
+            if reqs[n] == "null":
+                grad_arrays[i] = None
+            elif grad_arrays[i] is None:
+                if isinstance(grad_req, dict) and args_grad is not None:
+                    raise BindError(f"bind: grad_req[{n!r}] is {reqs[n]!r} but args_grad has no array for {n!r}")
+                reqs[n] = "null"
+            elif grad_arrays[i].shape != arg_arrays[i].shape:
+                raise ShapeError(
+                    f"bind: gradient array for {n!r} has shape {grad_arrays[i].shape}, "
+                    f"argument has shape {arg_arrays[i].shape}"
+                )
+        self._reqs = reqs
+        self.arg_arrays = arg_arrays
+        self.grad_arrays = grad_arrays
+        self.aux_arrays = aux_arrays
+
+        # validate shapes over the forward graph before compiling
+        known = {(n.id, 0): tuple(a.shape) for n, a in zip(arg_nodes + aux_nodes, arg_arrays + aux_arrays)}
+        infer_shapes(nodes, known)
+        heads = list(symbol._outputs)
+        self._head_shapes = [known.get((n.id, i)) for n, i in heads]
+        self._pending_aux: dict = {}
+        self._plan = Plan(heads, arg_nodes, aux_nodes, [reqs[n] != "null" for n in self._arg_names],
+                          self._xp, self._pending_aux)
+        # check the gradient graph's shapes too (errors here are bugs in a rule, named by node)
+        for v, s in zip(self._plan.head_grad_nodes, self._head_shapes):
+            known[(v.id, 0)] = s
+        infer_shapes(self._plan.nodes, known)
+        self._head_losses = [n.op is not None and n.op.loss_head(n.params) for n, _ in heads]
+        self._vals = None
+        self._last_is_train = False
+        self._monitor = None
+        self._monitor_all = False
+        self.outputs = []
+
+    # -- views ------------------------------------------------------------------
+    @property
+    def arg_dict(self):
+        return _NamedDict(zip(self._arg_names, self.arg_arrays), "an argument")
+
+    @property
+    def grad_dict(self):
+        return _NamedDict(zip(self._arg_names, self.grad_arrays), "an argument")
+
+    @property
+    def aux_dict(self):
+        return _NamedDict(zip(self._aux_names, self.aux_arrays), "an auxiliary state")
+
+    @property
+    def output_dict(self):
+        return _NamedDict(zip(self._output_names, self.outputs), "an output")
+
+    @property
+    def plan(self) -> Plan:
+        """The compiled plan; ``print(exe.plan)`` shows its instructions."""
+        return self._plan
+
+    def debug_str(self) -> str:
+        return repr(self._plan)
+
+    # -- running ------------------------------------------------------------------
+    def forward(self, is_train=False, **kwargs):
+        """Copy keyword arrays into the bound arguments, run forward, return ``outputs``."""
+        staged = []
+        for name, value in kwargs.items():
+            if name not in self._arg_names:
+                raise BindError(f"forward: {name!r} is not an argument; arguments are {self._arg_names}")
+            dst = self.arg_arrays[self._arg_names.index(name)]
+            src = value if array_context(value) is not None else np.asarray(value)
+            if tuple(src.shape) != tuple(dst.shape):
+                raise ShapeError(f"forward: {name!r} has shape {tuple(src.shape)}, expected {tuple(dst.shape)}")
+            staged.append((dst, src))
+        for dst, src in staged:
+            dst[...] = self._xp.asarray(src)
+        vals = [None] * self._plan.n_slots
+        for s, a in zip(self._plan.arg_slots, self.arg_arrays):
+            if s is not None:
+                vals[s] = a
+        for s, a in zip(self._plan.aux_slots, self.aux_arrays):
+            if s is not None:
+                vals[s] = a
+        self._pending_aux.clear()
+        self._run("forward", vals, is_train)
+        if is_train:
+            for i, new in self._pending_aux.items():
+                self.aux_arrays[i][...] = new
+        self._pending_aux.clear()
+        self._vals = vals
+        self._last_is_train = bool(is_train)
+        self.outputs = [vals[s] for s in self._plan.head_slots]
+        return self.outputs
+
+    def backward(self, out_grads=None, is_train=True):
+        """Back-propagate head gradients; write/add into the gradient arrays."""
+        if self._vals is None:
+            raise SymgradError("backward: call forward(is_train=True) first")
+        plan = self._plan
+        heads = self._normalize_out_grads(out_grads)
+        vals = list(self._vals)
+        for i, (slot, g) in enumerate(zip(plan.head_grad_slots, heads)):
+            if slot is not None:
+                vals[slot] = g
+        self._run("backward", vals, self._last_is_train)
+        xp = self._xp
+        for name, arr, slot in zip(self._arg_names, self.grad_arrays, plan.grad_slots):
+            req = self._reqs[name]
+            if req == "null" or arr is None:
+                continue
+            if slot is None:
+                if req == "write":
+                    arr[...] = 0
+                continue
+            g = vals[slot]
+            if req == "write":
+                arr[...] = g
+            else:
+                xp.add(arr, g, out=arr, casting="unsafe")
+
+    def _normalize_out_grads(self, out_grads):
+        plan = self._plan
+        n = len(plan.head_slots)
+        names = self._output_names
+        if out_grads is None:
+            given = [None] * n
+        elif isinstance(out_grads, dict):
+            unknown = [k for k in out_grads if k not in names]
+            if unknown:
+                raise BindError(f"backward: out_grads names {unknown[0]!r}, which is not an output; outputs are {names}")
+            given = [out_grads.get(k) for k in names]
+        elif isinstance(out_grads, (list, tuple)):
+            if len(out_grads) != n:
+                raise BindError(f"backward: got {len(out_grads)} out_grads for {n} outputs {names}")
+            given = list(out_grads)
+        else:
+            if n != 1:
+                raise BindError(f"backward: got one out_grad array for {n} outputs {names}; pass a list or dict")
+            given = [out_grads]
+        result = []
+        for i, g in enumerate(given):
+            needed = plan.head_grad_slots[i] is not None
+            if g is None:
+                if needed and not self._head_losses[i]:
+                    raise BindError(
+                        f"backward: a head gradient is required for output {names[i]!r} "
+                        "(it is not a loss op such as MakeLoss/SoftmaxOutput); pass out_grads"
+                    )
+                result.append(None)
+                continue
+            if array_context(g) is None:
+                g = np.asarray(g)
+            if tuple(g.shape) != tuple(self._head_shapes[i]):
+                raise ShapeError(
+                    f"backward: out_grad for {names[i]!r} has shape {tuple(g.shape)}, "
+                    f"expected {tuple(self._head_shapes[i])}"
+                )
+            result.append(self._xp.asarray(g) if needed else None)
+        return result
+
+    def _run(self, phase, vals, is_train):
+        plan = self._plan
+        if self._monitor is not None:
+            return self._run_monitored(phase, vals, is_train)
+        run = plan.run_forward if phase == "forward" else plan.run_backward
+        try:
+            with self._ctx.device_scope():
+                run(vals, is_train)
+        except Exception as exc:
+            k = failing_instr(exc, run)
+            if k is not None:
+                annotate(exc, plan.instr_at(phase, k).node, phase)
+            raise
+
+    def _run_monitored(self, phase, vals, is_train):
+        plan = self._plan
+        instrs = plan.forward_instrs if phase == "forward" else plan.backward_instrs
+        cb = self._monitor
+        for ins in instrs:
+            args = [vals[s] for s in ins.ins]
+            try:
+                res = ins.fn(*args, is_train=is_train) if ins.train else ins.fn(*args)
+            except Exception as exc:
+                annotate(exc, ins.node, phase)
+                raise
+            outs = res if ins.tuple_out else (res,)
+            for s, r in zip(ins.outs, outs):
+                vals[s] = r
+            node = ins.node
+            if self._monitor_all:
+                for (src, i), a in zip(node.inputs, args):
+                    cb(f"{node.name}_{src.output_name(i)}", a)
+            for k, r in enumerate(outs):
+                cb(node.output_name(k), r)
+
+    # -- management ---------------------------------------------------------------
+    def set_monitor_callback(self, callback, monitor_all=False):
+        """Call ``callback(name, array)`` for every intermediate output (inputs too with monitor_all)."""
+        if callback is not None and not callable(callback):
+            raise TypeError("set_monitor_callback: callback must be callable")
+        self._monitor = callback
+        self._monitor_all = bool(monitor_all)
+
+    def copy_params_from(self, arg_params, aux_params=None, allow_extra_params=False):
+        """Copy values into the bound arguments / auxiliary states (validated first)."""
+        staged = []
+        for params, names, arrays, what in (
+            (arg_params, self._arg_names, self.arg_arrays, "argument"),
+            (aux_params or {}, self._aux_names, self.aux_arrays, "auxiliary state"),
+        ):
+            for name, value in params.items():
+                if name not in names:
+                    if allow_extra_params:
+                        continue
+                    raise BindError(f"copy_params_from: {name!r} is not an {what} of this executor; {what}s: {names}")
+                dst = arrays[names.index(name)]
+                if tuple(value.shape) != tuple(dst.shape):
+                    raise ShapeError(
+                        f"copy_params_from: {name!r} has shape {tuple(value.shape)}, expected {tuple(dst.shape)}"
+                    )
+                staged.append((dst, value))
+        for dst, value in staged:
+            dst[...] = self._xp.asarray(value)
+
+    def reshape(self, partial_shaping=False, allow_up_sizing=False, **kwargs):
+        """A new executor for new input shapes; arrays whose shape is unchanged are shared."""
+        unknown = [k for k in kwargs if k not in self._arg_names]
+        if unknown:
+            raise BindError(f"reshape: {unknown[0]!r} is not an argument; arguments are {self._arg_names}")
+        shapes = {k: tuple(v) for k, v in kwargs.items()}
+        partial_shapes = self._symbol.infer_shape_partial(**shapes)[0]
+        for name, s, old in zip(self._arg_names, partial_shapes, self.arg_arrays):
+            if s is None:
+                shapes[name] = tuple(old.shape)  # not determined by the new shapes: keep it
+        arg_shapes, _, aux_shapes = self._symbol.infer_shape(**shapes)
+        new_args, new_grads, new_aux = [], [], []
+        xp = self._xp
+        for name, old, grad, shape in zip(self._arg_names, self.arg_arrays, self.grad_arrays, arg_shapes):
+            if tuple(old.shape) == tuple(shape):
+                new_args.append(old)
+                new_grads.append(grad)
+                continue
+            if name not in kwargs and not partial_shaping:
+                raise ShapeError(
+                    f"reshape: argument {name!r} would change shape from {tuple(old.shape)} to {tuple(shape)}; "
+                    "pass its new shape or partial_shaping=True"
+                )
+            if int(np.prod(shape)) > old.size and not allow_up_sizing:
+                raise ShapeError(
+                    f"reshape: argument {name!r} grows from {tuple(old.shape)} to {tuple(shape)}; "
+                    "pass allow_up_sizing=True"
+                )
+            with self._ctx.device_scope():
+                new_args.append(xp.zeros(shape, old.dtype))
+                new_grads.append(None if grad is None else xp.zeros(shape, grad.dtype))
+        for old, shape in zip(self.aux_arrays, aux_shapes):
+            new_aux.append(old if tuple(old.shape) == tuple(shape) else xp.zeros(shape, old.dtype))
+        args_grad = dict(zip(self._arg_names, new_grads))
+        return Executor(self._symbol, self._ctx, new_args, args_grad, dict(self._reqs), new_aux)
+
+
+def simple_bind(symbol, ctx, grad_req="write", type_dict=None, shapes=None, **_):
+    """Infer every shape from ``shapes``, allocate zeroed arrays on ``ctx`` and bind."""
+    ctx = current_context() if ctx is None else ctx
+    if not isinstance(ctx, Context):
+        raise TypeError(f"simple_bind: ctx must be a Context such as sg.cpu(), got {ctx!r}")
+    shapes = shapes or {}
+    nodes, arg_nodes, aux_nodes = symbol._arg_and_aux_nodes()
+    arg_shapes, _, aux_shapes = symbol.infer_shape_partial(**shapes)
+    unknown = [n.name for n, s in zip(arg_nodes + aux_nodes, list(arg_shapes) + list(aux_shapes)) if s is None]
+    if unknown:
+        raise ShapeError(
+            f"simple_bind: cannot infer the shapes of {unknown} from the given shapes {shapes}; "
+            "pass them as keyword arguments (name=shape)"
+        )
+    names = [n.name for n in arg_nodes + aux_nodes]
+    type_dict = dict(type_dict or {})
+    bad = [k for k in type_dict if k not in names]
+    if bad:
+        raise BindError(f"simple_bind: type_dict names {bad[0]!r}, which is not an input; inputs are {names}")
+    known = {}
+    for n in arg_nodes + aux_nodes:
+        if n.name in type_dict:
+            known[(n.id, 0)] = np.dtype(type_dict[n.name])
+        elif "__dtype__" in n.attrs:
+            known[(n.id, 0)] = np.dtype(n.attrs["__dtype__"])
+    infer_types(nodes, known)
+    for n in arg_nodes + aux_nodes:  # anything still unknown defaults to float32 (MXNet)
+        known.setdefault((n.id, 0), np.dtype(np.float32))
+    infer_types(nodes, known)
+    xp = ctx.xp
+    reqs = _normalize_req(grad_req, [n.name for n in arg_nodes])
+    with ctx.device_scope():
+        args = [xp.zeros(s, known[(n.id, 0)]) for n, s in zip(arg_nodes, arg_shapes)]
+        grads = {n.name: xp.zeros(s, known[(n.id, 0)]) for n, s in zip(arg_nodes, arg_shapes)
+                 if reqs[n.name] != "null"}
+        aux = [xp.zeros(s, known[(n.id, 0)]) for n, s in zip(aux_nodes, aux_shapes)]
+    return Executor(symbol, ctx, args, grads, reqs, aux)

@@ -1,0 +1,215 @@
+"""Compile a symbol (plus its gradient graph) once into a flat plan.
+
+Steps (DESIGN "Executor plan"): build the backward graph only for arguments
+whose grad_req is not ``null``; take the combined DAG as a networkx graph;
+order it topologically with the forward prefix first; give every value an
+integer slot; emit instructions pre-bound to ``xp`` and the parsed params;
+free each value after its last use (forward values that backward reads are
+kept); generate one straight-line Python function per phase so the hot loop
+touches no networkx, no registry and no dict lookup by name.
+"""
+
+from __future__ import annotations
+
+import functools
+import sys
+from collections.abc import Sequence
+
+import networkx as nx
+
+from ..gradient import build_gradients
+from ..graph import Node, to_networkx, topo_order
+from ..infer import where
+
+__all__ = ["Plan", "Instr"]
+
+
+class Instr:
+    """One pre-bound operator call: ``outs = fn(*[v[i] for i in ins])``."""
+
+    __slots__ = ("fn", "ins", "outs", "node", "train", "tuple_out")
+
+    def __init__(self, fn, ins, outs, node, train, tuple_out):
+        self.fn = fn
+        self.ins = tuple(ins)
+        self.outs = tuple(outs)
+        self.node = node
+        self.train = train
+        self.tuple_out = tuple_out
+
+    def __repr__(self):
+        lhs = ", ".join(f"%{s}" for s in self.outs)
+        rhs = ", ".join(f"%{s}" for s in self.ins)
+        return f"{lhs} = {self.node.op_name}[{self.node.name}]({rhs})"
+
+
+class Plan:
+    """Forward and backward instruction lists over integer slots.
+
+    Attributes:
+        n_slots: size of the value list.
+        arg_slots / aux_slots: slot of each argument / auxiliary state.
+        head_slots: slot of each output.
+        head_grad_slots: slot of each head gradient, or None where backward never reads it.
+        grad_slots: slot holding each argument's gradient, None when not computed.
+        forward_instrs / backward_instrs: the two phases.
+    """
+
+    def __init__(self, heads: Sequence, arg_nodes: Sequence[Node], aux_nodes: Sequence[Node],
+                 grad_args: Sequence[bool], xp, pending_aux: dict):
+        self.heads = list(heads)
+        head_vars = [Node(None, f"__head_grad{i}__", {}, {}, (), 1) for i in range(len(heads))]
+        wrt = [n for n, g in zip(arg_nodes, grad_args) if g]
+        grads = build_gradients(self.heads, [(v, 0) for v in head_vars], wrt) if wrt else []
+        grad_of = dict(zip([n.id for n in wrt], grads))
+        grad_entries = [grad_of.get(n.id) for n in arg_nodes]
+
+        all_heads = self.heads + [e for e in grad_entries if e is not None]
+        nodes = topo_order(all_heads)
+        graph = to_networkx(nodes)
+        self.graph = graph
+        fwd_ids = set()
+        for node, _ in self.heads:
+            fwd_ids.add(node.id)
+            fwd_ids |= nx.ancestors(graph, node.id)
+        self.nodes = nodes
+        fwd_nodes = [n for n in nodes if n.id in fwd_ids]
+        bwd_nodes = [n for n in nodes if n.id not in fwd_ids]
+
+        # -- slots ------------------------------------------------------------
+        slot: dict[tuple, int] = {}
+        for n in nodes:
+            for k in range(n.num_outputs):
+                slot[(n.id, k)] = len(slot)
+        self.slot_of = slot
+        self.n_slots = len(slot)
+        self.arg_slots = [slot.get((n.id, 0)) for n in arg_nodes]
+        self.aux_slots = [slot.get((n.id, 0)) for n in aux_nodes]
+        self.head_slots = [slot[(n.id, i)] for n, i in self.heads]
+        self.head_grad_slots = [slot.get((v.id, 0)) for v in head_vars]
+        self.grad_slots = [None if e is None else slot[(e[0].id, e[1])] for e in grad_entries]
+        self.head_grad_nodes = head_vars
+
+        aux_index = {n.id: i for i, n in enumerate(aux_nodes)}
+        self.forward_instrs = [self._instr(n, slot, xp, aux_index, pending_aux) for n in fwd_nodes if n.op]
+        self.backward_instrs = [self._instr(n, slot, xp, aux_index, pending_aux) for n in bwd_nodes if n.op]
+
+        # -- liveness ---------------------------------------------------------
+        var_slots = {slot[(n.id, 0)] for n in nodes if n.op is None}
+        keep_fwd = set(self.head_slots) | var_slots
+        for ins in self.backward_instrs:
+            keep_fwd.update(ins.ins)
+        keep_fwd.update(s for s in self.grad_slots if s is not None)
+        self.forward_frees = _frees(self.forward_instrs, keep_fwd)
+        fwd_slots = {s for ins in self.forward_instrs for s in ins.outs}
+        keep_bwd = var_slots | fwd_slots | {s for s in self.grad_slots if s is not None}
+        self.backward_frees = _frees(self.backward_instrs, keep_bwd)
+        self.run_forward = _generate(self.forward_instrs, self.forward_frees, "forward")
+        self.run_backward = _generate(self.backward_instrs, self.backward_frees, "backward")
+
+    @staticmethod
+    def _instr(node, slot, xp, aux_index, pending_aux):
+        op = node.op
+        fn = functools.partial(op.forward, xp, **node.params)
+        if op.mutates_aux:
+            n_args = node.num_args()
+            targets = [aux_index.get(src.id) for src, _ in node.inputs[n_args:]]
+            fn = _aux_writer(fn, targets, pending_aux)
+        ins = [slot[(src.id, i)] for src, i in node.inputs]
+        outs = [slot[(node.id, k)] for k in range(node.num_outputs)]
+        tuple_out = callable(op.num_outputs) or node.num_outputs > 1
+        return Instr(fn, ins, outs, node, op.needs_is_train, tuple_out)
+
+    def instr_at(self, phase: str, index: int) -> Instr:
+        return (self.forward_instrs if phase == "forward" else self.backward_instrs)[index]
+
+    def __repr__(self):
+        lines = ["forward:"]
+        lines += [f"  {ins!r}" for ins in self.forward_instrs]
+        lines.append("backward:")
+        lines += [f"  {ins!r}" for ins in self.backward_instrs]
+        return "\n".join(lines)
+
+
+def _aux_writer(fn, targets, pending):
+    """Wrap a forward returning ``(outputs, aux_updates)``: park updates in ``pending``."""
+
+    def run(*args, **kwargs):
+        outs, updates = fn(*args, **kwargs)
+        for t, u in zip(targets, updates):
+            if t is not None and u is not None:
+                pending[t] = u
+        return outs
+
+    return run
+
+
+def _frees(instrs, keep):
+    """For each instruction, the slots whose last reader (or writer) it is."""
+    last = {}
+    for k, ins in enumerate(instrs):
+        for s in ins.outs:
+            last[s] = k
+        for s in ins.ins:
+            last[s] = k
+    frees = [[] for _ in instrs]
+    for s, k in last.items():
+        if s not in keep:
+            frees[k].append(s)
+    return [tuple(sorted(f)) for f in frees]
+
+
+def _generate(instrs, frees, phase):
+    """One straight-line function ``run(v, is_train)`` for a phase."""
+    ns = {}
+    lines = ["def run(v, is_train):"]
+    for k, ins in enumerate(instrs):
+        ns[f"f{k}"] = ins.fn
+        args = [f"v[{s}]" for s in ins.ins]
+        if ins.train:
+            args.append("is_train=is_train")
+        call = f"f{k}({', '.join(args)})"
+        if ins.tuple_out:
+            lhs = ", ".join(f"v[{s}]" for s in ins.outs) + ","
+        else:
+            lhs = f"v[{ins.outs[0]}]"
+        lines.append(f"    {lhs} = {call}")
+        if frees[k]:
+            lines.append("    " + "; ".join(f"v[{s}] = None" for s in frees[k]))
+    if len(lines) == 1:
+        lines.append("    pass")
+    filename = f"<symgrad {phase} plan>"
+    # Line k+2 of the source runs instruction k (used to name the failing op in errors).
+    line_to_instr = {}
+    lineno = 1
+    for k in range(len(instrs)):
+        lineno += 1
+        line_to_instr[lineno] = k
+        if frees[k]:
+            lineno += 1
+    code = compile("\n".join(lines), filename, "exec")
+    exec(code, ns)
+    run = ns["run"]
+    run.line_to_instr = line_to_instr
+    run.filename = filename
+    return run
+
+
+def failing_instr(exc: BaseException, run):
+    """The instruction index that raised ``exc`` inside generated ``run``, or None."""
+    tb = exc.__traceback__
+    found = None
+    while tb is not None:
+        if tb.tb_frame.f_code.co_filename == run.filename:
+            found = run.line_to_instr.get(tb.tb_lineno)
+        tb = tb.tb_next
+    return found
+
+
+def annotate(exc: BaseException, node: Node, phase: str):
+    """Attach the failing operator instance to an exception without changing its type."""
+    msg = f"(raised by {where(node)} during {phase})"
+    if sys.version_info >= (3, 11):
+        exc.add_note(msg)
+    elif exc.args and isinstance(exc.args[0], str):
+        exc.args = (f"{exc.args[0]} {msg}",) + exc.args[1:]

@@ -1,0 +1,194 @@
+"""The symbolic gradient pass: gradients are Symbols built from the forward graph.
+
+Only nodes on a path from a requested input to an output are differentiated;
+each op's ``gradient`` rule returns Symbols, contributions to one entry are
+summed with a single ``add_n``. Because the result is an ordinary graph,
+``grad`` of a gradient gives second derivatives.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from .base import NameManager, Prefix, SymgradError
+from .graph import Node, topo_order
+from .symbol import Symbol
+
+__all__ = ["grad", "build_gradients", "GradNode"]
+
+
+class GradNode:
+    """What a gradient rule sees of the node being differentiated.
+
+    ``inputs`` and ``outputs`` are single-output Symbols (hidden outputs included),
+    ``params`` the parsed parameters, ``needs[i]`` whether input i needs a gradient.
+    """
+
+    __slots__ = ("inputs", "outputs", "params", "name", "needs", "node")
+
+    def __init__(self, node: Node, needs):
+        self.node = node
+        self.name = node.name
+        self.params = node.params
+        self.inputs = [Symbol([e]) for e in node.inputs]
+        self.outputs = [Symbol([(node, k)]) for k in range(node.num_outputs)]
+        self.needs = needs
+
+
+def _sym_module():
+    from . import sym
+
+    return sym
+
+
+def _sum(entries):
+    if len(entries) == 1:
+        return entries[0]
+    F = _sym_module()
+    return F.add_n(*[Symbol([e]) for e in entries])._outputs[0]
+
+
+def build_gradients(heads: Sequence, head_grads: Sequence, wrt: Sequence[Node]) -> list:
+    """Gradient entries of ``heads`` w.r.t. the variable nodes ``wrt``.
+
+    ``heads`` are ``(node, index)`` entries, ``head_grads`` one entry (or None,
+    meaning "no gradient flows from this head") per head. Returns one entry or
+    None (not connected) per ``wrt`` node. Nodes it creates are named in a
+    private scope (``<node>_backward_<op><k>``), so binding never shifts the
+    automatic names of the user's later symbols.
+    """
+    with NameManager():
+        return _build(heads, head_grads, wrt)
+
+
+def _build(heads, head_grads, wrt):
+    F = _sym_module()
+    order = topo_order(heads)
+    wrt_ids = {n.id for n in wrt}
+    # nodes that depend on some requested input (on a path from it)
+    dep = set(wrt_ids)
+    for node in order:
+        if node.op is not None and any(src.id in dep for src, _ in node.inputs):
+            dep.add(node.id)
+    acc: dict[tuple, list] = {}
+    for (node, i), hg in zip(heads, head_grads):
+        if node.id in dep and (hg is not None or (node.op is not None and node.op.loss_head(node.params))):
+            if hg is not None:
+                acc.setdefault((node.id, i), []).append(hg)
+            else:
+                acc.setdefault((node.id, i), [])
+    for node in reversed(order):
+        if node.op is None or node.id not in dep:
+            continue
+        got = [acc.pop((node.id, k), None) for k in range(node.num_outputs)]
+        if all(v is None for v in got):
+            continue  # no gradient reaches this node
+        op = node.op
+        n_args = node.num_args()
+        names = node.input_names()
+        needs = [
+            slot < n_args and src.id in dep and names[slot] not in op.no_grad_inputs
+            for slot, (src, _) in enumerate(node.inputs)
+        ]
+        if not any(needs):
+            continue
+        if op.gradient is None:
+            reason = op.grad_undefined_reason or f"operator {op.name} has no gradient rule"
+            raise SymgradError(f"gradient of {op.name} {node.name!r} is not defined: {reason}")
+        loss = op.loss_head(node.params)
+        out_grads = []
+        for k, entries in enumerate(got):
+            if entries:
+                out_grads.append(Symbol([_sum(entries)]))
+            elif loss:
+                out_grads.append(None)
+            else:
+                out_grads.append(F.zeros_like(Symbol([(node, k)])))
+        with Prefix(f"{node.name}_backward_"):
+            in_grads = op.gradient(F, GradNode(node, needs), out_grads)
+        if len(in_grads) != len(node.inputs):
+            raise SymgradError(
+                f"gradient rule of {op.name} returned {len(in_grads)} gradients for {len(node.inputs)} inputs"
+            )
+        for slot, g in enumerate(in_grads):
+            if g is None or not needs[slot]:
+                continue
+            if not isinstance(g, Symbol) or len(g) != 1:
+                raise SymgradError(f"gradient rule of {op.name} returned {g!r} for input {names[slot]!r}")
+            src, idx = node.inputs[slot]
+            acc.setdefault((src.id, idx), []).append(g._outputs[0])
+    result = []
+    for n in wrt:
+        entries = acc.get((n.id, 0))
+        result.append(_sum(entries) if entries else None)
+    return result
+
+
+def _entries(symbols, what):
+    if isinstance(symbols, Symbol):
+        symbols = [symbols]
+    out = []
+    for s in symbols:
+        if not isinstance(s, Symbol):
+            raise TypeError(f"grad: {what} must be Symbols, got {type(s).__name__}")
+        out.extend(s._outputs)
+    return out
+
+
+def grad(outputs, inputs, grad_outputs=None, grad_inputs=None, loss_scale=None):
+    """Gradient Symbols of ``outputs`` w.r.t. the variables ``inputs`` (``chainer.grad`` semantics).
+
+    Args:
+        outputs: a Symbol or a list of Symbols to differentiate.
+        inputs: Variables (single-output Symbols whose head is a variable).
+        grad_outputs: one head gradient Symbol per output (None: ones).
+        grad_inputs: Symbols added to the corresponding result (None: nothing).
+        loss_scale: multiplies the head gradients; the result is divided by it.
+
+    Returns:
+        A list with one Symbol per input, or None where no path connects it.
+
+    >>> import symgrad as sg
+    >>> x = sg.sym.Variable("x")
+    >>> (gx,) = sg.grad(sg.sym.sum(x * x), [x])
+    >>> gx.list_arguments()
+    ['x']
+    """
+    F = _sym_module()
+    heads = _entries(outputs, "outputs")
+    in_syms = [inputs] if isinstance(inputs, Symbol) else list(inputs)
+    wrt = []
+    for s in in_syms:
+        if not isinstance(s, Symbol) or len(s) != 1 or s._outputs[0][0].op is not None:
+            raise TypeError(f"grad: inputs must be Variables, got {s!r}")
+        wrt.append(s._outputs[0][0])
+    if grad_outputs is None:
+        grad_outputs = [None] * len(heads)
+    grad_outputs = list(grad_outputs)
+    if len(grad_outputs) != len(heads):
+        raise SymgradError(f"grad: {len(grad_outputs)} grad_outputs for {len(heads)} outputs")
+    with NameManager():
+        hgs = []
+        for (node, i), go in zip(heads, grad_outputs):
+            if go is None:
+                go = F.ones_like(Symbol([(node, i)]), name=f"{node.name}_head_grad{i}")
+            elif not isinstance(go, Symbol):
+                raise TypeError(f"grad: grad_outputs must be Symbols or None, got {type(go).__name__}")
+            if loss_scale is not None:
+                go = go * float(loss_scale)
+            hgs.append(go._outputs[0])
+        entries = build_gradients(heads, hgs, wrt)
+        if grad_inputs is None:
+            grad_inputs = [None] * len(wrt)
+        grad_inputs = list(grad_inputs)
+        if len(grad_inputs) != len(wrt):
+            raise SymgradError(f"grad: {len(grad_inputs)} grad_inputs for {len(wrt)} inputs")
+        result = []
+        for e, gi in zip(entries, grad_inputs):
+            g = None if e is None else Symbol([e])
+            if g is not None and loss_scale is not None:
+                g = g / float(loss_scale)
+            if gi is not None:
+                g = gi if g is None else g + gi
+            result.append(g)
+    return result

@@ -1,0 +1,284 @@
+"""The operator registry: one ``OpDef`` per operator, one registration per op.
+
+An ``OpDef`` holds everything symgrad knows about an operator, a few lines
+apart: its MXNet name, input/aux/output names, a typed parameter schema that
+also parses the strings MXNet writes into symbol JSON, shape and dtype rules,
+a pure ``forward(xp, *inputs, **params)`` and a ``gradient(F, node, out_grads)``
+that returns Symbols built through ``F`` (the symbol-level op namespace), so
+this package never imports ``symgrad.symbol``.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ..base import ParamError, ShapeError
+
+__all__ = ["Param", "OpDef", "register", "get_op", "list_ops", "REQUIRED"]
+
+
+class _Required:
+    def __repr__(self):
+        return "REQUIRED"
+
+
+REQUIRED = _Required()
+
+_DTYPES = {
+    "float16": np.float16,
+    "float32": np.float32,
+    "float64": np.float64,
+    "uint8": np.uint8,
+    "int8": np.int8,
+    "int32": np.int32,
+    "int64": np.int64,
+    "bool": np.bool_,
+}
+
+
+def _literal(text: str):
+    try:
+        return ast.literal_eval(text)
+    except (ValueError, SyntaxError):
+        return text
+
+
+class Param:
+    """A typed operator parameter.
+
+    ``kind`` is one of ``int``, ``float``, ``bool``, ``str``, ``shape`` (tuple of
+    ints), ``axis`` (int, tuple of ints or None), ``dtype`` and ``any``.
+    ``optional=True`` admits ``None`` (MXNet's ``dmlc::optional``). Values may
+    be Python values or the strings MXNet writes into symbol JSON.
+    """
+
+    __slots__ = ("kind", "default", "optional", "choices", "doc")
+
+    def __init__(self, kind: str, default: Any = REQUIRED, *, optional: bool = False, choices=None, doc=""):
+        self.kind = kind
+        self.default = default
+        self.optional = optional or default is None
+        self.choices = tuple(choices) if choices else None
+        self.doc = doc
+
+    def parse(self, value, where: str, pname: str):
+        def bad(expected):
+            return ParamError(f"{where}: parameter {pname!r} expects {expected}, got {value!r}")
+
+        v = value
+        if isinstance(v, str) and self.kind != "str":
+            if v.strip() in ("None", ""):
+                v = None
+            elif self.kind in ("shape", "axis", "int", "float", "any"):
+                v = _literal(v.strip())
+        if v is None:
+            if self.optional:
+                return None
+            raise bad(f"a {self.kind}")
+        kind = self.kind
+        if kind == "int":
+            if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
+                if isinstance(v, (float, np.floating)) and float(v).is_integer():
+                    return int(v)
+                raise bad("an int")
+            return int(v)
+        if kind == "float":
+            if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)):
+                raise bad("a number")
+            return float(v)
+        if kind == "bool":
+            if isinstance(v, str):
+                low = v.strip().lower()
+                if low in ("true", "1"):
+                    return True
+                if low in ("false", "0"):
+                    return False
+                raise bad("a bool ('True'/'False')")
+            if isinstance(v, (bool, np.bool_, int, np.integer)) and int(v) in (0, 1):
+                return bool(v)
+            raise bad("a bool")
+        if kind == "str":
+            if not isinstance(v, str):
+                raise bad("a string")
+            if self.choices and v not in self.choices:
+                raise ParamError(f"{where}: parameter {pname!r} must be one of {list(self.choices)}, got {v!r}")
+            return v
+        if kind in ("shape", "axis"):
+            if kind == "axis" and isinstance(v, (int, np.integer)) and not isinstance(v, bool):
+                return int(v)
+            if isinstance(v, (int, np.integer)) and not isinstance(v, bool):
+                return (int(v),)
+            if isinstance(v, (list, tuple)) and all(
+                isinstance(i, (int, np.integer)) and not isinstance(i, bool) for i in v
+            ):
+                return tuple(int(i) for i in v)
+            raise bad("a tuple of ints" if kind == "shape" else "an int or a tuple of ints")
+        if kind == "dtype":
+            if isinstance(v, str) and v in _DTYPES:
+                return np.dtype(_DTYPES[v])
+            try:
+                dt = np.dtype(v)
+            except TypeError:
+                raise bad(f"a dtype name (one of {sorted(_DTYPES)})") from None
+            return dt
+        return v
+
+
+def param_to_str(value) -> str:
+    """How MXNet writes a parameter value into attributes / JSON."""
+    if isinstance(value, np.dtype):
+        return value.name
+    if isinstance(value, type) and issubclass(value, np.generic):
+        return np.dtype(value).name
+    if isinstance(value, (list, tuple)):
+        return "(" + ", ".join(str(v) for v in value) + ("," if len(value) == 1 else "") + ")"
+    return str(value)
+
+
+@dataclass
+class OpDef:
+    """Everything about one operator. See module docstring."""
+
+    name: str
+    forward: Callable
+    infer_shape: Callable
+    gradient: Callable | None = None
+    inputs: Sequence[str] | Callable = ("data",)
+    aux: Sequence[str] = ()
+    params: dict = field(default_factory=dict)
+    num_outputs: int | Callable = 1
+    num_visible: int | Callable | None = None
+    output_names: Sequence[str] | Callable | None = None
+    infer_type: Callable | None = None
+    needs_is_train: bool = False
+    mutates_aux: bool = False
+    is_loss: bool | Callable = False  # backward ignores the head gradient
+    variadic: str | None = None  # name of the param holding the input count (num_args)
+    no_grad_inputs: Sequence[str] = ()  # integer/index inputs: never differentiated
+    grad_undefined_reason: str | None = None
+    doc: str = ""
+
+    # -- parameters ---------------------------------------------------------
+    def parse_params(self, kwargs: dict, where: str) -> dict:
+        unknown = [k for k in kwargs if k not in self.params]
+        if unknown:
+            raise ParamError(
+                f"{where}: unknown parameter {unknown[0]!r} for operator {self.name}; "
+                f"valid parameters: {sorted(self.params) or 'none'}"
+            )
+        out = {}
+        for pname, spec in self.params.items():
+            if pname in kwargs:
+                out[pname] = spec.parse(kwargs[pname], where, pname)
+            elif spec.default is REQUIRED:
+                raise ParamError(f"{where}: required parameter {pname!r} of {self.name} is missing")
+            else:
+                out[pname] = spec.default
+        return out
+
+    # -- structure ----------------------------------------------------------
+    def list_inputs(self, params: dict) -> list[str]:
+        if self.variadic:
+            return [f"arg{i}" for i in range(params[self.variadic])]
+        names = self.inputs(params) if callable(self.inputs) else self.inputs
+        return list(names)
+
+    def list_aux(self, params: dict) -> list[str]:
+        return list(self.aux(params) if callable(self.aux) else self.aux)
+
+    def loss_head(self, params: dict) -> bool:
+        return bool(self.is_loss(params) if callable(self.is_loss) else self.is_loss)
+
+    def n_outputs(self, params: dict) -> int:
+        return self.num_outputs(params) if callable(self.num_outputs) else self.num_outputs
+
+    def n_visible(self, params: dict) -> int:
+        nv = self.num_visible
+        if nv is None:
+            return self.n_outputs(params)
+        return nv(params) if callable(nv) else nv
+
+    def list_output_names(self, params: dict) -> list[str]:
+        n = self.n_visible(params)
+        names = self.output_names
+        if names is not None:
+            names = names(params) if callable(names) else names
+            return list(names)[:n]
+        return ["output"] if n == 1 else [f"output{i}" for i in range(n)]
+
+
+_REGISTRY: dict[str, OpDef] = {}
+
+
+def register(name: str, *, aliases: Sequence[str] = (), **spec) -> OpDef:
+    """Register one operator; returns its OpDef. Each name is registered once."""
+    op = OpDef(name=name, **spec)
+    for n in (name, *aliases):
+        if n in _REGISTRY:
+            raise RuntimeError(f"operator {n!r} registered twice")
+        _REGISTRY[n] = op
+    return op
+
+
+def get_op(name: str) -> OpDef:
+    try:
+        return _REGISTRY[name]
+    except KeyError:
+        raise ParamError(f"unknown operator {name!r}") from None
+
+
+def list_ops() -> dict[str, OpDef]:
+    return dict(_REGISTRY)
+
+
+# -- shared shape and dtype rules ---------------------------------------------
+
+
+def shape_conflict(where: str, what: str, a, b) -> ShapeError:
+    return ShapeError(f"{where}: shape mismatch for {what}: {tuple(a)} vs {tuple(b)}")
+
+
+def same_shape(params, in_shapes, out_shapes, where="op"):
+    """All inputs and outputs share one shape; fills any unknown one from a known one."""
+    known = None
+    for i, s in enumerate(list(in_shapes) + list(out_shapes)):
+        if s is None:
+            continue
+        if known is None:
+            known = (i, s)
+        elif tuple(s) != tuple(known[1]):
+            raise ShapeError(f"{where}: inputs must have the same shape, got {tuple(known[1])} and {tuple(s)}")
+    if known is None:
+        return in_shapes, out_shapes
+    s = tuple(known[1])
+    return [s] * len(in_shapes), [s] * len(out_shapes)
+
+
+def same_type(params, in_types, out_types, where="op"):
+    """All inputs and outputs share one dtype."""
+    known = next((t for t in list(in_types) + list(out_types) if t is not None), None)
+    if known is None:
+        return in_types, out_types
+    for t in in_types:
+        if t is not None and t != known:
+            raise TypeError(f"{where}: inputs must have the same dtype, got {np.dtype(known)} and {np.dtype(t)}")
+    return [known] * len(in_types), [known] * len(out_types)
+
+
+def broadcast_shapes(a, b, where: str):
+    """numpy broadcasting of two shapes, with an error naming the op."""
+    try:
+        return tuple(np.broadcast_shapes(tuple(a), tuple(b)))
+    except ValueError:
+        raise ShapeError(f"{where}: shapes {tuple(a)} and {tuple(b)} cannot be broadcast together") from None
+
+
+def normalize_axis(axis, ndim: int, where: str, pname: str = "axis") -> int:
+    if not -ndim <= axis < max(ndim, 1):
+        raise ShapeError(f"{where}: parameter {pname!r}={axis} is out of range for a {ndim}-d input")
+    return axis % max(ndim, 1)
