@@ -57,10 +57,7 @@ class Node:
         """MXNet's output naming: ``x`` for a variable, ``fc_output``, ``slice_output1``."""
         if self.op is None:
             return self.name
-        names = self.op.list_output_names(self.params)
-        if index < len(names):
-            return f"{self.name}_{names[index]}"
-        return f"{self.name}_hidden{index}"
+        return f"{self.name}_{self.op.list_output_names(self.params, visible_only=False)[index]}"
 
     def __repr__(self):
         return f"<Node {self.op_name} {self.name!r}>"

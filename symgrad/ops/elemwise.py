@@ -143,21 +143,36 @@ def _same_shape_binary(params, in_shapes, out_shapes, where):
     return same_shape(params, in_shapes, out_shapes, where)
 
 
+class _BinaryOps:
+    """The binary ops a gradient rule combines with: same-shape or broadcasting flavour."""
+
+    def __init__(self, F, broadcast):
+        pick = (lambda b_, e_: getattr(F, b_ if broadcast else e_))
+        self.mul = pick("broadcast_mul", "elemwise_mul")
+        self.div = pick("broadcast_div", "elemwise_div")
+        self.pow = pick("broadcast_power", "_power")
+        self.ge = pick("broadcast_greater_equal", "_greater_equal")
+        self.gt = pick("broadcast_greater", "_greater")
+        self.le = pick("broadcast_lesser_equal", "_lesser_equal")
+        self.lt = pick("broadcast_lesser", "_lesser")
+
+
 def _binary(names, fwd, grad):
     """Register ``y = fwd(a, b)`` as ``elemwise``-style and ``broadcast``-style ops.
 
-    ``grad(F, a, b, y, gy)`` returns the two full-shape gradients; for the
-    broadcast form each is reduced to its input's shape by ``_sum_to_like``.
+    ``grad(F, o, a, b, y, gy)`` returns the two full-shape gradients, combining
+    values with ``o.mul``/``o.div``/... of the matching flavour; for the
+    broadcast form each is then reduced to its input's shape by ``_sum_to_like``.
     """
     same_name, bcast_name = names
 
     def same_rule(F, n, g):
         a, b = n.inputs
-        return list(grad(F, a, b, n.outputs[0], g[0]))
+        return list(grad(F, _BinaryOps(F, False), a, b, n.outputs[0], g[0]))
 
     def bcast_rule(F, n, g):
         a, b = n.inputs
-        ga, gb = grad(F, a, b, n.outputs[0], g[0])
+        ga, gb = grad(F, _BinaryOps(F, True), a, b, n.outputs[0], g[0])
         return [
             None if ga is None else F._sum_to_like(ga, a),
             None if gb is None else F._sum_to_like(gb, b),
@@ -172,33 +187,45 @@ def _binary(names, fwd, grad):
         register(bcast_name, inputs=("lhs", "rhs"), forward=forward, infer_shape=_broadcast_shape, gradient=bcast_rule)
 
 
-_binary(("elemwise_add", "broadcast_add"), lambda xp, a, b: a + b, lambda F, a, b, y, g: (g, g))
-_binary(("elemwise_sub", "broadcast_sub"), lambda xp, a, b: a - b, lambda F, a, b, y, g: (g, -g))
+_binary(("elemwise_add", "broadcast_add"), lambda xp, a, b: a + b, lambda F, o, a, b, y, g: (g, g))
+_binary(("elemwise_sub", "broadcast_sub"), lambda xp, a, b: a - b, lambda F, o, a, b, y, g: (g, -g))
 # (ab)' = (b, a)
-_binary(("elemwise_mul", "broadcast_mul"), lambda xp, a, b: a * b, lambda F, a, b, y, g: (g * b, g * a))
+_binary(("elemwise_mul", "broadcast_mul"), lambda xp, a, b: a * b, lambda F, o, a, b, y, g: (o.mul(g, b), o.mul(g, a)))
 # (a/b)' = (1/b, -a/b^2 = -y/b)
-_binary(("elemwise_div", "broadcast_div"), lambda xp, a, b: a / b, lambda F, a, b, y, g: (g / b, -g * y / b))
+_binary(
+    ("elemwise_div", "broadcast_div"),
+    lambda xp, a, b: a / b,
+    lambda F, o, a, b, y, g: (o.div(g, b), -o.div(g * y, b)),
+)
 # (a^b)' = (b a^(b-1), a^b ln a)
 _binary(
     ("_power", "broadcast_power"),
     lambda xp, a, b: a**b,
-    lambda F, a, b, y, g: (g * b * (a ** (b - 1.0)), g * y * F.log(a)),
+    lambda F, o, a, b, y, g: (o.mul(g, o.mul(b, o.pow(a, b - 1.0))), g * o.mul(y, F.log(a))),
 )
 # max/min: the gradient goes to the chosen side (ties to lhs, as MXNet)
 _binary(
     ("_maximum", "broadcast_maximum"),
     lambda xp, a, b: xp.maximum(a, b),
-    lambda F, a, b, y, g: (g * (a >= b), g * (a < b)),
+    lambda F, o, a, b, y, g: (g * o.ge(a, b), g * o.lt(a, b)),
 )
 _binary(
     ("_minimum", "broadcast_minimum"),
     lambda xp, a, b: xp.minimum(a, b),
-    lambda F, a, b, y, g: (g * (a <= b), g * (a > b)),
+    lambda F, o, a, b, y, g: (g * o.le(a, b), g * o.gt(a, b)),
 )
 # a mod b = a - b floor(a/b): (1, -floor(a/b)) almost everywhere
-_binary(("_mod", "broadcast_mod"), lambda xp, a, b: xp.mod(a, b), lambda F, a, b, y, g: (g, -g * F.floor(a / b)))
+_binary(
+    ("_mod", "broadcast_mod"),
+    lambda xp, a, b: xp.mod(a, b),
+    lambda F, o, a, b, y, g: (g, -o.mul(g, F.floor(o.div(a, b)))),
+)
 # hypot = sqrt(a^2 + b^2): (a/y, b/y)
-_binary(("_hypot", "broadcast_hypot"), lambda xp, a, b: xp.hypot(a, b), lambda F, a, b, y, g: (g * a / y, g * b / y))
+_binary(
+    ("_hypot", "broadcast_hypot"),
+    lambda xp, a, b: xp.hypot(a, b),
+    lambda F, o, a, b, y, g: (g * o.div(a, y), g * o.div(b, y)),
+)
 
 
 def _cmp(xp_fn):
@@ -213,7 +240,7 @@ for _pair, _fn in [
     (("_lesser", "broadcast_lesser"), np.less),
     (("_lesser_equal", "broadcast_lesser_equal"), np.less_equal),
 ]:
-    _binary(_pair, _cmp(_fn), lambda F, a, b, y, g: (None, None))
+    _binary(_pair, _cmp(_fn), lambda F, o, a, b, y, g: (None, None))
 
 
 # ----------------------------------------------------------------------------

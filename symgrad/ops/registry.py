@@ -203,13 +203,16 @@ class OpDef:
             return self.n_outputs(params)
         return nv(params) if callable(nv) else nv
 
-    def list_output_names(self, params: dict) -> list[str]:
-        n = self.n_visible(params)
+    def list_output_names(self, params: dict, visible_only: bool = True) -> list[str]:
+        """Output suffixes: ``output`` alone, the op's own names, or ``output<i>``."""
+        n = self.n_visible(params) if visible_only else self.n_outputs(params)
         names = self.output_names
         if names is not None:
             names = names(params) if callable(names) else names
             return list(names)[:n]
-        return ["output"] if n == 1 else [f"output{i}" for i in range(n)]
+        if self.n_outputs(params) == 1:
+            return ["output"]
+        return [f"output{i}" for i in range(n)]
 
 
 _REGISTRY: dict[str, OpDef] = {}

@@ -1,0 +1,320 @@
+"""Executor: bind/simple_bind, grad_req write/add/null, loss heads, aux states, plan."""
+
+import numpy as np
+import pytest
+
+import symgrad as sg
+
+S = sg.sym
+
+
+def _fc_net():
+    x = S.Variable("x")
+    y = S.FullyConnected(x, num_hidden=4, name="fc")
+    return S.MakeLoss(S.sum(S.square(y - 1.0)), name="loss")
+
+
+def _fc_grads(x, w, b):
+    """d/dW, d/db, d/dx of sum((x W^T + b - 1)^2), derived by hand."""
+    r = x @ w.T + b - 1.0
+    g = 2.0 * r
+    return g.T @ x, g.sum(0), g @ w
+
+
+def test_quick_start_snippet():
+    rng = np.random.default_rng(0)
+    loss = _fc_net()
+    exe = loss.simple_bind(sg.cpu(), grad_req={"x": "null", "fc_weight": "write", "fc_bias": "add"}, x=(8, 3))
+    assert exe.grad_dict["x"] is None
+    exe.arg_dict["x"][:] = rng.random((8, 3))
+    exe.arg_dict["fc_weight"][:] = rng.random((4, 3))
+    exe.forward(is_train=True)
+    exe.backward()
+    dw, db, _ = _fc_grads(exe.arg_dict["x"].astype(np.float64), exe.arg_dict["fc_weight"].astype(np.float64), 0.0)
+    np.testing.assert_allclose(exe.grad_dict["fc_weight"], dw, rtol=1e-5)
+    np.testing.assert_allclose(exe.grad_dict["fc_bias"], db, rtol=1e-5)
+    exe.forward(is_train=True)
+    exe.backward()
+    np.testing.assert_allclose(exe.grad_dict["fc_weight"], dw, rtol=1e-5)  # write: overwritten
+    np.testing.assert_allclose(exe.grad_dict["fc_bias"], 2 * db, rtol=1e-5)  # add: accumulated
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_write_add_null_from_dirty_buffers(dtype):
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((5, 3)).astype(dtype)
+    w = rng.standard_normal((4, 3)).astype(dtype)
+    b = rng.standard_normal(4).astype(dtype)
+    dw_ref, db_ref, dx_ref = _fc_grads(x.astype(np.float64), w.astype(np.float64), b.astype(np.float64))
+    dirty = {n: rng.standard_normal(a.shape).astype(dtype) for n, a in (("x", x), ("fc_weight", w), ("fc_bias", b))}
+    bufs = {n: a.copy() for n, a in dirty.items()}
+    exe = _fc_net().bind(sg.cpu(), {"x": x, "fc_weight": w, "fc_bias": b}, args_grad=bufs,
+                         grad_req={"x": "null", "fc_weight": "write", "fc_bias": "add"})
+    exe.forward(is_train=True)
+    exe.backward()
+    tol = 1e-4 if dtype == np.float32 else 1e-10
+    np.testing.assert_array_equal(bufs["x"], dirty["x"])  # null: untouched
+    np.testing.assert_allclose(bufs["fc_weight"], dw_ref, rtol=tol, atol=tol)  # write
+    np.testing.assert_allclose(bufs["fc_bias"], dirty["fc_bias"] + db_ref, rtol=tol, atol=tol)  # add
+    assert exe.grad_dict["fc_weight"] is bufs["fc_weight"]  # gradients land in the caller's arrays
+    # the same with the list forms and a string grad_req
+    bufs2 = [dirty["x"].copy(), dirty["fc_weight"].copy(), dirty["fc_bias"].copy()]
+    exe2 = _fc_net().bind(sg.cpu(), [x, w, b], args_grad=bufs2, grad_req="write")
+    exe2.forward(is_train=True)
+    exe2.backward()
+    np.testing.assert_allclose(bufs2[0], dx_ref, rtol=tol, atol=tol)
+    np.testing.assert_allclose(bufs2[1], dw_ref, rtol=tol, atol=tol)
+    np.testing.assert_allclose(bufs2[2], db_ref, rtol=tol, atol=tol)
+
+
+def test_add_accumulates_over_three_backward_calls():
+    rng = np.random.default_rng(2)
+    a = rng.standard_normal((3, 4))
+    b = rng.standard_normal((3, 4))
+    start = rng.standard_normal((3, 4))
+    ga, gb = start.copy(), start.copy()
+    A, B = S.Variable("a"), S.Variable("b")
+    exe = (A * B).bind(sg.cpu(), {"a": a, "b": b}, args_grad={"a": ga, "b": gb}, grad_req=["add", "write"])
+    head = rng.standard_normal((3, 4))
+    exe.forward(is_train=True)
+    for _ in range(3):
+        exe.backward(head)
+    np.testing.assert_allclose(ga, start + 3 * head * b, rtol=1e-12)
+    np.testing.assert_allclose(gb, head * a, rtol=1e-12)
+
+
+def test_null_arguments_leave_no_work_in_the_backward_plan():
+    x = S.Variable("x")
+    h = S.Activation(S.FullyConnected(x, num_hidden=5, name="fc1"), act_type="tanh", name="t")
+    out = S.FullyConnected(h, num_hidden=2, name="fc2")
+    full = out.simple_bind(sg.cpu(), grad_req="write", x=(4, 3))
+    only_fc2 = out.simple_bind(sg.cpu(), grad_req={"fc2_weight": "write", "fc2_bias": "write"}, x=(4, 3))
+
+    def ops(exe):
+        return [ins.node.op_name for ins in exe.plan.backward_instrs]
+
+    # fc2's weight and bias gradients need nothing that flows back into the tanh or fc1
+    assert len(ops(only_fc2)) < len(ops(full))
+    assert "_dot_grad_lhs" not in ops(only_fc2)
+    assert all("fc1" not in ins.node.name and "t_" not in ins.node.name for ins in only_fc2.plan.backward_instrs)
+    assert only_fc2.plan.grad_slots[0] is None
+    # and the gradients that are computed are still right
+    rng = np.random.default_rng(3)
+    for exe in (full, only_fc2):
+        for name, arr in exe.arg_dict.items():
+            arr[...] = np.random.default_rng(4).standard_normal(arr.shape)
+    head = rng.standard_normal((4, 2)).astype(np.float32)
+    for exe in (full, only_fc2):
+        exe.forward(is_train=True)
+        exe.backward(head)
+    np.testing.assert_allclose(only_fc2.grad_dict["fc2_weight"], full.grad_dict["fc2_weight"], rtol=1e-6)
+    hv = np.tanh(full.arg_dict["x"] @ full.arg_dict["fc1_weight"].T + full.arg_dict["fc1_bias"])
+    np.testing.assert_allclose(full.grad_dict["fc2_weight"], head.T @ hv, rtol=1e-5)
+
+
+def test_loss_heads_ignore_out_grads():
+    rng = np.random.default_rng(5)
+    data = rng.standard_normal((4, 3))
+    label = np.array([0, 2, 1, 2], dtype=np.float64)
+    d = S.Variable("data")
+    so = S.SoftmaxOutput(d, name="softmax")
+    exe = so.bind(sg.cpu(), {"data": data, "softmax_label": label},
+                  args_grad={"data": np.zeros_like(data)}, grad_req={"data": "write", "softmax_label": "null"})
+    p = exe.forward(is_train=True)[0]
+    e = np.exp(data - data.max(1, keepdims=True))
+    np.testing.assert_allclose(p, e / e.sum(1, keepdims=True), rtol=1e-12)
+    want = p - np.eye(3)[label.astype(int)]
+    exe.backward()
+    np.testing.assert_allclose(exe.grad_dict["data"], want, rtol=1e-12)
+    exe.backward(rng.standard_normal((4, 3)) * 100)  # ignored
+    np.testing.assert_allclose(exe.grad_dict["data"], want, rtol=1e-12)
+    # MakeLoss too: d/dx of MakeLoss(x * 3) is 3 whatever the head gradient
+    x = S.Variable("x")
+    ml = S.MakeLoss(x * 3.0, grad_scale=2.0)
+    exe = ml.simple_bind(sg.cpu(), x=(2, 2))
+    exe.forward(is_train=True)
+    exe.backward(np.full((2, 2), 7.0, np.float32))
+    np.testing.assert_allclose(exe.grad_dict["x"], np.full((2, 2), 6.0))
+
+
+def test_batchnorm_aux_updated_by_forward_train_only():
+    rng = np.random.default_rng(6)
+    x = rng.standard_normal((6, 3, 2)).astype(np.float64)
+    gamma = rng.random(3) + 0.5
+    beta = rng.standard_normal(3)
+    mm = rng.standard_normal(3)
+    mv = rng.random(3) + 0.5
+    bn = S.BatchNorm(S.Variable("x"), fix_gamma=False, momentum=0.8, eps=1e-3, name="bn")
+    aux = {"bn_moving_mean": mm.copy(), "bn_moving_var": mv.copy()}
+    exe = bn.bind(sg.cpu(), {"x": x, "bn_gamma": gamma, "bn_beta": beta}, aux_states=aux,
+                  args_grad={"x": np.zeros_like(x), "bn_gamma": np.zeros(3), "bn_beta": np.zeros(3)})
+    # inference: moving statistics used, nothing updated
+    out = exe.forward(is_train=False)[0]
+    want = (x - mm[None, :, None]) / np.sqrt(mv[None, :, None] + 1e-3) * gamma[None, :, None] + beta[None, :, None]
+    np.testing.assert_allclose(out, want, rtol=1e-12)
+    np.testing.assert_array_equal(aux["bn_moving_mean"], mm)
+    # training: batch statistics, and the moving averages move
+    out = exe.forward(is_train=True)[0]
+    mu = x.mean(axis=(0, 2))
+    var = x.var(axis=(0, 2))
+    want = (x - mu[None, :, None]) / np.sqrt(var[None, :, None] + 1e-3) * gamma[None, :, None] + beta[None, :, None]
+    np.testing.assert_allclose(out, want, rtol=1e-10)
+    np.testing.assert_allclose(aux["bn_moving_mean"], 0.8 * mm + 0.2 * mu, rtol=1e-12)
+    np.testing.assert_allclose(aux["bn_moving_var"], 0.8 * mv + 0.2 * var, rtol=1e-12)
+    assert exe.aux_dict["bn_moving_mean"] is aux["bn_moving_mean"]
+    # gradient of sum(out * h) against central finite differences in float64
+    h = rng.standard_normal(x.shape)
+    exe.backward(h)
+    gx = exe.grad_dict["x"].copy()
+
+    def f(xv):
+        m, v = xv.mean(axis=(0, 2)), xv.var(axis=(0, 2))
+        y = (xv - m[None, :, None]) / np.sqrt(v[None, :, None] + 1e-3) * gamma[None, :, None]
+        return float((y * h).sum())
+
+    num = np.zeros_like(x)
+    for i in np.ndindex(x.shape):
+        e = np.zeros_like(x)
+        e[i] = 1e-6
+        num[i] = (f(x + e) - f(x - e)) / 2e-6
+    np.testing.assert_allclose(gx, num, rtol=1e-5, atol=1e-7)
+    xhat = (x - mu[None, :, None]) / np.sqrt(var[None, :, None] + 1e-3)
+    np.testing.assert_allclose(exe.grad_dict["bn_gamma"], (h * xhat).sum(axis=(0, 2)), rtol=1e-10)
+    np.testing.assert_allclose(exe.grad_dict["bn_beta"], h.sum(axis=(0, 2)), rtol=1e-10)
+
+
+def test_batchnorm_fix_gamma_default_ignores_gamma():
+    x = np.random.default_rng(7).standard_normal((4, 2))
+    bn = S.BatchNorm(S.Variable("x"), name="bn")  # fix_gamma=True by default, as MXNet
+    exe = bn.simple_bind(sg.cpu(), x=(4, 2), type_dict={"x": np.float64})
+    exe.arg_dict["bn_gamma"][:] = 5.0
+    out = exe.forward(is_train=True, x=x)[0]
+    np.testing.assert_allclose(out, (x - x.mean(0)) / np.sqrt(x.var(0) + 1e-3), rtol=1e-10)
+    exe.backward(np.ones((4, 2)))
+    np.testing.assert_array_equal(exe.grad_dict["bn_gamma"], 0.0)
+
+
+def test_forward_kwargs_and_by_reference_arrays():
+    x = S.Variable("x")
+    exe = S.exp(x).simple_bind(sg.cpu(), x=(3,))
+    assert exe.arg_dict["x"].dtype == np.float32
+    v = np.array([0.0, 1.0, 2.0], np.float32)
+    np.testing.assert_allclose(exe.forward(x=v)[0], np.exp(v))
+    exe.arg_dict["x"][:] = 1.0  # a write into the bound array is seen by the next forward
+    np.testing.assert_allclose(exe.forward()[0], np.full(3, np.e, np.float32), rtol=1e-6)
+    assert list(exe.output_dict) == exe._symbol.list_outputs()
+    assert exe.output_dict[exe._symbol.list_outputs()[0]] is exe.outputs[0]
+    src = np.array([1.0, 2.0], np.float64)
+    exe2 = (x * 2.0).bind(sg.cpu(), {"x": src})
+    src[0] = 10.0
+    np.testing.assert_allclose(exe2.forward()[0], [20.0, 4.0])
+
+
+def test_backward_out_grads_forms():
+    a, b = S.Variable("a"), S.Variable("b")
+    g = S.Group([a * 2.0, S.sum(b, axis=1, name="s")])
+    av, bv = np.ones((2, 3)), np.ones((2, 3))
+    exe = g.bind(sg.cpu(), {"a": av, "b": bv}, args_grad={"a": np.zeros((2, 3)), "b": np.zeros((2, 3))})
+    exe.forward(is_train=True)
+    h0, h1 = np.full((2, 3), 3.0), np.array([1.0, 2.0])
+    exe.backward([h0, h1])
+    np.testing.assert_allclose(exe.grad_dict["a"], 6.0)
+    np.testing.assert_allclose(exe.grad_dict["b"], [[1, 1, 1], [2, 2, 2]])
+    names = g.list_outputs()
+    exe.backward({names[0]: h0 * 2, names[1]: h1 * 2})
+    np.testing.assert_allclose(exe.grad_dict["a"], 12.0)
+    np.testing.assert_allclose(exe.grad_dict["b"], [[2, 2, 2], [4, 4, 4]])
+
+
+def test_unconnected_argument_gets_zero_gradient_on_write():
+    a, b = S.Variable("a"), S.Variable("b")
+    net = a * 2.0 + S.BlockGrad(b)
+    gb = np.full((2,), 9.0)
+    exe = net.bind(sg.cpu(), {"a": np.ones(2), "b": np.ones(2)}, args_grad={"a": np.zeros(2), "b": gb})
+    exe.forward(is_train=True)
+    exe.backward(np.ones(2))
+    np.testing.assert_array_equal(gb, 0.0)
+    np.testing.assert_array_equal(exe.grad_dict["a"], 2.0)
+
+
+def test_slicechannel_multi_output_gradient():
+    x = S.Variable("x")
+    parts = S.SliceChannel(x, num_outputs=3, axis=1, squeeze_axis=True, name="sl")
+    net = S.Group([parts[0] * 2.0, parts[2]])
+    xv = np.arange(12.0).reshape(2, 3, 2)
+    exe = net.bind(sg.cpu(), {"x": xv}, args_grad={"x": np.zeros_like(xv)})
+    o = exe.forward(is_train=True)
+    np.testing.assert_array_equal(o[0], xv[:, 0] * 2)
+    np.testing.assert_array_equal(o[1], xv[:, 2])
+    h0, h1 = np.ones((2, 2)), np.full((2, 2), 5.0)
+    exe.backward([h0, h1])
+    want = np.zeros_like(xv)
+    want[:, 0] = 2.0
+    want[:, 2] = 5.0
+    np.testing.assert_array_equal(exe.grad_dict["x"], want)
+
+
+def test_monitor_callback_sees_every_intermediate():
+    x = S.Variable("x")
+    net = S.sum(S.tanh(S.FullyConnected(x, num_hidden=2, name="fc"), name="t"), name="s")
+    exe = net.simple_bind(sg.cpu(), x=(3, 4))
+    seen = {}
+    exe.set_monitor_callback(lambda name, arr: seen.__setitem__(name, arr.copy()))
+    out = exe.forward(x=np.ones((3, 4)))[0]
+    assert {"fc_output", "t_output", "s_output"} <= set(seen)
+    np.testing.assert_array_equal(seen["s_output"], out)
+    seen.clear()
+    exe.set_monitor_callback(lambda name, arr: seen.__setitem__(name, arr), monitor_all=True)
+    exe.forward()
+    assert "fc_x" in seen and "t_fc_output" in seen
+
+
+def test_reshape_and_copy_params_from():
+    x = S.Variable("x")
+    net = S.FullyConnected(x, num_hidden=3, name="fc")
+    exe = net.simple_bind(sg.cpu(), x=(4, 5))
+    w = np.random.default_rng(8).standard_normal((3, 5)).astype(np.float32)
+    exe.copy_params_from({"fc_weight": w, "fc_bias": np.ones(3, np.float32)})
+    np.testing.assert_array_equal(exe.arg_dict["fc_weight"], w)
+    small = exe.reshape(x=(2, 5))
+    assert small.arg_dict["x"].shape == (2, 5)
+    assert small.arg_dict["fc_weight"] is exe.arg_dict["fc_weight"]  # unchanged shapes are shared
+    out = small.forward(x=np.ones((2, 5), np.float32))[0]
+    np.testing.assert_allclose(out, np.ones((2, 5)) @ w.T + 1.0, rtol=1e-6)
+    with pytest.raises(ValueError, match="nope"):
+        exe.copy_params_from({"nope": w})
+    exe.copy_params_from({"nope": w}, allow_extra_params=True)
+    with pytest.raises(ValueError, match="allow_up_sizing"):
+        exe.reshape(x=(40, 5))
+    assert exe.reshape(x=(40, 5), allow_up_sizing=True).arg_dict["x"].shape == (40, 5)
+
+
+def test_plan_frees_intermediates_and_has_a_readable_repr():
+    x = S.Variable("x")
+    y = x
+    for _ in range(5):
+        y = S.tanh(y)
+    exe = y.simple_bind(sg.cpu(), grad_req="null", x=(3,))
+    exe.forward()
+    live = [v for v in exe._vals if v is not None]
+    assert len(live) == 2  # the input and the output; every intermediate was freed
+    text = repr(exe.plan)
+    assert "forward:" in text and "tanh[" in text
+
+
+def test_second_derivative_through_an_executor():
+    x = S.Variable("x")
+    y = S.sum(x * x * x)  # y = sum x^3, dy/dx = 3x^2, d2 = 6x
+    (g,) = sg.grad(y, [x])
+    (gg,) = sg.grad(S.sum(g), [x])
+    xv = np.array([1.0, -2.0, 0.5])
+    exe = S.Group([g, gg]).bind(sg.cpu(), {"x": xv})
+    gv, ggv = exe.forward()
+    np.testing.assert_allclose(gv, 3 * xv**2)
+    np.testing.assert_allclose(ggv, 6 * xv)
+
+
+def test_executor_on_default_context():
+    x = S.Variable("x")
+    exe = (x + 1.0).bind(None, {"x": np.zeros(2)})
+    assert exe.forward()[0].tolist() == [1.0, 1.0]

@@ -1,0 +1,271 @@
+"""Symbol API: MXNet 1.x names, ordering, attributes, inference, composition."""
+
+import networkx as nx
+import numpy as np
+import pytest
+
+import symgrad as sg
+
+S = sg.sym
+
+
+def test_fully_connected_creates_named_inputs():
+    x = S.Variable("x")
+    y = S.FullyConnected(x, num_hidden=4, name="fc")
+    assert y.list_arguments() == ["x", "fc_weight", "fc_bias"]
+    assert y.list_outputs() == ["fc_output"]
+    assert y.name == "fc"
+    assert S.FullyConnected(x, num_hidden=4, no_bias=True, name="f2").list_arguments() == ["x", "f2_weight"]
+    assert S.SoftmaxOutput(y, name="softmax").list_arguments()[-1] == "softmax_label"
+
+
+def test_automatic_names_use_a_name_manager():
+    with sg.NameManager():
+        x = S.Variable("x")
+        a = S.FullyConnected(x, num_hidden=2)
+        b = S.FullyConnected(a, num_hidden=2)
+        c = S.exp(b)
+    assert (a.name, b.name, c.name) == ("fullyconnected0", "fullyconnected1", "exp0")
+    assert b.list_arguments() == ["x", "fullyconnected0_weight", "fullyconnected0_bias",
+                                  "fullyconnected1_weight", "fullyconnected1_bias"]
+
+
+def test_prefix_applies_to_given_and_automatic_names():
+    x = S.Variable("x")
+    with sg.Prefix("net_"):
+        a = S.FullyConnected(x, num_hidden=2)
+        b = S.FullyConnected(a, num_hidden=2, name="out")
+    assert a.name == "net_fullyconnected0"
+    assert b.name == "net_out"
+    assert "net_out_weight" in b.list_arguments()
+
+
+def test_attr_scope_and_attributes():
+    with sg.AttrScope(ctx_group="dev1", lr="0.1"):
+        v = S.Variable("v", lr_mult=2.0, shape=(2, 3), dtype="float64")
+        w = S.exp(v, name="e")
+        with sg.AttrScope(lr="0.5"):
+            u = S.Variable("u")
+    assert v.attr("ctx_group") == "dev1"
+    assert v.attr("__lr_mult__") == "2.0"
+    assert v.attr("__shape__") == "(2, 3)"
+    assert w.list_attr() == {"ctx_group": "dev1", "lr": "0.1"}
+    assert u.list_attr() == {"ctx_group": "dev1", "lr": "0.5"}
+    fc = S.FullyConnected(S.Variable("x"), num_hidden=4, name="fc")
+    assert fc.attr("num_hidden") == "4"
+    assert fc.attr_dict() == {"fc": {"num_hidden": "4"}}
+    assert fc.attr("nope") is None
+
+
+def test_variable_extra_attributes_must_be_dunder():
+    assert S.Variable("x", __foo__="bar").attr("__foo__") == "bar"
+    with pytest.raises(ValueError, match="double underscores"):
+        S.Variable("x", foo="bar")
+
+
+@pytest.mark.parametrize(
+    "make, op",
+    [
+        (lambda a, b: a + b, "elemwise_add"),
+        (lambda a, b: a - b, "elemwise_sub"),
+        (lambda a, b: a * b, "elemwise_mul"),
+        (lambda a, b: a / b, "elemwise_div"),
+        (lambda a, b: a**b, "_power"),
+        (lambda a, b: a + 2, "_plus_scalar"),
+        (lambda a, b: 2 + a, "_plus_scalar"),
+        (lambda a, b: a - 2, "_minus_scalar"),
+        (lambda a, b: 2 - a, "_rminus_scalar"),
+        (lambda a, b: 2 * a, "_mul_scalar"),
+        (lambda a, b: a / 2, "_div_scalar"),
+        (lambda a, b: 2 / a, "_rdiv_scalar"),
+        (lambda a, b: a**2, "_power_scalar"),
+        (lambda a, b: 2**a, "_rpower_scalar"),
+        (lambda a, b: -a, "negative"),
+        (lambda a, b: abs(a), "abs"),
+        (lambda a, b: a > 1, "_greater_scalar"),
+        (lambda a, b: a <= b, "_lesser_equal"),
+        (lambda a, b: a == b, "_equal"),
+        (lambda a, b: a != 0, "_not_equal_scalar"),
+    ],
+)
+def test_operator_overloads_map_to_mxnet_ops(make, op):
+    a, b = S.Variable("a"), S.Variable("b")
+    s = make(a, b)
+    g = s.to_networkx()
+    (head_id, _), = g.graph["heads"]
+    assert g.nodes[head_id]["op"] == op
+
+
+def test_overloads_compute_the_right_values():
+    a, b = S.Variable("a"), S.Variable("b")
+    av = np.array([1.0, 2.0, 4.0], np.float32)
+    bv = np.array([3.0, 0.5, 2.0], np.float32)
+    expr = S.Group([a + b, a - 1, 3 - a, a * b, a / b, 2 / a, a**2, 2**a, -a, abs(-a), a > 1.5, a < b])
+    exe = expr.bind(sg.cpu(), {"a": av, "b": bv})
+    outs = exe.forward()
+    want = [av + bv, av - 1, 3 - av, av * bv, av / bv, 2 / av, av**2, 2**av, -av, av,
+            (av > 1.5).astype(np.float32), (av < bv).astype(np.float32)]
+    for got, ref in zip(outs, want):
+        assert got.dtype == np.float32
+        np.testing.assert_allclose(got, ref, rtol=1e-6)
+
+
+def test_outputs_indexing_group_and_iteration():
+    a = S.Variable("a")
+    s = S.SliceChannel(a, num_outputs=3, name="sl")
+    assert len(s) == 3
+    assert s.list_outputs() == ["sl_output0", "sl_output1", "sl_output2"]
+    assert s[1].list_outputs() == ["sl_output1"]
+    assert s["sl_output2"].list_outputs() == ["sl_output2"]
+    assert s[-1].list_outputs() == ["sl_output2"]
+    assert s[1:].list_outputs() == ["sl_output1", "sl_output2"]
+    assert [p.list_outputs()[0] for p in s] == s.list_outputs()
+    g = S.Group([s[0], a * 2])
+    assert g.list_outputs() == ["sl_output0", g[1].name + "_output"]
+    assert g.name is None
+    with pytest.raises(IndexError):
+        s[3]
+    with pytest.raises(KeyError, match="sl_output0"):
+        s["nope"]
+
+
+def test_list_arguments_follows_mxnet_dfs_order():
+    a, b, c = S.Variable("a"), S.Variable("b"), S.Variable("c")
+    net = (c * b) + S.FullyConnected(a, num_hidden=2, name="fc")
+    assert net.list_arguments() == ["c", "b", "a", "fc_weight", "fc_bias"]
+    assert S.Group([a, c, b]).list_arguments() == ["a", "c", "b"]
+    # a variable used twice is listed once
+    assert (a * a + a).list_arguments() == ["a"]
+
+
+def test_auxiliary_states_internals_and_children():
+    x = S.Variable("x")
+    bn = S.BatchNorm(x, name="bn")
+    assert bn.list_arguments() == ["x", "bn_gamma", "bn_beta"]
+    assert bn.list_auxiliary_states() == ["bn_moving_mean", "bn_moving_var"]
+    assert bn.list_inputs() == ["x", "bn_gamma", "bn_beta", "bn_moving_mean", "bn_moving_var"]
+    assert bn.list_outputs() == ["bn_output"]
+    assert S.BatchNorm(x, output_mean_var=True, name="b2").list_outputs() == ["b2_output", "b2_mean", "b2_var"]
+    fc = S.FullyConnected(bn, num_hidden=3, name="fc")
+    internals = fc.get_internals()
+    assert "bn_output" in internals.list_outputs()
+    assert internals["bn_output"].list_outputs() == ["bn_output"]
+    assert fc.get_children().list_outputs() == ["bn_output", "fc_weight", "fc_bias"]
+    assert x.get_children() is None
+
+
+def test_infer_shape_full_partial_and_none():
+    x = S.Variable("x")
+    fc = S.FullyConnected(x, num_hidden=4, name="fc")
+    args, outs, aux = fc.infer_shape(x=(8, 3, 2))
+    assert args == [(8, 3, 2), (4, 6), (4,)]
+    assert outs == [(8, 4)]
+    assert aux == []
+    # positional form, in list_arguments order
+    assert fc.infer_shape((8, 6))[1] == [(8, 4)]
+    a, b = S.Variable("a"), S.Variable("b")
+    # given a, a + b infers b (and the other way round)
+    assert (a + b).infer_shape(a=(2, 3))[0] == [(2, 3), (2, 3)]
+    assert (a + b).infer_shape(b=(5,))[0] == [(5,), (5,)]
+    # not enough information: infer_shape returns Nones, infer_shape_partial what it knows
+    net = a * S.FullyConnected(b, num_hidden=2, name="f")
+    assert net.infer_shape(a=(3, 2)) == (None, None, None)
+    args, outs, _ = net.infer_shape_partial(a=(3, 2))
+    assert args == [(3, 2), None, None, (2,)]
+    assert outs == [(3, 2)]
+    # variable shape attribute counts as known
+    v = S.Variable("v", shape=(4, 5))
+    assert S.exp(v).infer_shape()[1] == [(4, 5)]
+
+
+def test_infer_type():
+    x = S.Variable("x")
+    fc = S.FullyConnected(x, num_hidden=2)
+    args, outs, aux = fc.infer_type(x=np.float64)
+    assert args == [np.float64] * 3 and outs == [np.float64]
+    assert fc.infer_type() == (None, None, None)
+
+
+def test_composition_substitutes_variables():
+    data = S.Variable("data")
+    net1 = S.FullyConnected(data, num_hidden=4, name="fc1")
+    net2 = S.Activation(S.Variable("data"), act_type="relu", name="act")
+    composed = net2(data=net1)
+    assert composed.list_arguments() == ["data", "fc1_weight", "fc1_bias"]
+    assert net2.list_arguments() == ["data"]  # immutable: the original is unchanged
+    pos = net2(net1)
+    assert pos.list_arguments() == composed.list_arguments()
+    xv = np.random.rand(2, 3).astype(np.float32)
+    wv = np.random.rand(4, 3).astype(np.float32)
+    bv = np.random.rand(4).astype(np.float32) - 0.5
+    out = composed.bind(sg.cpu(), {"data": xv, "fc1_weight": wv, "fc1_bias": bv}).forward()[0]
+    np.testing.assert_allclose(out, np.maximum(xv @ wv.T + bv, 0), rtol=1e-6)
+    with pytest.raises(ValueError, match="not an argument"):
+        net2(nope=net1)
+
+
+def test_symbols_are_immutable_and_hashable():
+    x = S.Variable("x")
+    with pytest.raises(AttributeError):
+        x._outputs = ()
+    assert len({x, x}) == 1
+    with pytest.raises(TypeError):
+        bool(x)
+
+
+def test_to_networkx_carries_ops_params_and_edges():
+    x = S.Variable("x")
+    y = S.FullyConnected(x, num_hidden=4, name="fc")
+    z = S.SliceChannel(y, num_outputs=2, name="sl")
+    g = z[1].to_networkx()
+    assert isinstance(g, nx.MultiDiGraph)
+    by_name = {d["name"]: (n, d) for n, d in g.nodes(data=True)}
+    assert set(by_name) == {"x", "fc_weight", "fc_bias", "fc", "sl"}
+    fc_id, fc = by_name["fc"]
+    assert fc["op"] == "FullyConnected" and fc["params"]["num_hidden"] == 4
+    assert by_name["x"][1]["op"] == "null"
+    slots = sorted((g.nodes[u]["name"], d["slot"], d["output"]) for u, v, d in g.in_edges(fc_id, data=True))
+    assert slots == [("fc_bias", 2, 0), ("fc_weight", 1, 0), ("x", 0, 0)]
+    assert g.graph["heads"] == [(by_name["sl"][0], 1)]
+    assert nx.is_directed_acyclic_graph(g)
+
+
+def test_params_accept_mxnet_attribute_strings():
+    x = S.Variable("x")
+    a = S.FullyConnected(x, num_hidden="4", no_bias="True", flatten="False", name="a")
+    assert a.list_arguments() == ["x", "a_weight"]
+    assert a.infer_shape(x=(2, 5, 3))[1] == [(2, 5, 4)]
+    r = S.Reshape(x, shape="(0, -1)")
+    assert r.infer_shape(x=(2, 3, 4))[1] == [(2, 12)]
+    assert S.Activation(x, act_type="tanh").infer_shape(x=(2,))[1] == [(2,)]
+
+
+@pytest.mark.parametrize(
+    "shape, spec, reverse, want",
+    [
+        ((2, 3, 4), (4, 0, 2), False, (4, 3, 2)),
+        ((2, 3, 4), (2, 0, 0), False, (2, 3, 4)),
+        ((2, 3, 4), (6, 1, -1), False, (6, 1, 4)),
+        ((2, 3, 4), (3, -1, 8), False, (3, 1, 8)),
+        ((2, 3, 4), (-1,), False, (24,)),
+        ((2, 3, 4), (-2,), False, (2, 3, 4)),
+        ((2, 3, 4), (2, -2), False, (2, 3, 4)),
+        ((2, 3, 4), (-2, 1, 1), False, (2, 3, 4, 1, 1)),
+        ((2, 3, 4), (-3, 4), False, (6, 4)),
+        ((2, 3, 4, 5), (-3, -3), False, (6, 20)),
+        ((2, 3, 4), (0, -3), False, (2, 12)),
+        ((2, 3, 4), (-3, -2), False, (6, 4)),
+        ((2, 3, 4), (-4, 1, 2, -2), False, (1, 2, 3, 4)),
+        ((2, 3, 4), (2, -4, -1, 3, -2), False, (2, 1, 3, 4)),
+        ((10, 5, 4), (-1, 0), False, (40, 5)),
+        ((10, 5, 4), (-1, 0), True, (50, 4)),
+    ],
+)
+def test_reshape_special_values_match_mxnet_docs(shape, spec, reverse, want):
+    # the cases are the examples of MXNet's Reshape documentation
+    x = S.Variable("x")
+    r = S.Reshape(x, shape=spec, reverse=reverse)
+    assert r.infer_shape(x=shape)[1] == [want]
+    v = np.arange(np.prod(shape), dtype=np.float32).reshape(shape)
+    out = r.bind(sg.cpu(), {"x": v}).forward()[0]
+    np.testing.assert_array_equal(out, v.reshape(want))
