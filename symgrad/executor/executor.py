@@ -14,7 +14,7 @@ import numpy as np
 from ..base import BindError, ShapeError, SymgradError
 from ..context import Context, array_context, current_context
 from ..infer import infer_shapes, infer_types
-from .plan import Plan, annotate, failing_instr
+from .plan import Plan, annotate, failing_instr, run_instrs
 
 __all__ = ["Executor", "simple_bind"]
 
@@ -284,23 +284,47 @@ class Executor:
     def _run_monitored(self, phase, vals, is_train):
         plan = self._plan
         instrs = plan.forward_instrs if phase == "forward" else plan.backward_instrs
-        cb = self._monitor
-        for ins in instrs:
-            args = [vals[s] for s in ins.ins]
-            try:
-                res = ins.fn(*args, is_train=is_train) if ins.train else ins.fn(*args)
-            except Exception as exc:
-                annotate(exc, ins.node, phase)
-                raise
-            outs = res if ins.tuple_out else (res,)
-            for s, r in zip(ins.outs, outs):
-                vals[s] = r
-            node = ins.node
-            if self._monitor_all:
-                for (src, i), a in zip(node.inputs, args):
-                    cb(f"{node.name}_{src.output_name(i)}", a)
-            for k, r in enumerate(outs):
-                cb(node.output_name(k), r)
+        with self._ctx.device_scope():
+            run_instrs(instrs, vals, is_train, phase, self._monitor, self._monitor_all)
+
+    # -- partial re-runs (numeric differentiation) -------------------------------
+    def forward_all(self, is_train=False):
+        """A forward that keeps every intermediate value, as the base for ``rerun_downstream``.
+
+        Auxiliary states are not updated. Returns the outputs.
+        """
+        vals = [None] * self._plan.n_slots
+        for s, a in zip(self._plan.arg_slots, self.arg_arrays):
+            if s is not None:
+                vals[s] = a
+        for s, a in zip(self._plan.aux_slots, self.aux_arrays):
+            if s is not None:
+                vals[s] = a
+        with self._ctx.device_scope():
+            run_instrs(self._plan.forward_instrs, vals, is_train, "forward")
+        self._pending_aux.clear()
+        self._base = (vals, bool(is_train))
+        return [vals[s] for s in self._plan.head_slots]
+
+    def rerun_downstream(self, names):
+        """Outputs after re-running only the instructions that depend on the arguments ``names``.
+
+        The bound arrays of ``names`` may have been changed in place since ``forward_all``;
+        every other argument must be as it was then. The stored base values are not modified.
+        """
+        if getattr(self, "_base", None) is None:
+            raise SymgradError("rerun_downstream: call forward_all() first")
+        base, is_train = self._base
+        try:
+            pos = [self._arg_names.index(n) for n in names]
+        except ValueError:
+            bad = [n for n in names if n not in self._arg_names]
+            raise BindError(f"rerun_downstream: {bad[0]!r} is not an argument; arguments are {self._arg_names}") from None
+        vals = list(base)
+        with self._ctx.device_scope():
+            run_instrs(self._plan.downstream(pos), vals, is_train, "forward")
+        self._pending_aux.clear()
+        return [vals[s] for s in self._plan.head_slots]
 
     # -- management ---------------------------------------------------------------
     def set_monitor_callback(self, callback, monitor_all=False):

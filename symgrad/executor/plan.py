@@ -104,6 +104,7 @@ class Plan:
         fwd_slots = {s for ins in self.forward_instrs for s in ins.outs}
         keep_bwd = var_slots | fwd_slots | {s for s in self.grad_slots if s is not None}
         self.backward_frees = _frees(self.backward_instrs, keep_bwd)
+        self._downstream_cache: dict = {}
         self.run_forward = _generate(self.forward_instrs, self.forward_frees, "forward")
         self.run_backward = _generate(self.backward_instrs, self.backward_frees, "backward")
 
@@ -120,6 +121,20 @@ class Plan:
         tuple_out = callable(op.num_outputs) or node.num_outputs > 1
         return Instr(fn, ins, outs, node, op.needs_is_train, tuple_out)
 
+    def downstream(self, arg_positions) -> list[Instr]:
+        """Forward instructions that (transitively) read one of the given arguments, in order."""
+        key = tuple(sorted(arg_positions))
+        cached = self._downstream_cache.get(key)
+        if cached is None:
+            dirty = {self.arg_slots[i] for i in key if self.arg_slots[i] is not None}
+            cached = []
+            for ins in self.forward_instrs:
+                if any(s in dirty for s in ins.ins):
+                    cached.append(ins)
+                    dirty.update(ins.outs)
+            self._downstream_cache[key] = cached
+        return cached
+
     def instr_at(self, phase: str, index: int) -> Instr:
         return (self.forward_instrs if phase == "forward" else self.backward_instrs)[index]
 
@@ -129,6 +144,27 @@ class Plan:
         lines.append("backward:")
         lines += [f"  {ins!r}" for ins in self.backward_instrs]
         return "\n".join(lines)
+
+
+def run_instrs(instrs, vals, is_train, phase, callback=None, monitor_all=False):
+    """Interpret instructions one by one (monitoring, partial re-runs); frees nothing."""
+    for ins in instrs:
+        args = [vals[s] for s in ins.ins]
+        try:
+            res = ins.fn(*args, is_train=is_train) if ins.train else ins.fn(*args)
+        except Exception as exc:
+            annotate(exc, ins.node, phase)
+            raise
+        outs = res if ins.tuple_out else (res,)
+        for s, r in zip(ins.outs, outs):
+            vals[s] = r
+        if callback is not None:
+            node = ins.node
+            if monitor_all:
+                for (src, i), a in zip(node.inputs, args):
+                    callback(f"{node.name}_{src.output_name(i)}", a)
+            for k, r in enumerate(outs):
+                callback(node.output_name(k), r)
 
 
 def _aux_writer(fn, targets, pending):

@@ -1,0 +1,49 @@
+"""The same graphs on gpu(0) (CuPy) and cpu (numpy) agree. Skipped without CuPy and a GPU."""
+
+import numpy as np
+import pytest
+
+import symgrad as sg
+
+S = sg.sym
+pytestmark = pytest.mark.gpu
+
+
+def _net():
+    x = S.Variable("x")
+    h = S.BatchNorm(S.FullyConnected(x, num_hidden=8, name="fc1"), fix_gamma=False, name="bn")
+    h = S.Activation(h, act_type="tanh")
+    return S.SoftmaxOutput(S.FullyConnected(h, num_hidden=3, name="fc2"), name="sm")
+
+
+def test_forward_backward_gpu_matches_cpu():
+    import cupy
+
+    sym = _net()
+    rng = np.random.default_rng(0)
+    cpu_exe = sym.simple_bind(sg.cpu(), x=(6, 5), type_dict={"x": np.float64})
+    gpu_exe = sym.simple_bind(sg.gpu(0), x=(6, 5), type_dict={"x": np.float64})
+    for name, arr in cpu_exe.arg_dict.items():
+        v = rng.integers(0, 3, arr.shape) if name == "sm_label" else rng.standard_normal(arr.shape)
+        arr[...] = v
+        gpu_exe.arg_dict[name][...] = cupy.asarray(v)
+    for name, arr in cpu_exe.aux_dict.items():
+        arr[...] = 1.0
+        gpu_exe.aux_dict[name][...] = 1.0
+    for exe in (cpu_exe, gpu_exe):
+        exe.forward(is_train=True)
+        exe.backward()
+    assert isinstance(gpu_exe.outputs[0], cupy.ndarray)
+    np.testing.assert_allclose(cupy.asnumpy(gpu_exe.outputs[0]), cpu_exe.outputs[0], rtol=1e-10)
+    for name in cpu_exe.grad_dict:
+        if cpu_exe.grad_dict[name] is not None:
+            np.testing.assert_allclose(cupy.asnumpy(gpu_exe.grad_dict[name]), cpu_exe.grad_dict[name],
+                                       rtol=1e-8, atol=1e-12, err_msg=name)
+    for name in cpu_exe.aux_dict:
+        np.testing.assert_allclose(cupy.asnumpy(gpu_exe.aux_dict[name]), cpu_exe.aux_dict[name], rtol=1e-10)
+
+
+def test_bind_rejects_host_arrays_on_gpu():
+    x = S.Variable("x")
+    with pytest.raises(ValueError, match=r"'x' lives on cpu\(0\).*bound to gpu\(0\)"):
+        (x * 2.0).bind(sg.gpu(0), {"x": np.ones(3)})
