@@ -9,7 +9,7 @@
 array([2., 4., 6.], dtype=float32)
 """
 
-from . import sym
+from . import operator, sym
 from .base import AttrScope, BindError, MXNetError, NameManager, ParamError, Prefix, ShapeError, SymgradError
 from .context import Context, cpu, current_context, gpu, num_gpus
 from .executor import Executor
@@ -20,6 +20,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "sym",
+    "operator",
     "Symbol",
     "Variable",
     "var",

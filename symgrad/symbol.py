@@ -125,8 +125,9 @@ class Symbol:
         return Symbol(node.inputs)
 
     def _single(self, what: str) -> Node:
-        if len(self._outputs) != 1:
-            raise SymgradError(f"{what} needs a single-output symbol, this one has {len(self._outputs)} outputs")
+        """The head node, when every output comes from one node (a multi-output op is fine)."""
+        if len({n.id for n, _ in self._outputs}) != 1:
+            raise SymgradError(f"{what} needs the outputs of one node, this group has {len(self._outputs)} outputs")
         return self._outputs[0][0]
 
     # -- attributes ---------------------------------------------------------------
@@ -418,6 +419,8 @@ def _create(op, args, kwargs, name=None, attr=None):
     if op.variadic and op.variadic not in param_kwargs and op.variadic in op.params:
         param_kwargs[op.variadic] = len(args)
     params = op.parse_params(param_kwargs, where)
+    if op.prepare is not None:
+        params = op.prepare(params, node_name)
     names = op.list_inputs(params) + op.list_aux(params)
     if len(args) > len(names):
         raise ParamError(f"{where}: got {len(args)} inputs, {op.name} takes {len(names)} {names}")
@@ -470,7 +473,7 @@ def populate(namespace: dict, internal_name: str = "symgrad.sym._internal") -> d
 
     Also fills a ``_internal`` module (MXNet keeps ``_plus_scalar`` & co. there).
     """
-    from . import ops  # noqa: F401  (importing the package registers every family)
+    from . import operator, ops  # noqa: F401  (importing them registers every operator)
 
     internal = sys.modules.get(internal_name) or types.ModuleType(internal_name)
     for opname, op in _registry.list_ops().items():

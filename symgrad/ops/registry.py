@@ -161,11 +161,17 @@ class OpDef:
     variadic: str | None = None  # name of the param holding the input count (num_args)
     no_grad_inputs: Sequence[str] = ()  # integer/index inputs: never differentiated
     grad_undefined_reason: str | None = None
+    extra_params: bool = False  # accept any further keyword as a string parameter (Custom)
+    prepare: Callable | None = None  # prepare(params, node_name) -> params, at symbol creation
     doc: str = ""
 
     # -- parameters ---------------------------------------------------------
     def parse_params(self, kwargs: dict, where: str) -> dict:
         unknown = [k for k in kwargs if k not in self.params]
+        if unknown and self.extra_params:
+            extra = {k: kwargs[k] if isinstance(kwargs[k], str) else param_to_str(kwargs[k]) for k in unknown}
+            known = {k: v for k, v in kwargs.items() if k in self.params}
+            return {**self.parse_params(known, where), **extra}
         if unknown:
             raise ParamError(
                 f"{where}: unknown parameter {unknown[0]!r} for operator {self.name}; "

@@ -1,0 +1,314 @@
+"""Custom operators written in Python, with MXNet's API (``mx.operator``).
+
+An MXNet user's custom op runs unchanged apart from the import::
+
+    @sg.operator.register("sigmoid2")
+    class Sigmoid2Prop(sg.operator.CustomOpProp):
+        def create_operator(self, ctx, shapes, dtypes):
+            return Sigmoid2()
+
+    y = sg.sym.Custom(x, op_type="sigmoid2")
+
+Arrays handed to ``forward``/``backward`` are numpy arrays on cpu (a subclass
+that also answers ``asnumpy()``) and CuPy arrays on gpu. Keyword arguments of
+``sg.sym.Custom`` reach the prop's constructor as strings, as in MXNet. The
+gradient is the hidden node ``_backward_Custom`` calling ``backward``; it has
+no gradient of its own, so second order through a custom op is a clear error.
+
+Difference from MXNet: one operator instance (``create_operator``) is made per
+symbol node, input shapes and dtypes, and shared by every executor bound to it.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .base import ParamError, ShapeError
+from .context import cpu, gpu
+from .ops.registry import Param, register as _register_op
+
+__all__ = ["CustomOp", "CustomOpProp", "register", "get_registered"]
+
+_PROPS: dict[str, type] = {}
+
+
+class CustomOp:
+    """Base class of a Python operator: override ``forward`` and ``backward``."""
+
+    def __init__(self):
+        pass
+
+    def forward(self, is_train, req, in_data, out_data, aux):
+        """Fill ``out_data`` from ``in_data`` (use ``self.assign(dst, req[i], src)``)."""
+
+    def backward(self, req, out_grad, in_data, out_data, in_grad, aux):
+        """Fill ``in_grad`` (use ``self.assign(in_grad[i], req[i], src)``)."""
+
+    def assign(self, dst, req, src):
+        """Write ``src`` into ``dst`` as ``req`` says: 'write'/'inplace', 'add' or 'null'."""
+        if req == "null":
+            return
+        if req in ("write", "inplace"):
+            dst[...] = src
+        elif req == "add":
+            dst[...] += src
+        else:
+            raise ValueError(f"assign: req must be 'write', 'inplace', 'add' or 'null', got {req!r}")
+
+
+class CustomOpProp:
+    """Describes a custom op: its inputs, outputs, shapes, dtypes and how to create it."""
+
+    def __init__(self, need_top_grad=True):
+        self.need_top_grad_ = need_top_grad
+
+    def infer_shape(self, in_shape):
+        return in_shape, (in_shape[0],) * len(self.list_outputs()), ()
+
+    def infer_type(self, in_type):
+        return in_type, [in_type[0]] * len(self.list_outputs()), [in_type[0]] * len(self.list_auxiliary_states())
+
+    def list_outputs(self):
+        return ["output"]
+
+    def list_arguments(self):
+        return ["data"]
+
+    def list_auxiliary_states(self):
+        return []
+
+    def declare_backward_dependency(self, out_grad, in_data, out_data):
+        deps = []
+        if self.need_top_grad_:
+            deps.extend(out_grad)
+        deps.extend(in_data)
+        deps.extend(out_data)
+        return deps
+
+    def create_operator(self, ctx, in_shapes, in_dtypes):
+        return CustomOp()
+
+
+def register(reg_name):
+    """Class decorator registering a ``CustomOpProp`` subclass under ``reg_name``."""
+
+    def do_register(prop_cls):
+        if not (isinstance(prop_cls, type) and issubclass(prop_cls, CustomOpProp)):
+            raise TypeError(f"register({reg_name!r}): expected a CustomOpProp subclass, got {prop_cls!r}")
+        _PROPS[reg_name] = prop_cls
+        return prop_cls
+
+    return do_register
+
+
+def get_registered(reg_name):
+    try:
+        return _PROPS[reg_name]
+    except KeyError:
+        raise ParamError(
+            f"Custom: op_type {reg_name!r} is not registered; registered: {sorted(_PROPS)} "
+            "(decorate a CustomOpProp with @symgrad.operator.register(name))"
+        ) from None
+
+
+class _HostArray(np.ndarray):
+    """A numpy array that also answers MXNet's ``asnumpy()`` (returns a plain copy)."""
+
+    def asnumpy(self):
+        return np.array(self, copy=True)
+
+
+class _State:
+    """The prop of one Custom node and its operator instances (per shapes/dtypes/device)."""
+
+    def __init__(self, op_type, kwargs, name):
+        self.op_type = op_type
+        self.name = name
+        self.prop = get_registered(op_type)(**kwargs)
+        self._ops = {}
+
+    def __repr__(self):  # keeps plan/attr printing readable
+        return f"<custom {self.op_type}>"
+
+    def operator(self, xp, in_data):
+        ctx = cpu() if xp is np else gpu(int(xp.cuda.Device().id))
+        shapes = tuple(tuple(x.shape) for x in in_data)
+        dtypes = tuple(np.dtype(x.dtype).name for x in in_data)
+        key = (ctx, shapes, dtypes)
+        op = self._ops.get(key)
+        if op is None:
+            op = self.prop.create_operator(ctx, [list(s) for s in shapes], [np.dtype(d).type for d in dtypes])
+            self._ops[key] = op
+        return op
+
+    def where(self):
+        return f"Custom {self.name!r} (op_type {self.op_type!r})"
+
+    def n(self):
+        p = self.prop
+        return len(p.list_arguments()), len(p.list_outputs()), len(p.list_auxiliary_states())
+
+
+def _wrap(xp, arrays):
+    if xp is np:
+        return [np.asarray(a).view(_HostArray) for a in arrays]
+    return list(arrays)
+
+
+def _call(state, what, fn):
+    try:
+        return fn()
+    except Exception as exc:
+        msg = f"{state.where()}: error in {what}: {exc}"
+        try:
+            new = type(exc)(msg)
+        except Exception:
+            exc.args = (msg,)
+            raise
+        raise new from exc
+
+
+def _prepare(params, name):
+    extra = {k: v for k, v in params.items() if k != "op_type"}
+    return {"op_type": params["op_type"], "__state__": _State(params["op_type"], extra, name)}
+
+
+def _state(params) -> _State:
+    return params["__state__"]
+
+
+def _custom_inputs(params):
+    st = _state(params)
+    return list(st.prop.list_arguments())
+
+
+def _custom_aux(params):
+    return list(_state(params).prop.list_auxiliary_states())
+
+
+def _custom_shape(params, in_shapes, out_shapes, where):
+    st = _state(params)
+    n_in, n_out, n_aux = st.n()
+    args = in_shapes[:n_in]
+    if any(s is None for s in args[:1]):
+        return in_shapes, out_shapes
+    try:
+        res = st.prop.infer_shape([list(s) if s is not None else [] for s in args])
+    except Exception as exc:
+        if any(s is None for s in args):
+            return in_shapes, out_shapes  # let it retry once more shapes are known
+        raise ShapeError(f"{where}: infer_shape of custom op {st.op_type!r} failed: {exc}") from exc
+    ins, outs = res[0], res[1]
+    aux = res[2] if len(res) > 2 else ()
+    if len(ins) != n_in or len(outs) != n_out or len(aux) not in (0, n_aux):
+        raise ShapeError(
+            f"{where}: infer_shape of custom op {st.op_type!r} returned {len(ins)}/{len(outs)}/{len(aux)} shapes "
+            f"for {n_in} arguments, {n_out} outputs, {n_aux} auxiliary states"
+        )
+    new_in = [tuple(s) if s is not None and len(s) else None for s in ins]
+    new_aux = [tuple(s) for s in aux] if aux else list(in_shapes[n_in:])
+    return new_in + new_aux, [tuple(s) for s in outs]
+
+
+def _custom_type(params, in_types, out_types, where):
+    st = _state(params)
+    n_in, n_out, n_aux = st.n()
+    if in_types[0] is None:
+        return in_types, out_types
+    filled = [np.dtype(t if t is not None else in_types[0]).type for t in in_types[:n_in]]
+    res = st.prop.infer_type(filled)
+    ins, outs = res[0], res[1]
+    aux = res[2] if len(res) > 2 else [in_types[0]] * n_aux
+    return [np.dtype(t) for t in list(ins) + list(aux)], [np.dtype(t) for t in outs]
+
+
+def _custom_fwd(xp, *inputs, is_train, op_type, __state__):
+    st = __state__
+    n_in, n_out, _ = st.n()
+    in_data, aux = _wrap(xp, inputs[:n_in]), _wrap(xp, inputs[n_in:])
+    res = _call(st, "infer_shape", lambda: st.prop.infer_shape([list(x.shape) for x in in_data]))
+    types = _call(st, "infer_type", lambda: st.prop.infer_type([np.dtype(x.dtype).type for x in in_data]))
+    out_data = _wrap(xp, [xp.zeros(tuple(s), dtype=t) for s, t in zip(res[1], types[1])])
+    op = _call(st, "create_operator", lambda: st.operator(xp, in_data))
+    _call(st, "forward", lambda: op.forward(is_train=is_train, req=["write"] * n_out, in_data=in_data,
+                                             out_data=out_data, aux=aux))
+    outs = tuple(xp.asarray(o) if xp is not np else o.view(np.ndarray) for o in out_data)
+    return outs
+
+
+def _custom_grad(F, n, g):
+    st = _state(n.params)
+    n_in, n_out, n_aux = st.n()
+    reqs = tuple("write" if n.needs[i] else "null" for i in range(n_in))
+    ograds = []
+    if st.prop.need_top_grad_:
+        ograds = [g[k] if g[k] is not None else F.zeros_like(n.outputs[k]) for k in range(n_out)]
+    grads = F._backward_Custom(*ograds, *n.inputs[:n_in], *n.outputs, *n.inputs[n_in:],
+                               __state__=st, reqs=reqs, has_ograd=bool(ograds))
+    grads = list(grads)
+    return [grads[i] if n.needs[i] else None for i in range(n_in)] + [None] * n_aux
+
+
+def _custom_bwd(xp, *arrays, num_args, __state__, reqs, has_ograd):
+    st = __state__
+    n_in, n_out, n_aux = st.n()
+    k = 0
+    out_grad = []
+    if has_ograd:
+        out_grad, k = list(arrays[:n_out]), n_out
+    in_data = arrays[k:k + n_in]
+    out_data = arrays[k + n_in:k + n_in + n_out]
+    aux = arrays[k + n_in + n_out:]
+    if not has_ograd:
+        out_grad = [xp.zeros_like(o) for o in out_data]
+    w_in, w_out, w_og, w_aux = (_wrap(xp, a) for a in (in_data, out_data, out_grad, aux))
+    in_grad = _wrap(xp, [xp.zeros_like(x) for x in in_data])
+    op = _call(st, "create_operator", lambda: st.operator(xp, w_in))
+    _call(st, "backward", lambda: op.backward(req=list(reqs), out_grad=w_og, in_data=w_in, out_data=w_out,
+                                               in_grad=in_grad, aux=w_aux))
+    return tuple(xp.asarray(gr) if xp is not np else gr.view(np.ndarray) for gr in in_grad)
+
+
+def _bwd_shape(params, in_shapes, out_shapes, where):
+    """Input gradients are shaped (and typed) like the inputs."""
+    st = params["__state__"]
+    n_in, n_out, _ = st.n()
+    k = n_out if params["has_ograd"] else 0
+    return in_shapes, list(in_shapes[k:k + n_in])
+
+
+_register_op(
+    "Custom",
+    inputs=_custom_inputs,
+    aux=_custom_aux,
+    params={"op_type": Param("str")},
+    extra_params=True,
+    prepare=_prepare,
+    num_outputs=lambda p: len(_state(p).prop.list_outputs()),
+    output_names=lambda p: list(_state(p).prop.list_outputs()),
+    forward=_custom_fwd,
+    infer_shape=_custom_shape,
+    infer_type=_custom_type,
+    gradient=_custom_grad,
+    needs_is_train=True,
+    is_loss=lambda p: not _state(p).prop.need_top_grad_,
+    doc="A Python operator registered with @symgrad.operator.register (MXNet's Custom).",
+)
+
+_register_op(
+    "_backward_Custom",
+    variadic="num_args",
+    params={
+        "num_args": Param("int"),
+        "__state__": Param("any"),
+        "reqs": Param("any"),
+        "has_ograd": Param("bool"),
+    },
+    num_outputs=lambda p: p["__state__"].n()[0],
+    forward=_custom_bwd,
+    infer_shape=_bwd_shape,
+    infer_type=lambda p, i, o, w: _bwd_shape(p, i, o, w),
+    gradient=None,
+    grad_undefined_reason="a custom op's backward is Python code (CustomOp.backward) with no gradient rule: "
+    "second-order gradients through Custom ops are not defined",
+)
