@@ -78,13 +78,6 @@ class Context:
             return _NullScope()
         return _cupy(self).cuda.Device(self.device_id)
 
-    def array_device(self, arr) -> Context | None:
-        """The context an array lives on, or None if it is not an array of a known kind."""
-        return array_context(arr)
-
-    def empty_like_host(self, arr):
-        return self.xp.asarray(arr)
-
 
 class _NullScope:
     def __enter__(self):

@@ -25,7 +25,8 @@ import numpy as np
 
 from .base import ParamError, ShapeError
 from .context import cpu, gpu
-from .ops.registry import Param, register as _register_op
+from .ops.registry import Param
+from .ops.registry import register as _register_op
 
 __all__ = ["CustomOp", "CustomOpProp", "register", "get_registered"]
 

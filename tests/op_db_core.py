@@ -2,9 +2,9 @@
 shape ops, Activation, BatchNorm, loss heads). References are plain numpy."""
 
 import numpy as np
+from op_db import In, OpInfo
 
 import symgrad as sg
-from op_db import In, OpInfo
 
 S = sg.sym
 

@@ -101,7 +101,7 @@ def test_null_arguments_leave_no_work_in_the_backward_plan():
     # and the gradients that are computed are still right
     rng = np.random.default_rng(3)
     for exe in (full, only_fc2):
-        for name, arr in exe.arg_dict.items():
+        for arr in exe.arg_dict.values():
             arr[...] = np.random.default_rng(4).standard_normal(arr.shape)
     head = rng.standard_normal((4, 2)).astype(np.float32)
     for exe in (full, only_fc2):

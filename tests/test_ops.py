@@ -9,9 +9,9 @@ add/null from dirty buffers; shape and dtype inference against the real output.
 
 import numpy as np
 import pytest
+from op_db import OPS
 
 import symgrad as sg
-from op_db import OPS
 
 S = sg.sym
 

@@ -208,7 +208,7 @@ class Executor:
         plan = self._plan
         heads = self._normalize_out_grads(out_grads)
         vals = list(self._vals)
-        for i, (slot, g) in enumerate(zip(plan.head_grad_slots, heads)):
+        for slot, g in zip(plan.head_grad_slots, heads):
             if slot is not None:
                 vals[slot] = g
         self._run("backward", vals, self._last_is_train)
@@ -236,7 +236,9 @@ class Executor:
         elif isinstance(out_grads, dict):
             unknown = [k for k in out_grads if k not in names]
             if unknown:
-                raise BindError(f"backward: out_grads names {unknown[0]!r}, which is not an output; outputs are {names}")
+                raise BindError(
+                    f"backward: out_grads names {unknown[0]!r}, which is not an output; outputs are {names}"
+                )
             given = [out_grads.get(k) for k in names]
         elif isinstance(out_grads, (list, tuple)):
             if len(out_grads) != n:
@@ -319,7 +321,9 @@ class Executor:
             pos = [self._arg_names.index(n) for n in names]
         except ValueError:
             bad = [n for n in names if n not in self._arg_names]
-            raise BindError(f"rerun_downstream: {bad[0]!r} is not an argument; arguments are {self._arg_names}") from None
+            raise BindError(
+                f"rerun_downstream: {bad[0]!r} is not an argument; arguments are {self._arg_names}"
+            ) from None
         vals = list(base)
         with self._ctx.device_scope():
             run_instrs(self._plan.downstream(pos), vals, is_train, "forward")
