@@ -269,3 +269,17 @@ def test_reshape_special_values_match_mxnet_docs(shape, spec, reverse, want):
     v = np.arange(np.prod(shape), dtype=np.float32).reshape(shape)
     out = r.bind(sg.cpu(), {"x": v}).forward()[0]
     np.testing.assert_array_equal(out, v.reshape(want))
+
+
+def test_python_level_helpers_pick_symbol_or_scalar_forms():
+    x, y = S.Variable("x"), S.Variable("y")
+    assert S.maximum(1, 3) == 3 and S.minimum(1, 3) == 1 and S.pow(2, 3) == 8 and S.hypot(3, 4) == 5.0
+    xv, yv = np.array([1.0, 3.0]), np.array([2.0, 1.0])
+    e = S.Group([S.maximum(x, y), S.maximum(2.0, x), S.minimum(x, 2.0), S.pow(2.0, x), S.power(x, y),
+                 S.hypot(x, y)])
+    outs = e.bind(sg.cpu(), {"x": xv, "y": yv}).forward()
+    want = [np.maximum(xv, yv), np.maximum(2.0, xv), np.minimum(xv, 2.0), 2.0**xv, xv**yv, np.hypot(xv, yv)]
+    for got, ref in zip(outs, want):
+        np.testing.assert_allclose(got, ref)
+    with pytest.raises(TypeError, match="maximum"):
+        S.maximum("a", x)

@@ -4,13 +4,21 @@ Each registration keeps forward, shape rule and gradient a few lines apart.
 Gradient rules build Symbols through ``F`` and receive ``n`` (the node: its
 ``inputs``/``outputs`` as Symbols, ``params``) and ``g`` (one head gradient
 Symbol per output). Derivations are written next to each rule.
+
+dtype semantics follow MXNet 1.9: an op keeps its input dtype (``int32`` in,
+``int32`` out, results truncated toward zero), scalar operands are first cast
+to the input dtype (``DType(scalar)``), comparisons return 0/1 in the input
+dtype. Special functions (erf, erfinv, gamma, gammaln, polygamma) are written
+with ``xp`` primitives only, evaluated in float64, so they run on CuPy too.
 """
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
-from ..base import ShapeError
+from ..base import ParamError, ShapeError
 from .registry import Param, broadcast_shapes, register, same_shape
 
 
@@ -21,9 +29,251 @@ def _keep(r, like):
     return r
 
 
+def _is_int(dtype) -> bool:
+    return np.dtype(dtype).kind in "iub"
+
+
 def _zero_grad(F, n, g):
     """Differentiable almost nowhere or constant: every input gets no gradient."""
     return [None] * len(n.inputs)
+
+
+# ----------------------------------------------------------------------------
+# special functions (xp only, float64 inside)
+# ----------------------------------------------------------------------------
+
+_SQRT_PI = math.sqrt(math.pi)
+_ERF_SPLIT = 2.5  # series below, continued fraction for erfc above
+_ERFC_AT_SPLIT = math.erfc(_ERF_SPLIT)
+
+
+def _erf_series(xp, x):
+    """erf x = 2/sqrt(pi) e^(-x^2) sum_n 2^n x^(2n+1) / (2n+1)!!, for 0 <= x < 2.5.
+
+    Every term is positive (no cancellation); 50 terms reach float64 precision at x = 2.5.
+    """
+    x2 = x * x
+    term = x.copy()
+    total = x.copy()
+    for k in range(1, 50):
+        term = term * (2.0 * x2 / (2 * k + 1))
+        total = total + term
+    return (2.0 / _SQRT_PI) * xp.exp(-x2) * total
+
+
+def _erfc_cf_denominator(x):
+    """f(x) with erfc x = e^(-x^2) / (sqrt(pi) f(x)), x >= 2.5, from the continued fraction
+    f = x + (1/2)/(x + 1/(x + (3/2)/(x + ...))), evaluated bottom-up (60 levels)."""
+    f = x.copy()
+    for k in range(60, 0, -1):
+        f = x + (k / 2.0) / f
+    return f
+
+
+def _erfc_cf(xp, x):
+    return xp.exp(-x * x) / (_SQRT_PI * _erfc_cf_denominator(x))
+
+
+def _erf_erfc(xp, x):
+    """(erf |x|, erfc |x|) in float64 with |x| handled by the accurate branch."""
+    a = xp.abs(x)
+    small = a < _ERF_SPLIT
+    s = _erf_series(xp, xp.where(small, a, 0.0))
+    c = _erfc_cf(xp, xp.where(small, _ERF_SPLIT, a))
+    erf = xp.where(small, s, 1.0 - c)
+    erfc = xp.where(small, 1.0 - s, c)
+    return erf, erfc
+
+
+def _erf(xp, x):
+    x = x.astype(np.float64)
+    erf, _ = _erf_erfc(xp, x)
+    return xp.sign(x) * erf
+
+
+def _erfinv(xp, y):
+    """Inverse of erf: Giles' single-precision approximation, then refined in float64.
+
+    Centre (erfc(x) >= erfc(2.5)): two Halley steps on erf(x) - |y|. Tails: five Newton steps
+    on log erfc(x) - log(1 - |y|), which is nearly quadratic in x and has derivative -2 f(x)
+    (f the continued-fraction denominator), so |y| up to 1 - 1e-16 keeps full relative precision.
+    """
+    y = y.astype(np.float64)
+    a = xp.abs(y)
+    inside = a < 1.0
+    a_in = xp.where(inside, a, 0.5)
+    w = -xp.log((1.0 - a_in) * (1.0 + a_in))
+    wc = w - 2.5
+    p = 2.81022636e-08
+    for c in (3.43273939e-07, -3.5233877e-06, -4.39150654e-06, 0.00021858087, -0.00125372503,
+              -0.00417768164, 0.246640727, 1.50140941):
+        p = c + p * wc
+    wt = xp.sqrt(w) - 3.0
+    q = -0.000200214257
+    for c in (0.000100950558, 0.00134934322, -0.00367342844, 0.00573950773, -0.0076224613,
+              0.00943887047, 1.00167406, 2.83297682):
+        q = c + q * wt
+    x0 = xp.where(w < 5.0, p, q) * a_in
+    tail = (1.0 - a_in) < _ERFC_AT_SPLIT
+    x = xp.where(tail, 0.5, x0)
+    for _ in range(2):
+        erf, _ = _erf_erfc(xp, x)
+        r = erf - a_in
+        d = (2.0 / _SQRT_PI) * xp.exp(-x * x)  # erf'
+        x = x - r / (d + x * r)  # Halley: f'' = -2 x f'
+    xt = xp.where(tail, xp.maximum(x0, _ERF_SPLIT), 3.0)
+    log_target = xp.log1p(-a_in)
+    for _ in range(5):
+        f = _erfc_cf_denominator(xt)
+        xt = xt + (-xt * xt - xp.log(_SQRT_PI * f) - log_target) / (2.0 * f)
+    out = xp.where(tail, xt, x)
+    out = xp.where(inside, out, xp.where(a == 1.0, np.inf, np.nan))
+    return xp.sign(y) * out
+
+
+# Lanczos approximation, g = 7, n = 9 (relative error ~1e-15 on [0.5, inf))
+_LANCZOS_G = 7.0
+_LANCZOS_C = (0.99999999999980993, 676.5203681218851, -1259.1392167224028, 771.32342877765313,
+              -176.61502916214059, 12.507343278686905, -0.13857109526572012, 9.9843695780195716e-6,
+              1.5056327351493116e-7)
+
+
+def _lanczos(xp, x):
+    """For x >= 0.5: (z + 0.5, t, A) with Gamma(x) = sqrt(2 pi) t^(z+1/2) e^-t A, z = x - 1."""
+    z = x - 1.0
+    a = xp.full_like(z, _LANCZOS_C[0])
+    for i in range(1, len(_LANCZOS_C)):
+        a = a + _LANCZOS_C[i] / (z + i)
+    return z + 0.5, z + _LANCZOS_G + 0.5, a
+
+
+def _sinpi(xp, x):
+    """sin(pi x), exactly 0 at the integers: r = x - 2 round(x/2) in [-1, 1] is exact, and
+    sin(pi r) = sign(r) sin(pi (1 - |r|)) folds |r| > 1/2 (1 - |r| is exact there too)."""
+    r = x - 2.0 * xp.round(x / 2.0)
+    a = xp.abs(r)
+    return xp.sign(r) * xp.sin(math.pi * xp.where(a > 0.5, 1.0 - a, a))
+
+
+def _gamma(xp, x):
+    """Gamma(x); reflection Gamma(x) = pi / (sin(pi x) Gamma(1 - x)) below 0.5."""
+    x = x.astype(np.float64)
+    refl = x < 0.5
+    xr = xp.where(refl, 1.0 - x, x)
+    e, t, a = _lanczos(xp, xr)
+    with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
+        p = t ** (e / 2.0)  # t^e split in two halves so Gamma(171) does not overflow on the way
+        g = math.sqrt(2 * math.pi) * p * (p * xp.exp(-t)) * a
+        out = xp.where(refl, math.pi / (_sinpi(xp, x) * g), g)
+    # C tgamma: a pole at 0 (inf), a domain error (NaN) at the negative integers
+    return xp.where((x < 0) & (x == xp.floor(x)), np.nan, out)
+
+
+def _gammaln(xp, x):
+    """log |Gamma(x)|; reflection log pi - log|sin(pi x)| - lgamma(1 - x) below 0.5."""
+    x = x.astype(np.float64)
+    refl = x < 0.5
+    xr = xp.where(refl, 1.0 - x, x)
+    e, t, a = _lanczos(xp, xr)
+    lg = 0.5 * math.log(2 * math.pi) + e * xp.log(t) - t + xp.log(a)
+    with np.errstate(divide="ignore"):
+        return xp.where(refl, math.log(math.pi) - xp.log(xp.abs(_sinpi(xp, x))) - lg, lg)
+
+
+# Bernoulli numbers B_2, B_4, ..., B_20 for the asymptotic series of polygamma
+_BERNOULLI_2K = (1 / 6, -1 / 30, 1 / 42, -1 / 30, 5 / 66, -691 / 2730, 7 / 6, -3617 / 510, 43867 / 798,
+                 -174611 / 330)
+_PG_SHIFT = 12
+
+
+def _cot_derivative_poly(n):
+    """Coefficients (low to high) of P_n with d^n/dx^n cot(pi x) = pi^n P_n(cot(pi x)).
+
+    P_0(c) = c and P_(k+1)(c) = -(1 + c^2) P_k'(c), since d/dx cot(pi x) = -pi (1 + cot^2).
+    """
+    p = [0.0, 1.0]
+    for _ in range(n):
+        d = [i * p[i] for i in range(1, len(p))] or [0.0]
+        q = [0.0] * (len(d) + 2)
+        for i, c in enumerate(d):
+            q[i] -= c
+            q[i + 2] -= c
+        p = q
+    return p
+
+
+def _polygamma_large(xp, z, n):
+    """Asymptotic series of psi^(n)(z) for z >= 12.5:
+    psi(z) ~ ln z - 1/(2z) - sum B_2k / (2k z^2k);
+    psi^(n)(z) ~ (-1)^(n+1) [(n-1)!/z^n + n!/(2 z^(n+1)) + sum B_2k (2k+n-1)!/((2k)! z^(2k+n))]."""
+    if n == 0:
+        s = xp.log(z) - 0.5 / z
+        z2 = 1.0 / (z * z)
+        zp = z2
+        for k, b in enumerate(_BERNOULLI_2K, start=1):
+            s = s - (b / (2 * k)) * zp
+            zp = zp * z2
+        return s
+    s = math.factorial(n - 1) / z**n + math.factorial(n) / (2.0 * z ** (n + 1))
+    for k, b in enumerate(_BERNOULLI_2K, start=1):
+        s = s + (b * math.factorial(2 * k + n - 1) / math.factorial(2 * k)) / z ** (2 * k + n)
+    return (-1) ** (n + 1) * s
+
+
+def _polygamma(xp, x, n):
+    """psi^(n)(x), the (n+1)-th derivative of log Gamma.
+
+    For x >= 0.5 the recurrence psi^(n)(x) = psi^(n)(x + m) - (-1)^n n! sum_k (x + k)^-(n+1)
+    shifts x past 12 for the asymptotic series; below 0.5 the reflection formula
+    psi^(n)(x) = (-1)^n psi^(n)(1 - x) - pi^(n+1) P_n(cot(pi x)) applies.
+    """
+    x = x.astype(np.float64)
+    refl = x < 0.5
+    xr = xp.where(refl, 1.0 - x, x)
+    acc = xp.zeros_like(xr)
+    for k in range(_PG_SHIFT):
+        acc = acc + 1.0 / (xr + k) ** (n + 1)
+    v = _polygamma_large(xp, xr + _PG_SHIFT, n) - (-1) ** n * math.factorial(n) * acc
+    r = x - xp.round(x)  # cot has period 1: exact reduction
+    with np.errstate(divide="ignore", invalid="ignore"):
+        c = xp.cos(math.pi * r) / xp.sin(math.pi * r)
+        p = xp.zeros_like(x)
+        for coef in reversed(_cot_derivative_poly(n)):
+            p = p * c + coef
+        return xp.where(refl, (-1) ** n * v - math.pi ** (n + 1) * p, v)
+
+
+def _round_half_away(xp, x):
+    """C ``round``: halves go away from zero (numpy's round goes to even)."""
+    t = xp.trunc(x)
+    return xp.where(xp.abs(x - t) == 0.5, t + xp.sign(x), xp.round(x))
+
+
+def _rint_mxnet(xp, x):
+    """MXNet ``rint``: floor if x - floor(x) <= ceil(x) - x, else ceil (halves go down)."""
+    f, c = xp.floor(x), xp.ceil(x)
+    return xp.where(x - f <= c - x, f, c)
+
+
+def _fix_mxnet(xp, x):
+    """MXNet ``fix``: of floor and ceil, the one nearer to zero."""
+    f, c = xp.floor(x), xp.ceil(x)
+    return xp.where(xp.abs(f) < xp.abs(c), f, c)
+
+
+def _sigmoid(xp, x):
+    # Stable for large |x|: 1/(1+e^-x) for x >= 0, e^x/(1+e^x) otherwise.
+    e = xp.exp(-xp.abs(x))
+    return xp.where(x >= 0, 1.0 / (1.0 + e), e / (1.0 + e)).astype(x.dtype, copy=False)
+
+
+def _float_in(fn):
+    """Evaluate ``fn`` on a float input (integer inputs go through float64, as C math does)."""
+
+    def run(xp, x, **params):
+        return fn(xp, x.astype(np.float64) if _is_int(x.dtype) else x, **params)
+
+    return run
 
 
 # ----------------------------------------------------------------------------
@@ -31,44 +281,208 @@ def _zero_grad(F, n, g):
 # ----------------------------------------------------------------------------
 
 
-def _unary(name, fwd, grad, aliases=(), doc=""):
-    """Register ``y = fwd(x)`` whose gradient ``grad(F, x, y, gy)`` is a Symbol (or None)."""
+def _unary(name, fwd, grad, aliases=(), doc="", params=None):
+    """Register ``y = fwd(xp, x, **params)``; ``grad(F, x, y, gy, **params)`` is a Symbol (or None).
+
+    The output keeps the input dtype.
+    """
+    params = dict(params or {})
     if grad is None:
         rule = _zero_grad
     else:
 
         def rule(F, n, g):
-            return [grad(F, n.inputs[0], n.outputs[0], g[0])]
+            return [grad(F, n.inputs[0], n.outputs[0], g[0], **n.params)]
 
-    return register(name, aliases=aliases, forward=fwd, infer_shape=same_shape, gradient=rule, doc=doc)
+    def forward(xp, x, **p):
+        return _keep(fwd(xp, x, **p), x)
+
+    return register(name, aliases=aliases, forward=forward, infer_shape=same_shape, gradient=rule, params=params,
+                    doc=doc or f"Elementwise {name}.")
 
 
+_LN2, _LN10 = math.log(2.0), math.log(10.0)
+
+# -- sign, rounding, identity-like --------------------------------------------
 _unary("negative", lambda xp, x: -x, lambda F, x, y, g: -g)  # d(-x) = -1
 _unary("_copy", lambda xp, x: x.copy(), lambda F, x, y, g: g, aliases=("identity",))
-_unary("abs", lambda xp, x: xp.abs(x), lambda F, x, y, g: g * F.sign(x))  # |x|' = sign x
-_unary("sign", lambda xp, x: xp.sign(x), None)
-_unary("exp", lambda xp, x: xp.exp(x), lambda F, x, y, g: g * y)  # (e^x)' = e^x = y
-_unary("expm1", lambda xp, x: xp.expm1(x), lambda F, x, y, g: g * (y + 1.0))  # (e^x - 1)' = y + 1
-_unary("log", lambda xp, x: xp.log(x), lambda F, x, y, g: g / x)  # (ln x)' = 1/x
-_unary("log1p", lambda xp, x: xp.log1p(x), lambda F, x, y, g: g / (x + 1.0))
-_unary("square", lambda xp, x: x * x, lambda F, x, y, g: g * (x * 2.0))  # (x^2)' = 2x
-_unary("sqrt", lambda xp, x: xp.sqrt(x), lambda F, x, y, g: g / (y * 2.0))  # (x^1/2)' = 1/(2y)
-# tanh' = 1 - tanh^2
-_unary("tanh", lambda xp, x: xp.tanh(x), lambda F, x, y, g: g * (1.0 - F.square(y)))
-# sigmoid' = s (1 - s)
-_unary("sigmoid", lambda xp, x: _sigmoid(xp, x), lambda F, x, y, g: g * (y * (1.0 - y)))
-# relu' = 1 where x > 0 else 0 (MXNet takes 0 at x = 0)
-_unary("relu", lambda xp, x: xp.maximum(x, 0), lambda F, x, y, g: g * (x > 0.0))
+_unary("abs", lambda xp, x: xp.abs(x), lambda F, x, y, g: g * F.sign(x))  # |x|' = sign x (0 at 0, as MXNet)
+_unary("sign", lambda xp, x: xp.sign(x), None)  # piecewise constant
+_unary("round", _float_in(_round_half_away), None, doc="Round half away from zero.")
+_unary("rint", _float_in(_rint_mxnet), None, doc="Round to the nearest integer; halves go down (MXNet).")
+_unary("ceil", _float_in(lambda xp, x: xp.ceil(x)), None)
+_unary("floor", _float_in(lambda xp, x: xp.floor(x)), None)
+_unary("trunc", _float_in(lambda xp, x: xp.trunc(x)), None)
+_unary("fix", _float_in(_fix_mxnet), None, doc="Round toward zero.")
 _unary("zeros_like", lambda xp, x: xp.zeros_like(x), None)
 _unary("ones_like", lambda xp, x: xp.ones_like(x), None)
+_unary("logical_not", lambda xp, x: x == 0, None, doc="1 where x == 0, else 0 (in the input dtype).")
 # BlockGrad: identity forward, no gradient through it.
 _unary("BlockGrad", lambda xp, x: x, None, aliases=("stop_gradient",))
 
+# -- exponentials and logarithms ------------------------------------------------
+_unary("exp", _float_in(lambda xp, x: xp.exp(x)), lambda F, x, y, g: g * y)  # (e^x)' = e^x = y
+_unary("expm1", _float_in(lambda xp, x: xp.expm1(x)), lambda F, x, y, g: g * (y + 1.0))  # (e^x - 1)' = y + 1
+_unary("log", _float_in(lambda xp, x: xp.log(x)), lambda F, x, y, g: g / x)  # (ln x)' = 1/x
+# (log2 x)' = 1/(x ln 2); (log10 x)' = 1/(x ln 10)
+_unary("log2", _float_in(lambda xp, x: xp.log2(x)), lambda F, x, y, g: g / (x * _LN2))
+_unary("log10", _float_in(lambda xp, x: xp.log10(x)), lambda F, x, y, g: g / (x * _LN10))
+_unary("log1p", _float_in(lambda xp, x: xp.log1p(x)), lambda F, x, y, g: g / (x + 1.0))  # 1/(1+x)
 
-def _sigmoid(xp, x):
-    # Stable for large |x|: 1/(1+e^-x) for x >= 0, e^x/(1+e^x) otherwise.
-    e = xp.exp(-xp.abs(x))
-    return xp.where(x >= 0, 1.0 / (1.0 + e), e / (1.0 + e)).astype(x.dtype, copy=False)
+# -- powers ---------------------------------------------------------------------
+_unary("square", lambda xp, x: x * x, lambda F, x, y, g: g * (x * 2.0))  # (x^2)' = 2x
+_unary("sqrt", _float_in(lambda xp, x: xp.sqrt(x)), lambda F, x, y, g: g / (y * 2.0))  # (x^1/2)' = 1/(2y)
+# y = x^-1/2: y' = -1/2 x^-3/2 = -y / (2x)
+_unary("rsqrt", _float_in(lambda xp, x: 1.0 / xp.sqrt(x)), lambda F, x, y, g: -(g * y) / (x * 2.0))
+# y = x^1/3: y' = 1/3 x^-2/3 = 1 / (3 y^2)
+_unary("cbrt", _float_in(lambda xp, x: xp.cbrt(x)), lambda F, x, y, g: g / (F.square(y) * 3.0))
+# y = x^-1/3: y' = -1/3 x^-4/3 = -y / (3x)
+_unary("rcbrt", _float_in(lambda xp, x: 1.0 / xp.cbrt(x)), lambda F, x, y, g: -(g * y) / (x * 3.0))
+# y = 1/x: y' = -1/x^2 = -y^2
+_unary("reciprocal", _float_in(lambda xp, x: 1.0 / x), lambda F, x, y, g: -(g * F.square(y)))
+
+# -- trigonometric and hyperbolic ------------------------------------------------
+_unary("sin", _float_in(lambda xp, x: xp.sin(x)), lambda F, x, y, g: g * F.cos(x))  # sin' = cos
+_unary("cos", _float_in(lambda xp, x: xp.cos(x)), lambda F, x, y, g: -(g * F.sin(x)))  # cos' = -sin
+_unary("tan", _float_in(lambda xp, x: xp.tan(x)), lambda F, x, y, g: g * (F.square(y) + 1.0))  # tan' = 1 + tan^2
+# arcsin' = 1/sqrt(1 - x^2); arccos' = -1/sqrt(1 - x^2); arctan' = 1/(1 + x^2)
+_unary("arcsin", _float_in(lambda xp, x: xp.arcsin(x)), lambda F, x, y, g: g * F.rsqrt(1.0 - F.square(x)))
+_unary("arccos", _float_in(lambda xp, x: xp.arccos(x)), lambda F, x, y, g: -(g * F.rsqrt(1.0 - F.square(x))))
+_unary("arctan", _float_in(lambda xp, x: xp.arctan(x)), lambda F, x, y, g: g / (F.square(x) + 1.0))
+# degrees = 180/pi x, radians = pi/180 x: constant slopes
+_unary("degrees", _float_in(lambda xp, x: x * (180.0 / math.pi)), lambda F, x, y, g: g * (180.0 / math.pi))
+_unary("radians", _float_in(lambda xp, x: x * (math.pi / 180.0)), lambda F, x, y, g: g * (math.pi / 180.0))
+_unary("sinh", _float_in(lambda xp, x: xp.sinh(x)), lambda F, x, y, g: g * F.cosh(x))  # sinh' = cosh
+_unary("cosh", _float_in(lambda xp, x: xp.cosh(x)), lambda F, x, y, g: g * F.sinh(x))  # cosh' = sinh
+# tanh' = 1 - tanh^2
+_unary("tanh", _float_in(lambda xp, x: xp.tanh(x)), lambda F, x, y, g: g * (1.0 - F.square(y)))
+# arcsinh' = 1/sqrt(x^2 + 1); arccosh' = 1/sqrt(x^2 - 1); arctanh' = 1/(1 - x^2)
+_unary("arcsinh", _float_in(lambda xp, x: xp.arcsinh(x)), lambda F, x, y, g: g * F.rsqrt(F.square(x) + 1.0))
+_unary("arccosh", _float_in(lambda xp, x: xp.arccosh(x)), lambda F, x, y, g: g * F.rsqrt(F.square(x) - 1.0))
+_unary("arctanh", _float_in(lambda xp, x: xp.arctanh(x)), lambda F, x, y, g: g / (1.0 - F.square(x)))
+
+# -- activations ----------------------------------------------------------------
+# sigmoid' = s (1 - s)
+_unary("sigmoid", _float_in(_sigmoid), lambda F, x, y, g: g * (y * (1.0 - y)))
+# relu' = 1 where x > 0 else 0 (MXNet takes 0 at x = 0)
+# (NaN passes through relu, as MXNet's IsNan(a) || a > 0 ? a : 0)
+_unary("relu", lambda xp, x: xp.where((x > 0) | (x != x), x, 0), lambda F, x, y, g: g * (x > 0.0))
+# softsign = x / (1 + |x|): softsign' = 1 / (1 + |x|)^2
+_unary("softsign", _float_in(lambda xp, x: x / (1.0 + xp.abs(x))),
+       lambda F, x, y, g: g / F.square(F.abs(x) + 1.0))
+
+
+def _hard_sigmoid_fwd(xp, x, alpha, beta):
+    return xp.clip(x * alpha + beta, 0.0, 1.0)
+
+
+def _hard_sigmoid_grad(F, x, y, g, alpha, beta):
+    # y = clip(alpha x + beta, 0, 1): y' = alpha strictly inside (0, 1), else 0 (MXNet's strict bounds)
+    u = x * alpha + beta
+    return g * ((u > 0.0) * (u < 1.0) * alpha)
+
+
+_unary("hard_sigmoid", _float_in(_hard_sigmoid_fwd), _hard_sigmoid_grad,
+       params={"alpha": Param("float", 0.2), "beta": Param("float", 0.5)},
+       doc="max(0, min(1, alpha * x + beta)).")
+
+# -- special functions -------------------------------------------------------------
+# erf' = 2/sqrt(pi) e^(-x^2)
+_unary("erf", _erf, lambda F, x, y, g: g * (F.exp(-F.square(x)) * (2.0 / _SQRT_PI)))
+# x = erfinv(y)  <=>  y = erf(x): erfinv' = 1 / erf'(erfinv) = sqrt(pi)/2 e^(erfinv^2)
+_unary("erfinv", _erfinv, lambda F, x, y, g: g * (F.exp(F.square(y)) * (_SQRT_PI / 2.0)))
+# Gamma' = Gamma psi; (ln |Gamma|)' = psi (digamma = polygamma order 0)
+_unary("gamma", _gamma, lambda F, x, y, g: g * (y * F._polygamma(x, n=0)))
+_unary("gammaln", _gammaln, lambda F, x, y, g: g * F._polygamma(x, n=0))
+# (psi^(n))' = psi^(n+1): gradients of every order
+_unary("_polygamma", lambda xp, x, n: _polygamma(xp, x, n),
+       lambda F, x, y, g, n: g * F._polygamma(x, n=n + 1),
+       params={"n": Param("int", 0)}, doc="psi^(n)(x), the (n+1)-th derivative of log Gamma (hidden).")
+
+
+# -- Cast ------------------------------------------------------------------------------
+_CAST_DTYPES = ("float16", "float32", "float64", "uint8", "int8", "int32", "int64", "bool")
+
+
+def _cast_prepare(params, node_name):
+    dt = params["dtype"]
+    if dt.name not in _CAST_DTYPES:
+        raise ParamError(f"Cast {node_name!r}: parameter 'dtype' must be one of {list(_CAST_DTYPES)}, got {dt.name!r}")
+    return params
+
+
+def _cast_type(params, in_types, out_types, where):
+    return in_types, [params["dtype"]]
+
+
+register(
+    "Cast",
+    aliases=("cast",),
+    params={"dtype": Param("dtype")},
+    prepare=_cast_prepare,
+    forward=lambda xp, x, dtype: x.astype(dtype),
+    infer_shape=same_shape,
+    infer_type=_cast_type,
+    # the gradient is the head gradient cast back to the input dtype
+    gradient=lambda F, n, g: [F._cast_like(g[0], n.inputs[0])],
+    doc="Cast to ``dtype`` (one of float16/32/64, uint8, int8, int32, int64, bool).",
+)
+
+
+def _cast_like_shape(params, in_shapes, out_shapes, where):
+    (d, like), (o,) = in_shapes, out_shapes
+    s = d if d is not None else o
+    return [s, like], [s]
+
+
+def _cast_like_type(params, in_types, out_types, where):
+    return in_types, [in_types[1]]
+
+
+register(
+    "_cast_like",
+    inputs=("data", "like"),
+    forward=lambda xp, x, like: x.astype(like.dtype, copy=False),
+    infer_shape=_cast_like_shape,
+    infer_type=_cast_like_type,
+    gradient=lambda F, n, g: [F._cast_like(g[0], n.inputs[0]), None],  # cast is linear: cast back
+    doc="Cast ``data`` to the dtype of ``like`` (only its dtype is used; gradient of Cast; hidden).",
+)
+
+
+# -- clip ---------------------------------------------------------------------------------
+
+
+def _clip_fwd(xp, x, a_min, a_max):
+    # MXNet order: above a_max -> a_max, else below a_min -> a_min, else x (NaN passes)
+    lo = np.asarray(a_min, dtype=np.float32).astype(x.dtype)[()]
+    hi = np.asarray(a_max, dtype=np.float32).astype(x.dtype)[()]
+    return xp.where(x > hi, hi, xp.where(x < lo, lo, x))
+
+
+def _clip_grad(F, x, y, g, a_min, a_max):
+    # 1 where a_min <= x <= a_max (both bounds included, as MXNet's clip_grad), 0 outside;
+    # the bounds are float32 parameters in MXNet (real_t), in forward and backward alike
+    lo, hi = float(np.float32(a_min)), float(np.float32(a_max))
+    return g * ((1.0 - (x > hi)) * (1.0 - (x < lo)))
+
+
+_unary("clip", _clip_fwd, _clip_grad, params={"a_min": Param("float"), "a_max": Param("float")},
+       doc="Clip to [a_min, a_max]; the gradient passes where a_min <= x <= a_max.")
+
+
+# -- make_loss (lowercase: MXNet's elementwise loss marker) ---------------------------------
+# MXNet's ``make_loss`` is NOT the legacy ``MakeLoss`` (ops/loss.py): no parameters, output
+# named 'loss', and its gradient is ones_like(data) whatever the head gradient.
+register(
+    "make_loss",
+    forward=lambda xp, x: x,
+    infer_shape=same_shape,
+    output_names=("loss",),
+    is_loss=True,
+    gradient=lambda F, n, g: [F.ones_like(n.inputs[0])],  # d loss / d data := 1 (head ignored)
+    doc="Marks ``data`` as a loss: identity forward, gradient ones (the head gradient is ignored).",
+)
 
 
 # ----------------------------------------------------------------------------
@@ -78,8 +492,32 @@ def _sigmoid(xp, x):
 _SCALAR = {"scalar": Param("float", 1.0), "is_int": Param("bool", True)}
 
 
-def _scalar(name, fwd, grad):
-    """Register ``y = fwd(x, s)``; ``grad(F, x, y, gy, s)``."""
+def _scalar_operands(x, scalar, is_int):
+    """MXNet's NumpyBinaryScalar rules: an integer input with a non-integer scalar computes in
+    float64; otherwise the scalar is cast to the input dtype first (``DType(scalar)``)."""
+    if x.dtype == np.bool_:
+        x = x.astype(np.int64 if is_int else np.float64)
+    elif _is_int(x.dtype) and not is_int:
+        x = x.astype(np.float64)
+    with np.errstate(invalid="ignore", over="ignore"):
+        s = np.asarray(scalar, dtype=np.float64).astype(x.dtype)[()]
+    return x, s
+
+
+def _scalar_type(params, in_types, out_types, where):
+    t = in_types[0]
+    if t is None:
+        return in_types, out_types
+    t = np.dtype(t)
+    if t == np.bool_:
+        return in_types, [np.dtype(np.int64 if params["is_int"] else np.float64)]
+    if _is_int(t) and not params["is_int"]:
+        return in_types, [np.dtype(np.float64)]
+    return in_types, [t]
+
+
+def _scalar(name, fwd, grad, aliases=(), params=None):
+    """Register ``y = fwd(xp, x, s)``; ``grad(F, x, y, gy, s)``."""
     if grad is None:
         rule = _zero_grad
     else:
@@ -88,37 +526,76 @@ def _scalar(name, fwd, grad):
             return [grad(F, n.inputs[0], n.outputs[0], g[0], n.params["scalar"])]
 
     def forward(xp, x, scalar, is_int=True):
-        return _keep(fwd(xp, x, scalar), x)
+        x, s = _scalar_operands(x, scalar, is_int)
+        return _keep(fwd(xp, x, s), x)
 
-    return register(name, forward=forward, infer_shape=same_shape, gradient=rule, params=dict(_SCALAR))
+    return register(name, aliases=aliases, forward=forward, infer_shape=same_shape, infer_type=_scalar_type,
+                    gradient=rule, params=dict(params or _SCALAR))
 
 
-_scalar("_plus_scalar", lambda xp, x, s: x + s, lambda F, x, y, g, s: g)
-_scalar("_minus_scalar", lambda xp, x, s: x - s, lambda F, x, y, g, s: g)
-_scalar("_rminus_scalar", lambda xp, x, s: s - x, lambda F, x, y, g, s: -g)
-_scalar("_mul_scalar", lambda xp, x, s: x * s, lambda F, x, y, g, s: g * s)
-_scalar("_div_scalar", lambda xp, x, s: x / s, lambda F, x, y, g, s: g / s)
+def _int_safe_pow(xp, a, b):
+    # integers go through float64 (numpy refuses negative integer powers of integers)
+    if _is_int(a.dtype):
+        return xp.power(a.astype(np.float64), b)
+    return a**b
+
+
+def _mod(xp, a, b):
+    """MXNet mod: the sign follows the divisor (Python's %), and x mod 0 = 0."""
+    zero = b == 0
+    return xp.where(zero, 0, xp.mod(a, xp.where(zero, 1, b)))
+
+
+_scalar("_plus_scalar", lambda xp, x, s: x + s, lambda F, x, y, g, s: g, aliases=("_PlusScalar",))
+_scalar("_minus_scalar", lambda xp, x, s: x - s, lambda F, x, y, g, s: g, aliases=("_MinusScalar",))
+_scalar("_rminus_scalar", lambda xp, x, s: s - x, lambda F, x, y, g, s: -g, aliases=("_RMinusScalar",))
+_scalar("_mul_scalar", lambda xp, x, s: x * s, lambda F, x, y, g, s: g * s, aliases=("_MulScalar",))
+_scalar("_div_scalar", lambda xp, x, s: x / s, lambda F, x, y, g, s: g / s, aliases=("_DivScalar",))
 # y = s / x  ->  dy/dx = -s / x^2 = -y / x
-_scalar("_rdiv_scalar", lambda xp, x, s: s / x, lambda F, x, y, g, s: -g * y / x)
+_scalar("_rdiv_scalar", lambda xp, x, s: s / x, lambda F, x, y, g, s: -g * y / x, aliases=("_RDivScalar",))
 # y = x^s  ->  dy/dx = s x^(s-1)
-_scalar("_power_scalar", lambda xp, x, s: x**s, lambda F, x, y, g, s: g * (F._power_scalar(x, scalar=s - 1.0) * s))
+_scalar("_power_scalar", lambda xp, x, s: _int_safe_pow(xp, x, s),
+        lambda F, x, y, g, s: g * (F._power_scalar(x, scalar=s - 1.0) * s), aliases=("_PowerScalar",))
 # y = s^x  ->  dy/dx = y ln s
-_scalar("_rpower_scalar", lambda xp, x, s: s**x, lambda F, x, y, g, s: g * (y * float(np.log(s))))
+_scalar("_rpower_scalar", lambda xp, x, s: xp.power(s, x.astype(np.float64) if _is_int(x.dtype) else x),
+        lambda F, x, y, g, s: g * (y * float(np.log(s))), aliases=("_RPowerScalar",))
+# hypot(x, s)' = x / hypot(x, s) = x / y
+_scalar("_hypot_scalar", lambda xp, x, s: xp.hypot(x, s), lambda F, x, y, g, s: g * (x / y), aliases=("_HypotScalar",))
 # max(x, s)' = 1 where x >= s (MXNet: ties go to x); min likewise with x <= s
-_scalar("_maximum_scalar", lambda xp, x, s: xp.maximum(x, s), lambda F, x, y, g, s: g * (x >= s))
-_scalar("_minimum_scalar", lambda xp, x, s: xp.minimum(x, s), lambda F, x, y, g, s: g * (x <= s))
-# x mod s has slope 1 almost everywhere; s mod x has slope -floor(s/x)
-_scalar("_mod_scalar", lambda xp, x, s: xp.mod(x, s), lambda F, x, y, g, s: g)
-_scalar("_rmod_scalar", lambda xp, x, s: xp.mod(s, x), lambda F, x, y, g, s: -g * F.floor(F._rdiv_scalar(x, scalar=s)))
-for _name, _f in [
-    ("_equal_scalar", lambda xp, x, s: x == s),
-    ("_not_equal_scalar", lambda xp, x, s: x != s),
-    ("_greater_scalar", lambda xp, x, s: x > s),
-    ("_greater_equal_scalar", lambda xp, x, s: x >= s),
-    ("_lesser_scalar", lambda xp, x, s: x < s),
-    ("_lesser_equal_scalar", lambda xp, x, s: x <= s),
+_scalar("_maximum_scalar", lambda xp, x, s: xp.maximum(x, s), lambda F, x, y, g, s: g * (x >= s),
+        aliases=("_MaximumScalar",))
+_scalar("_minimum_scalar", lambda xp, x, s: xp.minimum(x, s), lambda F, x, y, g, s: g * (x <= s),
+        aliases=("_MinimumScalar",))
+# x mod s has slope 1 almost everywhere; s mod x = s - x floor(s/x) has slope -floor(s/x)
+_scalar("_mod_scalar", lambda xp, x, s: xp.zeros_like(x) if s == 0 else xp.mod(x, s), lambda F, x, y, g, s: g,
+        aliases=("_ModScalar",))
+_scalar("_rmod_scalar", lambda xp, x, s: _mod(xp, s, x),
+        lambda F, x, y, g, s: -g * F.floor(F._rdiv_scalar(x, scalar=s)), aliases=("_RModScalar",))
+for _name, _alias, _f in [
+    ("_equal_scalar", "_EqualScalar", lambda xp, x, s: x == s),
+    ("_not_equal_scalar", "_NotEqualScalar", lambda xp, x, s: x != s),
+    ("_greater_scalar", "_GreaterScalar", lambda xp, x, s: x > s),
+    ("_greater_equal_scalar", "_GreaterEqualScalar", lambda xp, x, s: x >= s),
+    ("_lesser_scalar", "_LesserScalar", lambda xp, x, s: x < s),
+    ("_lesser_equal_scalar", "_LesserEqualScalar", lambda xp, x, s: x <= s),
+    ("_logical_and_scalar", "_LogicalAndScalar", lambda xp, x, s: (x != 0) & (s != 0)),
+    ("_logical_or_scalar", "_LogicalOrScalar", lambda xp, x, s: (x != 0) | (s != 0)),
+    ("_logical_xor_scalar", "_LogicalXorScalar", lambda xp, x, s: (x != 0) ^ (s != 0)),
 ]:
-    _scalar(_name, _f, None)  # comparisons: 0/1 in the input dtype, zero gradient
+    _scalar(_name, _f, None, aliases=(_alias,))  # comparisons: 0/1 in the input dtype, zero gradient
+
+
+# smooth_l1(x, sigma): 0.5 (sigma x)^2 for |x| < 1/sigma^2, |x| - 0.5/sigma^2 otherwise.
+# Its derivative sigma^2 x inside, sign(x) outside, is exactly clip(sigma^2 x, -1, 1)
+# (MXNet's smooth_l1_gradient; the boundary |x| = 1/sigma^2 gives +-1 both ways).
+def _smooth_l1_fwd(xp, x, s):
+    s2 = s * s
+    a = xp.abs(x)
+    return xp.where(a > 1.0 / s2, a - 0.5 / s2, 0.5 * x * x * s2)
+
+
+_scalar("smooth_l1", _smooth_l1_fwd,
+        lambda F, x, y, g, s: g * F.clip(x * (s * s), a_min=-1.0, a_max=1.0))
 
 
 # ----------------------------------------------------------------------------
@@ -157,12 +634,13 @@ class _BinaryOps:
         self.lt = pick("broadcast_lesser", "_lesser")
 
 
-def _binary(names, fwd, grad):
+def _binary(names, fwd, grad, aliases=((), ())):
     """Register ``y = fwd(a, b)`` as ``elemwise``-style and ``broadcast``-style ops.
 
     ``grad(F, o, a, b, y, gy)`` returns the two full-shape gradients, combining
     values with ``o.mul``/``o.div``/... of the matching flavour; for the
     broadcast form each is then reduced to its input's shape by ``_sum_to_like``.
+    ``grad=None``: no gradient (comparisons, logic).
     """
     same_name, bcast_name = names
 
@@ -179,80 +657,148 @@ def _binary(names, fwd, grad):
         ]
 
     def forward(xp, a, b):
-        return fwd(xp, a, b)
+        return _keep(fwd(xp, a, b), a)
 
     if same_name:
-        register(same_name, inputs=("lhs", "rhs"), forward=forward, infer_shape=_same_shape_binary, gradient=same_rule)
+        register(same_name, aliases=aliases[0], inputs=("lhs", "rhs"), forward=forward,
+                 infer_shape=_same_shape_binary, gradient=same_rule if grad else _zero_grad)
     if bcast_name:
-        register(bcast_name, inputs=("lhs", "rhs"), forward=forward, infer_shape=_broadcast_shape, gradient=bcast_rule)
+        register(bcast_name, aliases=aliases[1], inputs=("lhs", "rhs"), forward=forward,
+                 infer_shape=_broadcast_shape, gradient=bcast_rule if grad else _zero_grad)
 
 
-_binary(("elemwise_add", "broadcast_add"), lambda xp, a, b: a + b, lambda F, o, a, b, y, g: (g, g))
-_binary(("elemwise_sub", "broadcast_sub"), lambda xp, a, b: a - b, lambda F, o, a, b, y, g: (g, -g))
+_binary(("elemwise_add", "broadcast_add"), lambda xp, a, b: a + b, lambda F, o, a, b, y, g: (g, g),
+        aliases=(("_add", "_plus", "_Plus"), ("broadcast_plus",)))
+_binary(("elemwise_sub", "broadcast_sub"), lambda xp, a, b: a - b, lambda F, o, a, b, y, g: (g, -g),
+        aliases=(("_sub", "_minus", "_Minus"), ("broadcast_minus",)))
 # (ab)' = (b, a)
-_binary(("elemwise_mul", "broadcast_mul"), lambda xp, a, b: a * b, lambda F, o, a, b, y, g: (o.mul(g, b), o.mul(g, a)))
-# (a/b)' = (1/b, -a/b^2 = -y/b)
+_binary(("elemwise_mul", "broadcast_mul"), lambda xp, a, b: a * b,
+        lambda F, o, a, b, y, g: (o.mul(g, b), o.mul(g, a)), aliases=(("_mul", "_Mul"), ()))
+# (a/b)' = (1/b, -a/b^2 = -y/b); integer inputs: quotient truncated toward zero (C division)
 _binary(
     ("elemwise_div", "broadcast_div"),
     lambda xp, a, b: a / b,
     lambda F, o, a, b, y, g: (o.div(g, b), -o.div(g * y, b)),
+    aliases=(("_div", "_Div"), ()),
 )
 # (a^b)' = (b a^(b-1), a^b ln a)
 _binary(
     ("_power", "broadcast_power"),
-    lambda xp, a, b: a**b,
+    _int_safe_pow,
     lambda F, o, a, b, y, g: (o.mul(g, o.mul(b, o.pow(a, b - 1.0))), g * o.mul(y, F.log(a))),
+    aliases=(("_Power",), ()),
 )
-# max/min: the gradient goes to the chosen side (ties to lhs, as MXNet)
+# max/min: the gradient goes to the chosen side (ties to lhs, as MXNet: ge/lt and le/gt)
 _binary(
     ("_maximum", "broadcast_maximum"),
     lambda xp, a, b: xp.maximum(a, b),
     lambda F, o, a, b, y, g: (g * o.ge(a, b), g * o.lt(a, b)),
+    aliases=(("_Maximum",), ()),
 )
 _binary(
     ("_minimum", "broadcast_minimum"),
     lambda xp, a, b: xp.minimum(a, b),
     lambda F, o, a, b, y, g: (g * o.le(a, b), g * o.gt(a, b)),
+    aliases=(("_Minimum",), ()),
 )
 # a mod b = a - b floor(a/b): (1, -floor(a/b)) almost everywhere
 _binary(
     ("_mod", "broadcast_mod"),
-    lambda xp, a, b: xp.mod(a, b),
+    _mod,
     lambda F, o, a, b, y, g: (g, -o.mul(g, F.floor(o.div(a, b)))),
+    aliases=(("_Mod",), ()),
 )
 # hypot = sqrt(a^2 + b^2): (a/y, b/y)
 _binary(
     ("_hypot", "broadcast_hypot"),
     lambda xp, a, b: xp.hypot(a, b),
     lambda F, o, a, b, y, g: (g * o.div(a, y), g * o.div(b, y)),
+    aliases=(("_Hypot",), ()),
 )
 
-
-def _cmp(xp_fn):
-    return lambda xp, a, b: xp_fn(a, b).astype(np.result_type(a.dtype, b.dtype))
-
-
-for _pair, _fn in [
-    (("_equal", "broadcast_equal"), np.equal),
-    (("_not_equal", "broadcast_not_equal"), np.not_equal),
-    (("_greater", "broadcast_greater"), np.greater),
-    (("_greater_equal", "broadcast_greater_equal"), np.greater_equal),
-    (("_lesser", "broadcast_lesser"), np.less),
-    (("_lesser_equal", "broadcast_lesser_equal"), np.less_equal),
+# comparisons and logic: 0/1 in the input dtype, zero gradient
+for _pair, _als, _fn in [
+    (("_equal", "broadcast_equal"), "_Equal", lambda xp, a, b: a == b),
+    (("_not_equal", "broadcast_not_equal"), "_Not_Equal", lambda xp, a, b: a != b),
+    (("_greater", "broadcast_greater"), "_Greater", lambda xp, a, b: a > b),
+    (("_greater_equal", "broadcast_greater_equal"), "_Greater_Equal", lambda xp, a, b: a >= b),
+    (("_lesser", "broadcast_lesser"), "_Lesser", lambda xp, a, b: a < b),
+    (("_lesser_equal", "broadcast_lesser_equal"), "_Lesser_Equal", lambda xp, a, b: a <= b),
+    (("_logical_and", "broadcast_logical_and"), "_Logical_And", lambda xp, a, b: (a != 0) & (b != 0)),
+    (("_logical_or", "broadcast_logical_or"), "_Logical_Or", lambda xp, a, b: (a != 0) | (b != 0)),
+    (("_logical_xor", "broadcast_logical_xor"), "_Logical_Xor", lambda xp, a, b: (a != 0) ^ (b != 0)),
 ]:
-    _binary(_pair, _cmp(_fn), lambda F, o, a, b, y, g: (None, None))
+    _binary(_pair, _fn, None, aliases=((_als,), ()))
+
+
+# ----------------------------------------------------------------------------
+# where(condition, x, y)
+# ----------------------------------------------------------------------------
+
+
+def _where_fwd(xp, cond, x, y):
+    c = cond != 0
+    if c.ndim == 1 and x.ndim > 1:  # a 1-d condition picks whole rows along axis 0
+        c = c.reshape((-1,) + (1,) * (x.ndim - 1))
+    return xp.where(c, x, y)
+
+
+def _where_shape(params, in_shapes, out_shapes, where):
+    c, x, y = in_shapes
+    (o,) = out_shapes
+    t = None
+    for name, s in (("x", x), ("y", y), ("output", o)):
+        if s is None:
+            continue
+        if t is None:
+            t = (name, tuple(s))
+        elif tuple(s) != t[1]:
+            raise ShapeError(f"{where}: inputs {t[0]!r} and {name!r} must have the same shape, "
+                             f"got {t[1]} and {tuple(s)}")
+    if t is None:
+        return in_shapes, out_shapes
+    t = t[1]
+    if c is not None:
+        c = tuple(c)
+        if c != t and not (len(c) == 1 and len(t) >= 1 and c[0] == t[0]):
+            raise ShapeError(f"{where}: input 'condition' must have the shape of x {t} or be 1-d of length "
+                             f"{t[0] if t else '?'}, got {c}")
+    return [c, t, t], [t]
+
+
+def _where_type(params, in_types, out_types, where):
+    c, x, y = in_types
+    known = [t for t in (x, y, out_types[0]) if t is not None]
+    if not known:
+        return in_types, out_types
+    for t in known:
+        if np.dtype(t) != np.dtype(known[0]):
+            raise TypeError(f"{where}: inputs 'x' and 'y' must have the same dtype, got {np.dtype(x)} and "
+                            f"{np.dtype(y)}")
+    t = known[0]
+    return [c, t, t], [t]
+
+
+register(
+    "where",
+    inputs=("condition", "x", "y"),
+    forward=_where_fwd,
+    infer_shape=_where_shape,
+    infer_type=_where_type,
+    no_grad_inputs=("condition",),
+    # out = x where condition != 0 else y: the head gradient is routed the same way
+    gradient=lambda F, n, g: [
+        None,
+        F.where(n.inputs[0], g[0], F.zeros_like(g[0])),
+        F.where(n.inputs[0], F.zeros_like(g[0]), g[0]),
+    ],
+    doc="Elements of x where condition is nonzero, of y elsewhere (condition: x's shape or 1-d over axis 0).",
+)
 
 
 # ----------------------------------------------------------------------------
 # helpers used by gradient rules
 # ----------------------------------------------------------------------------
-
-
-def _floor_fwd(xp, x):
-    return xp.floor(x)
-
-
-_unary("floor", _floor_fwd, None)
 
 
 def _add_n_shape(params, in_shapes, out_shapes, where):

@@ -1,7 +1,19 @@
-"""Reductions over axes (MXNet ``axis`` int/tuple/None, ``keepdims``, ``exclude``)."""
+"""Reductions over axes (MXNet ``axis`` int/tuple/None, ``keepdims``, ``exclude``) and arg-search.
+
+Shapes follow MXNet 1.9's ReduceAxesShapeImpl exactly: ``axis=None`` or ``()``
+reduces everything into shape ``(1,)`` (all ones with ``keepdims``, whatever
+``exclude`` says); a reduction that removes every axis also gives ``(1,)``.
+The output keeps the input dtype (``sum`` of int32 is int32, ``mean`` of ints
+truncates toward zero as MXNet's integer division does). float16 accumulates in
+float32. Every gradient broadcasts the head gradient back with the one hidden
+op ``_unreduce_like``.
+"""
 
 from __future__ import annotations
 
+import numpy as np
+
+from ..base import ParamError, ShapeError
 from .registry import Param, normalize_axis, register
 
 _REDUCE_PARAMS = {
@@ -20,7 +32,7 @@ def reduce_axes(ndim: int, axis, exclude: bool, where: str) -> tuple[int, ...]:
         axis = (axis,)
     axes = tuple(sorted({normalize_axis(a, ndim, where) for a in axis}))
     if len(axes) != len(axis):
-        raise ValueError(f"{where}: parameter 'axis' repeats an axis: {axis}")
+        raise ShapeError(f"{where}: parameter 'axis' repeats an axis: {axis}")
     if exclude:
         axes = tuple(i for i in range(ndim) if i not in axes)
     return axes
@@ -42,33 +54,295 @@ def _reduce_shape(params, in_shapes, out_shapes, where):
     return in_shapes, [out]
 
 
-def _reducer(name, np_name, mean=False, doc=""):
-    def forward(xp, x, axis, keepdims, exclude):
-        axes = reduce_axes(x.ndim, axis, exclude, name)
-        out = getattr(xp, np_name)(x, axis=axes, keepdims=keepdims)
-        return out.reshape(1) if out.ndim == 0 else out
-
-    def gradient(F, n, g):
-        # sum: d/dx_i = 1 for every reduced element -> broadcast g back over the reduced axes;
-        # mean: the same divided by the number of reduced elements.
-        return [F._unreduce_like(g[0], n.inputs[0], mean=mean, **_pick(n.params))]
-
-    register(
-        name,
-        forward=forward,
-        infer_shape=_reduce_shape,
-        params=dict(_REDUCE_PARAMS),
-        gradient=gradient,
-        doc=doc,
-    )
+def _nonempty_reduce_shape(params, in_shapes, out_shapes, where):
+    (x,) = in_shapes
+    if x is not None and int(np.prod(x)) == 0:
+        raise ShapeError(f"{where}: input 'data' must not be empty, got shape {tuple(x)}")
+    return _reduce_shape(params, in_shapes, out_shapes, where)
 
 
 def _pick(params):
     return {k: params[k] for k in ("axis", "keepdims", "exclude")}
 
 
-_reducer("sum", "sum", doc="Sum over ``axis`` (all axes by default).")
-_reducer("mean", "mean", mean=True, doc="Mean over ``axis`` (all axes by default).")
+def _accumulate(x):
+    """The dtype to accumulate in: float32 for float16, the input's own otherwise."""
+    return np.float32 if x.dtype == np.float16 else None
+
+
+def _finish(out, x):
+    """Shape ``()`` becomes ``(1,)``; the result keeps the input dtype."""
+    if out.ndim == 0:
+        out = out.reshape(1)
+    return out.astype(x.dtype, copy=False) if out.dtype != x.dtype else out
+
+
+def _reducer(name, compute, gradient, aliases=(), infer_shape=_reduce_shape, doc=""):
+    """Register a ReduceAxesParam reduction: ``compute(xp, x, axes, keepdims)``."""
+
+    def forward(xp, x, axis, keepdims, exclude):
+        axes = reduce_axes(x.ndim, axis, exclude, name)
+        return _finish(compute(xp, x, axes, keepdims), x)
+
+    register(
+        name,
+        aliases=aliases,
+        forward=forward,
+        infer_shape=infer_shape,
+        params=dict(_REDUCE_PARAMS),
+        gradient=gradient,
+        doc=doc,
+    )
+
+
+def _unreduce(F, s, n, **kw):
+    """Broadcast a reduced-shape Symbol ``s`` back over the reduced axes of the node's input."""
+    return F._unreduce_like(s, n.inputs[0], **kw, **_pick(n.params))
+
+
+# -- sum, mean, nansum -----------------------------------------------------------------
+
+
+def _mean(xp, x, axes, keepdims):
+    if x.dtype.kind in "iub":
+        # MXNet sums in the integer type and divides by the count: C division truncates toward zero
+        s = x.sum(axis=axes, keepdims=keepdims, dtype=np.int64)
+        count = 1
+        for a in axes:
+            count *= x.shape[a]
+        q = xp.abs(s) // max(count, 1)
+        return xp.where(s < 0, -q, q)
+    return x.mean(axis=axes, keepdims=keepdims, dtype=_accumulate(x))
+
+
+_reducer(
+    "sum",
+    lambda xp, x, axes, keepdims: x.sum(axis=axes, keepdims=keepdims, dtype=_accumulate(x)),
+    # sum: d/dx_i = 1 for every reduced element -> broadcast g back over the reduced axes
+    lambda F, n, g: [_unreduce(F, g[0], n)],
+    aliases=("sum_axis",),
+    doc="Sum over ``axis`` (all axes by default).",
+)
+_reducer(
+    "mean",
+    _mean,
+    # mean: the same as sum divided by the number of reduced elements
+    lambda F, n, g: [_unreduce(F, g[0], n, mean=True)],
+    doc="Mean over ``axis`` (all axes by default).",
+)
+_reducer(
+    "nansum",
+    lambda xp, x, axes, keepdims: xp.nansum(x, axis=axes, keepdims=keepdims, dtype=_accumulate(x)),
+    # NaN elements are skipped: d/dx_i = 1 where x_i is a number, 0 where it is NaN (x == x is false)
+    lambda F, n, g: [_unreduce(F, g[0], n) * (n.inputs[0] == n.inputs[0])],
+    doc="Sum over ``axis`` treating NaN as zero (its gradient is 0 at NaN).",
+)
+
+
+# -- prod, nanprod ---------------------------------------------------------------------------
+
+
+def _prod_grad(F, n, g):
+    # y = prod x_j: dy/dx_i = prod_(j != i) x_j = y / x_i (MXNet's rdiv: inf/NaN where x_i = 0)
+    x = n.inputs[0]
+    return [_unreduce(F, g[0], n) * _unreduce(F, n.outputs[0], n) / x]
+
+
+def _nanprod_grad(F, n, g):
+    # NaNs count as 1: dy/dx_i = y / x_i for numbers, 0 at NaN (as MXNet's nanprod_grad)
+    # (NaNs are replaced by 1 before dividing, so no NaN reaches a second-order gradient)
+    x = n.inputs[0]
+    number = x == x
+    safe = F.where(number, x, F.ones_like(x))
+    return [F.where(number, _unreduce(F, g[0], n) * _unreduce(F, n.outputs[0], n) / safe, F.zeros_like(x))]
+
+
+_reducer(
+    "prod",
+    lambda xp, x, axes, keepdims: x.prod(axis=axes, keepdims=keepdims, dtype=_accumulate(x)),
+    _prod_grad,
+    doc="Product over ``axis`` (all axes by default).",
+)
+_reducer(
+    "nanprod",
+    lambda xp, x, axes, keepdims: xp.nanprod(x, axis=axes, keepdims=keepdims, dtype=_accumulate(x)),
+    _nanprod_grad,
+    doc="Product over ``axis`` treating NaN as one.",
+)
+
+
+# -- max, min --------------------------------------------------------------------------------
+
+
+def _extreme_grad(F, n, g):
+    # MXNet's _backward_max/_backward_min (mshadow_op::eq): the head gradient goes, in full,
+    # to EVERY element equal to the extreme value (ties are not split)
+    x = n.inputs[0]
+    return [_unreduce(F, g[0], n) * (x == _unreduce(F, n.outputs[0], n))]
+
+
+_reducer(
+    "max",
+    lambda xp, x, axes, keepdims: x.max(axis=axes, keepdims=keepdims),
+    _extreme_grad,
+    aliases=("max_axis",),
+    infer_shape=_nonempty_reduce_shape,
+    doc="Maximum over ``axis``; the gradient goes to every element equal to the maximum.",
+)
+_reducer(
+    "min",
+    lambda xp, x, axes, keepdims: x.min(axis=axes, keepdims=keepdims),
+    _extreme_grad,
+    aliases=("min_axis",),
+    infer_shape=_nonempty_reduce_shape,
+    doc="Minimum over ``axis``; the gradient goes to every element equal to the minimum.",
+)
+
+
+# -- norm ---------------------------------------------------------------------------------------
+
+_NORM_OUT_DTYPES = ("float16", "float32", "float64", "int64", "int32", "int8")
+
+
+def _norm_prepare(params, node_name):
+    where = f"norm {node_name!r}"
+    if params["ord"] not in (1, 2):
+        raise ParamError(f"{where}: parameter 'ord' must be 1 or 2, got {params['ord']}")
+    dt = params["out_dtype"]
+    if dt is not None and dt.name not in _NORM_OUT_DTYPES:
+        raise ParamError(f"{where}: parameter 'out_dtype' must be one of {list(_NORM_OUT_DTYPES)} or None, "
+                         f"got {dt.name!r}")
+    return params
+
+
+def _norm_shape(params, in_shapes, out_shapes, where):
+    return _reduce_shape({**params, "exclude": False}, in_shapes, out_shapes, where)
+
+
+def _norm_type(params, in_types, out_types, where):
+    if params["out_dtype"] is not None:
+        return in_types, [params["out_dtype"]]
+    t = in_types[0] if in_types[0] is not None else out_types[0]
+    return [t], [t]
+
+
+def _norm_fwd(xp, x, ord, axis, out_dtype, keepdims):
+    axes = reduce_axes(x.ndim, axis, False, "norm")
+    acc = np.float32 if x.dtype == np.float16 else (np.float64 if x.dtype.kind in "iub" else x.dtype)
+    a = xp.abs(x.astype(acc, copy=False))
+    if ord == 1:
+        out = a.sum(axis=axes, keepdims=keepdims)
+    else:
+        # scaled like BLAS nrm2 (and MXNet's nrm2 reducer): no overflow/underflow of the squares
+        m = a.max(axis=axes, keepdims=True) if a.size else xp.zeros(())
+        safe = xp.where(m > 0, m, 1)
+        out = xp.sqrt(((a / safe) ** 2).sum(axis=axes, keepdims=True)) * m
+        if not keepdims:
+            out = out.reshape(tuple(d for i, d in enumerate(x.shape) if i not in axes))
+    if out.ndim == 0:
+        out = out.reshape(1)
+    return out.astype(out_dtype if out_dtype is not None else x.dtype, copy=False)
+
+
+def _norm_grad(F, n, g):
+    x, y = n.inputs[0], n.outputs[0]
+    p = {"axis": n.params["axis"], "keepdims": n.params["keepdims"], "exclude": False}
+    gb = F._unreduce_like(g[0], x, **p)
+    if n.params["out_dtype"] is not None:  # the gradient arrives in out_dtype: back to the input's
+        gb = F._cast_like(gb, x)
+    if n.params["ord"] == 1:
+        return [gb * F.sign(x)]  # d sum|x| = sign x (0 at 0, MXNet's sign)
+    yb = F._unreduce_like(y, x, **p)
+    if n.params["out_dtype"] is not None:
+        yb = F._cast_like(yb, x)
+    return [gb * x / yb]  # d sqrt(sum x^2) = x / ||x|| (NaN at a zero norm, as MXNet)
+
+
+register(
+    "norm",
+    params={
+        "ord": Param("int", 2),
+        "axis": Param("axis", None),
+        "out_dtype": Param("dtype", None),
+        "keepdims": Param("bool", False),
+    },
+    prepare=_norm_prepare,
+    forward=_norm_fwd,
+    infer_shape=_norm_shape,
+    infer_type=_norm_type,
+    gradient=_norm_grad,
+    doc="L1 (ord=1) or L2 (ord=2) norm of the elements over ``axis`` (all by default; a 2-tuple of axes "
+    "gives the elementwise norm of each matrix, as MXNet computes it).",
+)
+
+
+# -- argmax, argmin, argmax_channel ------------------------------------------------------
+
+
+def _search_shape(params, in_shapes, out_shapes, where):
+    (x,) = in_shapes
+    if x is None:
+        return in_shapes, out_shapes
+    axis, keepdims = params["axis"], params["keepdims"]
+    if axis is None or len(x) == 1:
+        if axis is not None:
+            normalize_axis(axis, len(x), where)
+        if int(np.prod(x)) == 0:
+            raise ShapeError(f"{where}: cannot search an empty input of shape {tuple(x)}")
+        return in_shapes, [(1,) * len(x) if keepdims else (1,)]
+    ax = normalize_axis(axis, len(x), where)
+    if x[ax] == 0:
+        raise ShapeError(f"{where}: cannot search along axis {axis} of size 0 (input shape {tuple(x)})")
+    out = list(x)
+    if keepdims:
+        out[ax] = 1
+    else:
+        del out[ax]
+    return in_shapes, [tuple(out)]
+
+
+def _search(name, fn):
+    def forward(xp, x, axis, keepdims):
+        if axis is None:
+            idx = fn(x.reshape(-1), axis=0).reshape((1,) * x.ndim if keepdims else (1,))
+        else:
+            idx = fn(x, axis=axis, keepdims=keepdims)
+            if idx.ndim == 0:
+                idx = idx.reshape(1)
+        return idx.astype(x.dtype)  # MXNet returns the index as a value of the input dtype
+
+    register(
+        name,
+        params={"axis": Param("int", None, optional=True), "keepdims": Param("bool", False)},
+        forward=forward,
+        infer_shape=_search_shape,
+        gradient=lambda F, n, g: [None],  # piecewise constant (MXNet: MakeZeroGradNodes)
+        doc=f"Index of the first {name[3:]}imum along ``axis`` (flattened when None), in the input dtype.",
+    )
+
+
+_search("argmax", lambda x, axis, keepdims=False: x.argmax(axis=axis, keepdims=keepdims))
+_search("argmin", lambda x, axis, keepdims=False: x.argmin(axis=axis, keepdims=keepdims))
+
+
+def _argmax_channel_shape(params, in_shapes, out_shapes, where):
+    (x,) = in_shapes
+    if x is not None and len(x) < 2:
+        raise ShapeError(f"{where}: input 'data' must be at least 2-d (argmax over axis 1), got {tuple(x)}")
+    return _search_shape({"axis": 1, "keepdims": False}, in_shapes, out_shapes, where)
+
+
+register(
+    "argmax_channel",
+    forward=lambda xp, x: x.argmax(axis=1).astype(x.dtype),
+    infer_shape=_argmax_channel_shape,
+    gradient=None,
+    grad_undefined_reason="argmax_channel registers no gradient in MXNet (it is an index, not a value)",
+    doc="argmax over axis 1, in the input dtype.",
+)
+
+
+# -- the gradient helper ----------------------------------------------------------------------
 
 
 def _unreduce_fwd(xp, g, like, axis, keepdims, exclude, mean):
@@ -92,12 +366,19 @@ def _unreduce_shape(params, in_shapes, out_shapes, where):
     return [reduced_shape(like, axes, params["keepdims"]), like], [like]
 
 
+def _unreduce_type(params, in_types, out_types, where):
+    # the output has data's dtype; ``like`` only lends its shape (norm with out_dtype)
+    t = in_types[0] if in_types[0] is not None else out_types[0]
+    return [t, in_types[1]], [t]
+
+
 register(
     "_unreduce_like",
     inputs=("data", "like"),
     params={**_REDUCE_PARAMS, "mean": Param("bool", False)},
     forward=_unreduce_fwd,
     infer_shape=_unreduce_shape,
+    infer_type=_unreduce_type,
     # adjoint of broadcasting over the reduced axes is the reduction itself
     gradient=lambda F, n, g: [
         (F.mean if n.params["mean"] else F.sum)(g[0], **_pick(n.params)),

@@ -124,7 +124,9 @@ class Param:
             try:
                 dt = np.dtype(v)
             except TypeError:
-                raise bad(f"a dtype name (one of {sorted(_DTYPES)})") from None
+                dt = None
+            if dt is None or dt.name not in _DTYPES:
+                raise bad(f"a dtype name (one of {sorted(_DTYPES)})")
             return dt
         return v
 
