@@ -191,7 +191,7 @@ class OpDef:
 
     # -- structure ----------------------------------------------------------
     def list_inputs(self, params: dict) -> list[str]:
-        if self.variadic:
+        if self.variadic and not callable(self.inputs):
             return [f"arg{i}" for i in range(params[self.variadic])]
         names = self.inputs(params) if callable(self.inputs) else self.inputs
         return list(names)

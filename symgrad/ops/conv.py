@@ -1,0 +1,720 @@
+"""Convolution, Deconvolution and UpSampling with MXNet 1.9's parameters and shapes.
+
+One relation underlies all three. A "big" tensor ``B`` of shape ``(N, C, *X)`` and a
+"small" tensor ``S`` of shape ``(N, F, *Y)`` are related through a weight ``W`` of shape
+``(F, C/g, *k)`` (``g`` groups, stride ``s``, dilation ``d``, leading zero padding ``p``)::
+
+    S[n, f, o] = sum_{c in group(f), t} W[f, c, t] * B[n, c, o*s - p + t*d]      (B is zero outside)
+
+``Convolution`` computes ``S`` from ``B`` (im2col over the padded input with ``as_strided``,
+then one batched ``matmul`` over the groups); ``Deconvolution`` is the adjoint: it computes
+``B`` from ``S`` (one ``matmul``, then a col2im scatter-add looping over the kernel taps
+only). Three hidden ops, each linear in both of its tensor operands, are closed under
+differentiation exactly like ``dot``/``_dot_grad_lhs``/``_dot_grad_rhs``::
+
+    _conv_forward_like(B, W, like=S)   -> S      (correlation; ``like`` gives the size of S)
+    _conv_transpose_like(S, W, like=B) -> B      (its adjoint in B; ``like`` gives the size of B)
+    _conv_weight_grad(B, S)            -> W      (its adjoint in W)
+
+so every order of derivative of Convolution/Deconvolution is again a graph of these ops.
+``like`` inputs are read for their shape only and never differentiated. The leading pad
+``p`` is the ``pad`` parameter, or, for a Deconvolution with ``target_shape``, MXNet's
+``ceil((s*(Y-1) + d*(k-1) + 1 - X) / 2)``, which the hidden ops recompute from the two
+sizes they see. float16 is computed in float32 and cast back.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..base import ParamError, ShapeError
+from .registry import Param, register
+
+_LAYOUT = {1: "NCW", 2: "NCHW", 3: "NCDHW"}
+_ALL_LAYOUTS = ("NCW", "NCHW", "NCDHW", "NHWC", "NDHWC")
+
+
+def _acc(dtype):
+    """Compute dtype: float16 accumulates in float32."""
+    return np.dtype(np.float32) if np.dtype(dtype) == np.float16 else np.dtype(dtype)
+
+
+def _dk(k, d):
+    return tuple((ki - 1) * di + 1 for ki, di in zip(k, d))
+
+
+def check_layout(where, layout, nd, what="kernel"):
+    """Accept only MXNet's default channel-first layout for ``nd`` spatial axes."""
+    if layout is None or layout == _LAYOUT.get(nd):
+        return
+    if layout in ("NWC", "NHWC", "NDHWC"):
+        raise NotImplementedError(
+            f"{where}: layout={layout!r} is not supported (only channel-first "
+            f"{_LAYOUT.get(nd, 'NCW/NCHW/NCDHW')!r} or None); transpose the data instead"
+        )
+    raise ParamError(f"{where}: layout={layout!r} does not fit a {nd}-d {what}; expected {_LAYOUT.get(nd)!r} or None")
+
+
+def spatial_param(where, params, name, nd, fill, low, kernel_name="kernel"):
+    """MXNet fills an empty stride/dilate/pad/adj with ``fill`` per kernel axis."""
+    v = tuple(params[name])
+    if len(v) == 0:
+        return (fill,) * nd
+    if len(v) != nd:
+        raise ParamError(
+            f"{where}: parameter {name!r}={v} must have as many entries as {kernel_name}="
+            f"{tuple(params[kernel_name])} ({nd}), got {len(v)}"
+        )
+    if any(x < low for x in v):
+        raise ParamError(f"{where}: every entry of parameter {name!r} must be >= {low}, got {v}")
+    return v
+
+
+# ----------------------------------------------------------------------------
+# Array kernels (xp = numpy or cupy)
+# ----------------------------------------------------------------------------
+
+
+def padded(xp, x, lo, hi, value=0.0):
+    """``x`` with ``lo``/``hi`` elements of ``value`` around each spatial axis (axes 2...)."""
+    if not any(lo) and not any(hi):
+        return x
+    shape = x.shape[:2] + tuple(n + a + b for n, a, b in zip(x.shape[2:], lo, hi))
+    out = xp.full(shape, value, dtype=x.dtype) if value else xp.zeros(shape, dtype=x.dtype)
+    out[(slice(None), slice(None)) + tuple(slice(a, a + n) for a, n in zip(lo, x.shape[2:]))] = x
+    return out
+
+
+def windows(xp, x, k, s, d, Y, kernel_last=False):
+    """Strided view ``(N, C, *k, *Y)`` (or ``(N, C, *Y, *k)``) of every window of ``x``.
+
+    Element ``[n, c, t, o]`` is ``x[n, c, o*s + t*d]``; the caller pads ``x`` so that all
+    of them exist.
+    """
+    st = x.strides
+    sp = st[2:]
+    kst = tuple(a * b for a, b in zip(sp, d))
+    yst = tuple(a * b for a, b in zip(sp, s))
+    if kernel_last:
+        shape, strides = x.shape[:2] + tuple(Y) + tuple(k), st[:2] + yst + kst
+    else:
+        shape, strides = x.shape[:2] + tuple(k) + tuple(Y), st[:2] + kst + yst
+    return xp.lib.stride_tricks.as_strided(x, shape=shape, strides=strides)
+
+
+def hi_pad(X, Y, k, s, d, lo):
+    """Trailing padding so that the last window ``(Y-1)*s + (k-1)*d`` exists."""
+    return tuple(max(0, (y - 1) * si + (ki - 1) * di + 1 - pl - x) for x, y, ki, si, di, pl in zip(X, Y, k, s, d, lo))
+
+
+def tap_slices(tap, s, d, Y):
+    """Index of the window elements that kernel tap ``tap`` reads in the padded tensor."""
+    return (slice(None), slice(None)) + tuple(
+        slice(t * di, t * di + (y - 1) * si + 1, si) for t, si, di, y in zip(tap, s, d, Y)
+    )
+
+
+def _im2col(xp, b, k, s, d, lo, Y):
+    """Contiguous ``(N, C*prod(k), prod(Y))`` columns of the zero-padded ``b``."""
+    N, C = b.shape[:2]
+    X = b.shape[2:]
+    Yp = math.prod(Y)
+    if all(ki == 1 for ki in k) and not any(lo):
+        view = b[(slice(None), slice(None)) + tuple(slice(0, (y - 1) * si + 1, si) for y, si in zip(Y, s))]
+        return xp.ascontiguousarray(view).reshape(N, C, Yp)
+    bp = padded(xp, b, lo, hi_pad(X, Y, k, s, d, lo))
+    cols = xp.ascontiguousarray(windows(xp, bp, k, s, d, Y))
+    return cols.reshape(N, C * math.prod(k), Yp)
+
+
+def correlate(xp, b, w, k, s, d, lo, Y, groups):
+    """S from B: ``(N, C, *X)``, ``(F, C/g, *k)`` -> ``(N, F, *Y)`` in the compute dtype."""
+    acc = _acc(b.dtype)
+    b = b.astype(acc, copy=False)
+    w = w.astype(acc, copy=False)
+    N, C = b.shape[:2]
+    F, g = w.shape[0], groups
+    cols = _im2col(xp, b, k, s, d, lo, Y).reshape(N, g, (C // g) * math.prod(k), math.prod(Y))
+    out = xp.matmul(w.reshape(g, F // g, -1), cols)  # (N, g, F/g, prod(Y)): one batched GEMM
+    return out.reshape((N, F) + tuple(Y))
+
+
+def transpose(xp, sm, w, k, s, d, lo, X, groups):
+    """B from S (the adjoint of ``correlate`` in B): ``(N, F, *Y)`` -> ``(N, C, *X)``."""
+    acc = _acc(sm.dtype)
+    sm = sm.astype(acc, copy=False)
+    w = w.astype(acc, copy=False)
+    N, F = sm.shape[:2]
+    Y = sm.shape[2:]
+    g = groups
+    cg = w.shape[1]
+    C = cg * g
+    wm = w.reshape(g, F // g, cg * math.prod(k))
+    cols = xp.matmul(wm.swapaxes(1, 2), sm.reshape(N, g, F // g, math.prod(Y)))  # (N, g, C/g*K, prod(Y))
+    if all(ki == 1 for ki in k) and all(si == 1 for si in s) and not any(lo) and tuple(Y) == tuple(X):
+        return cols.reshape((N, C) + tuple(X))
+    cols = cols.reshape((N, C) + tuple(k) + tuple(Y))
+    hi = hi_pad(X, Y, k, s, d, lo)
+    buf = xp.zeros((N, C) + tuple(x + a + b for x, a, b in zip(X, lo, hi)), dtype=acc)
+    # col2im: scatter-add each kernel tap's columns into its strided window positions
+    for tap in np.ndindex(*k):
+        buf[tap_slices(tap, s, d, Y)] += cols[(slice(None), slice(None)) + tap]
+    crop = (slice(None), slice(None)) + tuple(slice(a, a + x) for a, x in zip(lo, X))
+    return buf[crop]
+
+
+def weight_grad(xp, b, sm, k, s, d, lo, groups):
+    """W from B and S (the adjoint of ``correlate`` in W): -> ``(F, C/g, *k)``."""
+    acc = _acc(b.dtype)
+    b = b.astype(acc, copy=False)
+    sm = sm.astype(acc, copy=False)
+    N, C = b.shape[:2]
+    F = sm.shape[1]
+    Y = sm.shape[2:]
+    g = groups
+    cols = _im2col(xp, b, k, s, d, lo, Y).reshape(N, g, (C // g) * math.prod(k), math.prod(Y))
+    smm = sm.reshape(N, g, F // g, math.prod(Y))
+    dw = xp.matmul(smm, cols.swapaxes(-1, -2)).sum(axis=0)  # (g, F/g, C/g*K)
+    return dw.reshape((F, C // g) + tuple(k))
+
+
+# ----------------------------------------------------------------------------
+# Geometry shared by the public and hidden ops
+# ----------------------------------------------------------------------------
+
+_GEOM_PARAMS = {
+    "kernel": Param("shape"),
+    "stride": Param("shape", ()),
+    "dilate": Param("shape", ()),
+    "pad": Param("shape", ()),
+    "num_group": Param("int", 1),
+    "target_shape": Param("shape", ()),
+}
+
+
+def _geom(params):
+    k = tuple(params["kernel"])
+    nd = len(k)
+    s = tuple(params["stride"]) or (1,) * nd
+    d = tuple(params["dilate"]) or (1,) * nd
+    return k, s, d
+
+
+def _lead_pad(params, X, Y):
+    """Leading pad of the relation: ``pad``, or MXNet's target_shape rule from both sizes."""
+    k, s, d = _geom(params)
+    if any(params.get("target_shape") or ()):
+        # total = s*(Y-1) + dk - X; MXNet: pad = (total + 1) // 2, adj = total % 2
+        return tuple((si * (y - 1) + dki - x + 1) // 2 for si, y, dki, x in zip(s, Y, _dk(k, d), X))
+    return tuple(params["pad"]) or (0,) * len(k)
+
+
+def _hidden_params(params, target_shape=()):
+    return {
+        "kernel": params["kernel"],
+        "stride": params["stride"],
+        "dilate": params["dilate"],
+        "pad": params["pad"],
+        "num_group": params["num_group"],
+        "target_shape": target_shape,
+    }
+
+
+# ----------------------------------------------------------------------------
+# Convolution
+# ----------------------------------------------------------------------------
+
+_CUDNN_TUNE = ("off", "limited_workspace", "fastest")
+
+
+def _conv_params(workspace, no_bias):
+    return {
+        "kernel": Param("shape", doc="(w,), (h, w) or (d, h, w)"),
+        "stride": Param("shape", ()),
+        "dilate": Param("shape", ()),
+        "pad": Param("shape", ()),
+        "num_filter": Param("int"),
+        "num_group": Param("int", 1),
+        "workspace": Param("int", workspace),
+        "no_bias": Param("bool", no_bias),
+        "cudnn_tune": Param("str", None, choices=_CUDNN_TUNE),
+        "cudnn_off": Param("bool", False),
+        "layout": Param("str", None, choices=_ALL_LAYOUTS),
+    }
+
+
+def _prepare(opname, deconv):
+    def prepare(params, node_name):
+        where = f"{opname} {node_name!r}"
+        k = tuple(params["kernel"])
+        nd = len(k)
+        if nd not in (1, 2, 3):
+            raise ParamError(f"{where}: parameter 'kernel' must be (w,), (h, w) or (d, h, w), got {k}")
+        if any(v < 1 for v in k):
+            raise ParamError(f"{where}: every entry of parameter 'kernel' must be >= 1, got {k}")
+        check_layout(where, params["layout"], nd)
+        out = dict(params)
+        out["stride"] = spatial_param(where, params, "stride", nd, 1, 1)
+        out["dilate"] = spatial_param(where, params, "dilate", nd, 1, 1)
+        out["pad"] = spatial_param(where, params, "pad", nd, 0, 0)
+        if deconv:
+            out["adj"] = spatial_param(where, params, "adj", nd, 0, 0)
+            t = tuple(params["target_shape"])
+            if any(t):
+                if len(t) != nd:
+                    raise ParamError(f"{where}: parameter 'target_shape'={t} must have {nd} entries like kernel={k}")
+                if not all(t):
+                    raise ParamError(f"{where}: parameter 'target_shape'={t} must be positive on every axis")
+            else:
+                out["target_shape"] = ()
+        f, g = params["num_filter"], params["num_group"]
+        if f < 1:
+            raise ParamError(f"{where}: parameter 'num_filter' must be >= 1, got {f}")
+        if g < 1:
+            raise ParamError(f"{where}: parameter 'num_group' must be >= 1, got {g}")
+        if f % g:
+            raise ParamError(f"{where}: parameter 'num_filter'={f} must be divisible by 'num_group'={g}")
+        return out
+
+    return prepare
+
+
+def _check_data(where, x, k):
+    nd = len(k)
+    if len(x) != nd + 2:
+        raise ShapeError(
+            f"{where}: input 'data' has shape {tuple(x)} ({len(x)}-d), but kernel={tuple(k)} needs a "
+            f"{nd + 2}-d input ({_LAYOUT[nd]})"
+        )
+
+
+def _check_input(where, ins, i, name, want, why):
+    if ins[i] is not None and tuple(ins[i]) != tuple(want):
+        raise ShapeError(f"{where}: input {name!r} has shape {tuple(ins[i])}, expected {tuple(want)} ({why})")
+    ins[i] = tuple(want)
+
+
+def _conv_out(params, X, where):
+    k, s, d = _geom(params)
+    p = params["pad"]
+    Y = []
+    for i, (x, ki, si, di, pi) in enumerate(zip(X, k, s, d, p)):
+        span = (ki - 1) * di + 1
+        if span > x + 2 * pi:
+            raise ShapeError(
+                f"{where}: kernel {ki} (dilate {di}: spans {span}) exceeds input size {x} padded to "
+                f"{x + 2 * pi} on spatial axis {i}"
+            )
+        Y.append((x + 2 * pi - span) // si + 1)
+    return tuple(Y)
+
+
+def _conv_shape(params, in_shapes, out_shapes, where):
+    ins = list(in_shapes)
+    k = params["kernel"]
+    f, g = params["num_filter"], params["num_group"]
+    if not params["no_bias"]:
+        _check_input(where, ins, 2, "bias", (f,), f"num_filter={f}")
+    x = ins[0]
+    if x is None:
+        return ins, out_shapes
+    _check_data(where, x, k)
+    c = x[1]
+    if c % g:
+        raise ShapeError(f"{where}: parameter 'num_group'={g} must divide the input channels, but data {tuple(x)} "
+                         f"has {c} channels")
+    _check_input(where, ins, 1, "weight", (f, c // g) + tuple(k),
+                 f"num_filter={f}, {c} input channels / num_group={g}, kernel={tuple(k)}")
+    return ins, [(x[0], f) + _conv_out(params, x[2:], where)]
+
+
+def _conv_fwd(xp, x, w, b=None, *, kernel, stride, dilate, pad, num_group, **_):
+    p = {"kernel": kernel, "stride": stride, "dilate": dilate, "pad": pad}
+    Y = _conv_out(p, x.shape[2:], "Convolution")
+    y = correlate(xp, x, w, kernel, stride, dilate, pad, Y, num_group)
+    if b is not None:
+        y += b.astype(y.dtype, copy=False).reshape((1, -1) + (1,) * len(kernel))
+    return y.astype(x.dtype, copy=False)
+
+
+def _bias_grad(F, gy):
+    # y = ... + b[f] broadcast over every axis but 1  ->  db = sum of gy over those axes
+    return F.sum(gy, axis=1, exclude=True)
+
+
+def _conv_grad(F, n, g):
+    # S = corr(B=x, W) + b  ->  dB = corr^T(G, W) (a transposed convolution), dW = wgrad(B, G)
+    x, w = n.inputs[0], n.inputs[1]
+    gy = g[0]
+    hp = _hidden_params(n.params)
+    out = [
+        F._conv_transpose_like(gy, w, x, **hp) if n.needs[0] else None,
+        F._conv_weight_grad(x, gy, **hp) if n.needs[1] else None,
+    ]
+    if not n.params["no_bias"]:
+        out.append(_bias_grad(F, gy) if n.needs[2] else None)
+    return out
+
+
+def _conv_inputs(params):
+    return ["data", "weight"] if params["no_bias"] else ["data", "weight", "bias"]
+
+
+register(
+    "Convolution",
+    aliases=("_npx_convolution",),
+    inputs=_conv_inputs,
+    params=_conv_params(1024, False),
+    prepare=_prepare("Convolution", deconv=False),
+    forward=_conv_fwd,
+    infer_shape=_conv_shape,
+    gradient=_conv_grad,
+    doc="N-d convolution (cross-correlation) of (N, C, *X) data with (num_filter, C/num_group, *kernel) "
+    "weights; output size floor((x + 2p - d(k-1) - 1)/s) + 1.",
+)
+
+
+# ----------------------------------------------------------------------------
+# Deconvolution
+# ----------------------------------------------------------------------------
+
+
+def _deconv_geometry(params, Y, where):
+    """(leading pad, output size) of a Deconvolution on input spatial size ``Y`` (MXNet's InferPad)."""
+    k, s, d = _geom(params)
+    dk = _dk(k, d)
+    t = params["target_shape"]
+    lo, X = [], []
+    for i, (y, si, dki) in enumerate(zip(Y, s, dk)):
+        if any(t):
+            total = si * (y - 1) + dki - t[i]
+            if total < 0:
+                raise ShapeError(f"{where}: target_shape={tuple(t)} is too big on spatial axis {i}: the input size "
+                                 f"{y} gives at most {si * (y - 1) + dki}")
+            a, pl = total % 2, (total + 1) // 2
+            if a > si - 1:
+                raise ShapeError(f"{where}: target_shape={tuple(t)} needs adj={a} on spatial axis {i}, but adj "
+                                 f"must be smaller than stride {si}")
+        else:
+            a, pl = params["adj"][i], params["pad"][i]
+            if a > si - 1:
+                raise ShapeError(f"{where}: parameter 'adj'={tuple(params['adj'])} must be smaller than "
+                                 f"stride={tuple(s)} on every axis")
+        x = si * (y - 1) + dki - 2 * pl + a
+        if x < 1:
+            raise ShapeError(f"{where}: output size {x} on spatial axis {i} is not positive (input {y}, "
+                             f"kernel span {dki}, stride {si}, pad {pl}, adj {a})")
+        lo.append(pl)
+        X.append(x)
+    return tuple(lo), tuple(X)
+
+
+def _deconv_shape(params, in_shapes, out_shapes, where):
+    ins = list(in_shapes)
+    k = params["kernel"]
+    f, g = params["num_filter"], params["num_group"]
+    if not params["no_bias"]:
+        _check_input(where, ins, 2, "bias", (f,), f"num_filter={f}")
+    x = ins[0]
+    if x is None:
+        return ins, out_shapes
+    _check_data(where, x, k)
+    c = x[1]
+    if c % g:
+        raise ShapeError(f"{where}: parameter 'num_group'={g} must divide the input channels, but data {tuple(x)} "
+                         f"has {c} channels")
+    _check_input(where, ins, 1, "weight", (c, f // g) + tuple(k),
+                 f"{c} input channels, num_filter={f} / num_group={g}, kernel={tuple(k)}")
+    _, X = _deconv_geometry(params, x[2:], where)
+    return ins, [(x[0], f) + X]
+
+
+def _deconv_fwd(xp, x, w, b=None, *, kernel, stride, dilate, num_group, **params):
+    p = {"kernel": kernel, "stride": stride, "dilate": dilate, **params}
+    lo, X = _deconv_geometry(p, x.shape[2:], "Deconvolution")
+    y = transpose(xp, x, w, kernel, stride, dilate, lo, X, num_group)
+    if b is not None:
+        y = y + b.astype(y.dtype, copy=False).reshape((1, -1) + (1,) * len(kernel))
+    return xp.ascontiguousarray(y.astype(x.dtype, copy=False))
+
+
+def _deconv_grad(F, n, g):
+    # B = corr^T(S=x, W) + b  ->  dS = corr(G, W) (a convolution), dW = wgrad(G, S)
+    x, w = n.inputs[0], n.inputs[1]
+    gy = g[0]
+    hp = _hidden_params(n.params, n.params["target_shape"])
+    out = [
+        F._conv_forward_like(gy, w, x, **hp) if n.needs[0] else None,
+        F._conv_weight_grad(gy, x, **hp) if n.needs[1] else None,
+    ]
+    if not n.params["no_bias"]:
+        out.append(_bias_grad(F, gy) if n.needs[2] else None)
+    return out
+
+
+_DECONV_PARAMS = _conv_params(512, True)
+_DECONV_PARAMS["adj"] = Param("shape", ())
+_DECONV_PARAMS["target_shape"] = Param("shape", ())
+
+register(
+    "Deconvolution",
+    aliases=("_npx_deconvolution",),
+    inputs=_conv_inputs,
+    params=_DECONV_PARAMS,
+    prepare=_prepare("Deconvolution", deconv=True),
+    forward=_deconv_fwd,
+    infer_shape=_deconv_shape,
+    gradient=_deconv_grad,
+    doc="Transposed convolution (the gradient of Convolution w.r.t. its data); weight (C, num_filter/num_group, "
+    "*kernel); output s(x-1) + d(k-1) + 1 - 2p + adj, or target_shape. no_bias defaults to True as in MXNet.",
+)
+
+
+# ----------------------------------------------------------------------------
+# The hidden trio (closed under differentiation)
+# ----------------------------------------------------------------------------
+
+
+def _fwd_like(xp, b, w, like, **params):
+    k, s, d = _geom(params)
+    Y = like.shape[2:]
+    lo = _lead_pad(params, b.shape[2:], Y)
+    return correlate(xp, b, w, k, s, d, lo, Y, params["num_group"]).astype(b.dtype, copy=False)
+
+
+def _transpose_like(xp, sm, w, like, **params):
+    k, s, d = _geom(params)
+    X = like.shape[2:]
+    lo = _lead_pad(params, X, sm.shape[2:])
+    out = transpose(xp, sm, w, k, s, d, lo, X, params["num_group"])
+    return xp.ascontiguousarray(out.astype(sm.dtype, copy=False))
+
+
+def _wgrad(xp, b, sm, **params):
+    k, s, d = _geom(params)
+    lo = _lead_pad(params, b.shape[2:], sm.shape[2:])
+    return weight_grad(xp, b, sm, k, s, d, lo, params["num_group"]).astype(b.dtype, copy=False)
+
+
+def _like_shape(params, in_shapes, out_shapes, where):
+    like = in_shapes[2]
+    return in_shapes, [like] if like is not None else out_shapes
+
+
+def _wgrad_shape(params, in_shapes, out_shapes, where):
+    b, sm = in_shapes
+    if b is None or sm is None:
+        return in_shapes, out_shapes
+    return in_shapes, [(sm[1], b[1] // params["num_group"]) + tuple(params["kernel"])]
+
+
+def _hp(n):
+    return dict(n.params)
+
+
+# <H, corr(B, W)> = <corr^T(H, W), B> = <wgrad(B, H), W>
+register(
+    "_conv_forward_like",
+    inputs=("data", "weight", "like"),
+    params=dict(_GEOM_PARAMS),
+    forward=_fwd_like,
+    infer_shape=_like_shape,
+    no_grad_inputs=("like",),
+    gradient=lambda F, n, g: [
+        F._conv_transpose_like(g[0], n.inputs[1], n.inputs[0], **_hp(n)) if n.needs[0] else None,
+        F._conv_weight_grad(n.inputs[0], g[0], **_hp(n)) if n.needs[1] else None,
+        None,
+    ],
+    doc="Convolution relation S = corr(B, W) with S's size taken from ``like`` (hidden).",
+)
+# <H, corr^T(S, W)> = <corr(H, W), S> = <wgrad(H, S), W>
+register(
+    "_conv_transpose_like",
+    inputs=("data", "weight", "like"),
+    params=dict(_GEOM_PARAMS),
+    forward=_transpose_like,
+    infer_shape=_like_shape,
+    no_grad_inputs=("like",),
+    gradient=lambda F, n, g: [
+        F._conv_forward_like(g[0], n.inputs[1], n.inputs[0], **_hp(n)) if n.needs[0] else None,
+        F._conv_weight_grad(g[0], n.inputs[0], **_hp(n)) if n.needs[1] else None,
+        None,
+    ],
+    doc="Adjoint of the convolution relation in B, B's size taken from ``like`` (hidden).",
+)
+# <H, wgrad(B, S)> = <corr^T(S, H), B> = <corr(B, H), S>
+register(
+    "_conv_weight_grad",
+    inputs=("data", "ograd"),
+    params=dict(_GEOM_PARAMS),
+    forward=_wgrad,
+    infer_shape=_wgrad_shape,
+    gradient=lambda F, n, g: [
+        F._conv_transpose_like(n.inputs[1], g[0], n.inputs[0], **_hp(n)) if n.needs[0] else None,
+        F._conv_forward_like(n.inputs[0], g[0], n.inputs[1], **_hp(n)) if n.needs[1] else None,
+    ],
+    doc="Adjoint of the convolution relation in W (hidden).",
+)
+
+
+# ----------------------------------------------------------------------------
+# UpSampling
+# ----------------------------------------------------------------------------
+
+
+def _bilinear_geom(scale):
+    """MXNet: bilinear upsampling is a Deconvolution with these parameters."""
+    k = 2 * scale - scale % 2
+    return (k, k), (scale, scale), (math.ceil((scale - 1) / 2),) * 2
+
+
+def _up_prepare(params, node_name):
+    where = f"UpSampling {node_name!r}"
+    if params["scale"] < 1:
+        raise ParamError(f"{where}: parameter 'scale' must be >= 1, got {params['scale']}")
+    if params["num_args"] < 1:
+        raise ParamError(f"{where}: parameter 'num_args' must be >= 1, got {params['num_args']}")
+    return params
+
+
+def _up_inputs(params):
+    if params["sample_type"] == "bilinear":
+        return ["data", "weight"]
+    return [f"arg{i}" for i in range(params["num_args"])]
+
+
+def _up_shape(params, in_shapes, out_shapes, where):
+    sc = params["scale"]
+    ins = list(in_shapes)
+    x0 = ins[0]
+    if x0 is None:
+        return ins, out_shapes
+    if len(x0) != 4:
+        raise ShapeError(f"{where}: input {_up_inputs(params)[0]!r} has shape {tuple(x0)}; UpSampling needs 4-d "
+                         f"(batch, channel, y, x) input")
+    oh, ow = x0[2] * sc, x0[3] * sc
+    if params["sample_type"] == "bilinear":
+        c = x0[1]
+        if params["num_filter"] != c:
+            raise ShapeError(f"{where}: bilinear UpSampling needs num_filter equal to the input channels {c}, "
+                             f"got num_filter={params['num_filter']}")
+        k = _bilinear_geom(sc)[0]
+        _check_input(where, ins, 1, "weight", (c, 1) + k, f"channels {c}, kernel 2*scale - scale%2 = {k[0]}")
+        return ins, [(x0[0], c, oh, ow)]
+    if any(s is None for s in ins):
+        return ins, out_shapes
+    channels = 0
+    for i, s in enumerate(ins):
+        if len(s) != 4 or s[0] != x0[0]:
+            raise ShapeError(f"{where}: input 'arg{i}' has shape {tuple(s)}; expected 4-d with batch {x0[0]}")
+        if oh % s[2] or ow % s[3] or oh // s[2] != ow // s[3]:
+            raise ShapeError(f"{where}: input 'arg{i}' of shape {tuple(s)} cannot be upsampled by one integer "
+                             f"factor to the output size {(oh, ow)}")
+        if params["multi_input_mode"] == "sum":
+            if s[1] != x0[1]:
+                raise ShapeError(f"{where}: multi_input_mode='sum' needs equal channels, but input 'arg{i}' has "
+                                 f"{s[1]} and 'arg0' has {x0[1]}")
+            channels = s[1]
+        else:
+            channels += s[1]
+    return ins, [(x0[0], channels, oh, ow)]
+
+
+def _repeat(xp, x, a, b):
+    n, c, h, w = x.shape
+    return xp.broadcast_to(x[:, :, :, None, :, None], (n, c, h, a, w, b)).reshape(n, c, h * a, w * b)
+
+
+def _up_fwd(xp, *xs, scale, sample_type, multi_input_mode, num_filter, **_):
+    if sample_type == "bilinear":
+        x, w = xs
+        k, s, p = _bilinear_geom(scale)
+        X = (x.shape[2] * scale, x.shape[3] * scale)
+        out = transpose(xp, x, w, k, s, (1, 1), p, X, x.shape[1])
+        return xp.ascontiguousarray(out.astype(x.dtype, copy=False))
+    oh, ow = xs[0].shape[2] * scale, xs[0].shape[3] * scale
+    ups = [_repeat(xp, x, oh // x.shape[2], ow // x.shape[3]) for x in xs]
+    if len(ups) == 1:
+        return ups[0]
+    if multi_input_mode == "sum":
+        out = ups[0].copy()
+        for u in ups[1:]:
+            out += u
+        return out
+    return xp.concatenate(ups, axis=1)
+
+
+def _up_grad(F, n, g):
+    p = n.params
+    gy = g[0]
+    if p["sample_type"] == "bilinear":
+        # a Deconvolution with fixed geometry: dx = corr(G, W), dW = wgrad(G, x)
+        k, s, pad = _bilinear_geom(p["scale"])
+        hp = {"kernel": k, "stride": s, "dilate": (1, 1), "pad": pad, "num_group": p["num_filter"],
+              "target_shape": ()}
+        x, w = n.inputs
+        return [
+            F._conv_forward_like(gy, w, x, **hp) if n.needs[0] else None,
+            F._conv_weight_grad(gy, x, **hp) if n.needs[1] else None,
+        ]
+    # y = sum_i repeat(x_i) or concat_i repeat(x_i) is linear; its adjoint (block sums of each
+    # input's channel slice of G) is one hidden multi-output op whose own adjoint is UpSampling again
+    grads = F._upsampling_nearest_adjoint(gy, *n.inputs, scale=p["scale"], multi_input_mode=p["multi_input_mode"])
+    return [gi if need else None for gi, need in zip(grads, n.needs)]
+
+
+def _up_adjoint_fwd(xp, g, *likes, num_args, scale, multi_input_mode):
+    acc = _acc(g.dtype)
+    ga = g.astype(acc, copy=False)
+    out = []
+    c0 = 0
+    for like in likes:
+        n, c, h, w = like.shape
+        a, b = g.shape[2] // h, g.shape[3] // w
+        part = ga if multi_input_mode == "sum" else ga[:, c0:c0 + c]
+        out.append(part.reshape(n, c, h, a, w, b).sum(axis=(3, 5)).astype(g.dtype, copy=False))
+        c0 += c
+    return tuple(out)
+
+
+register(
+    "_upsampling_nearest_adjoint",
+    variadic="num_args",
+    params={
+        "num_args": Param("int"),
+        "scale": Param("int"),
+        "multi_input_mode": Param("str", "concat", choices=("concat", "sum")),
+    },
+    num_outputs=lambda p: p["num_args"] - 1,
+    forward=_up_adjoint_fwd,
+    infer_shape=lambda p, i, o, w: (i, list(i[1:])),
+    # adjoint of the adjoint: nearest UpSampling of the cotangents; the like inputs are shapes only
+    gradient=lambda F, n, g: [
+        F.UpSampling(*g, scale=n.params["scale"], sample_type="nearest",
+                     multi_input_mode=n.params["multi_input_mode"], num_args=len(g))
+    ] + [None] * (len(n.inputs) - 1),
+    doc="Adjoint of nearest UpSampling: block sums of each input's slice of the output gradient (hidden).",
+)
+
+
+register(
+    "UpSampling",
+    variadic="num_args",
+    inputs=_up_inputs,
+    params={
+        "scale": Param("int"),
+        "num_filter": Param("int", 0),
+        "sample_type": Param("str", choices=("nearest", "bilinear")),
+        "multi_input_mode": Param("str", "concat", choices=("concat", "sum")),
+        "num_args": Param("int"),
+        "workspace": Param("int", 512),
+    },
+    prepare=_up_prepare,
+    forward=_up_fwd,
+    infer_shape=_up_shape,
+    gradient=_up_grad,
+    doc="Nearest-neighbour upsampling of 1..N NCHW inputs (concatenated or summed), or bilinear "
+    "(a fixed-geometry depthwise Deconvolution with a (C, 1, k, k) weight input).",
+)

@@ -1,0 +1,471 @@
+"""Pooling (max/avg/sum/lp, 1-D/2-D/3-D, valid/full/same, global) and Pad, with MXNet 1.9 semantics.
+
+Pooling reduces the windows of the padded input tap by tap (one vectorised step per kernel
+offset, see ``_taps``). MXNet's rules, kept here:
+
+- window ``o`` covers ``o*s - p ... o*s - p + k - 1``; output size ``(x + 2p - k)//s + 1``
+  ('valid'), ``1 + ceil((x + 2p - k)/s)`` ('full'), ``ceil(x/s)`` ('same', 1-D, pad 0);
+- max: padding never wins (windows are clipped to the data); the gradient goes to the
+  first maximum in row-major window order;
+- avg: divisor ``min(start + k, x + p) - start`` per axis with ``count_include_pad`` (the
+  default), else the number of data elements in the window; a window with no element gives 0;
+- sum: no divisor; lp: ``(sum x^p)^(1/p)`` for p in 1, 2, 3 (no divisor, no abs).
+
+Gradients are symbolic: avg/sum pooling is linear, its adjoint ``_pool_sum_adjoint`` has
+Pooling itself as its adjoint; max pooling's gradient ``_pool_max_scatter`` (scatter to the
+argmax) and ``_pool_max_gather`` (read at the argmax) are each other's adjoints and constant
+in the data almost everywhere. Only lp pooling with p in (2, 3) uses a fused
+``_backward_Pooling`` (no second order).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..base import ParamError, ShapeError
+from .conv import _acc, check_layout, hi_pad, padded, spatial_param, tap_slices
+from .registry import Param, register
+
+_POOL_PARAMS = {
+    "kernel": Param("shape", ()),
+    "pool_type": Param("str", "max", choices=("max", "avg", "sum", "lp")),
+    "global_pool": Param("bool", False),
+    "cudnn_off": Param("bool", False),
+    "pooling_convention": Param("str", "valid", choices=("full", "valid", "same")),
+    "stride": Param("shape", ()),
+    "pad": Param("shape", ()),
+    "p_value": Param("int", None),
+    "count_include_pad": Param("bool", None),
+    "layout": Param("str", None, choices=("NCW", "NCHW", "NCDHW", "NWC", "NHWC", "NDHWC")),
+}
+
+
+def _pool_prepare(params, node_name):
+    where = f"Pooling {node_name!r}"
+    k = tuple(params["kernel"])
+    nd = len(k)
+    out = dict(params)
+    if nd == 0:
+        if not params["global_pool"]:
+            raise ParamError(f"{where}: parameter 'kernel' is required unless global_pool=True")
+        if params["layout"] is not None and params["layout"] not in ("NCW", "NCHW", "NCDHW"):
+            check_layout(where, params["layout"], 0, "input")
+    else:
+        if nd > 3:
+            raise ParamError(f"{where}: parameter 'kernel' must be (w,), (h, w) or (d, h, w), got {k}")
+        if any(v < 1 for v in k):
+            raise ParamError(f"{where}: every entry of parameter 'kernel' must be >= 1, got {k}")
+        check_layout(where, params["layout"], nd)
+        out["stride"] = spatial_param(where, params, "stride", nd, 1, 1)
+        out["pad"] = spatial_param(where, params, "pad", nd, 0, 0)
+    if params["pool_type"] == "lp":
+        if params["p_value"] is None:
+            raise ParamError(f"{where}: pool_type='lp' needs parameter 'p_value' (1, 2 or 3)")
+        if params["p_value"] not in (1, 2, 3):
+            raise ParamError(f"{where}: parameter 'p_value' must be 1, 2 or 3 (as MXNet), got {params['p_value']}")
+    return out
+
+
+def pool_geometry(params, X, where="Pooling"):
+    """(kernel, stride, leading pad, output size) of a pooling over spatial size ``X``."""
+    nd = len(X)
+    if params["global_pool"]:
+        return tuple(X), (1,) * nd, (0,) * nd, (1,) * nd
+    k = tuple(params["kernel"])
+    if len(k) != nd:
+        raise ShapeError(
+            f"{where}: input 'data' has {nd} spatial axes ({nd + 2}-d), but kernel={k} has {len(k)}; Pooling "
+            f"needs a {len(k) + 2}-d input"
+        )
+    s = tuple(params["stride"]) or (1,) * nd
+    p = tuple(params["pad"]) or (0,) * nd
+    conv = params["pooling_convention"]
+    if conv == "same":
+        if nd != 1:
+            raise ShapeError(f"{where}: pooling_convention='same' supports 1-D pooling only (3-d data), got "
+                             f"{nd + 2}-d data")
+        if any(p):
+            raise ShapeError(f"{where}: pooling_convention='same' does not take a pad, got pad={p}")
+    Y = []
+    for i, (x, ki, si, pi) in enumerate(zip(X, k, s, p)):
+        if ki > x + 2 * pi:
+            raise ShapeError(f"{where}: kernel size {ki} exceeds input size {x} padded to {x + 2 * pi} on "
+                             f"spatial axis {i}")
+        if conv == "valid":
+            Y.append((x + 2 * pi - ki) // si + 1)
+        elif conv == "full":
+            Y.append(1 + -(-(x + 2 * pi - ki) // si))
+        else:
+            Y.append(-(-(x + 2 * pi) // si))
+    return k, s, p, tuple(Y)
+
+
+def _avg_divisor(xp, X, k, s, p, Y, include_pad, dtype):
+    """MXNet's per-window element count, as an array broadcastable to (N, C, *Y)."""
+    div = None
+    for i, (x, ki, si, pi, y) in enumerate(zip(X, k, s, p, Y)):
+        start = xp.arange(y) * si - pi
+        if include_pad:
+            cnt = xp.minimum(start + ki, x + pi) - start
+        else:
+            cnt = xp.minimum(start + ki, x) - xp.maximum(start, 0)
+        shape = [1] * len(X)
+        shape[i] = y
+        cnt = xp.maximum(cnt, 1).reshape(shape)  # an empty window sums nothing: any divisor gives 0
+        div = cnt if div is None else div * cnt
+    return div.astype(dtype)
+
+
+def _lowest(dtype):
+    return np.finfo(dtype).min
+
+
+def _taps(xp, xpd, k, s, Y):
+    """(index, strided view (N, C, *Y)) of each kernel tap over the padded input.
+
+    Reductions over windows loop over the prod(k) taps, each step vectorised over the whole
+    (N, C, *Y) output: on the ResNet stem pool this is ~10x faster than one numpy reduction
+    over the 2*nd-axis ``as_strided`` window view (whose short strided axes defeat numpy's
+    reduction loops), and it never materialises the windows.
+    """
+    one = (1,) * len(k)
+    for t, tap in enumerate(np.ndindex(*k)):
+        yield t, xpd[tap_slices(tap, s, one, Y)]
+
+
+def _pad_for(xp, x, k, s, p, Y, value):
+    return padded(xp, x, p, hi_pad(x.shape[2:], Y, k, s, (1,) * len(k), p), value)
+
+
+def _window_max(xp, x, k, s, p, Y):
+    """Max of every window; padding holds the lowest value, so it never wins."""
+    out = None
+    for _, v in _taps(xp, _pad_for(xp, x, k, s, p, Y, _lowest(x.dtype)), k, s, Y):
+        out = v.copy() if out is None else xp.maximum(out, v, out=out)
+    return out
+
+
+def _argmax(xp, x, params):
+    """Tap index (row-major in the window) of each window's first maximum: strict > keeps the first."""
+    k, s, p, Y = pool_geometry(params, x.shape[2:])
+    best = idx = None
+    for t, v in _taps(xp, _pad_for(xp, x, k, s, p, Y, _lowest(x.dtype)), k, s, Y):
+        if best is None:
+            best, idx = v.copy(), xp.zeros(v.shape, dtype=np.int32)
+            continue
+        better = v > best
+        idx = xp.where(better, np.int32(t), idx)
+        best = xp.maximum(best, v, out=best)
+    return idx, (k, s, p, Y)
+
+
+def _scatter_taps(xp, x_shape, k, s, p, Y, values_for_tap, dtype):
+    """Adjoint of reading windows: sum ``values_for_tap(t)`` (shape (N, C, *Y)) into each tap's positions."""
+    X = x_shape[2:]
+    one = (1,) * len(k)
+    hi = hi_pad(X, Y, k, s, one, p)
+    buf = xp.zeros(tuple(x_shape[:2]) + tuple(x + a + b for x, a, b in zip(X, p, hi)), dtype=dtype)
+    for t, tap in enumerate(np.ndindex(*k)):
+        buf[tap_slices(tap, s, one, Y)] += values_for_tap(t)
+    crop = (slice(None), slice(None)) + tuple(slice(a, a + x) for a, x in zip(p, X))
+    return xp.ascontiguousarray(buf[crop])
+
+
+def _sum_windows(xp, xa, k, s, p, Y):
+    """Sum of every (zero-padded) window: (N, C, *Y)."""
+    nd = len(k)
+    if tuple(k) == tuple(xa.shape[2:]) and not any(p):
+        return xa.sum(axis=tuple(range(2, 2 + nd))).reshape(xa.shape[:2] + (1,) * nd)
+    out = None
+    for _, v in _taps(xp, _pad_for(xp, xa, k, s, p, Y, 0.0), k, s, Y):
+        out = v.copy() if out is None else xp.add(out, v, out=out)
+    return out
+
+
+def _pool_fwd(xp, x, **params):
+    k, s, p, Y = pool_geometry(params, x.shape[2:])
+    nd = len(k)
+    pt = params["pool_type"]
+    if pt == "max":
+        if params["global_pool"]:
+            return x.max(axis=tuple(range(2, 2 + nd)), keepdims=True)
+        return _window_max(xp, x, k, s, p, Y)
+    acc = _acc(x.dtype)
+    xa = x.astype(acc, copy=False)
+    pv = params["p_value"] if pt == "lp" else 1
+    if pv == 2:
+        xa = xa * xa
+    elif pv == 3:
+        xa = xa * xa * xa
+    out = _sum_windows(xp, xa, k, s, p, Y)
+    if pt == "avg":
+        inc = params["count_include_pad"] is not False
+        out = out / _avg_divisor(xp, x.shape[2:], k, s, p, Y, inc, acc)
+    if pv == 2:
+        out = xp.sqrt(out)
+    elif pv == 3:
+        out = xp.cbrt(out)
+    return out.astype(x.dtype, copy=False)
+
+
+def _pool_shape(params, in_shapes, out_shapes, where):
+    (x,) = in_shapes
+    if x is None:
+        return in_shapes, out_shapes
+    if not 3 <= len(x) <= 5:
+        raise ShapeError(f"{where}: input 'data' has shape {tuple(x)}; Pooling needs 3-d (N, C, x), 4-d (N, C, y, x) "
+                         f"or 5-d (N, C, d, y, x) input")
+    if params["global_pool"]:
+        check_layout(where, params["layout"], len(x) - 2, "input")
+    _, _, _, Y = pool_geometry(params, x[2:], where)
+    return in_shapes, [tuple(x[:2]) + Y]
+
+
+def _linear_kind(params):
+    return params["pool_type"] in ("avg", "sum") or (params["pool_type"] == "lp" and params["p_value"] == 1)
+
+
+def _pool_grad(F, n, g):
+    x, gy = n.inputs[0], g[0]
+    p = dict(n.params)
+    if p["pool_type"] == "max":
+        # y[o] = x[argmax_o]  ->  dx = scatter of g to each window's argmax
+        return [F._pool_max_scatter(gy, x, **p)]
+    if _linear_kind(p):
+        # y = P x (linear: window sums, divided for avg)  ->  dx = P^T g
+        return [F._pool_sum_adjoint(gy, x, **p)]
+    # y = (sum x^p)^(1/p)  ->  dx_i = sum_o g_o (x_i / y_o)^(p-1)   (0 where y_o == 0, as MXNet)
+    return [F._backward_Pooling(gy, x, n.outputs[0], **p)]
+
+
+register(
+    "Pooling",
+    aliases=("_npx_pooling",),
+    params=dict(_POOL_PARAMS),
+    prepare=_pool_prepare,
+    forward=_pool_fwd,
+    infer_shape=_pool_shape,
+    gradient=_pool_grad,
+    doc="Max/avg/sum/lp pooling over 1-3 spatial axes with MXNet's conventions (valid/full/same, global_pool, "
+    "count_include_pad).",
+)
+
+
+# ----------------------------------------------------------------------------
+# Hidden gradient ops
+# ----------------------------------------------------------------------------
+
+
+def _like_data(params, in_shapes, out_shapes, where):
+    like = in_shapes[1]
+    return in_shapes, [like] if like is not None else out_shapes
+
+
+def _max_scatter_fwd(xp, g, x, **params):
+    idx, (k, s, p, Y) = _argmax(xp, x, params)
+    acc = _acc(g.dtype)
+    ga = g.astype(acc, copy=False)
+    zero = xp.zeros((), dtype=acc)
+    out = _scatter_taps(xp, x.shape, k, s, p, Y, lambda t: xp.where(idx == t, ga, zero), acc)
+    return out.astype(g.dtype, copy=False)
+
+
+def _max_gather_fwd(xp, v, x, **params):
+    idx, (k, s, p, Y) = _argmax(xp, x, params)
+    out = xp.zeros(idx.shape, dtype=v.dtype)
+    # zero padding: an all-padding window (whose argmax is a padded position) reads 0
+    for t, vt in _taps(xp, _pad_for(xp, v, k, s, p, Y, 0.0), k, s, Y):
+        out = xp.where(idx == t, vt, out)
+    return out
+
+
+def _gather_shape(params, in_shapes, out_shapes, where):
+    v, x = in_shapes
+    ref = x if x is not None else v
+    if ref is None:
+        return in_shapes, out_shapes
+    _, _, _, Y = pool_geometry(params, ref[2:], where)
+    return [ref, ref], [tuple(ref[:2]) + Y]
+
+
+# scatter(G; x) is linear in G with the argmax of x fixed (piecewise constant in x):
+#   <H, scatter(G; x)> = <gather(H; x), G>,  d/dx = 0 almost everywhere
+register(
+    "_pool_max_scatter",
+    inputs=("ograd", "data"),
+    params=dict(_POOL_PARAMS),
+    forward=_max_scatter_fwd,
+    infer_shape=_like_data,
+    no_grad_inputs=("data",),
+    gradient=lambda F, n, g: [F._pool_max_gather(g[0], n.inputs[1], **n.params), None],
+    doc="Max pooling's gradient: each output gradient added at its window's first maximum of ``data`` (hidden).",
+)
+register(
+    "_pool_max_gather",
+    inputs=("value", "data"),
+    params=dict(_POOL_PARAMS),
+    forward=_max_gather_fwd,
+    infer_shape=_gather_shape,
+    no_grad_inputs=("data",),
+    gradient=lambda F, n, g: [F._pool_max_scatter(g[0], n.inputs[1], **n.params), None],
+    doc="``value`` read at each window's first maximum of ``data`` (hidden; adjoint of _pool_max_scatter).",
+)
+
+
+def _sum_adjoint_fwd(xp, g, like, **params):
+    X = like.shape[2:]
+    k, s, p, Y = pool_geometry(params, X)
+    acc = _acc(g.dtype)
+    ga = g.astype(acc, copy=False)
+    if params["pool_type"] == "avg":
+        ga = ga / _avg_divisor(xp, X, k, s, p, Y, params["count_include_pad"] is not False, acc)
+    if params["global_pool"]:
+        out = xp.broadcast_to(ga, like.shape).copy()
+    else:
+        out = _scatter_taps(xp, like.shape, k, s, p, Y, lambda t: ga, acc)
+    return out.astype(g.dtype, copy=False)
+
+
+# P^T: each window's gradient (divided for avg) added to every element of the window.
+# <H, P^T G> = <P H, G>  ->  the gradient in G is Pooling itself.
+register(
+    "_pool_sum_adjoint",
+    inputs=("ograd", "like"),
+    params=dict(_POOL_PARAMS),
+    forward=_sum_adjoint_fwd,
+    infer_shape=_like_data,
+    no_grad_inputs=("like",),
+    gradient=lambda F, n, g: [F.Pooling(g[0], **n.params), None],
+    doc="Adjoint of avg/sum pooling (hidden).",
+)
+
+
+def _lp_backward_fwd(xp, g, x, y, **params):
+    k, s, p, Y = pool_geometry(params, x.shape[2:])
+    pv = params["p_value"]
+    acc = _acc(x.dtype)
+    xa, ya, ga = (a.astype(acc, copy=False) for a in (x, y, g))
+    ypow = ya if pv == 2 else ya * ya
+    safe = xp.where(ya == 0, xp.ones((), dtype=acc), ypow)
+    r = xp.where(ya == 0, xp.zeros((), dtype=acc), ga / safe)  # g / y^(p-1), 0 where y == 0
+    if params["global_pool"]:
+        spread = xp.broadcast_to(r, x.shape)
+    else:
+        spread = _scatter_taps(xp, x.shape, k, s, p, Y, lambda t: r, acc)
+    xpow = xa if pv == 2 else xa * xa
+    return (xpow * spread).astype(x.dtype, copy=False)
+
+
+register(
+    "_backward_Pooling",
+    inputs=("ograd", "data", "output"),
+    params=dict(_POOL_PARAMS),
+    forward=_lp_backward_fwd,
+    infer_shape=lambda p, i, o, w: (i, [i[1]]),
+    gradient=None,
+    grad_undefined_reason="lp Pooling (p_value 2 or 3) uses the fused hidden op _backward_Pooling, which has no "
+    "gradient rule: second-order gradients through it are not defined",
+    doc="Fused gradient of lp pooling (hidden).",
+)
+
+
+# ----------------------------------------------------------------------------
+# Pad
+# ----------------------------------------------------------------------------
+
+_PAD_PARAMS = {
+    "mode": Param("str", choices=("constant", "edge", "reflect")),
+    "pad_width": Param("shape"),
+    "constant_value": Param("float", 0.0),
+}
+
+
+def _pairs(pad_width):
+    return [(pad_width[2 * i], pad_width[2 * i + 1]) for i in range(len(pad_width) // 2)]
+
+
+def _pad_shape(params, in_shapes, out_shapes, where):
+    (x,) = in_shapes
+    if x is None:
+        return in_shapes, out_shapes
+    pw = tuple(params["pad_width"])
+    if len(x) not in (4, 5):
+        raise ShapeError(f"{where}: input 'data' has shape {tuple(x)}; Pad supports 4-d or 5-d input only (as MXNet)")
+    if len(pw) != 2 * len(x):
+        raise ShapeError(f"{where}: parameter 'pad_width' has {len(pw)} entries, expected {2 * len(x)} "
+                         f"(before/after for each of the {len(x)} axes of data {tuple(x)})")
+    if any(pw[:4]):
+        raise ShapeError(f"{where}: parameter 'pad_width'={pw} must be 0 for the first two axes (N and C), got "
+                         f"{pw[:4]}")
+    if any(v < 0 for v in pw):
+        raise ShapeError(f"{where}: parameter 'pad_width'={pw} must not be negative")
+    if params["mode"] == "reflect":
+        for i, (a, b) in enumerate(_pairs(pw)[2:], start=2):
+            if a >= x[i] or b >= x[i]:
+                raise ShapeError(f"{where}: reflect padding {(a, b)} on axis {i} must be smaller than the input size "
+                                 f"{x[i]}")
+    return in_shapes, [tuple(n + a + b for n, (a, b) in zip(x, _pairs(pw)))]
+
+
+def _pad_fwd(xp, x, mode, pad_width, constant_value):
+    pairs = _pairs(pad_width)
+    if mode == "constant":
+        return xp.pad(x, pairs, mode="constant", constant_values=constant_value)
+    return xp.pad(x, pairs, mode=mode)
+
+
+def _pad_adjoint_fwd(xp, g, mode, pad_width, constant_value):
+    """Fold each axis's padding back: crop (constant), add to the edge (edge), add mirrored (reflect)."""
+    acc = _acc(g.dtype)
+    out = g.astype(acc, copy=False)
+    for axis, (a, b) in enumerate(_pairs(pad_width)):
+        if not a and not b:
+            continue
+        n = out.shape[axis] - a - b
+
+        def sl(start, stop, ax=axis):
+            idx = [slice(None)] * out.ndim
+            idx[ax] = slice(start, stop)
+            return tuple(idx)
+
+        core = out[sl(a, a + n)].copy()
+        if mode == "edge":
+            core[sl(0, 1)] += out[sl(0, a)].sum(axis=axis, keepdims=True)
+            core[sl(n - 1, n)] += out[sl(a + n, a + n + b)].sum(axis=axis, keepdims=True)
+        elif mode == "reflect":
+            # output a - 1 - u reads input 1 + u; output a + n + t reads input n - 2 - t
+            if a:
+                core[sl(1, a + 1)] += xp.flip(out[sl(0, a)], axis=axis)
+            if b:
+                core[sl(n - 1 - b, n - 1)] += xp.flip(out[sl(a + n, a + n + b)], axis=axis)
+        out = core
+    return xp.ascontiguousarray(out.astype(g.dtype, copy=False))
+
+
+def _pad_adjoint_shape(params, in_shapes, out_shapes, where):
+    (g,) = in_shapes
+    if g is None:
+        return in_shapes, out_shapes
+    return in_shapes, [tuple(n - a - b for n, (a, b) in zip(g, _pairs(params["pad_width"])))]
+
+
+register(
+    "Pad",
+    aliases=("pad",),
+    params=dict(_PAD_PARAMS),
+    forward=_pad_fwd,
+    infer_shape=_pad_shape,
+    # y = pad(x) is affine in x (constant_value adds a constant)  ->  dx = pad^T(g)
+    gradient=lambda F, n, g: [F._pad_adjoint(g[0], **n.params)],
+    doc="Pad the spatial axes of a 4-d/5-d input (constant, edge or reflect; pad_width flat as numpy.pad's, with "
+    "zeros for N and C).",
+)
+register(
+    "_pad_adjoint",
+    params=dict(_PAD_PARAMS),
+    forward=_pad_adjoint_fwd,
+    infer_shape=_pad_adjoint_shape,
+    # pad^T is linear; its adjoint is the linear part of Pad: padding with 0 (constant) / edge / reflect
+    gradient=lambda F, n, g: [F.Pad(g[0], **{**n.params, "constant_value": 0.0})],
+    doc="Adjoint of Pad's linear part (hidden).",
+)

@@ -1,0 +1,402 @@
+"""OpInfo rows for convolution, pooling, upsampling and padding (symgrad/ops/conv.py, symgrad/ops/pool.py).
+
+References are plain-numpy loops written from MXNet 1.9's definitions (the C++ CPU
+kernels' index arithmetic), independent of symgrad's im2col code: convolution as a
+sum over output positions and kernel taps, deconvolution as the scatter of each
+input element through the kernel, pooling window by window with MXNet's clipping
+and divisor rules, Pad element by element with MXNet's edge/reflect index maps.
+"""
+
+import itertools
+
+import numpy as np
+from op_db import In, OpInfo
+
+import symgrad as sg
+
+S = sg.sym
+
+
+def _tup(v, nd, fill):
+    return tuple(v) if v else (fill,) * nd
+
+
+# -- convolution -----------------------------------------------------------------
+
+
+def conv_ref(x, w, b=None, stride=None, pad=None, dilate=None, groups=1):
+    """out[n, f, o] = b[f] + sum_{c in group(f), t} w[f, c, t] x[n, c, o*s - p + t*d] (zero outside x)."""
+    nd = x.ndim - 2
+    k = w.shape[2:]
+    s, p, d = _tup(stride, nd, 1), _tup(pad, nd, 0), _tup(dilate, nd, 1)
+    xpad = np.zeros(x.shape[:2] + tuple(n + 2 * pi for n, pi in zip(x.shape[2:], p)))
+    xpad[(slice(None), slice(None)) + tuple(slice(pi, pi + n) for pi, n in zip(p, x.shape[2:]))] = x
+    N, C = x.shape[:2]
+    F = w.shape[0]
+    cg, fg = C // groups, F // groups
+    Y = [(xpad.shape[2 + i] - (k[i] - 1) * d[i] - 1) // s[i] + 1 for i in range(nd)]
+    out = np.zeros((N, F) + tuple(Y))
+    for o in itertools.product(*[range(y) for y in Y]):
+        for f in range(F):
+            gi = f // fg
+            acc = np.zeros(N)
+            for t in itertools.product(*[range(kk) for kk in k]):
+                pos = tuple(o[i] * s[i] + t[i] * d[i] for i in range(nd))
+                for c in range(cg):
+                    acc += xpad[(slice(None), gi * cg + c) + pos] * w[(f, c) + t]
+            out[(slice(None), f) + o] = acc + (0.0 if b is None else b[f])
+    return out
+
+
+def deconv_ref(x, w, b=None, stride=None, pad=None, adj=None, dilate=None, groups=1, target=None):
+    """Scatter every x[n, c, o] through w[c, f, t] to position o*s + t*d of the uncropped output,
+    then crop pad at the start (MXNet's InferPad for target_shape)."""
+    nd = x.ndim - 2
+    k = w.shape[2:]
+    s, p, a, d = _tup(stride, nd, 1), _tup(pad, nd, 0), _tup(adj, nd, 0), _tup(dilate, nd, 1)
+    Y = x.shape[2:]
+    full = [s[i] * (Y[i] - 1) + d[i] * (k[i] - 1) + 1 for i in range(nd)]
+    if target:
+        total = [full[i] - target[i] for i in range(nd)]
+        p = tuple((t + 1) // 2 for t in total)
+        a = tuple(t % 2 for t in total)
+    size = [full[i] - 2 * p[i] + a[i] for i in range(nd)]
+    N, C = x.shape[:2]
+    fg = w.shape[1]
+    F = fg * groups
+    cg = C // groups
+    buf = np.zeros((N, F) + tuple(full[i] + a[i] for i in range(nd)))
+    for o in itertools.product(*[range(y) for y in Y]):
+        for c in range(C):
+            gi = c // cg
+            for t in itertools.product(*[range(kk) for kk in k]):
+                pos = tuple(o[i] * s[i] + t[i] * d[i] for i in range(nd))
+                for f in range(fg):
+                    buf[(slice(None), gi * fg + f) + pos] += x[(slice(None), c) + o] * w[(c, f) + t]
+    out = buf[(slice(None), slice(None)) + tuple(slice(p[i], p[i] + size[i]) for i in range(nd))]
+    if b is not None:
+        out = out + b.reshape((1, -1) + (1,) * nd)
+    return out
+
+
+def wgrad_ref(x, gy, k, stride=None, pad=None, dilate=None, groups=1):
+    """dW[f, c, t] = sum_{n, o} gy[n, f, o] x[n, group(f)*C/g + c, o*s - p + t*d]."""
+    nd = x.ndim - 2
+    s, p, d = _tup(stride, nd, 1), _tup(pad, nd, 0), _tup(dilate, nd, 1)
+    xpad = np.pad(x, [(0, 0), (0, 0)] + [(pi, pi + 4 * si) for pi, si in zip(p, s)])
+    N, C = x.shape[:2]
+    F = gy.shape[1]
+    cg, fg = C // groups, F // groups
+    dw = np.zeros((F, cg) + tuple(k))
+    for f in range(F):
+        gi = f // fg
+        for c in range(cg):
+            for t in itertools.product(*[range(kk) for kk in k]):
+                for o in itertools.product(*[range(y) for y in gy.shape[2:]]):
+                    pos = tuple(o[i] * s[i] + t[i] * d[i] for i in range(nd))
+                    dw[(f, c) + t] += (gy[(slice(None), f) + o] * xpad[(slice(None), gi * cg + c) + pos]).sum()
+    return dw
+
+
+def _conv(**kw):
+    def make(x, w, b=None):
+        return S.Convolution(x, w, b, name="conv", **kw) if b is not None else S.Convolution(x, w, name="conv", **kw)
+
+    return make
+
+
+def _deconv(**kw):
+    def make(x, w, b=None):
+        if b is not None:
+            return S.Deconvolution(x, w, b, name="deconv", no_bias=False, **kw)
+        return S.Deconvolution(x, w, name="deconv", **kw)
+
+    return make
+
+
+F16_LOOSE = {np.float16: (2e-2, 2e-2)}
+
+CONV_OPS = [
+    OpInfo("Convolution_2d", _conv(kernel=(3, 3), num_filter=3),
+           {"x": In((1, 2, 5, 5)), "w": In((3, 2, 3, 3)), "b": In((3,))}, conv_ref, fwd_tol=F16_LOOSE),
+    OpInfo("Convolution_2d_stride_pad", _conv(kernel=(3, 3), stride=(2, 2), pad=(1, 1), num_filter=2),
+           {"x": In((1, 2, 5, 5)), "w": In((2, 2, 3, 3)), "b": In((2,))},
+           lambda x, w, b: conv_ref(x, w, b, stride=(2, 2), pad=(1, 1)), fwd_tol=F16_LOOSE),
+    OpInfo("Convolution_2d_dilate_mixed",
+           _conv(kernel=(3, 2), stride=(2, 1), dilate=(1, 2), pad=(1, 2), num_filter=2),
+           {"x": In((1, 2, 6, 5)), "w": In((2, 2, 3, 2)), "b": In((2,))},
+           lambda x, w, b: conv_ref(x, w, b, stride=(2, 1), pad=(1, 2), dilate=(1, 2)), fwd_tol=F16_LOOSE),
+    OpInfo("Convolution_2d_group", _conv(kernel=(2, 2), num_filter=4, num_group=2),
+           {"x": In((1, 4, 4, 4)), "w": In((4, 2, 2, 2)), "b": In((4,))},
+           lambda x, w, b: conv_ref(x, w, b, groups=2), fwd_tol=F16_LOOSE),
+    OpInfo("Convolution_2d_depthwise_no_bias", _conv(kernel=(3, 3), pad=(1, 1), num_filter=3, num_group=3,
+                                                     no_bias=True),
+           {"x": In((1, 3, 4, 4)), "w": In((3, 1, 3, 3))},
+           lambda x, w: conv_ref(x, w, pad=(1, 1), groups=3), fwd_tol=F16_LOOSE),
+    OpInfo("Convolution_1x1_no_bias", _conv(kernel=(1, 1), num_filter=2, no_bias=True),
+           {"x": In((2, 3, 3, 3)), "w": In((2, 3, 1, 1))}, lambda x, w: conv_ref(x, w), fwd_tol=F16_LOOSE),
+    OpInfo("Convolution_1x1_stride2", _conv(kernel=(1, 1), stride=(2, 2), num_filter=2, no_bias=True),
+           {"x": In((1, 3, 5, 4)), "w": In((2, 3, 1, 1))}, lambda x, w: conv_ref(x, w, stride=(2, 2)),
+           fwd_tol=F16_LOOSE),
+    OpInfo("Convolution_1d", _conv(kernel=(3,), stride=(2,), pad=(1,), dilate=(2,), num_filter=2),
+           {"x": In((2, 2, 8)), "w": In((2, 2, 3)), "b": In((2,))},
+           lambda x, w, b: conv_ref(x, w, b, stride=(2,), pad=(1,), dilate=(2,)), fwd_tol=F16_LOOSE),
+    OpInfo("Convolution_3d", _conv(kernel=(2, 2, 2), stride=(1, 2, 1), pad=(1, 0, 1), num_filter=2),
+           {"x": In((1, 2, 3, 4, 3)), "w": In((2, 2, 2, 2, 2)), "b": In((2,))},
+           lambda x, w, b: conv_ref(x, w, b, stride=(1, 2, 1), pad=(1, 0, 1)), fwd_tol=F16_LOOSE),
+    # -- Deconvolution (no_bias defaults to True) ------------------------------------
+    OpInfo("Deconvolution_2d", _deconv(kernel=(3, 3), num_filter=2),
+           {"x": In((1, 2, 3, 3)), "w": In((2, 2, 3, 3))}, deconv_ref, fwd_tol=F16_LOOSE),
+    OpInfo("Deconvolution_2d_stride_pad_adj_bias", _deconv(kernel=(3, 3), stride=(2, 2), pad=(1, 1), adj=(1, 1),
+                                                           num_filter=3),
+           {"x": In((1, 2, 3, 3)), "w": In((2, 3, 3, 3)), "b": In((3,))},
+           lambda x, w, b: deconv_ref(x, w, b, stride=(2, 2), pad=(1, 1), adj=(1, 1)), fwd_tol=F16_LOOSE),
+    OpInfo("Deconvolution_2d_target_shape", _deconv(kernel=(3, 3), stride=(2, 2), target_shape=(6, 5), num_filter=2),
+           {"x": In((1, 2, 3, 3)), "w": In((2, 2, 3, 3))},
+           lambda x, w: deconv_ref(x, w, stride=(2, 2), target=(6, 5)), fwd_tol=F16_LOOSE),
+    OpInfo("Deconvolution_2d_group", _deconv(kernel=(2, 2), stride=(2, 2), num_filter=4, num_group=2),
+           {"x": In((1, 4, 2, 3)), "w": In((4, 2, 2, 2))},
+           lambda x, w: deconv_ref(x, w, stride=(2, 2), groups=2), fwd_tol=F16_LOOSE),
+    OpInfo("Deconvolution_1d_dilate", _deconv(kernel=(3,), stride=(2,), dilate=(2,), pad=(1,), num_filter=3),
+           {"x": In((2, 2, 4)), "w": In((2, 3, 3))},
+           lambda x, w: deconv_ref(x, w, stride=(2,), dilate=(2,), pad=(1,)), fwd_tol=F16_LOOSE),
+    OpInfo("Deconvolution_3d", _deconv(kernel=(2, 2, 2), stride=(2, 1, 1), num_filter=2),
+           {"x": In((1, 2, 2, 2, 2)), "w": In((2, 2, 2, 2, 2))},
+           lambda x, w: deconv_ref(x, w, stride=(2, 1, 1)), fwd_tol=F16_LOOSE),
+]
+
+# The hidden ops the gradients are made of, checked directly so that their own gradient
+# rules (used from third order on for Convolution) are proven too.
+_G = dict(kernel=(3, 2), stride=(2, 1), dilate=(1, 2), pad=(1, 1), num_group=2)
+HIDDEN_CONV_OPS = [
+    OpInfo("_conv_forward_like", lambda b, w, like: S._conv_forward_like(b, w, like, **_G),
+           {"b": In((1, 4, 5, 4)), "w": In((2, 2, 3, 2)), "like": In((1, 2, 3, 4), grad=False)},
+           lambda b, w, like: conv_ref(b, w, stride=(2, 1), pad=(1, 1), dilate=(1, 2), groups=2),
+           fwd_tol=F16_LOOSE),
+    OpInfo("_conv_transpose_like", lambda s, w, like: S._conv_transpose_like(s, w, like, **_G),
+           {"s": In((1, 2, 3, 4)), "w": In((2, 2, 3, 2)), "like": In((1, 4, 6, 4), grad=False)},
+           lambda s, w, like: deconv_ref(s, w, stride=(2, 1), pad=(1, 1), adj=(1, 0), dilate=(1, 2), groups=2),
+           fwd_tol=F16_LOOSE),
+    OpInfo("_conv_weight_grad", lambda b, g: S._conv_weight_grad(b, g, **_G),
+           {"b": In((1, 4, 5, 4)), "g": In((1, 2, 3, 4))},
+           lambda b, g: wgrad_ref(b, g, (3, 2), stride=(2, 1), pad=(1, 1), dilate=(1, 2), groups=2),
+           fwd_tol=F16_LOOSE),
+]
+
+
+# -- pooling ---------------------------------------------------------------------
+
+
+def pool_ref(x, kernel=None, stride=None, pad=None, pool_type="max", convention="valid", count_include_pad=True,
+             global_pool=False, p_value=1):
+    """MXNet's CPU pooling kernels, window by window."""
+    nd = x.ndim - 2
+    X = x.shape[2:]
+    if global_pool:
+        kernel, stride, pad = X, (1,) * nd, (0,) * nd
+    k, s, p = tuple(kernel), _tup(stride, nd, 1), _tup(pad, nd, 0)
+    if convention == "valid":
+        Y = [(X[i] + 2 * p[i] - k[i]) // s[i] + 1 for i in range(nd)]
+    elif convention == "full":
+        Y = [1 + int(np.ceil((X[i] + 2 * p[i] - k[i]) / s[i])) for i in range(nd)]
+    else:
+        Y = [int(np.ceil((X[i] + 2 * p[i]) / s[i])) for i in range(nd)]
+    out = np.zeros(x.shape[:2] + tuple(Y))
+    for o in itertools.product(*[range(y) for y in Y]):
+        start = [o[i] * s[i] - p[i] for i in range(nd)]
+        if pool_type == "max":
+            end = [min(start[i] + k[i], X[i]) for i in range(nd)]
+            lo = [max(v, 0) for v in start]
+            win = x[(slice(None), slice(None)) + tuple(slice(lo[i], end[i]) for i in range(nd))]
+            out[(slice(None), slice(None)) + o] = win.reshape(x.shape[:2] + (-1,)).max(-1)
+            continue
+        end = [min(start[i] + k[i], X[i] + p[i]) for i in range(nd)]
+        size = int(np.prod([end[i] - start[i] for i in range(nd)])) if pool_type == "avg" else 1
+        lo = [max(v, 0) for v in start]
+        hi = [min(v, X[i]) for i, v in enumerate(end)]
+        if pool_type == "avg" and not count_include_pad:
+            size = int(np.prod([hi[i] - lo[i] for i in range(nd)]))
+        win = x[(slice(None), slice(None)) + tuple(slice(lo[i], hi[i]) for i in range(nd))]
+        total = (win.reshape(x.shape[:2] + (-1,)) ** p_value / size).sum(-1)
+        out[(slice(None), slice(None)) + o] = np.cbrt(total) if p_value == 3 else total ** (1.0 / p_value)
+    return out
+
+
+def _distinct(shape, grad=True):
+    """Well separated distinct values (max pooling away from ties)."""
+    def draw(rng):
+        n = int(np.prod(shape))
+        return (rng.permutation(n) * (2.0 / n) - 1.0 + rng.uniform(0, 0.2 / n, n)).reshape(shape)
+
+    return In(shape, sample=draw, grad=grad)
+
+
+def _pool(**kw):
+    return lambda x: S.Pooling(x, name="pool", **kw)
+
+
+POOL_OPS = [
+    OpInfo("Pooling_max_valid", _pool(kernel=(3, 3), stride=(2, 2)), {"x": _distinct((1, 2, 5, 5))},
+           lambda x: pool_ref(x, (3, 3), (2, 2))),
+    OpInfo("Pooling_max_full_pad", _pool(kernel=(3, 3), stride=(2, 2), pad=(1, 1), pooling_convention="full"),
+           {"x": _distinct((1, 2, 6, 6))}, lambda x: pool_ref(x, (3, 3), (2, 2), (1, 1), convention="full")),
+    OpInfo("Pooling_max_1d_pad", _pool(kernel=(3,), stride=(2,), pad=(1,)), {"x": _distinct((2, 2, 7))},
+           lambda x: pool_ref(x, (3,), (2,), (1,))),
+    OpInfo("Pooling_max_1d_same", _pool(kernel=(3,), stride=(2,), pooling_convention="same"),
+           {"x": _distinct((2, 2, 7))}, lambda x: pool_ref(x, (3,), (2,), convention="same")),
+    OpInfo("Pooling_max_3d", _pool(kernel=(2, 2, 2), stride=(1, 2, 1)), {"x": _distinct((1, 2, 3, 4, 3))},
+           lambda x: pool_ref(x, (2, 2, 2), (1, 2, 1))),
+    OpInfo("Pooling_max_global", _pool(global_pool=True), {"x": _distinct((2, 3, 3, 4))},
+           lambda x: pool_ref(x, global_pool=True)),
+    OpInfo("Pooling_avg_valid", _pool(kernel=(2, 2), stride=(2, 2), pool_type="avg"), {"x": In((1, 2, 5, 5))},
+           lambda x: pool_ref(x, (2, 2), (2, 2), pool_type="avg")),
+    OpInfo("Pooling_avg_pad_include", _pool(kernel=(3, 3), stride=(2, 2), pad=(1, 1), pool_type="avg"),
+           {"x": In((1, 2, 5, 5))}, lambda x: pool_ref(x, (3, 3), (2, 2), (1, 1), pool_type="avg")),
+    OpInfo("Pooling_avg_pad_exclude", _pool(kernel=(3, 3), stride=(2, 2), pad=(1, 1), pool_type="avg",
+                                            count_include_pad=False),
+           {"x": In((1, 2, 5, 5))},
+           lambda x: pool_ref(x, (3, 3), (2, 2), (1, 1), pool_type="avg", count_include_pad=False)),
+    OpInfo("Pooling_avg_full", _pool(kernel=(3, 3), stride=(2, 2), pool_type="avg", pooling_convention="full"),
+           {"x": In((1, 2, 6, 6))}, lambda x: pool_ref(x, (3, 3), (2, 2), pool_type="avg", convention="full")),
+    OpInfo("Pooling_avg_full_pad_exclude", _pool(kernel=(3, 2), stride=(2, 3), pad=(1, 1), pool_type="avg",
+                                                 pooling_convention="full", count_include_pad=False),
+           {"x": In((1, 2, 6, 5))},
+           lambda x: pool_ref(x, (3, 2), (2, 3), (1, 1), pool_type="avg", convention="full",
+                              count_include_pad=False)),
+    OpInfo("Pooling_avg_3d", _pool(kernel=(2, 2, 2), stride=(2, 2, 2), pool_type="avg"), {"x": In((1, 2, 4, 4, 2))},
+           lambda x: pool_ref(x, (2, 2, 2), (2, 2, 2), pool_type="avg")),
+    OpInfo("Pooling_avg_global", _pool(kernel=(1, 1), global_pool=True, pool_type="avg"), {"x": In((2, 3, 3, 4))},
+           lambda x: pool_ref(x, global_pool=True, pool_type="avg")),
+    OpInfo("Pooling_sum_full", _pool(kernel=(2, 3), stride=(2, 1), pool_type="sum", pooling_convention="full"),
+           {"x": In((1, 2, 5, 4))}, lambda x: pool_ref(x, (2, 3), (2, 1), pool_type="sum", convention="full")),
+    OpInfo("Pooling_sum_1d_valid", _pool(kernel=(2,), stride=(1,), pool_type="sum"), {"x": In((2, 3, 5))},
+           lambda x: pool_ref(x, (2,), (1,), pool_type="sum")),
+    OpInfo("Pooling_lp1", _pool(kernel=(2, 2), pool_type="lp", p_value=1), {"x": In((1, 2, 3, 3))},
+           lambda x: pool_ref(x, (2, 2), pool_type="lp", p_value=1)),
+    # lp with p = 2, 3 uses the fused _backward_Pooling (no gradient rule): no second order
+    OpInfo("Pooling_lp2", _pool(kernel=(2, 2), stride=(1, 2), pool_type="lp", p_value=2), {"x": In((1, 2, 3, 4))},
+           lambda x: pool_ref(x, (2, 2), (1, 2), pool_type="lp", p_value=2), second_order=False),
+    OpInfo("Pooling_lp3", _pool(kernel=(2, 2), pool_type="lp", p_value=3), {"x": In((1, 2, 3, 3), 0.5, 1.5)},
+           lambda x: pool_ref(x, (2, 2), pool_type="lp", p_value=3), second_order=False),
+]
+
+_PM = dict(kernel=(3, 3), stride=(2, 2), pad=(1, 1), pooling_convention="full")
+
+
+def _max_scatter_ref(g, x):
+    """Each output gradient to the first maximum of its clipped window (MXNet's unpool_max)."""
+    out = np.zeros_like(x)
+    k, s, p = (3, 3), (2, 2), (1, 1)
+    for n, c, i, j in itertools.product(*[range(v) for v in g.shape]):
+        h0, w0 = i * s[0] - p[0], j * s[1] - p[1]
+        h1, w1 = min(h0 + k[0], x.shape[2]), min(w0 + k[1], x.shape[3])
+        h0, w0 = max(h0, 0), max(w0, 0)
+        win = x[n, c, h0:h1, w0:w1]
+        a, b = np.unravel_index(np.argmax(win), win.shape)
+        out[n, c, h0 + a, w0 + b] += g[n, c, i, j]
+    return out
+
+
+def _max_gather_ref(v, x):
+    out = np.zeros(x.shape[:2] + (3, 3))
+    for n, c, i, j in itertools.product(*[range(d) for d in out.shape]):
+        h0, w0 = max(i * 2 - 1, 0), max(j * 2 - 1, 0)
+        h1, w1 = min(i * 2 + 2, x.shape[2]), min(j * 2 + 2, x.shape[3])
+        win = x[n, c, h0:h1, w0:w1]
+        a, b = np.unravel_index(np.argmax(win), win.shape)
+        out[n, c, i, j] = v[n, c, h0 + a, w0 + b]
+    return out
+
+
+def _avg_adjoint_ref(g, like):
+    """Adjoint of avg pooling (3x3, stride 2, pad 1, include pad): g / 9 added over each window."""
+    out = np.zeros_like(like)
+    for n, c, i, j in itertools.product(*[range(v) for v in g.shape]):
+        h0, w0 = i * 2 - 1, j * 2 - 1
+        out[n, c, max(h0, 0):h0 + 3, max(w0, 0):w0 + 3] += g[n, c, i, j] / 9
+    return out
+
+
+HIDDEN_POOL_OPS = [
+    OpInfo("_pool_max_scatter", lambda g, x: S._pool_max_scatter(g, x, **_PM),
+           {"g": In((1, 2, 3, 3)), "x": _distinct((1, 2, 5, 5), grad=False)}, _max_scatter_ref),
+    OpInfo("_pool_max_gather", lambda v, x: S._pool_max_gather(v, x, **_PM),
+           {"v": In((1, 2, 5, 5)), "x": _distinct((1, 2, 5, 5), grad=False)}, _max_gather_ref),
+    OpInfo("_pool_sum_adjoint", lambda g, like: S._pool_sum_adjoint(g, like, kernel=(3, 3), stride=(2, 2), pad=(1, 1),
+                                                                      pool_type="avg"),
+           {"g": In((1, 2, 3, 3)), "like": In((1, 2, 5, 5), grad=False)}, _avg_adjoint_ref),
+]
+
+
+# -- UpSampling ---------------------------------------------------------------------
+
+
+def _nearest(x, scale):
+    return np.repeat(np.repeat(x, scale, axis=2), scale, axis=3)
+
+
+def _bilinear_ref(x, w, scale):
+    """MXNet: a depthwise Deconvolution, kernel 2*scale - scale%2 (the weight), stride scale, pad ceil((scale-1)/2)."""
+    pad = int(np.ceil((scale - 1) / 2))
+    return deconv_ref(x, w, stride=(scale, scale), pad=(pad, pad), groups=x.shape[1])
+
+
+UP_OPS = [
+    OpInfo("UpSampling_nearest", lambda x: S.UpSampling(x, scale=2, sample_type="nearest"), {"x": In((1, 2, 2, 3))},
+           lambda x: _nearest(x, 2)),
+    OpInfo("UpSampling_nearest_concat", lambda a, b: S.UpSampling(a, b, scale=2, sample_type="nearest"),
+           {"a": In((1, 2, 2, 2)), "b": In((1, 1, 1, 1))},
+           lambda a, b: np.concatenate([_nearest(a, 2), _nearest(b, 4)], axis=1)),
+    OpInfo("UpSampling_nearest_sum",
+           lambda a, b: S.UpSampling(a, b, scale=2, sample_type="nearest", multi_input_mode="sum", num_args=2),
+           {"a": In((1, 2, 2, 2)), "b": In((1, 2, 4, 4))}, lambda a, b: _nearest(a, 2) + b),
+    OpInfo("UpSampling_bilinear", lambda x, w: S.UpSampling(x, w, scale=2, sample_type="bilinear", num_filter=2),
+           {"x": In((1, 2, 2, 3)), "w": In((2, 1, 4, 4))}, lambda x, w: _bilinear_ref(x, w, 2), fwd_tol=F16_LOOSE),
+    OpInfo("UpSampling_bilinear_scale3",
+           lambda x, w: S.UpSampling(x, w, scale=3, sample_type="bilinear", num_filter=1, num_args=2),
+           {"x": In((1, 1, 2, 2)), "w": In((1, 1, 5, 5))}, lambda x, w: _bilinear_ref(x, w, 3), fwd_tol=F16_LOOSE),
+]
+
+
+# -- Pad -----------------------------------------------------------------------------
+
+
+def pad_ref(x, mode, pad_width, value=0.0):
+    """Element by element with MXNet's index maps: edge clamps, reflect mirrors without repeating the edge."""
+    pairs = [(pad_width[2 * i], pad_width[2 * i + 1]) for i in range(x.ndim)]
+    shape = tuple(n + a + b for n, (a, b) in zip(x.shape, pairs))
+    out = np.empty(shape)
+    for idx in itertools.product(*[range(n) for n in shape]):
+        src = []
+        inside = True
+        for j, (a, _), n in zip(idx, pairs, x.shape):
+            i = j - a
+            if 0 <= i < n:
+                src.append(i)
+            elif mode == "constant":
+                inside = False
+                break
+            elif mode == "edge":
+                src.append(min(max(i, 0), n - 1))
+            else:  # reflect
+                src.append(-i if i < 0 else 2 * (n - 1) - i)
+        out[idx] = x[tuple(src)] if inside else value
+    return out
+
+
+_PW4 = (0, 0, 0, 0, 1, 2, 2, 1)
+_PW5 = (0, 0, 0, 0, 1, 1, 0, 2, 1, 0)
+PAD_OPS = [
+    OpInfo("Pad_constant", lambda x: S.Pad(x, mode="constant", pad_width=_PW4, constant_value=0.5),
+           {"x": In((1, 2, 3, 3))}, lambda x: pad_ref(x, "constant", _PW4, 0.5)),
+    OpInfo("Pad_edge", lambda x: S.Pad(x, mode="edge", pad_width=_PW4), {"x": In((1, 2, 3, 3))},
+           lambda x: pad_ref(x, "edge", _PW4)),
+    OpInfo("Pad_reflect", lambda x: S.pad(x, mode="reflect", pad_width=_PW4), {"x": In((1, 2, 3, 3))},
+           lambda x: pad_ref(x, "reflect", _PW4)),
+    OpInfo("Pad_reflect_5d", lambda x: S.Pad(x, mode="reflect", pad_width=_PW5), {"x": In((1, 1, 2, 3, 2))},
+           lambda x: pad_ref(x, "reflect", _PW5)),
+    OpInfo("Pad_edge_5d", lambda x: S.Pad(x, mode="edge", pad_width=_PW5), {"x": In((1, 1, 2, 3, 2))},
+           lambda x: pad_ref(x, "edge", _PW5)),
+]
+
+OPS = CONV_OPS + HIDDEN_CONV_OPS + POOL_OPS + HIDDEN_POOL_OPS + UP_OPS + PAD_OPS
