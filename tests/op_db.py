@@ -10,83 +10,9 @@ rule is differentiable, grad_req add/null, and shape inference.
 Family tables live in ``tests/op_db_*.py`` and are concatenated into ``OPS``.
 """
 
-from __future__ import annotations
+from op_info import FLOATS, FWD_TOL, In, OpInfo
 
-from collections.abc import Callable
-from dataclasses import dataclass, field
-
-import numpy as np
-
-import symgrad as sg
-
-S = sg.sym
-
-FLOATS = (np.float16, np.float32, np.float64)
-
-# forward tolerances per dtype (rtol, atol): the reference is computed in float64
-FWD_TOL = {np.float16: (1e-2, 1e-2), np.float32: (1e-5, 1e-6), np.float64: (1e-10, 1e-12)}
-
-
-@dataclass
-class In:
-    """One input: its shape and how its values are drawn.
-
-    ``low``/``high`` bound a uniform draw; ``away`` keeps |x - k| >= away from each kink k;
-    ``sample`` overrides everything (``rng -> array``); ``grad`` False for index inputs.
-    """
-
-    shape: tuple
-    low: float = -1.0
-    high: float = 1.0
-    away: float = 0.0
-    kinks: tuple = (0.0,)
-    sample: Callable | None = None
-    grad: bool = True
-    integer: bool = False
-
-    def draw(self, rng):
-        if self.sample is not None:
-            return np.asarray(self.sample(rng), dtype=np.float64)
-        x = rng.uniform(self.low, self.high, self.shape)
-        if self.away:
-            for k in self.kinks:
-                close = np.abs(x - k) < self.away
-                x[close] = k + np.sign(x[close] - k + 1e-12) * self.away * (1 + rng.random(close.sum()))
-        return x
-
-
-@dataclass
-class OpInfo:
-    """One row of the table. ``make(*variables) -> Symbol``; ``ref(*arrays) -> array or tuple``."""
-
-    name: str
-    make: Callable
-    inputs: dict  # name -> In (order = the order make() takes them)
-    ref: Callable | None
-    dtypes: tuple = FLOATS
-    grad: bool = True  # has a gradient worth checking
-    second_order: bool = True
-    grad_ref: Callable | None = None  # loss heads: the defined gradient (head gradient ignored)
-    aux: dict = field(default_factory=dict)  # aux name -> In
-    is_train: bool = False
-    grad_rtol: float = 1e-6
-    grad_atol: float = 1e-8
-    fwd_tol: dict = field(default_factory=dict)  # dtype -> (rtol, atol) overrides
-
-    def __repr__(self):
-        return self.name
-
-    def symbol(self):
-        return self.make(*[S.Variable(n) for n in self.inputs])
-
-    def sample(self, seed=0):
-        rng = np.random.default_rng(seed)
-        args = {n: spec.draw(rng) for n, spec in self.inputs.items()}
-        aux = {n: spec.draw(rng) for n, spec in self.aux.items()}
-        return args, aux
-
-    def tol(self, dtype):
-        return self.fwd_tol.get(dtype, FWD_TOL[dtype])
+__all__ = ["OPS", "In", "OpInfo", "FLOATS", "FWD_TOL"]
 
 
 def _load_families():

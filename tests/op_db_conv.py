@@ -10,7 +10,7 @@ and divisor rules, Pad element by element with MXNet's edge/reflect index maps.
 import itertools
 
 import numpy as np
-from op_db import In, OpInfo
+from op_info import In, OpInfo
 
 import symgrad as sg
 

@@ -2,7 +2,7 @@
 shape ops, Activation, BatchNorm, loss heads). References are plain numpy."""
 
 import numpy as np
-from op_db import In, OpInfo
+from op_info import In, OpInfo
 
 import symgrad as sg
 

@@ -9,7 +9,7 @@ differentiable is left).
 import math
 
 import numpy as np
-from op_db import In, OpInfo
+from op_info import In, OpInfo
 
 import symgrad as sg
 

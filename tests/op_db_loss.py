@@ -7,7 +7,7 @@ regression_output-inl.h and make_loss-inl.h.
 """
 
 import numpy as np
-from op_db import In, OpInfo
+from op_info import In, OpInfo
 
 import symgrad as sg
 

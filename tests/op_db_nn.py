@@ -8,7 +8,7 @@ differences; their rows here are the deterministic cases, the rest is in test_op
 import math
 
 import numpy as np
-from op_db import In, OpInfo
+from op_info import In, OpInfo
 
 import symgrad as sg
 

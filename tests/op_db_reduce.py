@@ -6,7 +6,7 @@ Inputs for max/min are tie-free (ties are tested separately), for prod away from
 """
 
 import numpy as np
-from op_db import In, OpInfo
+from op_info import In, OpInfo
 
 import symgrad as sg
 

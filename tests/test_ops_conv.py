@@ -2,7 +2,6 @@
 second-order behaviour and float16 accumulation. The generic checks are the rows of op_db_conv.py."""
 
 import numpy as np
-import op_db  # noqa: F401  (loads every family table first; op_db_conv imports op_db)
 import pytest
 from op_db_conv import conv_ref, deconv_ref, pool_ref
 

@@ -372,7 +372,6 @@ def test_mxnet_aliases_resolve_to_the_same_operator():
 
 
 def _gpu_rows():
-    import op_db  # noqa: F401  (first: it imports the family tables, which import it back)
     from op_db_elemwise import OPS as ELEMWISE
     from op_db_reduce import OPS as REDUCE
 
