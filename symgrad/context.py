@@ -146,7 +146,22 @@ def _ctx_stack():
     return stack
 
 
+_default_ctx = [Context("cpu", 0)]
+
+
+def set_default_context(ctx: Context) -> None:
+    """Change the process-wide default returned outside any ``with ctx:`` scope (``cpu(0)`` initially).
+
+    ``test_utils.set_default_context`` calls this, as MXNet's does; ``None`` restores ``cpu(0)``.
+    """
+    if ctx is None:
+        ctx = Context("cpu", 0)
+    if not isinstance(ctx, Context):
+        raise TypeError(f"set_default_context: expected a Context such as sg.cpu(), got {ctx!r}")
+    _default_ctx[0] = ctx
+
+
 def current_context() -> Context:
-    """The innermost ``with ctx:`` context of this thread, ``cpu(0)`` by default."""
+    """The innermost ``with ctx:`` context of this thread, else the default (``cpu(0)``)."""
     stack = _ctx_stack()
-    return stack[-1] if stack else Context("cpu", 0)
+    return stack[-1] if stack else _default_ctx[0]

@@ -306,7 +306,11 @@ class Executor:
             run_instrs(self._plan.forward_instrs, vals, is_train, "forward")
         self._pending_aux.clear()
         self._base = (vals, bool(is_train))
-        return [vals[s] for s in self._plan.head_slots]
+        # a backward() after forward_all() uses these values, as after forward()
+        self._vals = list(vals)
+        self._last_is_train = bool(is_train)
+        self.outputs = [vals[s] for s in self._plan.head_slots]
+        return self.outputs
 
     def rerun_downstream(self, names):
         """Outputs after re-running only the instructions that depend on the arguments ``names``.

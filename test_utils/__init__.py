@@ -1,0 +1,78 @@
+"""symgrad's checkers: prove gradients right and explain what is wrong when they are not.
+
+This is ``symgrad.test_utils`` (also importable as the top-level ``test_utils``). The MXNet-compatible
+part mirrors ``mxnet.test_utils`` 1.9: same names, signatures and per-dtype tolerance tables, on plain
+numpy arrays. Every checker failure raises ``GradientCheckError`` (an ``AssertionError``) whose message
+names the argument, the worst elements, the mismatch share, the tolerances and a diagnosis.
+
+>>> import numpy as np, symgrad as sg
+>>> from symgrad import test_utils as tu
+>>> x, w = sg.sym.Variable("x"), sg.sym.Variable("w")
+>>> y = sg.sym.sum(sg.sym.tanh(x) * w)
+>>> res = tu.check_numeric_gradient(y, {"x": np.array([0.5, -1.0]), "w": np.array([2.0, 3.0])})
+"""
+
+from .compare import almost_equal, assert_allclose, assert_almost_equal, compare, same
+from .context import default_context, set_default_context
+from .data import rand_ndarray, rand_shape_2d, rand_shape_3d, rand_shape_nd, random_arrays, random_uniform_arrays
+from .diagnose import diagnose, register_rule
+from .mxnet_checks import (
+    check_numeric_gradient,
+    check_speed,
+    check_symbolic_backward,
+    check_symbolic_forward,
+    simple_forward,
+)
+from .numeric import numeric_grad, register_loss_objective
+from .report import GradientCheckError
+from .seed import with_seed
+from .tolerance import (
+    default_atols,
+    default_dtype,
+    default_numeric_eps,
+    default_rtols,
+    get_atol,
+    get_rtol,
+    get_tolerance,
+    get_tols,
+)
+
+__all__ = [
+    # comparison
+    "assert_almost_equal",
+    "almost_equal",
+    "assert_allclose",
+    "same",
+    "compare",
+    # tolerances
+    "default_rtols",
+    "default_atols",
+    "default_numeric_eps",
+    "default_dtype",
+    "get_tolerance",
+    "get_tols",
+    "get_rtol",
+    "get_atol",
+    # context, data, seeds
+    "default_context",
+    "set_default_context",
+    "random_arrays",
+    "random_uniform_arrays",
+    "rand_shape_2d",
+    "rand_shape_3d",
+    "rand_shape_nd",
+    "rand_ndarray",
+    "with_seed",
+    # checkers
+    "check_symbolic_forward",
+    "check_symbolic_backward",
+    "check_numeric_gradient",
+    "numeric_grad",
+    "check_speed",
+    "simple_forward",
+    # reporting
+    "GradientCheckError",
+    "diagnose",
+    "register_rule",
+    "register_loss_objective",
+]

@@ -1,0 +1,185 @@
+"""Array comparison with per-dtype tolerances; every failure is a ``GradientCheckError``.
+
+``compare`` is the one comparison path behind every checker: elementwise
+``|actual - expected| <= atol + rtol * |expected| (+ noise)``, NaN never equal unless ``equal_nan``,
+equal infinities equal. On failure it builds the report (worst elements, mismatch share, tolerances,
+diagnosis) and raises.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .context import to_numpy
+from .diagnose import diagnose
+from .report import GradientCheckError, format_table
+from .tolerance import get_tols
+
+__all__ = ["compare", "assert_almost_equal", "almost_equal", "same", "assert_allclose"]
+
+
+def _as_float64(x):
+    x = to_numpy(x)
+    x = np.asarray(x)
+    if x.dtype.kind == "c":
+        return x.astype(np.complex128)
+    return x.astype(np.float64)
+
+
+def _violations(a, e, rtol, atol, equal_nan, noise=None):
+    """(bad mask, |a - e|, allowed) for broadcast float64 arrays."""
+    with np.errstate(invalid="ignore", over="ignore"):
+        equal = a == e  # equal infinities count as equal (as np.isclose)
+        if equal_nan:
+            equal |= np.isnan(a) & np.isnan(e)
+        err = np.where(equal, 0.0, np.abs(a - e))
+        allowed = atol + rtol * np.abs(e)
+        if noise is not None:
+            allowed = allowed + noise
+        allowed = np.where(np.isfinite(allowed), allowed, 0.0)
+        bad = ~(err <= allowed)  # NaN errors are mismatches
+    return bad, err, allowed
+
+
+def compare(actual, expected, rtol, atol, *, check="assert_almost_equal", arg_name=None, what=None,
+            names=("actual", "expected"), equal_nan=False, eps=None, noise=None, max_rows=10,
+            extra_lines=(), facts=None, broadcast=True):
+    """Raise ``GradientCheckError`` unless ``actual`` matches ``expected`` elementwise.
+
+    Args:
+        actual, expected: arrays (numpy or CuPy) or numbers; they are broadcast against each other.
+        rtol, atol: numbers (resolve ``None``/dicts with ``tolerance.get_tols`` first).
+        check: the checker's name, first word of the message.
+        arg_name: the argument or output being checked (None for plain arrays).
+        what: the headline, e.g. ``"gradient of 'x' does not match expected"`` (default from names).
+        names: column labels of the two arrays.
+        equal_nan: NaN == NaN.
+        eps: description of the finite-difference step, reported when given.
+        noise: optional array (or number) added to the allowed error (estimated rounding noise of a
+            numeric reference), reported in the message.
+        max_rows: rows of the worst-element table.
+        extra_lines: more lines for the message (context such as dtype or grad_req).
+        facts: more attributes for the error.
+        broadcast: True broadcasts the two arrays against each other (MXNet); ``"expected"`` only
+            broadcasts ``expected`` to the shape of ``actual``; False requires equal shapes.
+    """
+    a, e = _as_float64(actual), _as_float64(expected)
+    facts = dict(facts or {})
+    if what is None:
+        what = f"{names[0]} and {names[1]} differ" + (f" for {arg_name!r}" if arg_name is not None else "")
+    try:
+        if not broadcast and a.shape != e.shape:
+            raise ValueError("shapes differ")
+        a_b, e_b = np.broadcast_arrays(a, e)
+        if broadcast == "expected" and a_b.shape != a.shape:
+            raise ValueError("expected does not broadcast to the shape of actual")
+    except ValueError:
+        about = f" for {arg_name!r}" if arg_name is not None else ""
+        msg = [f"{check}: shapes differ{about}: {names[0]} has shape {a.shape}, {names[1]} has shape {e.shape}"]
+        diag = None
+        if a.ndim == 2 and a.shape == e.shape[::-1]:
+            diag = "the shapes are transposed: the rule swaps the axes"
+            msg.append(f"  diagnosis: {diag}")
+        msg += [f"  {line}" for line in extra_lines]
+        raise GradientCheckError(
+            "\n".join(msg), check=check, arg_name=arg_name, index=None, worst=[], mismatch_fraction=1.0,
+            n_mismatch=max(a.size, e.size), size=max(a.size, e.size), rtol=rtol, atol=atol, eps=eps,
+            names=tuple(names), diagnosis=diag, actual=a, expected=e, **_seed_fact(), **facts,
+        ) from None
+    bad, err, allowed = _violations(a_b, e_b, rtol, atol, equal_nan, noise)
+    if not bad.any():
+        return
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio = np.where(bad, np.where(allowed > 0, err / np.where(allowed > 0, allowed, 1.0), np.inf), -1.0)
+    ratio = np.where(np.isnan(ratio), np.inf, ratio)
+    flat = np.argsort(-ratio, axis=None, kind="stable")[: max(int(max_rows), 1)]
+    rows = []
+    for f in flat:
+        if not bad.flat[f]:
+            break
+        idx = np.unravel_index(f, bad.shape)
+        idx = tuple(int(i) for i in idx)
+        rows.append((idx, float(a_b[idx]), float(e_b[idx]), float(err[idx]), float(allowed[idx])))
+    n_bad, size = int(bad.sum()), int(bad.size)
+    frac = n_bad / size
+    diag = diagnose(a_b, e_b, names)
+    tol_line = f"rtol={rtol:.3g}, atol={atol:.3g}"
+    if eps is not None:
+        tol_line += f", eps={eps}"
+    rule = f"|{names[0]} - {names[1]}| <= atol + rtol * |{names[1]}|"
+    if noise is not None:
+        rule += " + numeric noise"
+        tol_line += f", numeric noise <= {float(np.max(noise)):.3g}"
+    lines = [
+        f"{check}: {what}",
+        f"  {n_bad} of {size} elements ({100 * frac:.3g}%) violate {rule} ({tol_line})",
+    ]
+    lines += [f"  {line}" for line in extra_lines]
+    lines.append(f"  worst {len(rows)} element{'s' if len(rows) != 1 else ''}:")
+    lines += [f"    {line}" for line in format_table(rows, names)]
+    if diag:
+        lines.append(f"  diagnosis: {diag}")
+    raise GradientCheckError(
+        "\n".join(lines), check=check, arg_name=arg_name, index=rows[0][0], worst=rows, mismatch_fraction=frac,
+        n_mismatch=n_bad, size=size, rtol=rtol, atol=atol, eps=eps, names=tuple(names), diagnosis=diag,
+        actual=a_b, expected=e_b, **_seed_fact(), **facts,
+    )
+
+
+def _seed_fact():
+    from .seed import current_seed
+
+    seed = current_seed()
+    return {} if seed is None else {"seed": seed}
+
+
+def assert_almost_equal(a, b, rtol=None, atol=None, names=("a", "b"), equal_nan=False, mismatches=(10, 10), *,
+                        use_broadcast=True):
+    """Assert ``|a - b| <= atol + rtol * |b|`` elementwise (MXNet's ``assert_almost_equal``).
+
+    Tolerances: ``None`` takes the looser default of the two dtypes (``default_rtols``/``default_atols``),
+    a number is used as is, a ``{dtype: tol}`` dict overrides the defaults per dtype. ``mismatches[0]``
+    is the number of worst elements listed; every mismatch is counted exactly, so ``mismatches[1]`` (MXNet's
+    search limit) is accepted and ignored. Boolean arrays must be equal. With ``use_broadcast=False``
+    the shapes must be equal.
+
+    Raises:
+        GradientCheckError: (an ``AssertionError``) naming the worst elements and the mismatch share.
+
+    >>> import numpy as np
+    >>> assert_almost_equal(np.float32([1, 2]), np.array([1.00001, 2.0]))
+    """
+    a_np, b_np = to_numpy(a), to_numpy(b)
+    rtol, atol = get_tols(a_np, b_np, rtol, atol)
+    if getattr(a_np, "dtype", None) == np.bool_ and getattr(b_np, "dtype", None) == np.bool_:
+        rtol = atol = 0
+    compare(a_np, b_np, rtol, atol, names=names, equal_nan=equal_nan, max_rows=mismatches[0],
+            what=f"{names[0]} and {names[1]} are not almost equal", broadcast=use_broadcast)
+
+
+def almost_equal(a, b, rtol=None, atol=None, equal_nan=False, use_broadcast=True) -> bool:
+    """True when ``assert_almost_equal(a, b, rtol, atol)`` would pass.
+
+    Unlike MXNet 1.9 (whose ``almost_equal`` falls back to float64's tolerances whatever the dtypes),
+    ``None`` tolerances come from the dtypes exactly as in ``assert_almost_equal``.
+    """
+    a_np, b_np = np.asarray(to_numpy(a)), np.asarray(to_numpy(b))
+    if not use_broadcast and a_np.shape != b_np.shape:
+        return False
+    rtol, atol = get_tols(a_np, b_np, rtol, atol)
+    try:
+        a64, b64 = np.broadcast_arrays(_as_float64(a_np), _as_float64(b_np))
+    except ValueError:
+        return False
+    bad, _, _ = _violations(a64, b64, rtol, atol, equal_nan)
+    return not bool(bad.any())
+
+
+def same(a, b) -> bool:
+    """True when ``a`` and ``b`` have the same shape and exactly the same values."""
+    return bool(np.array_equal(to_numpy(a), to_numpy(b)))
+
+
+def assert_allclose(a, b, rtol=1e-07, atol=0, equal_nan=True):
+    """MXNet's ``assert_allclose``: ``assert_almost_equal`` with numpy's default tolerances."""
+    assert_almost_equal(a, b, rtol=rtol, atol=atol, equal_nan=equal_nan)

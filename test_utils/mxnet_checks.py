@@ -1,0 +1,465 @@
+"""MXNet 1.9's symbol checkers: ``check_symbolic_forward``, ``check_symbolic_backward``,
+``check_numeric_gradient``, ``check_speed`` and ``simple_forward``.
+
+Same names, signatures and semantics as ``mxnet.test_utils``, on plain numpy arrays, with one error
+class for every failure (``GradientCheckError``) and a float64 finite-difference reference. Differences
+from MXNet are listed in each docstring.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from ._inputs import (
+    check_dtype,
+    check_finite,
+    check_shapes,
+    check_stypes,
+    normalize_grad_req,
+    parse_aux,
+    parse_location,
+)
+from .compare import compare
+from .context import default_context, synchronize, to_device, to_numpy
+from .numeric import (
+    _Evaluator,
+    central_differences,
+    default_steps,
+    projected_objective,
+    resolve_numeric_eps,
+    rounding_noise,
+)
+from .report import GradientCheckError
+from .tolerance import get_tols
+
+__all__ = [
+    "check_symbolic_forward",
+    "check_symbolic_backward",
+    "check_numeric_gradient",
+    "check_speed",
+    "simple_forward",
+]
+
+
+_NULL_HINT = "with grad_req 'null' the executor must never write the gradient buffer (compared exactly)"
+
+
+# -- shared -------------------------------------------------------------------------------------------
+
+
+def _cast(v, dtype):
+    """Host array in the dtype under test (``"asnumpy"`` keeps the array's own dtype)."""
+    return np.array(v, copy=True) if isinstance(dtype, str) else np.asarray(v).astype(dtype)
+
+
+def _prepare(sym, location, aux_states, ctx, dtype, who):
+    """Validated, cast host copies of the arguments and aux states (aux default: zeros)."""
+    loc = parse_location(sym, location, who)
+    aux = parse_aux(sym, aux_states, who)
+    _, out_shapes, aux_shapes = check_shapes(sym, {**loc, **(aux or {})}, who)
+    if aux is None:
+        aux = {n: np.zeros(s, np.float32) for n, s in zip(sym.list_auxiliary_states(), aux_shapes)}
+    loc = {k: _cast(v, dtype) for k, v in loc.items()}
+    aux = {k: _cast(v, dtype) for k, v in aux.items()}
+    return loc, aux, out_shapes
+
+
+def _on(ctx, arrays, dtype=None):
+    return {k: to_device(v, ctx, dtype) for k, v in arrays.items()}
+
+
+def _expected_like(value, shape, who, what, name):
+    """The expected array (host, float64 if it was float) broadcast to ``shape``, or a ValueError."""
+    e = np.asarray(to_numpy(value))
+    try:
+        if np.broadcast_shapes(e.shape, tuple(shape)) != tuple(shape):
+            raise ValueError
+    except ValueError:
+        raise ValueError(f"{who}: expected {what} for {name!r} has shape {e.shape}, expected {tuple(shape)}") from None
+    return e
+
+
+def _raise_first(failures):
+    if not failures:
+        return
+    first = failures[0]
+    first.others = failures[1:]
+    if len(failures) > 1:
+        more = ", ".join(f"{f.arg_name!r} ({100 * (f.mismatch_fraction or 1):.3g}% mismatch)" for f in failures[1:])
+        note = f"also failing: {more}"
+        if hasattr(first, "add_note"):
+            first.add_note(note)
+        else:  # Python 3.10
+            first.args = (f"{first.args[0]}\n{note}",)
+    raise first
+
+
+# -- forward --------------------------------------------------------------------------------------------
+
+
+def check_symbolic_forward(sym, location, expected, rtol=None, atol=None, aux_states=None, ctx=None,
+                           equal_nan=False, dtype=np.float32):
+    """Compare the outputs of ``forward(is_train=False)`` with expected arrays.
+
+    Args:
+        sym: the symbol.
+        location: argument values, a list in ``sym.list_arguments()`` order or a dict with exactly the
+            arguments as keys.
+        expected: a list (zipped with the outputs; it may be shorter) or a dict by output name.
+        rtol, atol: None (the looser default of the two dtypes), a number or a ``{dtype: tol}`` dict.
+        aux_states: list or dict of auxiliary states (default: zeros).
+        ctx: device (default ``default_context()``).
+        equal_nan: NaN == NaN.
+        dtype: float16/32/64 for every bound array, or ``"asnumpy"`` to keep each array's dtype.
+
+    Returns:
+        The outputs as numpy arrays.
+
+    Raises:
+        GradientCheckError: an output differs (tolerance ``atol + rtol * |expected|``).
+        ValueError: bad location / aux_states / expected.
+
+    >>> import numpy as np, symgrad as sg
+    >>> a, b = sg.sym.Variable("a"), sg.sym.Variable("b")
+    >>> out = check_symbolic_forward(sg.sym.dot(a, b), [np.eye(2), np.ones((2, 2))], [np.ones((2, 2))])
+    """
+    who = "check_symbolic_forward"
+    dtype = check_dtype(dtype, who, allow_asnumpy=True)
+    ctx = default_context() if ctx is None else ctx
+    loc, aux, out_shapes = _prepare(sym, location, aux_states, ctx, dtype, who)
+    names = sym.list_outputs()
+    if isinstance(expected, dict):
+        unknown = [k for k in expected if k not in names]
+        if unknown:
+            raise ValueError(f"{who}: expected names {unknown}, which are not outputs; outputs are {names}")
+        pairs = [(i, expected[n]) for i, n in enumerate(names) if n in expected]
+    elif isinstance(expected, (list, tuple)):
+        if len(expected) > len(names):
+            raise ValueError(f"{who}: {len(expected)} expected arrays for {len(names)} outputs {names}")
+        pairs = list(enumerate(expected))
+    else:
+        pairs = [(0, expected)]
+    pairs = [(i, _expected_like(e, out_shapes[i], who, "output", names[i])) for i, e in pairs if e is not None]
+    exe = sym.bind(ctx, _on(ctx, loc), grad_req="null", aux_states=_on(ctx, aux))
+    outputs = [to_numpy(o) for o in exe.forward(is_train=False)]
+    failures = []
+    for i, e in pairs:
+        r, a = get_tols(e, outputs[i], rtol, atol)
+        try:
+            compare(outputs[i], e, r, a, check=who, arg_name=names[i], names=("forward", "expected"),
+                    what=f"output {names[i]!r} does not match expected", equal_nan=equal_nan,
+                    broadcast="expected")
+        except GradientCheckError as err:
+            failures.append(err)
+    _raise_first(failures)
+    return outputs
+
+
+# -- backward -------------------------------------------------------------------------------------------
+
+
+def check_symbolic_backward(sym, location, out_grads, expected, rtol=None, atol=None, aux_states=None,
+                            grad_req="write", ctx=None, grad_stypes=None, equal_nan=False, dtype=np.float32):
+    """Compare the gradients of one forward(is_train=True) + backward with expected arrays.
+
+    Gradient buffers exist only for the arguments in ``expected`` and start *dirty* (standard-normal
+    values), so the check also proves ``grad_req``: ``write`` must overwrite the buffer with the expected
+    gradient, ``add`` must add it (buffer - initial == expected), ``null`` must leave the buffer exactly as
+    it was.
+
+    Args:
+        sym: the symbol.
+        location: argument values, a list in ``sym.list_arguments()`` order or a dict whose keys are exactly
+            the arguments.
+        out_grads: head gradients: None (loss heads only), a list in output order, or a dict by output name.
+        expected: expected gradients, a list in argument order (it may be shorter; None entries are skipped)
+            or a dict by argument name.
+        rtol, atol: None (the looser default of the two dtypes), a number or a ``{dtype: tol}`` dict.
+        aux_states: list or dict of auxiliary states (default: zeros).
+        grad_req: 'write' / 'add' / 'null', a list in argument order or a dict (which must name every
+            argument of ``expected``).
+        ctx: device (default ``default_context()``).
+        grad_stypes: None or a dict of ``'default'`` storage types (sparse: NotImplementedError).
+        equal_nan: NaN == NaN.
+        dtype: float16/32/64 for every bound array, or ``"asnumpy"`` to keep each array's dtype.
+
+    Returns:
+        ``{name: gradient buffer}`` (numpy) after backward, as MXNet (with ``add`` the buffer holds
+        initial value + gradient).
+
+    Raises:
+        GradientCheckError: a gradient differs (tolerance ``atol + rtol * |expected|``); its diagnosis
+            names a doubled, sign-flipped, missing or scaled gradient.
+        ValueError: bad location / aux_states / expected / grad_req.
+
+    >>> import numpy as np, symgrad as sg
+    >>> lhs, rhs = sg.sym.Variable("lhs"), sg.sym.Variable("rhs")
+    >>> mat1, mat2 = np.array([[1., 2], [3, 4]]), np.array([[5., 6], [7, 8]])
+    >>> ograd = np.ones((2, 2))
+    >>> _ = check_symbolic_backward(lhs + rhs, [mat1, mat2], [ograd], [ograd, ograd])
+    """
+    who = "check_symbolic_backward"
+    dtype = check_dtype(dtype, who, allow_asnumpy=True)
+    ctx = default_context() if ctx is None else ctx
+    check_stypes(grad_stypes, who, "grad_stypes")
+    arg_names = sym.list_arguments()
+    loc, aux, _ = _prepare(sym, location, aux_states, ctx, dtype, who)
+    if isinstance(expected, dict):
+        unknown = [k for k in expected if k not in arg_names]
+        if unknown:
+            raise ValueError(f"{who}: expected names {unknown}, which are not arguments; arguments are {arg_names}")
+        exp = {k: expected[k] for k in arg_names if k in expected and expected[k] is not None}
+    elif isinstance(expected, (list, tuple)):
+        if len(expected) > len(arg_names):
+            raise ValueError(f"{who}: {len(expected)} expected gradients for {len(arg_names)} arguments {arg_names}")
+        exp = {k: v for k, v in zip(arg_names, expected) if v is not None}
+    else:
+        raise TypeError(f"{who}: expected must be a list or a dict of arrays, got {type(expected).__name__}")
+    exp = {k: _expected_like(v, loc[k].shape, who, "gradient", k) for k, v in exp.items()}
+    if isinstance(grad_req, dict):
+        missing = [k for k in exp if k not in grad_req]
+        if missing:
+            raise ValueError(f"{who}: grad_req has no entry for {missing}, which have expected gradients; "
+                             f"grad_req is {grad_req}")
+    reqs = normalize_grad_req(grad_req, arg_names, who)
+
+    # dirty buffers, drawn in sorted name order (as MXNet) so a seed reproduces them
+    initial = {}
+    for k in sorted(exp):
+        initial[k] = _cast(np.random.normal(size=loc[k].shape), loc[k].dtype if isinstance(dtype, str) else dtype)
+    buffers = _on(ctx, initial)
+    exe_reqs = {k: (reqs[k] if k in exp else "null") for k in arg_names}
+    exe = sym.bind(ctx, _on(ctx, loc), args_grad=buffers, grad_req=exe_reqs, aux_states=_on(ctx, aux))
+    exe.forward(is_train=True)
+    exe.backward(_out_grads(out_grads, ctx, dtype, who))
+
+    grads = {k: np.array(to_numpy(buffers[k]), copy=True) for k in arg_names if k in exp}
+    failures = []
+    for name, g in grads.items():
+        req = reqs[name]
+        facts = {"grad_req": req}
+        try:
+            if req == "null":
+                compare(g, initial[name], 0.0, 0.0, check=who, arg_name=name, names=("buffer", "initial"),
+                        what=f"gradient buffer of {name!r} changed although grad_req is 'null'",
+                        extra_lines=[_NULL_HINT], equal_nan=True, facts=facts, broadcast="expected")
+                continue
+            r, a = get_tols(exp[name], g, rtol, atol)
+            if req == "add":
+                added = g.astype(np.float64) - initial[name].astype(np.float64)
+                compare(added, exp[name], r, a, check=who, arg_name=name, names=("added", "expected"),
+                        what=f"gradient of {name!r} added to its buffer (buffer - initial) does not match expected "
+                             "(grad_req 'add')",
+                        equal_nan=equal_nan, facts=facts, broadcast="expected")
+            else:
+                compare(g, exp[name], r, a, check=who, arg_name=name, names=("backward", "expected"),
+                        what=f"gradient of {name!r} does not match expected (grad_req 'write')",
+                        equal_nan=equal_nan, facts=facts, broadcast="expected")
+        except GradientCheckError as err:
+            failures.append(err)
+    _raise_first(failures)
+    return grads
+
+
+def _out_grads(out_grads, ctx, dtype, who):
+    if out_grads is None:
+        return None
+    if isinstance(out_grads, dict):
+        return {k: None if v is None else to_device(_cast(to_numpy(v), dtype), ctx) for k, v in out_grads.items()}
+    if isinstance(out_grads, (list, tuple)):
+        return [None if v is None else to_device(_cast(to_numpy(v), dtype), ctx) for v in out_grads]
+    return to_device(_cast(to_numpy(out_grads), dtype), ctx)
+
+
+# -- numeric gradient ---------------------------------------------------------------------------------------
+
+
+def _grad_nodes(grad_nodes, arg_names, who):
+    """MXNet's grad_nodes (None / list / dict of grad_req) as ``{name: req}`` of the checked arguments."""
+    if grad_nodes is None:
+        return {k: "write" for k in arg_names}
+    if isinstance(grad_nodes, str):
+        grad_nodes = [grad_nodes]
+    if isinstance(grad_nodes, dict):
+        unknown = [k for k in grad_nodes if k not in arg_names]
+        if unknown:
+            raise ValueError(f"{who}: grad_nodes names {unknown}, which are not arguments; arguments are {arg_names}")
+        reqs = normalize_grad_req(dict(grad_nodes), arg_names, who)
+        return {k: reqs[k] for k in arg_names if k in grad_nodes}
+    if isinstance(grad_nodes, (list, tuple)):
+        unknown = [k for k in grad_nodes if k not in arg_names]
+        if unknown:
+            raise ValueError(f"{who}: grad_nodes names {unknown}, which are not arguments; arguments are {arg_names}")
+        return {k: "write" for k in arg_names if k in grad_nodes}
+    raise TypeError(f"{who}: grad_nodes must be None, a list of names or a dict name -> grad_req, "
+                    f"got {type(grad_nodes).__name__}")
+
+
+def check_numeric_gradient(sym, location, aux_states=None, numeric_eps=None, rtol=None, atol=None, grad_nodes=None,
+                           use_forward_train=True, ctx=None, grad_stype_dict=None, dtype=np.float32, *,
+                           numeric_dtype=np.float64):
+    """Check the backward pass against finite differences (MXNet's ``check_numeric_gradient``).
+
+    The scalar checked is ``f = sum_k sum(w_k * out_k)`` over every output ``k``, with random weights
+    ``w_k`` uniform in [0.1, 1.1) (a loss head such as SoftmaxOutput or MakeLoss, whose backward ignores
+    its head gradient, contributes its implied loss instead). The analytic gradient is one
+    ``forward(is_train=True)`` + ``backward(w)`` in ``dtype``, into dirty buffers (checked as
+    ``check_symbolic_backward`` does for write / add / null). The reference is central differences of a
+    second executor in ``numeric_dtype`` (float64 by default, whatever ``dtype`` is) at the same point
+    (the location rounded to ``dtype``), re-running only what depends on the perturbed argument, with
+    auxiliary states reset before every evaluation.
+
+    Args:
+        sym: the symbol.
+        location: argument values, a list in ``list_arguments()`` order or a dict with exactly the arguments.
+        aux_states: list or dict of auxiliary states (default: zeros).
+        numeric_eps: None (default) for a step per element, ``x +- h`` with
+            ``h = cbrt(eps_64) * max(|x|, 1)``; or a fixed width (``x +- eps/2``, as MXNet), a number or
+            ``{dtype: eps}``. Too small for ``dtype`` (``tolerance.min_numeric_eps``): ValueError.
+        rtol, atol: None (``dtype``'s defaults), a number or a ``{dtype: tol}`` dict. An estimate of the
+            reference's rounding noise (``numeric.rounding_noise``, ~1e-10 relative with float64) is added
+            to the allowed error and shown in the report; with a low-precision ``numeric_dtype`` it grows
+            as ``eps / step`` and small errors go unseen, which is why float64 is the default.
+        grad_nodes: arguments to check: None (all, 'write'), a list ('write') or a dict name -> grad_req.
+        use_forward_train: ``is_train`` of the numeric evaluations.
+        ctx: device of both executors (default ``default_context()``).
+        grad_stype_dict: None or ``'default'`` storage types only.
+        dtype: float16/32/64, the dtype under test.
+        numeric_dtype: dtype of the finite differences (None: ``dtype``, like MXNet).
+
+    Returns:
+        ``{name: (analytic, numeric)}`` float64 arrays for every checked argument whose grad_req is not null.
+
+    Raises:
+        GradientCheckError: analytic and numeric gradients differ (or a 'null' buffer was written).
+        ValueError: bad location / aux_states / grad_nodes, NaN or Inf inputs, numeric_eps too small.
+        NotImplementedError: sparse storage types; a loss head whose implied loss is unknown.
+
+    >>> import numpy as np, symgrad as sg
+    >>> x = sg.sym.Variable("x")
+    >>> res = check_numeric_gradient(sg.sym.tanh(x), [np.array([0.1, -0.5, 2.0])])
+    """
+    who = "check_numeric_gradient"
+    dtype = check_dtype(dtype, who)
+    ndtype = dtype if numeric_dtype is None else check_dtype(numeric_dtype, who)
+    ctx = default_context() if ctx is None else ctx
+    check_stypes(grad_stype_dict, who, "grad_stype_dict")
+    arg_names = sym.list_arguments()
+    raw_loc = parse_location(sym, location, who)
+    check_finite(raw_loc, who)
+    if aux_states is not None:
+        check_finite(parse_aux(sym, aux_states, who), who, "auxiliary state")
+    loc, aux, out_shapes = _prepare(sym, raw_loc, aux_states, ctx, dtype, who)
+    reqs = _grad_nodes(grad_nodes, arg_names, who)
+    eps = resolve_numeric_eps(numeric_eps, dtype, ndtype, who)
+    rtol, atol = get_tols(np.empty(0, dtype), np.empty(0, dtype), rtol, atol)
+
+    # random projection (quantised to dtype: both executors see the same weights) and dirty buffers
+    weights = [np.asarray(np.random.rand(*s) + 0.1).astype(dtype) for s in out_shapes]
+    initial = {k: np.random.normal(0, 0.01, size=loc[k].shape).astype(dtype) for k in arg_names if k in reqs}
+    ref_sym, loss_heads, make_objective = projected_objective(sym, [w.astype(np.float64) for w in weights], who)
+
+    # analytic, in dtype
+    buffers = _on(ctx, initial)
+    exe = sym.bind(ctx, _on(ctx, loc), args_grad=buffers, grad_req={k: reqs.get(k, "null") for k in arg_names},
+                   aux_states=_on(ctx, aux))
+    exe.forward(is_train=True)
+    exe.backward([None if loss else to_device(w, ctx) for w, loss in zip(weights, loss_heads)])
+    got = {k: np.array(to_numpy(b), copy=True) for k, b in buffers.items()}
+
+    # numeric, in ndtype, at the same (rounded) point
+    checked = [k for k in arg_names if reqs.get(k, "null") != "null"]
+    ref = ref_sym.bind(ctx, _on(ctx, loc, ndtype), grad_req="null", aux_states=_on(ctx, aux, ndtype))
+    aux_ref = {k: v.astype(ndtype) for k, v in aux.items()}
+    base = _Evaluator(ref, None, use_forward_train, aux_ref).base()
+    objective = make_objective([np.asarray(b, np.float64) for b in base])
+    _, magnitude = objective(base)
+    if eps is None:
+        steps = {k: default_steps(loc[k], ndtype) for k in checked}
+        cbrt = float(np.cbrt(np.finfo(np.dtype(ndtype)).eps))
+        eps_desc = f"per element x +- h, h = {cbrt:.3g} * max(|x|, 1)"
+    else:
+        steps = {k: np.full(loc[k].shape, eps / 2.0) for k in checked}
+        eps_desc = f"{eps:g} (x +- eps/2)"
+    numeric, widths = central_differences(ref, checked, lambda outs: objective(outs)[0], steps,
+                                          is_train=use_forward_train, aux_initial=aux_ref)
+
+    results, failures = {}, []
+    context = (f"dtype under test {dtype.name}, numeric reference in {np.dtype(ndtype).name}, "
+               f"forward is_train={bool(use_forward_train)}")
+    for name in arg_names:
+        if name not in reqs:
+            continue
+        req = reqs[name]
+        facts = {"grad_req": req, "dtype": dtype}
+        try:
+            if req == "null":
+                compare(got[name], initial[name], 0.0, 0.0, check=who, arg_name=name, names=("buffer", "initial"),
+                        what=f"gradient buffer of {name!r} changed although grad_req is 'null'",
+                        extra_lines=[_NULL_HINT], equal_nan=True, facts=facts, broadcast="expected")
+                continue
+            analytic = got[name].astype(np.float64)
+            if req == "add":
+                analytic = analytic - initial[name].astype(np.float64)
+            results[name] = (analytic, numeric[name])
+            noise = rounding_noise(magnitude, widths[name], ndtype)
+            compare(analytic, numeric[name], rtol, atol, check=who, arg_name=name,
+                    what=f"analytic gradient of {name!r} does not match the numeric gradient (grad_req {req!r})",
+                    names=("analytic", "numeric"), eps=eps_desc,
+                    noise=noise, extra_lines=[context], facts=facts, broadcast="expected")
+        except GradientCheckError as err:
+            failures.append(err)
+    _raise_first(failures)
+    return results
+
+
+# -- speed / convenience ------------------------------------------------------------------------------------
+
+
+def check_speed(sym, location=None, ctx=None, N=20, grad_req=None, typ="whole", **kwargs):
+    """Seconds per forward+backward (``typ="whole"``) or per inference forward (``typ="forward"``).
+
+    ``location`` is a dict of argument values (their shapes bind the symbol); without it the shapes come
+    from ``kwargs`` and the values are standard normal. One warm-up run is not timed.
+    """
+    ctx = default_context() if ctx is None else ctx
+    grad_req = "write" if grad_req is None else grad_req
+    if typ not in ("whole", "forward"):
+        raise ValueError(f'check_speed: typ can only be "whole" or "forward", got {typ!r}')
+    if location is None:
+        exe = sym.simple_bind(ctx, grad_req=grad_req, **kwargs)
+        location = {k: np.random.normal(size=a.shape, scale=1.0) for k, a in exe.arg_dict.items()}
+    else:
+        if not isinstance(location, dict):
+            raise TypeError(f"check_speed: location must be a dict of arrays, got {type(location).__name__}")
+        exe = sym.simple_bind(ctx, grad_req=grad_req, **{k: np.shape(v) for k, v in location.items()})
+    for name, value in location.items():
+        exe.arg_dict[name][...] = to_device(value, ctx, exe.arg_dict[name].dtype)
+    if typ == "whole":
+        exe.forward(is_train=True)
+        exe.backward(out_grads=exe.outputs)
+        synchronize(ctx)
+        tic = time.perf_counter()
+        for _ in range(N):
+            exe.forward(is_train=True)
+            exe.backward(out_grads=exe.outputs)
+        synchronize(ctx)
+        return (time.perf_counter() - tic) / N
+    exe.forward(is_train=False)
+    synchronize(ctx)
+    tic = time.perf_counter()
+    for _ in range(N):
+        exe.forward(is_train=False)
+    synchronize(ctx)
+    return (time.perf_counter() - tic) / N
+
+
+def simple_forward(sym, ctx=None, is_train=False, **inputs):
+    """Outputs of one forward with the given argument arrays (one array, or a list for several outputs)."""
+    ctx = default_context() if ctx is None else ctx
+    args = {k: to_device(v, ctx) for k, v in inputs.items()}
+    exe = sym.bind(ctx, args)
+    outputs = [to_numpy(o) for o in exe.forward(is_train=is_train)]
+    return outputs[0] if len(outputs) == 1 else outputs

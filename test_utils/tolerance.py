@@ -1,0 +1,133 @@
+"""Per-dtype tolerances, exactly MXNet 1.9's tables (``mxnet.test_utils.default_rtols`` & co.).
+
+A tolerance argument is ``None`` (use the table), a number (used as is) or a ``{dtype: tol}`` dict
+(entries override the table for those dtypes). Two arrays compared with each other get the looser
+tolerance of their two dtypes, so float32 vs float64 is checked at float32's tolerance.
+
+>>> import numpy as np
+>>> get_tols(np.ones(2, np.float32), np.ones(2), None, None)
+(0.0001, 0.001)
+>>> get_tols(np.ones(2), np.ones(2), {np.float64: 1e-7}, 0.5)
+(1e-07, 0.5)
+"""
+
+from __future__ import annotations
+
+import numbers
+
+import numpy as np
+
+__all__ = [
+    "default_dtype",
+    "default_rtols",
+    "default_atols",
+    "default_numeric_eps",
+    "effective_dtype",
+    "get_tolerance",
+    "get_tols",
+    "get_rtol",
+    "get_atol",
+    "min_numeric_eps",
+]
+
+_INT_TYPES = (np.bool_, np.int8, np.uint8, np.int32, np.uint32, np.int64, np.uint64)
+
+
+def default_dtype():
+    """The dtype test data is created in (float32, as MXNet)."""
+    return np.float32
+
+
+def default_rtols() -> dict:
+    """Relative tolerance per dtype (MXNet 1.9): float16 1e-2, float32 1e-4, float64 1e-5, integers 0."""
+    table = {np.dtype(np.float16): 1e-2, np.dtype(np.float32): 1e-4, np.dtype(np.float64): 1e-5}
+    table.update({np.dtype(t): 0 for t in _INT_TYPES})
+    return table
+
+
+def default_atols() -> dict:
+    """Absolute tolerance per dtype (MXNet 1.9): float16 1e-1, float32 1e-3, float64 1e-20, integers 0."""
+    table = {np.dtype(np.float16): 1e-1, np.dtype(np.float32): 1e-3, np.dtype(np.float64): 1e-20}
+    table.update({np.dtype(t): 0 for t in _INT_TYPES})
+    return table
+
+
+def default_numeric_eps() -> dict:
+    """MXNet's finite-difference steps per dtype (powers of two).
+
+    symgrad's ``check_numeric_gradient`` does not use them by default (it picks a step per element for
+    a float64 reference); they are what ``numeric_eps`` dicts are completed from, as in MXNet.
+    """
+    return {np.dtype(np.float16): 1.0 / 2**6, np.dtype(np.float32): 1.0 / 2**9, np.dtype(np.float64): 1.0 / 2**14}
+
+
+def min_numeric_eps(dtype, numeric_dtype=np.float64) -> float:
+    """The smallest ``numeric_eps`` accepted for ``dtype`` under test, finite differences taken in ``numeric_dtype``.
+
+    It is the larger of MXNet's floor (1e-5 when float16/float32 is under test) and
+    ``sqrt(machine eps) / 4`` of the dtype the differences are taken in (below it rounding noise,
+    about ``eps * |f| / step``, swamps the difference quotient; MXNet's default steps
+    ``default_numeric_eps()`` all pass).
+
+    >>> min_numeric_eps(np.float32), min_numeric_eps(np.float64)
+    (1e-05, 3.725290298461914e-09)
+    """
+    dtype, numeric_dtype = np.dtype(dtype), np.dtype(numeric_dtype)
+    mxnet_floor = 1e-5 if dtype in (np.dtype(np.float16), np.dtype(np.float32)) else 0.0
+    return max(mxnet_floor, float(np.sqrt(np.finfo(numeric_dtype).eps)) / 4)
+
+
+def effective_dtype(dat) -> np.dtype:
+    """The dtype whose tolerance applies to ``dat`` (numbers count as float64, as numpy scalars do)."""
+    if isinstance(dat, numbers.Number) and not hasattr(dat, "dtype"):
+        dat = np.asarray(dat)
+    dtype = np.dtype(getattr(dat, "dtype", np.float64))
+    return dtype
+
+
+def _table_dtype(dtype: np.dtype, table: dict) -> np.dtype:
+    """Map a dtype missing from the tables onto one that is there (int16 -> int32, complex -> float)."""
+    if dtype in table:
+        return dtype
+    if dtype.kind in "iub":
+        return np.dtype(np.int64)
+    if dtype.kind == "c":
+        return np.dtype(np.float32) if dtype.itemsize <= 8 else np.dtype(np.float64)
+    if dtype.kind == "f":
+        return np.dtype(np.float16) if dtype.itemsize <= 2 else np.dtype(np.float64)
+    raise TypeError(f"no default tolerance for dtype {dtype}; pass rtol/atol explicitly")
+
+
+def _norm_tol_dict(tol: dict) -> dict:
+    return {np.dtype(k): v for k, v in tol.items()}
+
+
+def get_tolerance(dat, tol, default_tol: dict):
+    """The tolerance for comparisons of ``dat``: ``tol`` if a number, else ``tol[dtype]`` or the default."""
+    if isinstance(tol, numbers.Number) and not isinstance(tol, bool):
+        return tol
+    if tol is not None and not isinstance(tol, dict):
+        raise TypeError(f"a tolerance must be None, a number or a {{dtype: tol}} dict, got {tol!r}")
+    dtype = effective_dtype(dat)
+    if tol:
+        tol = _norm_tol_dict(tol)
+        if dtype in tol:
+            return tol[dtype]
+    return default_tol[_table_dtype(dtype, default_tol)]
+
+
+def get_tols(x, y, rtol, atol):
+    """``(rtol, atol)`` for comparing ``x`` with ``y``: the looser of the two dtypes' tolerances."""
+    rtol = max(get_tolerance(x, rtol, default_rtols()), get_tolerance(y, rtol, default_rtols()))
+    atol = max(get_tolerance(x, atol, default_atols()), get_tolerance(y, atol, default_atols()))
+    return rtol, atol
+
+
+def get_rtol(rtol=None, dtype=np.float64):
+    """``rtol`` or the table's entry for ``dtype``."""
+    return get_tolerance(np.empty((), dtype), rtol, default_rtols())
+
+
+def get_atol(atol=None, dtype=np.float64):
+    """``atol`` or the table's entry for ``dtype``."""
+    return get_tolerance(np.empty((), dtype), atol, default_atols())
