@@ -170,6 +170,15 @@ class Executor:
         return repr(self._plan)
 
     # -- running ------------------------------------------------------------------
+    def _initial_vals(self):
+        """A fresh value list holding the bound arguments and auxiliary states (by reference)."""
+        vals = [None] * self._plan.n_slots
+        for slots, arrays in ((self._plan.arg_slots, self.arg_arrays), (self._plan.aux_slots, self.aux_arrays)):
+            for s, a in zip(slots, arrays):
+                if s is not None:
+                    vals[s] = a
+        return vals
+
     def forward(self, is_train=False, **kwargs):
         """Copy keyword arrays into the bound arguments, run forward, return ``outputs``."""
         staged = []
@@ -183,13 +192,7 @@ class Executor:
             staged.append((dst, src))
         for dst, src in staged:
             dst[...] = self._xp.asarray(src)
-        vals = [None] * self._plan.n_slots
-        for s, a in zip(self._plan.arg_slots, self.arg_arrays):
-            if s is not None:
-                vals[s] = a
-        for s, a in zip(self._plan.aux_slots, self.aux_arrays):
-            if s is not None:
-                vals[s] = a
+        vals = self._initial_vals()
         self._pending_aux.clear()
         self._run("forward", vals, is_train)
         if is_train:
@@ -295,13 +298,7 @@ class Executor:
 
         Auxiliary states are not updated. Returns the outputs.
         """
-        vals = [None] * self._plan.n_slots
-        for s, a in zip(self._plan.arg_slots, self.arg_arrays):
-            if s is not None:
-                vals[s] = a
-        for s, a in zip(self._plan.aux_slots, self.aux_arrays):
-            if s is not None:
-                vals[s] = a
+        vals = self._initial_vals()
         with self._ctx.device_scope():
             run_instrs(self._plan.forward_instrs, vals, is_train, "forward")
         self._pending_aux.clear()
