@@ -337,3 +337,14 @@ def test_rerun_downstream_recomputes_only_dependent_instructions():
     np.testing.assert_allclose(outs[0], 2 * np.tanh(np.tanh(av)))
     exe.arg_dict["b"][1] -= 0.5
     np.testing.assert_allclose(exe.rerun_downstream(["b"])[1], np.exp(bv) + np.tanh(np.tanh(av)))
+
+
+def test_outputs_never_alias_bound_arguments():
+    x = S.Variable("x")
+    v = np.arange(6.0)
+    exe = S.Group([S.Reshape(x, shape=(2, 3)), S.BlockGrad(x), x * 2.0]).bind(sg.cpu(), {"x": v})
+    r, b, d = exe.forward()
+    r[0, 0] = 100.0
+    b[1] = 100.0
+    np.testing.assert_array_equal(v, np.arange(6.0))
+    np.testing.assert_array_equal(exe.forward()[0], np.arange(6.0).reshape(2, 3))

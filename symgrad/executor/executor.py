@@ -201,8 +201,22 @@ class Executor:
         self._pending_aux.clear()
         self._vals = vals
         self._last_is_train = bool(is_train)
-        self.outputs = [vals[s] for s in self._plan.head_slots]
+        self.outputs = [self._detached(vals[s]) for s in self._plan.head_slots]
         return self.outputs
+
+    def _detached(self, out):
+        """The output itself, or a copy if it is a view of a bound array (reshape, slice, BlockGrad...).
+
+        As in MXNet, writing into an output never changes an argument.
+        """
+        may_share = self._xp.may_share_memory
+        for a in self.arg_arrays:
+            if may_share(out, a):
+                return out.copy()
+        for a in self.aux_arrays:
+            if may_share(out, a):
+                return out.copy()
+        return out
 
     def backward(self, out_grads=None, is_train=True):
         """Back-propagate head gradients; write/add into the gradient arrays."""

@@ -1,40 +1,70 @@
-"""Linear algebra: dot (MXNet's 1-D/2-D/N-D semantics) and FullyConnected.
+"""Linear algebra: dot (MXNet's 1-D/2-D/N-D semantics), batch_dot, linalg_gemm2 and FullyConnected.
 
-``dot`` treats each operand as a matrix: without ``transpose_a`` the lhs is
-``(prod(shape[:-1]), shape[-1])``, with it ``(shape[0], prod(shape[1:]))``
-transposed; symmetrically for the rhs. Its gradients are two hidden ops,
-``_dot_grad_lhs`` and ``_dot_grad_rhs``, whose own gradients are again
-``dot``/``_dot_grad_*``: the trio is closed under differentiation, so every
-order of derivative works.
+``dot`` treats each operand as a matrix (MXNet's DotShape): without ``transpose_a``
+the lhs is ``(prod(shape[:-1]), shape[-1])``, with it ``(shape[0], prod(shape[1:]))``
+transposed; symmetrically for the rhs (contracting its first axis unless
+``transpose_b``). A 1-d operand contributes no output dims; 1-d . 1-d gives shape
+``(1,)`` and allows no transpose. Its gradients are two hidden ops, ``_dot_grad_lhs``
+and ``_dot_grad_rhs``, whose own gradients are again ``dot``/``_dot_grad_*``: the
+trio is closed under differentiation, so every order of derivative works.
+
+``batch_dot`` and ``linalg_gemm2`` differentiate into themselves (with flipped
+transpose flags), so they are closed under differentiation too.
+
+float16 products are accumulated in float32 and rounded back.
 """
 
 from __future__ import annotations
 
 import math
 
-from ..base import ShapeError
+import numpy as np
+
+from ..base import ParamError, ShapeError
 from .registry import Param, register
+
+
+def _mm(xp, a, b):
+    """a @ b keeping the input dtype; float16 accumulates in float32."""
+    if a.dtype == np.float16:
+        return (a.astype(np.float32) @ b.astype(np.float32)).astype(np.float16)
+    return a @ b
+
+
+def _forward_stype_prepare(opname):
+    def prepare(params, name):
+        st = params["forward_stype"]
+        if st is not None and st != "default":
+            raise ParamError(
+                f"{opname} {name!r}: forward_stype={st!r} (sparse storage) is not supported; use None or 'default'"
+            )
+        return params
+
+    return prepare
+
 
 _DOT_PARAMS = {
     "transpose_a": Param("bool", False),
     "transpose_b": Param("bool", False),
-    "forward_stype": Param("str", None, optional=True),
+    "forward_stype": Param("str", None, optional=True, choices=("default", "row_sparse", "csr")),
 }
 
 
-def _split(shape, transposed, lhs):
+def _split(shape, transposed, lhs, where="dot"):
     """(outer dims, contraction size) of one operand seen as a matrix."""
     shape = tuple(shape)
     if len(shape) == 0:
-        raise ShapeError("dot: operands must be at least 1-d")
+        raise ShapeError(f"{where}: operands must be at least 1-d (scalar tensors are not supported)")
     if lhs != transposed:  # lhs as-is or rhs transposed: contract the last axis
         return shape[:-1], shape[-1]
     return shape[1:], shape[0]
 
 
 def dot_shapes(ashape, bshape, ta, tb, where="dot"):
-    a_outer, ka = _split(ashape, ta, lhs=True)
-    b_outer, kb = _split(bshape, tb, lhs=False)
+    if len(ashape) == 1 and len(bshape) == 1 and (ta or tb):
+        raise ShapeError(f"{where}: cannot transpose vectors (lhs {tuple(ashape)}, rhs {tuple(bshape)})")
+    a_outer, ka = _split(ashape, ta, True, where)
+    b_outer, kb = _split(bshape, tb, False, where)
     if ka != kb:
         raise ShapeError(
             f"{where}: contraction dimensions differ: lhs {tuple(ashape)} (transpose_a={ta}) gives {ka}, "
@@ -55,7 +85,7 @@ def _mat(x, transposed, lhs):
 
 def _dot_fwd(xp, a, b, transpose_a, transpose_b, forward_stype=None):
     _, _, _, out = dot_shapes(a.shape, b.shape, transpose_a, transpose_b)
-    return (_mat(a, transpose_a, True) @ _mat(b, transpose_b, False)).reshape(out)
+    return _mm(xp, _mat(a, transpose_a, True), _mat(b, transpose_b, False)).reshape(out)
 
 
 def _dot_shape(params, in_shapes, out_shapes, where):
@@ -79,6 +109,7 @@ register(
     "dot",
     inputs=("lhs", "rhs"),
     params=dict(_DOT_PARAMS),
+    prepare=_forward_stype_prepare("dot"),
     forward=_dot_fwd,
     infer_shape=_dot_shape,
     gradient=_dot_grad,
@@ -90,7 +121,7 @@ def _grad_lhs_fwd(xp, g, a, b, transpose_a, transpose_b):
     """dA = G B^T, written back in ``a``'s layout (``a`` gives the shape only)."""
     b2 = _mat(b, transpose_b, False)
     g2 = g.reshape(-1, b2.shape[1])
-    da = g2 @ b2.T
+    da = _mm(xp, g2, b2.T)
     return (da.T if transpose_a else da).reshape(a.shape)
 
 
@@ -98,7 +129,7 @@ def _grad_rhs_fwd(xp, g, a, b, transpose_a, transpose_b):
     """dB = A^T G, written back in ``b``'s layout (``b`` gives the shape only)."""
     a2 = _mat(a, transpose_a, True)
     g2 = g.reshape(a2.shape[0], -1)
-    db = a2.T @ g2
+    db = _mm(xp, a2.T, g2)
     return (db.T if transpose_b else db).reshape(b.shape)
 
 
@@ -142,6 +173,156 @@ register(
 
 
 # ----------------------------------------------------------------------------
+# batch_dot and linalg_gemm2: batched op(A) op(B)
+# ----------------------------------------------------------------------------
+
+
+def _matmul_grads(make, a, b, ta, tb, g):
+    """Gradients of Y = op(A) op(B) per matrix, each again a product ``make(x, y, ta, tb)``.
+
+    none:  dA = G B^T          dB = A^T G
+    ta:    Y = A^T B   ->  dA = (G B^T)^T = B G^T,     dB = A G
+    tb:    Y = A B^T   ->  dA = G B,                   dB = (A^T G)^T = G^T A
+    both:  Y = A^T B^T ->  dA = (G B)^T = B^T G^T,     dB = (A G)^T = G^T A^T
+    """
+    if not ta and not tb:
+        return make(g, b, False, True), make(a, g, True, False)
+    if ta and not tb:
+        return make(b, g, False, True), make(a, g, False, False)
+    if not ta and tb:
+        return make(g, b, False, False), make(g, a, True, False)
+    return make(b, g, True, True), make(g, a, True, True)
+
+
+def _batch_dot_out(a, b, ta, tb, where):
+    if len(a) < 3 or len(a) != len(b):
+        raise ShapeError(
+            f"{where}: batch_dot needs N-d by N-d inputs with N >= 3, got lhs {tuple(a)} and rhs {tuple(b)}"
+        )
+    if tuple(a[:-2]) != tuple(b[:-2]):
+        raise ShapeError(f"{where}: the leading batch dimensions must be equal: lhs {tuple(a)} vs rhs {tuple(b)}")
+    m, ka = (a[-1], a[-2]) if ta else (a[-2], a[-1])
+    kb, n = (b[-1], b[-2]) if tb else (b[-2], b[-1])
+    if ka != kb:
+        raise ShapeError(
+            f"{where}: matrix dims do not match: lhs {tuple(a)} (transpose_a={ta}) has {ka} columns, "
+            f"rhs {tuple(b)} (transpose_b={tb}) has {kb} rows"
+        )
+    return tuple(a[:-2]) + (m, n)
+
+
+def _batch_dot_shape(params, in_shapes, out_shapes, where):
+    a, b = in_shapes
+    if a is None or b is None:
+        return in_shapes, out_shapes
+    return in_shapes, [_batch_dot_out(a, b, params["transpose_a"], params["transpose_b"], where)]
+
+
+def _t(xp, x, flag):
+    return xp.swapaxes(x, -1, -2) if flag else x
+
+
+def _batch_dot_fwd(xp, a, b, transpose_a, transpose_b, forward_stype=None):
+    _batch_dot_out(a.shape, b.shape, transpose_a, transpose_b, "batch_dot")
+    return _mm(xp, _t(xp, a, transpose_a), _t(xp, b, transpose_b))
+
+
+def _batch_dot_grad(F, n, g):
+    def make(x, y, ta, tb):
+        return F.batch_dot(x, y, transpose_a=ta, transpose_b=tb)
+
+    a, b = n.inputs
+    return list(_matmul_grads(make, a, b, n.params["transpose_a"], n.params["transpose_b"], g[0]))
+
+
+register(
+    "batch_dot",
+    inputs=("lhs", "rhs"),
+    params=dict(_DOT_PARAMS),
+    prepare=_forward_stype_prepare("batch_dot"),
+    forward=_batch_dot_fwd,
+    infer_shape=_batch_dot_shape,
+    gradient=_batch_dot_grad,
+    doc="Batched matrix product of N-d arrays (N >= 3) over the last two axes, optional transposes.",
+)
+
+
+def _gemm2_out(params, a, b, where):
+    ta, tb = params["transpose_a"], params["transpose_b"]
+    nd = len(a)
+    if nd < 2 or len(b) != nd:
+        raise ShapeError(f"{where}: inputs 'A' {tuple(a)} and 'B' {tuple(b)} must have the same ndim >= 2")
+    axis = params["axis"] + nd if params["axis"] < 0 else params["axis"]
+    if not 0 <= axis < nd - 1:
+        raise ShapeError(f"{where}: invalid row axis {params['axis']} for {nd}-d inputs (must be < ndim - 1)")
+    for i in range(nd - 1):
+        if i != axis and a[i] != b[i]:
+            raise ShapeError(
+                f"{where}: shapes of 'A' {tuple(a)} and 'B' {tuple(b)} must agree except on the row axis "
+                f"{axis} and the last axis"
+            )
+    ka = a[axis] if ta else a[-1]
+    kb = b[-1] if tb else b[axis]
+    if ka != kb:
+        raise ShapeError(
+            f"{where}: incompatible matrix dimensions: op(A) of {tuple(a)} has {ka} columns, op(B) of "
+            f"{tuple(b)} has {kb} rows (transpose_a={ta}, transpose_b={tb}, axis={params['axis']})"
+        )
+    out = list(a)
+    out[axis] = a[-1] if ta else a[axis]
+    out[-1] = b[axis] if tb else b[-1]
+    return axis, tuple(out)
+
+
+def _gemm2_shape(params, in_shapes, out_shapes, where):
+    a, b = in_shapes
+    if a is None or b is None:
+        return in_shapes, out_shapes
+    return in_shapes, [_gemm2_out(params, a, b, where)[1]]
+
+
+def _gemm2_fwd(xp, a, b, transpose_a, transpose_b, alpha, axis):
+    p = {"transpose_a": transpose_a, "transpose_b": transpose_b, "axis": axis}
+    ax, _ = _gemm2_out(p, a.shape, b.shape, "linalg_gemm2")
+    # rows along ``axis``, columns along the last axis: move the rows next to the columns,
+    # multiply the batch of matrices, and move them back (MXNet: swapaxes/gemm/swapaxes)
+    a2 = xp.swapaxes(a, ax, -2)
+    b2 = xp.swapaxes(b, ax, -2)
+    out = _mm(xp, _t(xp, a2, transpose_a), _t(xp, b2, transpose_b))
+    if alpha != 1.0:
+        out = out * out.dtype.type(alpha)
+    return xp.swapaxes(out, ax, -2)
+
+
+def _gemm2_grad(F, n, g):
+    # C = alpha op(A) op(B) per matrix; the gradients are gemm2 products scaled by the same alpha
+    p = n.params
+
+    def make(x, y, ta, tb):
+        return F.linalg_gemm2(x, y, transpose_a=ta, transpose_b=tb, alpha=p["alpha"], axis=p["axis"])
+
+    a, b = n.inputs
+    return list(_matmul_grads(make, a, b, p["transpose_a"], p["transpose_b"], g[0]))
+
+
+register(
+    "_linalg_gemm2",
+    aliases=("linalg_gemm2",),
+    inputs=("A", "B"),
+    params={
+        "transpose_a": Param("bool", False),
+        "transpose_b": Param("bool", False),
+        "alpha": Param("float", 1.0),
+        "axis": Param("int", -2),
+    },
+    forward=_gemm2_fwd,
+    infer_shape=_gemm2_shape,
+    gradient=_gemm2_grad,
+    doc="alpha * op(A) * op(B) for each matrix (rows along ``axis``, columns along the last axis).",
+)
+
+
+# ----------------------------------------------------------------------------
 # FullyConnected
 # ----------------------------------------------------------------------------
 
@@ -150,16 +331,24 @@ def _fc_inputs(params):
     return ["data", "weight"] if params["no_bias"] else ["data", "weight", "bias"]
 
 
+def _fc_prepare(params, name):
+    if params["num_hidden"] < 1:
+        raise ParamError(f"FullyConnected {name!r}: num_hidden must be positive, got {params['num_hidden']}")
+    return params
+
+
 def _fc_shape(params, in_shapes, out_shapes, where):
     x, w = in_shapes[0], in_shapes[1]
     h = params["num_hidden"]
-    if h < 1:
-        raise ShapeError(f"{where}: num_hidden must be positive, got {h}")
     ins = list(in_shapes)
     if not params["no_bias"]:
-        if ins[2] is not None and tuple(ins[2]) != (h,):
-            raise ShapeError(f"{where}: input 'bias' has shape {tuple(ins[2])}, expected {(h,)} (num_hidden={h})")
-        ins[2] = (h,)
+        # MXNet accepts the bias as (num_hidden,) or (num_hidden, 1)
+        if ins[2] is not None and tuple(ins[2]) not in ((h,), (h, 1)):
+            raise ShapeError(
+                f"{where}: input 'bias' has shape {tuple(ins[2])}, expected {(h,)} or {(h, 1)} (num_hidden={h})"
+            )
+        if ins[2] is None:
+            ins[2] = (h,)
     if x is None:
         return ins, out_shapes
     if len(x) == 0:
@@ -181,9 +370,9 @@ def _fc_shape(params, in_shapes, out_shapes, where):
 
 def _fc_fwd(xp, x, w, b=None, *, num_hidden, no_bias, flatten):
     x2 = x.reshape(x.shape[0], -1) if flatten else x
-    y = x2 @ w.T
+    y = _mm(xp, x2, w.T)
     if b is not None:
-        y += b
+        y += b.reshape(-1)
     return y
 
 
@@ -202,7 +391,7 @@ def _fc_grad(F, n, g):
         db = F.sum(g2, axis=0)
     grads = [dx, dw]
     if not n.params["no_bias"]:
-        grads.append(db)
+        grads.append(F.reshape_like(db, n.inputs[2]))  # bias may be (num_hidden, 1)
     return grads
 
 
@@ -214,6 +403,7 @@ register(
         "no_bias": Param("bool", False),
         "flatten": Param("bool", True),
     },
+    prepare=_fc_prepare,
     forward=_fc_fwd,
     infer_shape=_fc_shape,
     gradient=_fc_grad,

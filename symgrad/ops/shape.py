@@ -1,11 +1,25 @@
-"""Shape operators: Reshape (with MXNet's special values), Flatten, expand_dims,
-reshape_like, SliceChannel/split, Concat and the hidden ``_split_like``."""
+"""Shape operators (MXNet 1.9 ``src/operator/tensor/matrix_op*``, ``broadcast_reduce_op*``,
+``swapaxis``, ``slice_channel``, ``concat``).
+
+Reshape (with MXNet's special values and the deprecated ``target_shape``), Flatten,
+transpose, expand_dims, squeeze, SwapAxis, reverse/flip, Concat, stack,
+SliceChannel/split, slice/slice_axis/slice_like, tile, repeat, broadcast_to,
+broadcast_like, broadcast_axis, reshape_like, depth_to_space and space_to_depth.
+
+Every gradient is built from Symbols. Pure rearrangements (reshape, transpose,
+flip, depth_to_space, ...) differentiate into their inverse rearrangement. The
+slicing ops differentiate into hidden "scatter into zeros" ops, tile/repeat into
+hidden "sum the copies" ops; each hidden op's own gradient is the forward op again
+(the pair is linear and mutually adjoint), so every order of derivative works.
+"""
 
 from __future__ import annotations
 
 import math
 
-from ..base import ShapeError
+import numpy as np
+
+from ..base import ParamError, ShapeError
 from .registry import Param, normalize_axis, register
 
 
@@ -13,13 +27,52 @@ def _prod(dims):
     return math.prod(int(d) for d in dims)
 
 
+def _acc(dtype):
+    """Accumulation dtype: float16 sums in float32."""
+    return np.float32 if np.dtype(dtype) == np.float16 else None
+
+
+def _keep_first_type(params, in_types, out_types, where):
+    """Output has the first input's dtype; the other inputs only lend their shape (any dtype)."""
+    t = in_types[0] if in_types[0] is not None else out_types[0]
+    return [t] + list(in_types[1:]), [t] * len(out_types)
+
+
+def _grad_like_first(gradient):
+    """Wrap a rule for an op whose extra inputs lend only their shape: they get no gradient."""
+
+    def rule(F, n, g):
+        return [gradient(F, n, g)] + [None] * (len(n.inputs) - 1)
+
+    return rule
+
+
+def _opt_int_tuple(value, where, pname):
+    """A tuple of ints / None (MXNet ``Tuple<optional<int>>``) from a Python value or JSON string."""
+    if value is None:
+        return ()
+    if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
+        return (int(value),)
+    if isinstance(value, (list, tuple)) and all(
+        v is None or (isinstance(v, (int, np.integer)) and not isinstance(v, bool)) for v in value
+    ):
+        return tuple(None if v is None else int(v) for v in value)
+    raise ParamError(f"{where}: parameter {pname!r} expects a tuple of ints or None, got {value!r}")
+
+
 # ----------------------------------------------------------------------------
-# Reshape
+# Reshape, Flatten, reshape_like
 # ----------------------------------------------------------------------------
 
 
 def reshape_target(shape, dshape, reverse, where="Reshape"):
-    """MXNet's special values: 0 copy, -1 infer, -2 copy the rest, -3 merge two, -4 split one."""
+    """MXNet's InferReshapeShape: 0 copy, -1 infer, -2 copy the rest, -3 merge two, -4 split one.
+
+    With ``reverse`` both the input shape and ``shape`` are read right to left (so a ``-4`` comes
+    *after* its two split dims: ``(16, -1, -4)``). Where MXNet records the position of ``-1`` as its
+    index in ``shape`` (which goes wrong after a ``-2`` or ``-4``), this uses its position in the
+    output, which is what the documentation describes.
+    """
     src = list(dshape)
     spec = list(shape)
     if reverse:
@@ -61,10 +114,10 @@ def reshape_target(shape, dshape, reverse, where="Reshape"):
             if d1 == -1 and d2 == -1:
                 raise ShapeError(f"{where}: split dims after -4 cannot both be -1")
             if d1 == -1:
-                d1 = d0 // d2
+                d1 = d0 // d2 if d2 else 0
             if d2 == -1:
-                d2 = d0 // d1
-            if d1 * d2 != d0:
+                d2 = d0 // d1 if d1 else 0
+            if d1 < 1 or d2 < 1 or d1 * d2 != d0:
                 raise ShapeError(f"{where}: split dims {d1}, {d2} do not divide dimension {d0}")
             out.extend([d1, d2])
         elif d > 0:
@@ -89,15 +142,44 @@ def reshape_target(shape, dshape, reverse, where="Reshape"):
     return out
 
 
+def _legacy_target(target, keep_highest, dshape, where):
+    """The deprecated ``target_shape``: one 0 is inferred; ``keep_highest`` keeps dim 0 of the input."""
+    out = list(target)
+    if keep_highest:
+        if not out or not dshape:
+            raise ShapeError(f"{where}: keep_highest needs a non-empty target_shape and input")
+        out[0] = dshape[0]
+    zeros = [i for i in range(1 if keep_highest else 0, len(out)) if out[i] == 0]
+    if len(zeros) == 1:
+        out[zeros[0]] = 1
+        out[zeros[0]] = _prod(dshape) // max(_prod(out), 1)
+    out = tuple(out)
+    if _prod(out) != _prod(dshape) or any(d < 1 for d in out):
+        raise ShapeError(
+            f"{where}: cannot reshape input of shape {tuple(dshape)} to target_shape={tuple(target)} "
+            f"(keep_highest={keep_highest})"
+        )
+    return out
+
+
+def _reshape_out(params, dshape, where):
+    if params["shape"]:
+        return reshape_target(params["shape"], dshape, params["reverse"], where)
+    if params["target_shape"]:
+        return _legacy_target(params["target_shape"], params["keep_highest"], dshape, where)
+    raise ShapeError(f"{where}: needs parameter 'shape' (or the deprecated 'target_shape')")
+
+
 def _reshape_shape(params, in_shapes, out_shapes, where):
     (x,) = in_shapes
     if x is None:
         return in_shapes, out_shapes
-    return in_shapes, [reshape_target(params["shape"], x, params["reverse"], where)]
+    return in_shapes, [_reshape_out(params, x, where)]
 
 
-def _reshape_fwd(xp, x, shape, reverse):
-    return x.reshape(reshape_target(shape, x.shape, reverse))
+def _reshape_fwd(xp, x, shape, reverse, target_shape, keep_highest):
+    p = {"shape": shape, "reverse": reverse, "target_shape": target_shape, "keep_highest": keep_highest}
+    return x.reshape(_reshape_out(p, x.shape, "Reshape"))
 
 
 def _reshape_like_grad(F, n, g):
@@ -108,11 +190,17 @@ def _reshape_like_grad(F, n, g):
 register(
     "Reshape",
     aliases=("reshape",),
-    params={"shape": Param("shape", ()), "reverse": Param("bool", False)},
+    params={
+        "shape": Param("shape", ()),
+        "reverse": Param("bool", False),
+        "target_shape": Param("shape", ()),
+        "keep_highest": Param("bool", False),
+    },
     forward=_reshape_fwd,
     infer_shape=_reshape_shape,
     gradient=_reshape_like_grad,
-    doc="Reshape with MXNet's special values 0, -1, -2, -3, -4 and ``reverse``.",
+    doc="Reshape with MXNet's special values 0, -1, -2, -3, -4 and ``reverse`` (or the deprecated "
+    "``target_shape``/``keep_highest``).",
 )
 
 
@@ -128,36 +216,147 @@ def _flatten_shape(params, in_shapes, out_shapes, where):
 register(
     "Flatten",
     aliases=("flatten",),
-    forward=lambda xp, x: x.reshape(x.shape[0], -1),
+    forward=lambda xp, x: x.reshape(x.shape[0], _prod(x.shape[1:])),
     infer_shape=_flatten_shape,
     gradient=_reshape_like_grad,
     doc="Collapse every axis but the first: (N, d1, d2, ...) -> (N, d1*d2*...).",
 )
 
 
+def _like_range(ndim, begin, end, side, where):
+    """MXNet's ReshapeLikeRangeCanonicalize: [begin, end) over ``ndim`` dims, negatives allowed."""
+    b = 0 if begin is None else begin
+    if b < 0:
+        b += ndim
+    e = ndim if end is None else end
+    if e < 0:
+        e += ndim
+    if not (0 <= b < e <= ndim):
+        raise ShapeError(
+            f"{where}: invalid range {side}_begin={begin}, {side}_end={end} for the {ndim}-d input {side!r}"
+        )
+    return b, e
+
+
+def _reshape_like_target(params, a, b, where):
+    lb, le = _like_range(len(a), params["lhs_begin"], params["lhs_end"], "lhs", where)
+    rb, re = _like_range(len(b), params["rhs_begin"], params["rhs_end"], "rhs", where)
+    out = tuple(a[:lb]) + tuple(b[rb:re]) + tuple(a[le:])
+    if _prod(out) != _prod(a):
+        raise ShapeError(
+            f"{where}: cannot reshape lhs of shape {tuple(a)} to {out} (from rhs {tuple(b)}): element counts differ"
+        )
+    return out
+
+
 def _reshape_like_shape(params, in_shapes, out_shapes, where):
     a, b = in_shapes
-    if a is not None and b is not None and _prod(a) != _prod(b):
-        raise ShapeError(f"{where}: cannot reshape {tuple(a)} like {tuple(b)}: element counts differ")
-    return in_shapes, [b] if b is not None else out_shapes
+    if a is None or b is None:
+        return in_shapes, out_shapes
+    return in_shapes, [_reshape_like_target(params, a, b, where)]
+
+
+def _reshape_like_fwd(xp, a, b, **params):
+    return a.reshape(_reshape_like_target(params, a.shape, b.shape, "reshape_like"))
 
 
 register(
     "reshape_like",
     inputs=("lhs", "rhs"),
-    forward=lambda xp, a, b: a.reshape(b.shape),
+    params={k: Param("int", None) for k in ("lhs_begin", "lhs_end", "rhs_begin", "rhs_end")},
+    forward=_reshape_like_fwd,
     infer_shape=_reshape_like_shape,
+    infer_type=_keep_first_type,
     gradient=_reshape_like_grad,
-    doc="Reshape ``lhs`` to the shape of ``rhs``.",
+    doc="Reshape ``lhs`` (dims [lhs_begin, lhs_end)) to the shape of ``rhs`` (dims [rhs_begin, rhs_end)).",
+)
+
+
+# ----------------------------------------------------------------------------
+# transpose, SwapAxis, expand_dims, squeeze, reverse
+# ----------------------------------------------------------------------------
+
+
+def _perm(axes, ndim, where):
+    """The permutation ``axes`` stands for (default: reverse every axis); validated."""
+    if not axes:
+        return tuple(range(ndim - 1, -1, -1))
+    if len(axes) != ndim:
+        raise ShapeError(f"{where}: parameter 'axes'={tuple(axes)} has {len(axes)} entries, the input has {ndim} dims")
+    perm = tuple(normalize_axis(a, ndim, where, "axes") for a in axes)
+    if sorted(perm) != list(range(ndim)):
+        raise ShapeError(f"{where}: parameter 'axes'={tuple(axes)} is not a permutation of {tuple(range(ndim))}")
+    return perm
+
+
+def _transpose_shape(params, in_shapes, out_shapes, where):
+    (x,), (y,) = in_shapes, out_shapes
+    if x is not None:
+        perm = _perm(params["axes"], len(x), where)
+        return in_shapes, [tuple(x[p] for p in perm)]
+    if y is not None:  # the output shape gives the input's through the inverse permutation
+        perm = _perm(params["axes"], len(y), where)
+        inv = [0] * len(y)
+        for i, p in enumerate(perm):
+            inv[p] = y[i]
+        return [tuple(inv)], out_shapes
+    return in_shapes, out_shapes
+
+
+def _transpose_grad(F, n, g):
+    # y = x.transpose(p)  ->  dx = dy.transpose(p^-1), with p^-1[p[i]] = i (no axes: reversal, self-inverse)
+    axes = n.params["axes"]
+    if not axes:
+        return [F.transpose(g[0])]
+    nd = len(axes)
+    inv = [0] * nd
+    for i, a in enumerate(axes):
+        inv[a % nd] = i
+    return [F.transpose(g[0], axes=tuple(inv))]
+
+
+register(
+    "transpose",
+    params={"axes": Param("shape", ())},
+    forward=lambda xp, x, axes: xp.transpose(x, _perm(axes, x.ndim, "transpose")),
+    infer_shape=_transpose_shape,
+    gradient=_transpose_grad,
+    doc="Permute the axes (default: reverse them).",
+)
+
+
+def _swap_shape(params, in_shapes, out_shapes, where):
+    (x,) = in_shapes
+    if x is None:
+        return in_shapes, out_shapes
+    a = normalize_axis(params["dim1"], len(x), where, "dim1")
+    b = normalize_axis(params["dim2"], len(x), where, "dim2")
+    out = list(x)
+    out[a], out[b] = out[b], out[a]
+    return in_shapes, [tuple(out)]
+
+
+register(
+    "SwapAxis",
+    aliases=("swapaxes",),
+    params={"dim1": Param("int", 0), "dim2": Param("int", 0)},
+    forward=lambda xp, x, dim1, dim2: xp.swapaxes(x, dim1, dim2),
+    infer_shape=_swap_shape,
+    # swapping two axes is its own inverse
+    gradient=lambda F, n, g: [F.SwapAxis(g[0], dim1=n.params["dim1"], dim2=n.params["dim2"])],
+    doc="Interchange two axes (``dim1``, ``dim2``).",
 )
 
 
 def _expand_dims_shape(params, in_shapes, out_shapes, where):
-    (x,) = in_shapes
-    if x is None:
-        return in_shapes, out_shapes
-    axis = normalize_axis(params["axis"], len(x) + 1, where)
-    return in_shapes, [tuple(x[:axis]) + (1,) + tuple(x[axis:])]
+    (x,), (y,) = in_shapes, out_shapes
+    if x is not None:
+        axis = normalize_axis(params["axis"], len(x) + 1, where)
+        return in_shapes, [tuple(x[:axis]) + (1,) + tuple(x[axis:])]
+    if y is not None and len(y) >= 1:
+        axis = normalize_axis(params["axis"], len(y), where)
+        return [tuple(y[:axis]) + tuple(y[axis + 1:])], out_shapes
+    return in_shapes, out_shapes
 
 
 def _expand_dims_fwd(xp, x, axis):
@@ -170,11 +369,83 @@ register(
     forward=_expand_dims_fwd,
     infer_shape=_expand_dims_shape,
     gradient=_reshape_like_grad,
+    doc="Insert an axis of size 1 at ``axis`` (in [-ndim-1, ndim]).",
+)
+
+
+def _squeezed(params, x, where):
+    axis = params["axis"]
+    if axis is None:
+        drop = {i for i, d in enumerate(x) if d == 1}
+    else:
+        axes = (axis,) if isinstance(axis, int) else tuple(axis)
+        drop = set()
+        for a in axes:
+            i = normalize_axis(a, len(x), where)
+            if x[i] != 1:
+                raise ShapeError(f"{where}: cannot squeeze axis {a} of size {x[i]} (input shape {tuple(x)})")
+            if i in drop:
+                raise ShapeError(f"{where}: parameter 'axis'={axes} repeats axis {a}")
+            drop.add(i)
+    out = tuple(d for i, d in enumerate(x) if i not in drop)
+    return out or (1,)  # MXNet keeps at least one dimension
+
+
+def _squeeze_shape(params, in_shapes, out_shapes, where):
+    (x,) = in_shapes
+    if x is None:
+        return in_shapes, out_shapes
+    return in_shapes, [_squeezed(params, x, where)]
+
+
+register(
+    "squeeze",
+    params={"axis": Param("axis", None)},
+    forward=lambda xp, x, axis: x.reshape(_squeezed({"axis": axis}, x.shape, "squeeze")),
+    infer_shape=_squeeze_shape,
+    gradient=_reshape_like_grad,
+    doc="Remove size-1 axes (all, or those in ``axis``); the result keeps at least one dimension.",
+)
+
+
+def _flip_axes(axis, ndim, where):
+    """Axes flipped an odd number of times (MXNet reverses once per entry, so a repeat cancels)."""
+    axes = (axis,) if isinstance(axis, int) else tuple(axis)
+    count: dict = {}
+    for a in axes:
+        i = normalize_axis(a, ndim, where)
+        count[i] = count.get(i, 0) + 1
+    return tuple(sorted(i for i, c in count.items() if c % 2))
+
+
+def _reverse_shape(params, in_shapes, out_shapes, where):
+    (x,), (y,) = in_shapes, out_shapes
+    s = x if x is not None else y
+    if s is not None:
+        _flip_axes(params["axis"], len(s), where)
+        return [s], [s]
+    return in_shapes, out_shapes
+
+
+def _reverse_fwd(xp, x, axis):
+    axes = _flip_axes(axis, x.ndim, "reverse")
+    return xp.flip(x, axis=axes) if axes else x
+
+
+register(
+    "reverse",
+    aliases=("flip",),
+    params={"axis": Param("axis")},
+    forward=_reverse_fwd,
+    infer_shape=_reverse_shape,
+    # reversing is an involution: dx = reverse(dy) along the same axes
+    gradient=lambda F, n, g: [F.reverse(g[0], axis=n.params["axis"])],
+    doc="Reverse the order of elements along ``axis`` (int or tuple).",
 )
 
 
 # ----------------------------------------------------------------------------
-# SliceChannel / split and Concat
+# SliceChannel / split, Concat, stack
 # ----------------------------------------------------------------------------
 
 
@@ -232,24 +503,34 @@ register(
 
 def _concat_shape(params, in_shapes, out_shapes, where):
     dim = params["dim"]
-    known = [s for s in in_shapes if s is not None]
+    known = [(i, s) for i, s in enumerate(in_shapes) if s is not None]
+    out = out_shapes[0]
     if not known:
         return in_shapes, out_shapes
-    ndim = len(known[0])
+    i0, s0 = known[0]
+    ndim = len(s0)
     axis = normalize_axis(dim, ndim, where, "dim")
-    for i, s in enumerate(in_shapes):
-        if s is None:
-            continue
-        if len(s) != ndim or any(a != b for k, (a, b) in enumerate(zip(s, known[0])) if k != axis):
+    for i, s in known[1:]:
+        if len(s) != ndim or any(a != b for k, (a, b) in enumerate(zip(s, s0)) if k != axis):
             raise ShapeError(
-                f"{where}: input arg{i} has shape {tuple(s)}, incompatible with {tuple(known[0])} "
-                f"for concatenation along dim {dim}"
+                f"{where}: input arg{i} has shape {tuple(s)}, incompatible with arg{i0} of shape {tuple(s0)} "
+                f"for concatenation along dim {dim} (all dims but {axis} must agree)"
             )
-    if len(known) != len(in_shapes):
+    missing = [i for i, s in enumerate(in_shapes) if s is None]
+    if len(missing) == 1 and out is not None:  # the output fills the one unknown input
+        rest = out[axis] - sum(s[axis] for _, s in known)
+        if rest < 1:
+            raise ShapeError(f"{where}: output shape {tuple(out)} leaves no room for input arg{missing[0]}")
+        filled = list(out)
+        filled[axis] = rest
+        in_shapes = list(in_shapes)
+        in_shapes[missing[0]] = tuple(filled)
+        missing = []
+    if missing:
         return in_shapes, out_shapes
-    out = list(known[0])
-    out[axis] = sum(s[axis] for s in in_shapes)
-    return in_shapes, [tuple(out)]
+    total = list(s0)
+    total[axis] = sum(s[axis] for s in in_shapes)
+    return in_shapes, [tuple(total)]
 
 
 def _concat_fwd(xp, *xs, num_args, dim):
@@ -293,4 +574,623 @@ register(
     # the adjoint of splitting is concatenating the pieces' gradients
     gradient=lambda F, n, g: [F.Concat(*g, dim=n.params["dim"])] + [None] * (len(n.inputs) - 1),
     doc="Split ``data`` (the first input) into pieces shaped like the other inputs (Concat's gradient).",
+)
+
+
+def _stack_shape(params, in_shapes, out_shapes, where):
+    n = params["num_args"]
+    if n < 1:
+        raise ShapeError(f"{where}: num_args must be >= 1, got {n}")
+    known = [(i, s) for i, s in enumerate(in_shapes) if s is not None]
+    y = out_shapes[0]
+    if not known and y is None:
+        return in_shapes, out_shapes
+    if known:
+        i0, s0 = known[0]
+        for i, s in known[1:]:
+            if tuple(s) != tuple(s0):
+                raise ShapeError(
+                    f"{where}: all inputs must have the same shape; arg{i} has {tuple(s)}, arg{i0} has {tuple(s0)}"
+                )
+        axis = normalize_axis(params["axis"], len(s0) + 1, where)
+        out = tuple(s0[:axis]) + (n,) + tuple(s0[axis:])
+        return [tuple(s0)] * len(in_shapes), [out]
+    axis = normalize_axis(params["axis"], len(y), where)
+    s0 = tuple(y[:axis]) + tuple(y[axis + 1:])
+    return [s0] * len(in_shapes), out_shapes
+
+
+def _stack_fwd(xp, *xs, axis, num_args):
+    return xp.stack(xs, axis=normalize_axis(axis, xs[0].ndim + 1, "stack"))
+
+
+def _stack_grad(F, n, g):
+    # y[..., k, ...] = x_k  ->  dx_k = dy split along the new axis, which is then dropped
+    parts = F.SliceChannel(g[0], num_outputs=n.params["num_args"], axis=n.params["axis"], squeeze_axis=True)
+    return list(parts)
+
+
+register(
+    "stack",
+    variadic="num_args",
+    params={"axis": Param("int", 0), "num_args": Param("int")},
+    forward=_stack_fwd,
+    infer_shape=_stack_shape,
+    gradient=_stack_grad,
+    doc="Join equally shaped inputs along a new axis ``axis``.",
+)
+
+
+# ----------------------------------------------------------------------------
+# slice, slice_axis, slice_like
+# ----------------------------------------------------------------------------
+
+
+def _slice_prepare(params, name):
+    where = f"slice {name!r}"
+    begin = _opt_int_tuple(params["begin"], where, "begin")
+    end = _opt_int_tuple(params["end"], where, "end")
+    step = _opt_int_tuple(params["step"], where, "step")
+    if len(begin) != len(end):
+        raise ParamError(f"{where}: 'begin' {begin} and 'end' {end} must have the same length")
+    if step and len(step) != len(begin):
+        raise ParamError(f"{where}: 'step' {step} and 'begin' {begin} must have the same length")
+    if any(s == 0 for s in step):
+        raise ParamError(f"{where}: 'step' {step} cannot contain 0")
+    return {"begin": begin, "end": end, "step": step}
+
+
+def slice_index(shape, begin, end, step, where="slice"):
+    """MXNet's GetIndexRange as a tuple of Python slices (one per sliced axis) and the output shape.
+
+    Missing begin/end are the ends of the axis in the step's direction; negative values count from
+    the end; out-of-range values are clamped (an empty selection gives a zero-size axis).
+    """
+    nd = len(shape)
+    if nd == 0:
+        raise ShapeError(f"{where}: slice only works on inputs with ndim > 0")
+    if len(begin) > nd:
+        raise ShapeError(f"{where}: begin={tuple(begin)} slices {len(begin)} axes, the input {tuple(shape)} has {nd}")
+    index, out = [], list(shape)
+    for i in range(len(begin)):
+        s = step[i] if step and step[i] is not None else 1
+        if s == 0:
+            raise ShapeError(f"{where}: step[{i}] cannot be 0")
+        n = shape[i]
+        b = begin[i] if begin[i] is not None else (n - 1 if s < 0 else 0)
+        e = end[i] if end[i] is not None else (-1 if s < 0 else n)
+        if b < 0:
+            b += n
+        if e < 0 and end[i] is not None:
+            e += n
+        if b < 0 and s > 0:
+            b = 0
+        if b > n - 1 and s < 0:
+            b = n - 1
+        if b < 0 or b > n - 1:
+            b = -1  # the selection is empty
+        e = min(max(e, -1), n)
+        if b >= 0 and e != b:
+            size = ((e - b - 1) // s + 1 if e > b else 0) if s > 0 else ((b - e - 1) // -s + 1 if e < b else 0)
+        else:
+            size = 0
+        out[i] = size
+        if size == 0:
+            index.append(slice(0, 0))
+        else:
+            index.append(slice(b, None if e < 0 else e, s))
+    return tuple(index), tuple(out)
+
+
+def _slice_shape(params, in_shapes, out_shapes, where):
+    (x,) = in_shapes
+    if x is None:
+        return in_shapes, out_shapes
+    return in_shapes, [slice_index(x, params["begin"], params["end"], params["step"], where)[1]]
+
+
+def _slice_fwd(xp, x, begin, end, step):
+    return x[slice_index(x.shape, begin, end, step)[0]]
+
+
+register(
+    "slice",
+    aliases=("crop",),
+    params={"begin": Param("any"), "end": Param("any"), "step": Param("any", ())},
+    prepare=_slice_prepare,
+    forward=_slice_fwd,
+    infer_shape=_slice_shape,
+    # y = x[b:e:s]  ->  dx = zeros like x with dy written at [b:e:s]
+    gradient=lambda F, n, g: [F._slice_scatter(g[0], n.inputs[0], **n.params)],
+    doc="Slice with per-axis ``begin``/``end``/``step`` tuples (None entries, negative values and steps).",
+)
+
+
+def _scatter_shape(params, in_shapes, out_shapes, where):
+    like = in_shapes[1]
+    if like is None:
+        return in_shapes, out_shapes
+    return in_shapes, [like]
+
+
+def _slice_scatter_fwd(xp, g, like, begin, end, step):
+    out = xp.zeros(like.shape, dtype=g.dtype)
+    out[slice_index(like.shape, begin, end, step)[0]] = g
+    return out
+
+
+register(
+    "_slice_scatter",
+    inputs=("ograd", "data"),
+    params={"begin": Param("any"), "end": Param("any"), "step": Param("any", ())},
+    forward=_slice_scatter_fwd,
+    infer_shape=_scatter_shape,
+    infer_type=_keep_first_type,
+    no_grad_inputs=("data",),
+    # writing g into a zero array at [b:e:s] is linear in g; its adjoint reads [b:e:s] back
+    gradient=lambda F, n, g: [F.slice(g[0], **n.params), None],
+    doc="slice's gradient: zeros shaped like ``data`` with ``ograd`` at the slice (hidden).",
+)
+
+
+def _slice_axis_range(params, shape, where):
+    nd = len(shape)
+    axis = params["axis"]
+    if not -nd <= axis < nd:
+        raise ShapeError(f"{where}: parameter 'axis'={axis} is out of range for a {nd}-d input")
+    axis %= nd
+    n = shape[axis]
+    b, e = params["begin"], params["end"]
+    if b < 0:
+        b += n
+    e = n if e is None else (e + n if e < 0 else e)
+    if not (0 <= b < e <= n):
+        raise ShapeError(
+            f"{where}: begin={params['begin']}, end={params['end']} select nothing valid on axis {axis} "
+            f"of size {n} (need 0 <= begin < end <= {n} after adding the size to negative values)"
+        )
+    return axis, b, e
+
+
+def _slice_axis_shape(params, in_shapes, out_shapes, where):
+    (x,) = in_shapes
+    if x is None:
+        return in_shapes, out_shapes
+    axis, b, e = _slice_axis_range(params, x, where)
+    out = list(x)
+    out[axis] = e - b
+    return in_shapes, [tuple(out)]
+
+
+def _axis_index(axis, b, e):
+    return (slice(None),) * axis + (slice(b, e),)
+
+
+def _slice_axis_fwd(xp, x, axis, begin, end):
+    a, b, e = _slice_axis_range({"axis": axis, "begin": begin, "end": end}, x.shape, "slice_axis")
+    return x[_axis_index(a, b, e)]
+
+
+_SLICE_AXIS_PARAMS = {"axis": Param("int"), "begin": Param("int"), "end": Param("int", optional=True)}
+
+register(
+    "slice_axis",
+    params=dict(_SLICE_AXIS_PARAMS),
+    forward=_slice_axis_fwd,
+    infer_shape=_slice_axis_shape,
+    # y = x[..., b:e, ...]  ->  dx = zeros with dy at [b:e] on the axis
+    gradient=lambda F, n, g: [F._slice_axis_scatter(g[0], n.inputs[0], **n.params)],
+    doc="Slice one ``axis`` from ``begin`` to ``end`` (None: to the end; negatives count from the end).",
+)
+
+
+def _slice_axis_scatter_fwd(xp, g, like, axis, begin, end):
+    a, b, e = _slice_axis_range({"axis": axis, "begin": begin, "end": end}, like.shape, "_slice_axis_scatter")
+    out = xp.zeros(like.shape, dtype=g.dtype)
+    out[_axis_index(a, b, e)] = g
+    return out
+
+
+register(
+    "_slice_axis_scatter",
+    inputs=("ograd", "data"),
+    params=dict(_SLICE_AXIS_PARAMS),
+    forward=_slice_axis_scatter_fwd,
+    infer_shape=_scatter_shape,
+    infer_type=_keep_first_type,
+    no_grad_inputs=("data",),
+    # linear in g; the adjoint of writing into [b:e] is reading [b:e]
+    gradient=lambda F, n, g: [F.slice_axis(g[0], **n.params), None],
+    doc="slice_axis's gradient (hidden).",
+)
+
+
+def _slice_like_out(params, x, like, where):
+    axes = params["axes"]
+    if not axes:
+        if len(x) != len(like):
+            raise ShapeError(
+                f"{where}: without 'axes' the inputs must have the same ndim, got data {tuple(x)} and "
+                f"shape_like {tuple(like)}"
+            )
+        axes = range(len(x))
+    out = list(x)
+    for a in axes:
+        i = normalize_axis(a, len(x), where, "axes")
+        if i >= len(like):
+            raise ShapeError(f"{where}: axis {a} does not exist in shape_like {tuple(like)}")
+        if like[i] > x[i]:
+            raise ShapeError(
+                f"{where}: axis {i} of shape_like {tuple(like)} ({like[i]}) exceeds that of data {tuple(x)} ({x[i]})"
+            )
+        out[i] = like[i]
+    return tuple(out)
+
+
+def _slice_like_shape(params, in_shapes, out_shapes, where):
+    x, like = in_shapes
+    if x is None or like is None:
+        return in_shapes, out_shapes
+    return in_shapes, [_slice_like_out(params, x, like, where)]
+
+
+def _slice_like_fwd(xp, x, like, axes):
+    out = _slice_like_out({"axes": axes}, x.shape, like.shape, "slice_like")
+    return x[tuple(slice(0, d) for d in out)]
+
+
+register(
+    "slice_like",
+    inputs=("data", "shape_like"),
+    params={"axes": Param("shape", ())},
+    forward=_slice_like_fwd,
+    infer_shape=_slice_like_shape,
+    infer_type=_keep_first_type,
+    # y = x[:d0, :d1, ...]  ->  dx = zeros with dy in the leading corner; shape_like gets none
+    gradient=lambda F, n, g: [F._corner_scatter(g[0], n.inputs[0]), None],
+    doc="Slice ``data`` from 0 to the size of ``shape_like`` on ``axes`` (default: every axis).",
+)
+
+
+def _corner_fwd(xp, g, like):
+    out = xp.zeros(like.shape, dtype=g.dtype)
+    out[tuple(slice(0, d) for d in g.shape)] = g
+    return out
+
+
+register(
+    "_corner_scatter",
+    inputs=("ograd", "data"),
+    forward=_corner_fwd,
+    infer_shape=_scatter_shape,
+    infer_type=_keep_first_type,
+    no_grad_inputs=("data",),
+    # linear in g; the adjoint reads the leading corner of g's size back: slice_like(h, g)
+    gradient=lambda F, n, g: [F.slice_like(g[0], n.inputs[0]), None],
+    doc="slice_like's gradient: zeros shaped like ``data`` with ``ograd`` in the leading corner (hidden).",
+)
+
+
+# ----------------------------------------------------------------------------
+# tile, repeat
+# ----------------------------------------------------------------------------
+
+
+def _tile_prepare(params, name):
+    reps = params["reps"]
+    if any(r < 1 for r in reps):
+        raise ParamError(f"tile {name!r}: every entry of 'reps' must be a positive integer, got {reps}")
+    return params
+
+
+def _tile_dims(x, reps):
+    nd = max(len(x), len(reps))
+    return (1,) * (nd - len(x)) + tuple(x), (1,) * (nd - len(reps)) + tuple(reps)
+
+
+def _tile_shape(params, in_shapes, out_shapes, where):
+    (x,) = in_shapes
+    if x is None:
+        return in_shapes, out_shapes
+    if not params["reps"]:
+        return in_shapes, [x]
+    xs, rs = _tile_dims(x, params["reps"])
+    return in_shapes, [tuple(d * r for d, r in zip(xs, rs))]
+
+
+def _tile_fwd(xp, x, reps):
+    return xp.tile(x, reps) if reps else x
+
+
+def _tile_sum_fwd(xp, g, like, reps):
+    """Sum the tiled copies: g viewed as (r0, d0, r1, d1, ...), summed over every r axis."""
+    if not reps:
+        return g
+    xs, rs = _tile_dims(like.shape, reps)
+    inter = tuple(v for pair in zip(rs, xs) for v in pair)
+    s = g.reshape(inter).sum(axis=tuple(range(0, 2 * len(xs), 2)), dtype=_acc(g.dtype))
+    return s.astype(g.dtype, copy=False).reshape(like.shape)
+
+
+register(
+    "tile",
+    params={"reps": Param("shape")},
+    prepare=_tile_prepare,
+    forward=_tile_fwd,
+    infer_shape=_tile_shape,
+    # every input element appears once per tile: dx = sum of dy over the copies
+    gradient=lambda F, n, g: [F._tile_sum(g[0], n.inputs[0], reps=n.params["reps"])],
+    doc="Repeat the whole array ``reps`` times per axis (numpy.tile).",
+)
+
+register(
+    "_tile_sum",
+    inputs=("ograd", "data"),
+    params={"reps": Param("shape")},
+    forward=_tile_sum_fwd,
+    infer_shape=_scatter_shape,
+    infer_type=_keep_first_type,
+    no_grad_inputs=("data",),
+    # summing copies is linear; its adjoint copies again: tile(h, reps) has the tiled shape
+    gradient=lambda F, n, g: [F.tile(g[0], reps=n.params["reps"]), None],
+    doc="tile's gradient: the sum of the tiled copies of ``ograd`` (hidden).",
+)
+
+
+def _repeat_prepare(params, name):
+    if params["repeats"] < 0:
+        raise ParamError(f"repeat {name!r}: parameter 'repeats' cannot be negative, got {params['repeats']}")
+    return params
+
+
+def _repeat_shape(params, in_shapes, out_shapes, where):
+    (x,) = in_shapes
+    if x is None:
+        return in_shapes, out_shapes
+    r, axis = params["repeats"], params["axis"]
+    if axis is not None:
+        axis = normalize_axis(axis, len(x), where)
+    if r == 0:  # MXNet: an empty 1-d array, whatever the axis
+        return in_shapes, [(0,)]
+    if axis is None:
+        return in_shapes, [(_prod(x) * r,)]
+    out = list(x)
+    out[axis] *= r
+    return in_shapes, [tuple(out)]
+
+
+def _repeat_fwd(xp, x, repeats, axis):
+    if repeats == 0:
+        return xp.zeros((0,), dtype=x.dtype)
+    if axis is None:
+        return xp.repeat(x.reshape(-1), repeats)
+    return xp.repeat(x, repeats, axis=normalize_axis(axis, x.ndim, "repeat"))
+
+
+def _repeat_sum_fwd(xp, g, like, repeats, axis):
+    """Sum each element's copies: the repeated axis is split into (size, repeats), then summed."""
+    if repeats == 0:
+        return xp.zeros(like.shape, dtype=g.dtype)
+    if axis is None:
+        s = g.reshape(like.size, repeats).sum(axis=1, dtype=_acc(g.dtype))
+    else:
+        a = normalize_axis(axis, like.ndim, "_repeat_sum")
+        s = g.reshape(like.shape[: a + 1] + (repeats,) + like.shape[a + 1:]).sum(axis=a + 1, dtype=_acc(g.dtype))
+    return s.astype(g.dtype, copy=False).reshape(like.shape)
+
+
+_REPEAT_PARAMS = {"repeats": Param("int"), "axis": Param("int", None)}
+
+register(
+    "repeat",
+    params=dict(_REPEAT_PARAMS),
+    prepare=_repeat_prepare,
+    forward=_repeat_fwd,
+    infer_shape=_repeat_shape,
+    # each element is copied ``repeats`` times: dx = sum of dy over its copies
+    gradient=lambda F, n, g: [F._repeat_sum(g[0], n.inputs[0], **n.params)],
+    doc="Repeat each element ``repeats`` times along ``axis`` (None: of the flattened input).",
+)
+
+register(
+    "_repeat_sum",
+    inputs=("ograd", "data"),
+    params=dict(_REPEAT_PARAMS),
+    forward=_repeat_sum_fwd,
+    infer_shape=_scatter_shape,
+    infer_type=_keep_first_type,
+    no_grad_inputs=("data",),
+    # linear; the adjoint of summing the copies is repeating again
+    gradient=lambda F, n, g: [F.repeat(g[0], **n.params), None],
+    doc="repeat's gradient: the sum of each element's copies (hidden).",
+)
+
+
+# ----------------------------------------------------------------------------
+# broadcast_to, broadcast_axis, broadcast_like
+# ----------------------------------------------------------------------------
+
+
+def _broadcast_check(x, out, where, what):
+    for d, o in zip(x, out):
+        if d != o and d != 1:
+            raise ShapeError(f"{where}: cannot broadcast input of shape {tuple(x)} to {tuple(out)} ({what})")
+    return tuple(out)
+
+
+def _broadcast_to_out(params, x, where):
+    shape = params["shape"]
+    if len(shape) != len(x):
+        raise ShapeError(
+            f"{where}: parameter 'shape'={tuple(shape)} must have as many dims as the input {tuple(x)}"
+        )
+    out = tuple(d if s == 0 else s for d, s in zip(x, shape))
+    return _broadcast_check(x, out, where, f"shape={tuple(shape)}")
+
+
+def _bcast_shape_rule(out_fn):
+    def rule(params, in_shapes, out_shapes, where):
+        x = in_shapes[0]
+        if x is None or any(s is None for s in in_shapes):
+            return in_shapes, out_shapes
+        return in_shapes, [out_fn(params, *in_shapes, where)]
+
+    return rule
+
+
+def _bcast_fwd(out_fn, name):
+    def forward(xp, x, *rest, **params):
+        out = out_fn(params, x.shape, *[r.shape for r in rest], name)
+        return x if out == x.shape else xp.ascontiguousarray(xp.broadcast_to(x, out))
+
+    return forward
+
+
+# y = broadcast(x)  ->  dx = dy summed over the broadcast axes (the one shared hidden _sum_to_like)
+_bcast_grad = _grad_like_first(lambda F, n, g: F._sum_to_like(g[0], n.inputs[0]))
+
+register(
+    "broadcast_to",
+    params={"shape": Param("shape", ())},
+    forward=_bcast_fwd(_broadcast_to_out, "broadcast_to"),
+    infer_shape=_bcast_shape_rule(_broadcast_to_out),
+    gradient=_bcast_grad,
+    doc="Broadcast size-1 axes to ``shape`` (0 keeps the input's size).",
+)
+
+
+def _broadcast_axis_out(params, x, where):
+    axis, size = params["axis"], params["size"]
+    if len(axis) != len(size):
+        raise ShapeError(f"{where}: 'axis'={tuple(axis)} and 'size'={tuple(size)} must have the same length")
+    out = list(x)
+    for a, s in zip(axis, size):
+        i = normalize_axis(a, len(x), where)
+        if x[i] != 1:
+            raise ShapeError(f"{where}: broadcasting axis {a} must have size 1, input shape is {tuple(x)}")
+        if s < 1:
+            raise ShapeError(f"{where}: 'size' entries must be positive, got {tuple(size)}")
+        out[i] = s
+    return tuple(out)
+
+
+register(
+    "broadcast_axis",
+    aliases=("broadcast_axes",),
+    params={"axis": Param("shape", ()), "size": Param("shape", ())},
+    forward=_bcast_fwd(_broadcast_axis_out, "broadcast_axis"),
+    infer_shape=_bcast_shape_rule(_broadcast_axis_out),
+    gradient=_bcast_grad,
+    doc="Broadcast the size-1 axes ``axis`` to the sizes ``size``.",
+)
+
+
+def _broadcast_like_out(params, x, like, where):
+    la, ra = params["lhs_axes"], params["rhs_axes"]
+    if la is None or ra is None:
+        if len(x) != len(like):
+            raise ShapeError(f"{where}: lhs of shape {tuple(x)} cannot be broadcast to rhs {tuple(like)}")
+        return _broadcast_check(x, like, where, f"like rhs {tuple(like)}")
+    if len(la) != len(ra):
+        raise ShapeError(f"{where}: lhs_axes={tuple(la)} and rhs_axes={tuple(ra)} must have the same length")
+    if not la:
+        raise ShapeError(f"{where}: empty lhs_axes/rhs_axes are not allowed")
+    out = list(x)
+    for a, b in zip(la, ra):
+        i = normalize_axis(a, len(x), where, "lhs_axes")
+        j = normalize_axis(b, len(like), where, "rhs_axes")
+        if x[i] != 1:
+            raise ShapeError(f"{where}: lhs axis {a} has size {x[i]} (lhs {tuple(x)}), it must be 1 to broadcast")
+        out[i] = like[j]
+    return tuple(out)
+
+
+register(
+    "broadcast_like",
+    inputs=("lhs", "rhs"),
+    params={"lhs_axes": Param("shape", None), "rhs_axes": Param("shape", None)},
+    forward=_bcast_fwd(_broadcast_like_out, "broadcast_like"),
+    infer_shape=_bcast_shape_rule(_broadcast_like_out),
+    infer_type=_keep_first_type,
+    gradient=_bcast_grad,
+    doc="Broadcast ``lhs`` like ``rhs`` (all axes, or ``lhs_axes`` to the sizes of ``rhs_axes``).",
+)
+
+
+# ----------------------------------------------------------------------------
+# depth_to_space, space_to_depth
+# ----------------------------------------------------------------------------
+
+
+def _block_prepare(opname):
+    def prepare(params, name):
+        if params["block_size"] < 1:
+            raise ParamError(f"{opname} {name!r}: 'block_size' must be a positive integer, got {params['block_size']}")
+        return params
+
+    return prepare
+
+
+def _d2s_out(x, bs, where):
+    if len(x) != 4:
+        raise ShapeError(f"{where}: input must be 4-d (N, C, H, W), got {tuple(x)}")
+    if x[1] % (bs * bs):
+        raise ShapeError(f"{where}: channels {x[1]} of input {tuple(x)} are not a multiple of block_size^2={bs * bs}")
+    return (x[0], x[1] // (bs * bs), x[2] * bs, x[3] * bs)
+
+
+def _s2d_out(x, bs, where):
+    if len(x) != 4:
+        raise ShapeError(f"{where}: input must be 4-d (N, C, H, W), got {tuple(x)}")
+    if x[2] % bs or x[3] % bs:
+        raise ShapeError(f"{where}: height and width of input {tuple(x)} must be multiples of block_size={bs}")
+    return (x[0], x[1] * bs * bs, x[2] // bs, x[3] // bs)
+
+
+def _block_shape(fn):
+    def rule(params, in_shapes, out_shapes, where):
+        (x,) = in_shapes
+        if x is None:
+            return in_shapes, out_shapes
+        return in_shapes, [fn(x, params["block_size"], where)]
+
+    return rule
+
+
+def _d2s_fwd(xp, x, block_size):
+    # DCR order (MXNet): channel c = (b1 * bs + b2) * C' + c', out[n, c', h*bs + b1, w*bs + b2]
+    n, c, h, w = x.shape
+    bs = block_size
+    y = x.reshape(n, bs, bs, c // (bs * bs), h, w).transpose(0, 3, 4, 1, 5, 2)
+    return y.reshape(_d2s_out(x.shape, bs, "depth_to_space"))
+
+
+def _s2d_fwd(xp, x, block_size):
+    # the inverse of depth_to_space: out[n, (b1 * bs + b2) * C + c, h, w] = x[n, c, h*bs + b1, w*bs + b2]
+    n, c, h, w = x.shape
+    bs = block_size
+    y = x.reshape(n, c, h // bs, bs, w // bs, bs).transpose(0, 3, 5, 1, 2, 4)
+    return y.reshape(_s2d_out(x.shape, bs, "space_to_depth"))
+
+
+register(
+    "depth_to_space",
+    params={"block_size": Param("int")},
+    prepare=_block_prepare("depth_to_space"),
+    forward=_d2s_fwd,
+    infer_shape=_block_shape(_d2s_out),
+    # a permutation of the elements: the gradient applies the inverse permutation, space_to_depth
+    gradient=lambda F, n, g: [F.space_to_depth(g[0], block_size=n.params["block_size"])],
+    doc="Move (block_size x block_size) blocks of channels into space (MXNet's DCR ordering).",
+)
+
+register(
+    "space_to_depth",
+    params={"block_size": Param("int")},
+    prepare=_block_prepare("space_to_depth"),
+    forward=_s2d_fwd,
+    infer_shape=_block_shape(_s2d_out),
+    # the inverse permutation of depth_to_space
+    gradient=lambda F, n, g: [F.depth_to_space(g[0], block_size=n.params["block_size"])],
+    doc="Move (block_size x block_size) spatial blocks into channels (inverse of depth_to_space).",
 )
