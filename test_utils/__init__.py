@@ -13,6 +13,7 @@ names the argument, the worst elements, the mismatch share, the tolerances and a
 """
 
 from .compare import almost_equal, assert_allclose, assert_almost_equal, compare, same
+from .consistency import check_consistency
 from .context import default_context, set_default_context
 from .data import rand_ndarray, rand_shape_2d, rand_shape_3d, rand_shape_nd, random_arrays, random_uniform_arrays
 from .diagnose import diagnose, register_rule
@@ -69,6 +70,7 @@ __all__ = [
     "check_numeric_gradient",
     "numeric_grad",
     "check_speed",
+    "check_consistency",
     "simple_forward",
     # reporting
     "GradientCheckError",

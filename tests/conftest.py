@@ -1,12 +1,3 @@
-import pytest
-
-import symgrad as sg
-
-
-def pytest_collection_modifyitems(config, items):
-    if sg.num_gpus() > 0:
-        return
-    skip = pytest.mark.skip(reason="needs CuPy and a CUDA GPU (pip install symgrad[gpu])")
-    for item in items:
-        if "gpu" in item.keywords:
-            item.add_marker(skip)
+# symgrad's pytest plugin: ctx / rng fixtures, the gpu marker, --symgrad-seed. When symgrad is
+# pip-installed, the pytest11 entry point has already registered it and this line does nothing.
+pytest_plugins = ["test_utils.pytest_plugin"]

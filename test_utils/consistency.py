@@ -1,0 +1,351 @@
+"""MXNet's ``check_consistency``: one symbol on several devices and dtypes must agree.
+
+Every entry of ``ctx_list`` binds the symbol with ``simple_bind`` (its device, argument shapes and
+``type_dict``), gets the same random argument values (cast to its dtypes), runs ``forward(is_train=False)``,
+then ``forward(is_train=True)`` and ``backward`` with the same random head gradients. Outputs, gradients
+and updated auxiliary states of every entry are compared with those of the most precise entry (or the
+caller's ``ground_truth``) at the tolerance of the less precise dtype of the two, through the one
+comparison path (``compare``): a failure is a ``GradientCheckError`` naming the entry (device and dtype)
+and the output, argument or auxiliary state that differs, with the worst elements and a diagnosis.
+
+Cost: one simple_bind, two forward passes and one backward pass per entry.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+import numpy as np
+
+from symgrad.context import Context
+from symgrad.symbol import Symbol
+
+from ._inputs import check_stypes, normalize_grad_req
+from .compare import compare
+from .context import to_device, to_numpy
+from .mxnet_checks import _raise_first
+from .report import GradientCheckError
+from .tolerance import get_tols
+
+__all__ = ["check_consistency"]
+
+_WHO = "check_consistency"
+
+
+def _smaller_dtype(dt1, dt2) -> np.dtype:
+    """The less precise of two dtypes (fewer bytes; MXNet's ``smaller_dtype``)."""
+    dt1, dt2 = np.dtype(dt1), np.dtype(dt2)
+    return dt1 if dt1.itemsize < dt2.itemsize else dt2
+
+
+def _precision(dt) -> tuple:
+    """Sort key of an entry's primary dtype: floats by size above everything else."""
+    dt = np.dtype(dt)
+    return (dt.kind in "fc", dt.itemsize)
+
+
+def _host(x) -> np.ndarray:
+    return np.array(to_numpy(x), copy=True)
+
+
+def _with_note(exc: BaseException, note: str) -> None:
+    if hasattr(exc, "add_note"):  # Python 3.11+
+        exc.add_note(note)
+
+
+class _Entry:
+    """One ``ctx_list`` item: its executor and its description."""
+
+    def __init__(self, index, spec, sym, grad_req):
+        if not isinstance(spec, dict):
+            raise TypeError(f"{_WHO}: ctx_list[{index}] must be a dict such as {{'ctx': sg.cpu(), 'data': (2, 3), "
+                            f"'type_dict': {{'data': np.float16}}}}, got {type(spec).__name__}")
+        spec = dict(spec)
+        if "ctx" not in spec:
+            raise ValueError(f"{_WHO}: ctx_list[{index}] has no 'ctx' key (keys {sorted(spec)})")
+        ctx = spec.pop("ctx")
+        if not isinstance(ctx, Context):
+            raise TypeError(f"{_WHO}: ctx_list[{index}]['ctx'] must be a Context such as sg.cpu(0) or sg.gpu(0), "
+                            f"got {ctx!r}")
+        type_dict = dict(spec.pop("type_dict", None) or {})
+        check_stypes(spec.pop("stype_dict", None), _WHO, f"ctx_list[{index}]['stype_dict']")
+        for name, shape in spec.items():
+            if not (isinstance(shape, (tuple, list)) and all(isinstance(d, (int, np.integer)) for d in shape)):
+                raise TypeError(f"{_WHO}: ctx_list[{index}][{name!r}] must be a shape (a tuple of ints), got {shape!r}")
+        self.index, self.ctx, self.type_dict = index, ctx, type_dict
+        self.out_names = sym.list_outputs()
+        try:
+            self.exe = sym.simple_bind(ctx, grad_req=grad_req, type_dict=type_dict, **spec)
+        except Exception as exc:
+            _with_note(exc, f"{_WHO}: while binding ctx_list[{index}] ({ctx}, type_dict {type_dict})")
+            raise
+        self.dtype = None  # the dtype of output 0 (MXNet's "precision" of an entry), known after forward
+
+    @property
+    def label(self) -> str:
+        """Short column label, e.g. ``#2 cpu0 float16``."""
+        return f"#{self.index} {self.ctx.device_type}{self.ctx.device_id} {self.dtype.name}"
+
+    @property
+    def desc(self) -> str:
+        return f"entry {self.index} ({self.ctx}, {self.dtype.name})"
+
+    def set_inputs(self, arg_params, aux_params):
+        for name, arr in self.exe.arg_dict.items():
+            arr[...] = to_device(np.broadcast_to(arg_params[name], arr.shape), self.ctx, arr.dtype)
+        for name, arr in self.exe.aux_dict.items():
+            arr[...] = to_device(np.broadcast_to(aux_params[name], arr.shape), self.ctx, arr.dtype)
+        for arr in self.exe.grad_arrays:
+            if arr is not None:
+                arr[...] = 0
+
+    def forward(self, is_train) -> dict:
+        outs = self.exe.forward(is_train=is_train)
+        if self.dtype is None:
+            self.dtype = np.dtype(outs[0].dtype)
+        return dict(zip(self.out_names, (_host(o) for o in outs)))
+
+
+def _check_symbols(sym, n):
+    if isinstance(sym, Symbol):
+        return [sym] * n
+    if not isinstance(sym, (list, tuple)) or not all(isinstance(s, Symbol) for s in sym):
+        raise TypeError(f"{_WHO}: sym must be a Symbol or a list of Symbols (one per ctx_list entry), got "
+                        f"{type(sym).__name__}")
+    if len(sym) != n:
+        raise ValueError(f"{_WHO}: {len(sym)} symbols for {n} ctx_list entries; give one symbol per entry")
+    args, outs = sym[0].list_arguments(), sym[0].list_outputs()
+    for i, s in enumerate(sym[1:], 1):
+        if s.list_arguments() != args:
+            raise ValueError(f"{_WHO}: symbol {i} has arguments {s.list_arguments()}, symbol 0 has {args}")
+        if s.list_outputs() != outs:
+            raise ValueError(f"{_WHO}: symbol {i} has outputs {s.list_outputs()}, symbol 0 has {outs}")
+    return list(sym)
+
+
+def _check_params(given, names, shapes, what, noun):
+    """Validate a caller's ``arg_params``/``aux_params`` dict: known names, values that broadcast."""
+    if given is None:
+        return {}
+    if not isinstance(given, dict):
+        raise TypeError(f"{_WHO}: {what} must be a dict name -> array, got {type(given).__name__}")
+    unknown = [k for k in given if k not in names]
+    if unknown:
+        raise ValueError(f"{_WHO}: {what} names {unknown}, which are not {noun}s of the symbol; its {noun}s are "
+                         f"{list(names)}")
+    for k, v in given.items():
+        shape = np.shape(to_numpy(v))
+        try:
+            np.broadcast_to(np.empty(shape), shapes[k])
+        except ValueError:
+            raise ValueError(f"{_WHO}: {what}[{k!r}] has shape {shape}, expected {shapes[k]}") from None
+    return given
+
+
+def _random(shape, scale, use_uniform, rand_type):
+    if use_uniform:
+        return np.random.uniform(low=-0.92 * scale, high=0.92 * scale, size=shape).astype(rand_type)
+    return np.random.normal(size=shape, scale=scale).astype(rand_type)
+
+
+def _inputs_seed(*arrays: dict) -> int:
+    """A seed derived from the input values: the same inputs give the same head gradients (so a ground truth
+    from an earlier call stays valid, as with MXNet's output-valued head gradients)."""
+    digest = hashlib.sha256()
+    for d in arrays:
+        for name in sorted(d):
+            digest.update(name.encode())
+            digest.update(np.ascontiguousarray(d[name], dtype=np.float64).tobytes())
+    return int.from_bytes(digest.digest()[:8], "little")
+
+
+def _loss_heads(sym):
+    """Outputs whose backward ignores the head gradient (SoftmaxOutput, MakeLoss, need_top_grad=False)."""
+    return [node.op is not None and node.op.loss_head(node.params) for node, _ in sym._outputs]
+
+
+def _ground_truth(ground_truth, required, optional):
+    if not isinstance(ground_truth, dict):
+        raise TypeError(f"{_WHO}: ground_truth must be a dict name -> array (as returned by check_consistency), "
+                        f"got {type(ground_truth).__name__}")
+    missing = [k for k in required if k not in ground_truth]
+    if missing:
+        raise ValueError(f"{_WHO}: ground_truth has no array for {missing}; it needs every output and every "
+                         f"gradient whose grad_req is not 'null': {list(required)}")
+    unknown = [k for k in ground_truth if k not in required and k not in optional]
+    if unknown:
+        raise ValueError(f"{_WHO}: ground_truth names {unknown}, which are neither outputs, gradients with a "
+                         f"grad_req other than 'null' nor auxiliary states: {list(required) + list(optional)}")
+    return {k: _host(v) for k, v in ground_truth.items()}
+
+
+def check_consistency(sym, ctx_list, scale=1.0, grad_req="write", arg_params=None, aux_params=None, rtol=None,
+                      atol=None, raise_on_err=True, ground_truth=None, equal_nan=False, use_uniform=False,
+                      rand_type=np.float64):
+    """Check that a symbol gives the same outputs and gradients on every device and dtype (MXNet 1.9).
+
+    Args:
+        sym: a Symbol, or a list of Symbols (one per entry) with the same arguments and outputs.
+        ctx_list: a list of dicts ``{"ctx": sg.cpu(0) | sg.gpu(0), <argument name>: shape, ...,
+            "type_dict": {name: dtype}}``, each bound with ``simple_bind`` (at least two entries, or one
+            with ``ground_truth``).
+        scale: standard deviation of the random normal arguments (half-width / 0.92 of uniform ones).
+        grad_req: 'write' / 'add' / 'null', a list in argument order or a dict name -> req (absent: 'null').
+            All 'null' skips the training pass.
+        arg_params: ``{name: array}`` values of some arguments; the others are drawn in sorted name order
+            and, as in MXNet, added to this dict.
+        aux_params: ``{name: array}`` values of auxiliary states (default 0, as MXNet), also filled in.
+        rtol, atol: None (the tables), a number or ``{dtype: tol}``; the tolerance of a pair is the looser
+            of the two sides' dtypes, where a side's dtype is the smaller of the array's dtype and its
+            entry's output dtype (so a float32 BatchNorm gamma gradient of a float16 entry gets float16's
+            tolerance, as MXNet).
+        raise_on_err: False prints each failure report and carries on.
+        ground_truth: ``{name: array}`` to compare every entry with (e.g. a previous call's result) instead
+            of the most precise entry; it needs every output and every computed gradient.
+        equal_nan: NaN == NaN.
+        use_uniform: uniform instead of normal random arguments.
+        rand_type: dtype the random arguments are drawn in before each entry casts them.
+
+    Returns:
+        The ground truth: ``ground_truth`` when given, else the most precise entry's (the first entry
+        whose output 0 has the widest float dtype) outputs of ``forward(is_train=True)``, gradients
+        (grad_req not 'null') and auxiliary states after that forward, as host numpy arrays by name
+        (after ``forward(is_train=False)`` only when every grad_req is 'null').
+
+    Raises:
+        GradientCheckError: an entry differs; the message names the entry (device, dtype), the output,
+            argument or auxiliary state, the reference entry and the dtype whose tolerance applied.
+        ValueError / TypeError: malformed ``ctx_list``, symbols, params or ground truth.
+
+    Differences from MXNet: the head gradients of ``backward`` are standard-normal arrays rounded to
+    float16 (so every entry holds exactly the same values), drawn from a generator seeded by the input
+    values (the same inputs give the same head gradients, so a returned ground truth can be reused; numpy's
+    global RNG is not consumed), rather than entry 0's outputs cast to the least precise dtype; loss heads
+    (SoftmaxOutput, MakeLoss) get none; auxiliary states updated by the training forward (BatchNorm's
+    moving mean/var) are compared and returned too; every failure is collected before the first is
+    raised (the others are listed in a note and in ``err.others``); with ``ground_truth`` every entry is
+    compared with it (MXNet skips the most precise one), and the inference pass is compared with the
+    most precise entry (a ground truth from a training pass does not hold the inference outputs of
+    BatchNorm & co.) unless every grad_req is 'null'.
+
+    >>> import numpy as np, symgrad as sg
+    >>> sym = sg.sym.FullyConnected(sg.sym.Variable("x"), num_hidden=3, name="fc")
+    >>> ctx_list = [{"ctx": sg.cpu(0), "x": (2, 4), "type_dict": {"x": np.float64}},
+    ...             {"ctx": sg.cpu(0), "x": (2, 4), "type_dict": {"x": np.float32}}]
+    >>> sorted(check_consistency(sym, ctx_list))
+    ['fc_bias', 'fc_output', 'fc_weight', 'x']
+    """
+    if not isinstance(ctx_list, (list, tuple)):
+        raise TypeError(f"{_WHO}: ctx_list must be a list of dicts, got {type(ctx_list).__name__}")
+    if len(ctx_list) < (1 if ground_truth is not None else 2):
+        raise ValueError(f"{_WHO}: ctx_list has {len(ctx_list)} entries; comparing needs at least two (or one and a "
+                         "ground_truth)")
+    syms = _check_symbols(sym, len(ctx_list))
+    arg_names, out_names = syms[0].list_arguments(), syms[0].list_outputs()
+    aux_names = syms[0].list_auxiliary_states()
+    reqs = normalize_grad_req(grad_req, arg_names, _WHO)
+    entries = [_Entry(i, spec, s, grad_req) for i, (spec, s) in enumerate(zip(ctx_list, syms))]
+
+    first = entries[0].exe
+    arg_shapes = {k: tuple(a.shape) for k, a in first.arg_dict.items()}
+    aux_shapes = {k: tuple(a.shape) for k, a in first.aux_dict.items()}
+    for e in entries[1:]:
+        for what, shapes, arrays in (("argument", arg_shapes, e.exe.arg_dict), ("auxiliary state", aux_shapes,
+                                                                               e.exe.aux_dict)):
+            for k, a in arrays.items():
+                if tuple(a.shape) != shapes[k]:
+                    raise ValueError(f"{_WHO}: {what} {k!r} has shape {tuple(a.shape)} in ctx_list[{e.index}] but "
+                                     f"{shapes[k]} in ctx_list[0]; every entry must bind the same shapes")
+
+    # MXNet fills the caller's dicts in place: random arguments in sorted name order, aux states 0
+    arg_params = _check_params(arg_params, arg_names, arg_shapes, "arg_params", "argument")
+    aux_params = _check_params(aux_params, aux_names, aux_shapes, "aux_params", "auxiliary state")
+    for name in sorted(arg_shapes):
+        if name not in arg_params:
+            arg_params[name] = _random(arg_shapes[name], scale, use_uniform, rand_type)
+    for name in aux_names:
+        aux_params.setdefault(name, 0)
+    host_args = {k: np.asarray(to_numpy(v)) for k, v in arg_params.items()}
+    host_aux = {k: np.asarray(to_numpy(v)) for k, v in aux_params.items()}
+    for e in entries:
+        e.set_inputs(host_args, host_aux)
+
+    training = any(r != "null" for r in reqs.values())
+    grad_names = [k for k in arg_names if reqs[k] != "null"]
+    if ground_truth is not None:
+        gt = _ground_truth(ground_truth, out_names + (grad_names if training else []), aux_names)
+    failures = []
+
+    def check(e, values, ref_entry, ref_values, phase, kinds):
+        """Compare ``values`` of entry ``e`` with ``ref_values`` (of ``ref_entry``; None: the ground truth)."""
+        if ref_entry is None:
+            ref_desc, ref_label, reference = "the ground truth", "ground truth", "ground_truth"
+        else:
+            ref_desc, ref_label, reference = f"{ref_entry.desc}, the most precise", ref_entry.label, ref_entry.index
+        for name, got in values.items():
+            if name not in ref_values:
+                continue
+            want = ref_values[name]
+            tol_a = _smaller_dtype(got.dtype, e.dtype)
+            tol_b = _smaller_dtype(want.dtype, want.dtype if ref_entry is None else ref_entry.dtype)
+            rt, at = get_tols(np.empty(0, tol_a), np.empty(0, tol_b), rtol, atol)
+            looser = _smaller_dtype(tol_a, tol_b)
+            kind = kinds[name]
+            facts = {"entry": e.index, "ctx": e.ctx, "dtype": np.dtype(got.dtype), "entry_dtype": e.dtype,
+                     "reference": reference, "phase": phase, "kind": kind}
+            if kind == "gradient":
+                facts["grad_req"] = reqs[name]
+            what = f"{'gradient of' if kind == 'gradient' else kind} {name!r}"
+            try:
+                compare(got, want, rt, at, check=_WHO, arg_name=name, names=(e.label, ref_label),
+                        what=f"{what} on {e.desc} differs from {ref_desc}",
+                        equal_nan=equal_nan, broadcast=False, facts=facts,
+                        extra_lines=[f"compared after {phase}, at the tolerance of {looser.name} (the less precise "
+                                     "dtype of the pair)"])
+            except GradientCheckError as err:
+                if raise_on_err:
+                    failures.append(err)
+                else:
+                    print(f"{_WHO}: {what} on {e.desc} is inconsistent (raise_on_err=False, continuing):")
+                    print(err)
+
+    # inference pass, compared with the most precise entry (or the ground truth when there is no training pass)
+    infer_outs = [e.forward(is_train=False) for e in entries]
+    ref = max(entries, key=lambda e: _precision(e.dtype))  # the first of the most precise
+    out_kinds = dict.fromkeys(out_names, "output")
+    for e, outs in zip(entries, infer_outs):
+        if ground_truth is not None and not training:
+            check(e, outs, None, gt, "forward(is_train=False)", out_kinds)
+        elif e is not ref:
+            check(e, outs, ref, infer_outs[ref.index], "forward(is_train=False)", out_kinds)
+
+    if not training:
+        _raise_first(failures)
+        if ground_truth is not None:
+            return ground_truth
+        return {**infer_outs[ref.index], **{k: _host(a) for k, a in ref.exe.aux_dict.items()}}
+
+    # training pass: the same random head gradients everywhere, rounded to float16 so that every dtype holds
+    # them exactly (whatever the entries, so a ground truth from another call stays comparable)
+    train_outs = [e.forward(is_train=True) for e in entries]
+    head_rng = np.random.default_rng(_inputs_seed(host_args, host_aux))
+    heads = [None if loss else head_rng.standard_normal(train_outs[0][name].shape).astype(np.float16)
+             for name, loss in zip(out_names, _loss_heads(syms[0]))]
+    for e in entries:
+        e.exe.backward([None if h is None else to_device(h, e.ctx, e.exe.outputs[k].dtype)
+                        for k, h in enumerate(heads)])
+
+    results = []
+    for e, outs in zip(entries, train_outs):
+        grads = {k: _host(e.exe.grad_dict[k]) for k in grad_names}
+        aux = {k: _host(a) for k, a in e.exe.aux_dict.items()}
+        results.append({**outs, **grads, **aux})
+    kinds = {**out_kinds, **dict.fromkeys(grad_names, "gradient"), **dict.fromkeys(aux_names, "auxiliary state")}
+    phase = "forward(is_train=True) + backward with the same random head gradients"
+    for e, values in zip(entries, results):
+        if ground_truth is not None:
+            check(e, values, None, gt, phase, kinds)
+        elif e is not ref:
+            check(e, values, ref, results[ref.index], phase, kinds)
+    _raise_first(failures)
+    return ground_truth if ground_truth is not None else results[ref.index]

@@ -1,0 +1,192 @@
+"""symgrad's pytest plugin: the ``ctx`` and ``rng`` fixtures, the ``gpu`` marker and ``--symgrad-seed``.
+
+Installed with symgrad, it is registered through the ``pytest11`` entry point ``symgrad``; a checkout
+that is not pip-installed loads it with ``pytest_plugins = ["test_utils.pytest_plugin"]`` in its
+top-level conftest.py, or ``-p test_utils.pytest_plugin``. Any mix of these is safe: once registered
+under one name the plugin blocks its other name, so it is never registered twice.
+
+- ``ctx``: parametrised over ``sg.cpu(0)`` (id ``cpu0``) and ``sg.gpu(0)`` (id ``gpu0``, marked ``gpu``);
+  the gpu case is deselected when CuPy or a GPU is missing.
+- ``rng``: a ``numpy.random.Generator`` seeded per test with ``--symgrad-seed=N``, else the environment
+  variable ``SYMGRAD_TEST_SEED``, else a fresh random seed. numpy's and Python's global RNGs (which the
+  MXNet-style checkers draw from) are seeded with the same value for the test and restored afterwards,
+  and a ``GradientCheckError`` raised in the test carries it as ``.seed``. A failing test's report gets
+  a section ``symgrad seed: N (reproduce with --symgrad-seed=N)``.
+- ``@pytest.mark.gpu``: the test is skipped unless CuPy and a CUDA GPU are present.
+- ``--symgrad-seed=N`` also fixes the seed of ``test_utils.with_seed`` tests (it sets
+  ``SYMGRAD_TEST_SEED`` for the session).
+
+CuPy is imported only when a collected test is gpu-marked (or uses ``ctx``), to see whether a GPU is there.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import secrets
+import sys
+
+import pytest
+
+from .seed import SEED_ENV
+
+__all__ = ["gpu_available", "SEED_OPTION", "SEED_ENV", "ENTRY_POINT_NAME"]
+
+SEED_OPTION = "--symgrad-seed"
+ENTRY_POINT_NAME = "symgrad"
+GPU_REASON = "needs CuPy and a CUDA GPU (pip install symgrad[gpu])"
+_MAX_SEED = 2**32 - 1  # numpy's legacy seeding accepts [0, 2**32)
+
+_seed_key = pytest.StashKey[int]()
+_env_key = pytest.StashKey[tuple]()
+
+
+def gpu_available() -> bool:
+    """True when CuPy imports and sees at least one CUDA device."""
+    from symgrad.context import num_gpus
+
+    return num_gpus() > 0
+
+
+def _parse_seed(text, source):
+    try:
+        seed = int(str(text).strip())
+    except ValueError:
+        raise pytest.UsageError(f"symgrad: {source} must be an integer seed, got {text!r}") from None
+    if not 0 <= seed <= _MAX_SEED:
+        raise pytest.UsageError(f"symgrad: {source} must be in [0, 2**32 - 1], got {seed}")
+    return seed
+
+
+def _fixed_seed(config):
+    """``(seed, source)`` from ``--symgrad-seed`` or ``SYMGRAD_TEST_SEED``, else ``(None, None)``."""
+    opt = config.getoption("symgrad_seed", None)
+    if opt is not None:
+        return _parse_seed(opt, SEED_OPTION), SEED_OPTION
+    env = os.environ.get(SEED_ENV, "").strip()
+    if env:
+        return _parse_seed(env, SEED_ENV), SEED_ENV
+    return None, None
+
+
+# -- registration under one name only --------------------------------------------------------------------
+
+
+def pytest_addoption(parser, pluginmanager):
+    # Called as soon as this module is registered (a historic hook). If it came in through the entry point
+    # ("symgrad"), block the module name so a conftest's pytest_plugins or -p of the module is a no-op, and
+    # the other way round, so the entry point loaded later does not register the module a second time.
+    me = sys.modules[__name__]
+    name = pluginmanager.get_name(me)
+    for alias in (ENTRY_POINT_NAME, __name__):
+        if alias != name and pluginmanager.get_plugin(alias) is None:
+            pluginmanager.set_blocked(alias)
+    group = parser.getgroup("symgrad", "symgrad gradient checkers")
+    group.addoption(SEED_OPTION, dest="symgrad_seed", default=None, metavar="N",
+                    help=f"seed of the rng fixture and of with_seed tests (default: ${SEED_ENV}, else a random seed "
+                         "per test, printed when the test fails)")
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", f"gpu: {GPU_REASON}; skipped when either is missing")
+    opt = config.getoption("symgrad_seed", None)
+    if opt is not None:  # with_seed reads SYMGRAD_TEST_SEED: the option overrides it for this session
+        seed = _parse_seed(opt, SEED_OPTION)
+        config.stash[_env_key] = (os.environ.get(SEED_ENV),)
+        os.environ[SEED_ENV] = str(seed)
+
+
+def pytest_unconfigure(config):
+    saved = config.stash.get(_env_key, None)
+    if saved is None:
+        return
+    (old,) = saved
+    if old is None:
+        os.environ.pop(SEED_ENV, None)
+    else:
+        os.environ[SEED_ENV] = old
+    del config.stash[_env_key]
+
+
+def pytest_report_header(config):
+    seed, source = _fixed_seed(config)
+    if seed is None:
+        return f"symgrad: random seed per test (fix it with {SEED_OPTION}=N or {SEED_ENV}=N)"
+    return f"symgrad: seed {seed} (from {source})"
+
+
+# -- fixtures ---------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(params=[pytest.param("cpu0", id="cpu0"), pytest.param("gpu0", id="gpu0", marks=pytest.mark.gpu)])
+def ctx(request):
+    """The device a test runs on: ``sg.cpu(0)``, and ``sg.gpu(0)`` when CuPy and a GPU are present."""
+    import symgrad as sg
+
+    return sg.cpu(0) if request.param == "cpu0" else sg.gpu(0)
+
+
+@pytest.fixture
+def rng(request):
+    """A ``numpy.random.Generator`` seeded for this test (numpy's and Python's global RNGs too).
+
+    The seed is ``--symgrad-seed``, else ``$SYMGRAD_TEST_SEED``, else a fresh random one; a failing
+    test reports it with the option that reproduces it.
+    """
+    import numpy as np
+
+    from . import seed as seed_module
+
+    seed, _ = _fixed_seed(request.config)
+    if seed is None:
+        seed = secrets.randbelow(2**31 - 1)
+    request.node.stash[_seed_key] = seed
+    np_state, py_state = np.random.get_state(), random.getstate()
+    np.random.seed(seed)
+    random.seed(seed)
+    token = seed_module._current.set(seed)  # GradientCheckError.seed, as under with_seed
+    try:
+        yield np.random.default_rng(seed)
+    finally:
+        try:
+            seed_module._current.reset(token)
+        except ValueError:  # reset from another context (a plugin running the test in a copied context)
+            seed_module._current.set(None)
+        np.random.set_state(np_state)
+        random.setstate(py_state)
+
+
+# -- collection and reports -----------------------------------------------------------------------------------
+
+
+def _ctx_param(item):
+    callspec = getattr(item, "callspec", None)
+    return None if callspec is None else callspec.params.get("ctx")
+
+
+def pytest_collection_modifyitems(config, items):
+    if not any(item.get_closest_marker("gpu") for item in items) or gpu_available():
+        return
+    keep, dropped = [], []
+    skip = pytest.mark.skip(reason=GPU_REASON)
+    for item in items:
+        if _ctx_param(item) == "gpu0" and "ctx" in item.fixturenames:
+            dropped.append(item)  # the ctx fixture's gpu case exists only where a GPU does
+            continue
+        if item.get_closest_marker("gpu"):
+            item.add_marker(skip)
+        keep.append(item)
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = keep
+
+
+@pytest.hookimpl(hookwrapper=True)  # old-style wrapper: works with pluggy < 1.2 (pytest 7) too
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    report = outcome.get_result()
+    seed = item.stash.get(_seed_key, None)
+    if seed is not None and report.failed:
+        report.sections.append(
+            ("symgrad seed", f"symgrad seed: {seed} (reproduce with {SEED_OPTION}={seed})")
+        )

@@ -1,0 +1,274 @@
+"""The pytest plugin (test_utils.pytest_plugin), run inside pytest's own ``pytester`` sessions.
+
+Each test writes a small test file, runs pytest on it in-process with the plugin and checks the outcome:
+the seed line of a failing test, the same rng values for the same seed, the ``ctx`` ids, the ``gpu``
+marker, ``--symgrad-seed`` reaching ``with_seed``, and that the plugin is registered once however it is
+loaded (entry point, conftest ``pytest_plugins``, ``-p``).
+"""
+
+import json
+import os
+import random
+import re
+
+import numpy as np
+import pytest
+
+import test_utils.pytest_plugin as plugin
+
+pytest_plugins = ["pytester"]
+
+# in-process runs import the already-imported plugin module: silence the assertion-rewrite notice about it
+PLUGIN = ["-p", "test_utils.pytest_plugin", "-W", "ignore::pytest.PytestAssertRewriteWarning"]
+
+
+@pytest.fixture(autouse=True)
+def _clean_env(monkeypatch):
+    monkeypatch.delenv("SYMGRAD_TEST_SEED", raising=False)
+    monkeypatch.delenv("SYMGRAD_TEST_COUNT", raising=False)
+    # other installed plugins stay out of the inner sessions (hypothesis re-imports itself in each: seconds)
+    monkeypatch.setenv("PYTEST_DISABLE_PLUGIN_AUTOLOAD", "1")
+
+
+@pytest.fixture
+def no_gpu(monkeypatch):
+    monkeypatch.setattr(plugin, "gpu_available", lambda: False)
+
+
+@pytest.fixture
+def fake_gpu(monkeypatch):
+    monkeypatch.setattr(plugin, "gpu_available", lambda: True)
+
+
+RECORD_DRAWS = """
+    import json, random
+    import numpy as np
+
+    def test_draw(rng):
+        values = {"rng": rng.random(4).tolist(), "np_global": np.random.rand(2).tolist(), "py": random.random()}
+        with open("draws.jsonl", "a") as f:
+            f.write(json.dumps(values) + "\\n")
+        assert FAIL is False
+"""
+
+
+def _draws(pytester):
+    lines = (pytester.path / "draws.jsonl").read_text().splitlines()
+    (pytester.path / "draws.jsonl").unlink()
+    return [json.loads(line) for line in lines]
+
+
+def _expected_draws(seed):
+    """What a test seeded with ``seed`` must draw, derived from numpy and random directly."""
+    state = np.random.RandomState(seed)
+    py = random.Random(seed)
+    return {"rng": np.random.default_rng(seed).random(4).tolist(), "np_global": state.rand(2).tolist(),
+            "py": py.random()}
+
+
+# -- rng and the seed line ------------------------------------------------------------------------------
+
+
+def test_failing_test_reports_its_seed_and_passing_ones_do_not(pytester):
+    pytester.makepyfile(
+        """
+        def test_fails_with_rng(rng):
+            assert rng.random() > 2.0
+
+        def test_passes_with_rng(rng):
+            assert rng.random() < 2.0
+
+        def test_fails_without_rng():
+            assert 1 == 2
+        """
+    )
+    result = pytester.runpytest(*PLUGIN, "--symgrad-seed=1234")
+    result.assert_outcomes(passed=1, failed=2)
+    out = result.stdout.str()
+    assert out.count("symgrad seed: 1234 (reproduce with --symgrad-seed=1234)") == 1
+    # the line sits in the block of the failing rng test, not in the other failure's block
+    start = re.search(r"_+ test_fails_with_rng _+", out).end()
+    end = re.search(r"_+ test_fails_without_rng _+", out).start()
+    assert "symgrad seed: 1234 (reproduce" in out[start:end]
+    assert "symgrad: seed 1234 (from --symgrad-seed)" in out  # session header
+
+
+def test_same_seed_same_values_from_option_and_env(pytester, monkeypatch):
+    pytester.makepyfile(RECORD_DRAWS.replace("FAIL", "False"))
+    pytester.runpytest(*PLUGIN, "--symgrad-seed=99").assert_outcomes(passed=1)
+    pytester.runpytest(*PLUGIN, "--symgrad-seed=99").assert_outcomes(passed=1)
+    monkeypatch.setenv("SYMGRAD_TEST_SEED", "99")
+    pytester.runpytest(*PLUGIN).assert_outcomes(passed=1)
+    pytester.runpytest(*PLUGIN, "--symgrad-seed=100").assert_outcomes(passed=1)  # the option beats the env
+    first, second, from_env, other = _draws(pytester)
+    assert first == second == from_env == _expected_draws(99)
+    assert other == _expected_draws(100)
+
+
+def test_random_seed_of_a_failure_reproduces_its_values(pytester):
+    pytester.makepyfile(RECORD_DRAWS.replace("FAIL", "True"))
+    seeds = []
+    for _ in range(2):
+        result = pytester.runpytest(*PLUGIN)
+        result.assert_outcomes(failed=1)
+        assert "symgrad: random seed per test" in result.stdout.str()
+        m = re.search(r"symgrad seed: (\d+) \(reproduce with --symgrad-seed=(\d+)\)", result.stdout.str())
+        assert m and m.group(1) == m.group(2)
+        seeds.append(int(m.group(1)))
+    assert seeds[0] != seeds[1]  # fresh draws (equal with probability 1 / (2**31 - 1))
+    pytester.runpytest(*PLUGIN, f"--symgrad-seed={seeds[0]}").assert_outcomes(failed=1)
+    run0, run1, rerun = _draws(pytester)
+    assert rerun == run0 == _expected_draws(seeds[0])
+    assert run1 == _expected_draws(seeds[1])
+
+
+def test_rng_restores_global_state_and_tags_check_errors(pytester):
+    pytester.makepyfile(
+        """
+        import numpy as np
+        import pytest
+        import test_utils as tu
+
+        def test_error_carries_seed(rng):
+            with pytest.raises(tu.GradientCheckError) as info:
+                tu.assert_almost_equal(np.ones(3), np.zeros(3))
+            assert info.value.seed == 7
+
+        def test_global_state_restored(rng):
+            np.random.rand(5)
+        """
+    )
+    state = np.random.get_state()[1].copy()
+    pytester.runpytest(*PLUGIN, "--symgrad-seed=7").assert_outcomes(passed=2)
+    assert (np.random.get_state()[1] == state).all()
+
+
+def test_bad_seed_is_a_usage_error(pytester, monkeypatch):
+    pytester.makepyfile("def test_x(rng):\n    pass\n")
+    result = pytester.runpytest(*PLUGIN, "--symgrad-seed=abc")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--symgrad-seed must be an integer seed, got 'abc'*"])
+    monkeypatch.setenv("SYMGRAD_TEST_SEED", "-5")
+    result = pytester.runpytest(*PLUGIN)
+    assert "SYMGRAD_TEST_SEED must be in [0, 2**32 - 1], got -5" in result.stdout.str() + result.stderr.str()
+
+
+# -- with_seed ------------------------------------------------------------------------------------------
+
+
+def test_with_seed_honours_the_option_and_env_is_restored(pytester, monkeypatch):
+    pytester.makepyfile(
+        """
+        import numpy as np
+        from test_utils import with_seed
+
+        @with_seed()
+        def test_seeded():
+            with open("with_seed.txt", "w") as f:
+                f.write(repr(float(np.random.rand())))
+        """
+    )
+    monkeypatch.setenv("SYMGRAD_TEST_SEED", "11")
+    pytester.runpytest(*PLUGIN, "--symgrad-seed=5").assert_outcomes(passed=1)
+    assert float((pytester.path / "with_seed.txt").read_text()) == np.random.RandomState(5).rand()
+    assert os.environ["SYMGRAD_TEST_SEED"] == "11"  # restored after the session
+    pytester.runpytest(*PLUGIN).assert_outcomes(passed=1)
+    assert float((pytester.path / "with_seed.txt").read_text()) == np.random.RandomState(11).rand()
+
+
+# -- ctx and the gpu marker --------------------------------------------------------------------------------
+
+
+CTX_TESTS = """
+    import pytest
+    import symgrad as sg
+
+    def test_device(ctx):
+        assert ctx in (sg.cpu(0), sg.gpu(0))
+        assert ctx.device_id == 0
+
+    @pytest.mark.gpu
+    def test_needs_gpu():
+        pass
+
+    def test_plain():
+        pass
+"""
+
+
+def test_ctx_is_cpu_only_and_gpu_marker_skips_without_a_gpu(pytester, no_gpu):
+    pytester.makepyfile(CTX_TESTS)
+    result = pytester.runpytest(*PLUGIN, "-v", "-rs", "--strict-markers")
+    result.assert_outcomes(passed=2, skipped=1, deselected=1)
+    out = result.stdout.str()
+    assert "test_device[cpu0] PASSED" in out
+    assert "[gpu0]" not in out
+    assert "test_needs_gpu SKIPPED" in out
+    result.stdout.fnmatch_lines(["*SKIPPED*needs CuPy and a CUDA GPU*"])
+
+
+def test_ctx_ids_with_a_gpu(pytester, fake_gpu):
+    pytester.makepyfile(CTX_TESTS)
+    result = pytester.runpytest(*PLUGIN, "-v", "--strict-markers")
+    result.assert_outcomes(passed=4)
+    out = result.stdout.str()
+    assert "test_device[cpu0] PASSED" in out and "test_device[gpu0] PASSED" in out
+    assert "test_needs_gpu PASSED" in out
+    # the gpu case carries the gpu marker, so -m "not gpu" leaves cpu only
+    result = pytester.runpytest(*PLUGIN, "-v", "-m", "not gpu")
+    result.assert_outcomes(passed=2, deselected=2)
+
+
+def test_a_conftest_ctx_fixture_overrides_the_plugin(pytester, no_gpu):
+    pytester.makeconftest(
+        """
+        import pytest
+
+        @pytest.fixture(params=["gpu0"])
+        def ctx(request):
+            return request.param
+        """
+    )
+    pytester.makepyfile("def test_mine(ctx):\n    assert ctx == 'gpu0'\n")
+    pytester.runpytest(*PLUGIN).assert_outcomes(passed=1)
+
+
+# -- registration ---------------------------------------------------------------------------------------------
+
+
+WHO_IS_REGISTERED = """
+    import test_utils.pytest_plugin as plugin
+
+    def test_registered_once(request):
+        pm = request.config.pluginmanager
+        names = [name for name, p in pm.list_name_plugin() if p is plugin]
+        assert names == [NAME]
+        assert request.config.getoption("symgrad_seed") == "3"
+"""
+
+
+def _fake_entry_point(pytester, monkeypatch):
+    """A distribution on sys.path whose pytest11 entry point is the plugin, as `pip install symgrad` makes."""
+    monkeypatch.delenv("PYTEST_DISABLE_PLUGIN_AUTOLOAD")
+    site = pytester.mkdir("site")
+    info = site / "fake_symgrad-0.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: fake-symgrad\nVersion: 0.0\n")
+    (info / "entry_points.txt").write_text("[pytest11]\nsymgrad = test_utils.pytest_plugin\n")
+    pytester.syspathinsert(site)
+
+
+@pytest.mark.parametrize("how", ["entry point", "entry point + conftest", "entry point + -p", "-p + conftest"])
+def test_plugin_is_registered_once_however_loaded(pytester, monkeypatch, how):
+    args = ["--symgrad-seed=3", "-W", "ignore::pytest.PytestAssertRewriteWarning"]
+    if "entry point" in how:
+        _fake_entry_point(pytester, monkeypatch)
+        args += ["-p", "no:hypothesispytest"]  # autoloaded otherwise, and slow to re-import in every inner session
+    if "-p" in how:
+        args = PLUGIN + args
+    if "conftest" in how:
+        pytester.makeconftest('pytest_plugins = ["test_utils.pytest_plugin"]\n')
+    name = "symgrad" if how.startswith("entry point") and "-p" not in how else "test_utils.pytest_plugin"
+    pytester.makepyfile(WHO_IS_REGISTERED.replace("NAME", repr(name)))
+    result = pytester.runpytest(*args)
+    result.assert_outcomes(passed=1)
