@@ -51,7 +51,6 @@ def _run(nodes: Sequence[Node], known: dict, kind: str) -> dict:
                 raise
             except Exception as exc:  # a rule crashing on odd input is still the op's error
                 raise ShapeError(f"{where(node)}: {kind} inference failed: {exc}") from exc
-            names = node.input_names()
             for slot, (old, new) in enumerate(zip(ins, new_ins)):
                 if new is None:
                     continue
@@ -59,6 +58,7 @@ def _run(nodes: Sequence[Node], known: dict, kind: str) -> dict:
                     new = tuple(int(d) for d in new)
                 if old is not None and _differs(old, new, kind):
                     src, idx = node.inputs[slot]
+                    names = node.input_names()
                     what = names[slot] if slot < len(names) else f"input {slot}"
                     raise _conflict(node, f"input {what!r} (from {src.output_name(idx)!r})", old, new, kind)
                 if old is None:

@@ -9,6 +9,9 @@ call that raises leaves every bound and user array as it was.
 
 from __future__ import annotations
 
+import functools
+import gc
+
 import numpy as np
 
 from ..base import BindError, ShapeError, SymgradError
@@ -19,6 +22,26 @@ from .plan import Plan, annotate, failing_instr, run_instrs
 __all__ = ["Executor", "simple_bind"]
 
 _REQS = ("write", "add", "null", "inplace")
+
+
+def _gc_paused(fn):
+    """Run ``fn`` with the cyclic garbage collector paused.
+
+    Binding allocates many small objects that all stay alive; collections triggered
+    meanwhile only rescan them (about a quarter of the bind time of a 10 000-node chain).
+    """
+
+    @functools.wraps(fn)
+    def run(*args, **kwargs):
+        was_enabled = gc.isenabled()
+        gc.disable()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            if was_enabled:
+                gc.enable()
+
+    return run
 
 
 class _NamedDict(dict):
@@ -89,6 +112,7 @@ def _arrays(given, names, what, ctx, required):
 class Executor:
     """Runs a bound symbol. Create it with ``Symbol.bind`` or ``Symbol.simple_bind``."""
 
+    @_gc_paused
     def __init__(self, symbol, ctx, args, args_grad=None, grad_req="write", aux_states=None):
         from ..symbol import Symbol
 
@@ -136,7 +160,7 @@ class Executor:
         # check the gradient graph's shapes too (errors here are bugs in a rule, named by node)
         for v, s in zip(self._plan.head_grad_nodes, self._head_shapes):
             known[(v.id, 0)] = s
-        infer_shapes(self._plan.nodes, known)
+        infer_shapes(self._plan.backward_nodes, known)  # forward nodes are already known
         self._head_losses = [n.op is not None and n.op.loss_head(n.params) for n, _ in heads]
         self._vals = None
         self._last_is_train = False
@@ -411,6 +435,7 @@ class Executor:
         return Executor(self._symbol, self._ctx, new_args, args_grad, dict(self._reqs), new_aux)
 
 
+@_gc_paused
 def simple_bind(symbol, ctx, grad_req="write", type_dict=None, shapes=None, **_):
     """Infer every shape from ``shapes``, allocate zeroed arrays on ``ctx`` and bind."""
     ctx = current_context() if ctx is None else ctx

@@ -75,6 +75,7 @@ class Plan:
         self.nodes = nodes
         fwd_nodes = [n for n in nodes if n.id in fwd_ids]
         bwd_nodes = [n for n in nodes if n.id not in fwd_ids]
+        self.backward_nodes = bwd_nodes
 
         # -- slots ------------------------------------------------------------
         slot: dict[tuple, int] = {}
