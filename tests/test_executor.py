@@ -348,3 +348,22 @@ def test_outputs_never_alias_bound_arguments():
     b[1] = 100.0
     np.testing.assert_array_equal(v, np.arange(6.0))
     np.testing.assert_array_equal(exe.forward()[0], np.arange(6.0).reshape(2, 3))
+
+
+def test_reused_gradient_buffers_never_leak_into_user_arrays():
+    # dot-produced weight gradients are computed into buffers the plan reuses on every backward
+    rng = np.random.default_rng(10)
+    x = S.Variable("x")
+    net = S.FullyConnected(x, num_hidden=3, name="fc")
+    exe = net.simple_bind(sg.cpu(), grad_req={"fc_weight": "write", "fc_bias": "add"}, x=(4, 5))
+    assert exe.plan.out_buffers, "the weight gradient should use a reusable buffer"
+    xv = rng.standard_normal((4, 5)).astype(np.float32)
+    exe.forward(is_train=True, x=xv)
+    h1, h2 = rng.standard_normal((2, 4, 3)).astype(np.float32)
+    exe.backward(h1)
+    first = exe.grad_dict["fc_weight"].copy()
+    exe.backward(h2)
+    assert all(exe.grad_dict["fc_weight"] is not b for b in exe.plan.out_buffers.values())
+    np.testing.assert_allclose(first, h1.T @ xv, rtol=1e-5)
+    np.testing.assert_allclose(exe.grad_dict["fc_weight"], h2.T @ xv, rtol=1e-5)
+    np.testing.assert_allclose(exe.grad_dict["fc_bias"], h1.sum(0) + h2.sum(0), rtol=1e-5)

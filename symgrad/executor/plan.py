@@ -56,7 +56,7 @@ class Plan:
     """
 
     def __init__(self, heads: Sequence, arg_nodes: Sequence[Node], aux_nodes: Sequence[Node],
-                 grad_args: Sequence[bool], xp, pending_aux: dict):
+                 grad_args: Sequence[bool], xp, pending_aux: dict, grad_like: Sequence | None = None):
         self.heads = list(heads)
         head_vars = [Node(None, f"__head_grad{i}__", {}, {}, (), 1) for i in range(len(heads))]
         wrt = [n for n, g in zip(arg_nodes, grad_args) if g]
@@ -106,8 +106,22 @@ class Plan:
         keep_bwd = var_slots | fwd_slots | {s for s in self.grad_slots if s is not None}
         self.backward_frees = _frees(self.backward_instrs, keep_bwd)
         self._downstream_cache: dict = {}
+
+        # -- persistent gradient buffers ---------------------------------------
+        # An argument's gradient computed by an op that accepts ``out=`` (dot) is written into a
+        # buffer the plan owns and reuses on every backward, instead of a fresh gradient-sized
+        # temporary per call (with glibc those large temporaries go back to the OS and are
+        # page-faulted in again on every step). The executor still copies the buffer into the
+        # caller's array once the whole backward has run.
+        self.out_buffers: dict[int, object] = {}  # backward instruction index -> buffer
+        if grad_like is not None:
+            producer = {ins.outs[0]: k for k, ins in enumerate(self.backward_instrs) if len(ins.outs) == 1}
+            for s, like in zip(self.grad_slots, grad_like):
+                k = producer.get(s)
+                if like is not None and k is not None and self.backward_instrs[k].node.op.accepts_out:
+                    self.out_buffers.setdefault(k, xp.empty_like(like))
         self.run_forward = _generate(self.forward_instrs, self.forward_frees, "forward")
-        self.run_backward = _generate(self.backward_instrs, self.backward_frees, "backward")
+        self.run_backward = _generate(self.backward_instrs, self.backward_frees, "backward", self.out_buffers)
 
     @staticmethod
     def _instr(node, slot, xp, aux_index, pending_aux):
@@ -196,8 +210,8 @@ def _frees(instrs, keep):
     return [tuple(sorted(f)) for f in frees]
 
 
-def _generate(instrs, frees, phase):
-    """One straight-line function ``run(v, is_train)`` for a phase."""
+def _generate(instrs, frees, phase, out_buffers=None):
+    """One straight-line function ``run(v, is_train)`` for a phase (``out=`` buffers by instruction)."""
     ns = {}
     lines = ["def run(v, is_train):"]
     for k, ins in enumerate(instrs):
@@ -205,6 +219,9 @@ def _generate(instrs, frees, phase):
         args = [f"v[{s}]" for s in ins.ins]
         if ins.train:
             args.append("is_train=is_train")
+        if out_buffers and k in out_buffers:
+            ns[f"o{k}"] = out_buffers[k]
+            args.append(f"out=o{k}")
         call = f"f{k}({', '.join(args)})"
         if ins.tuple_out:
             lhs = ", ".join(f"v[{s}]" for s in ins.outs) + ","

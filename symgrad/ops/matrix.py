@@ -83,9 +83,14 @@ def _mat(x, transposed, lhs):
     return x.reshape(m, k).T if transposed else x.reshape(k, m)
 
 
-def _dot_fwd(xp, a, b, transpose_a, transpose_b, forward_stype=None):
-    _, _, _, out = dot_shapes(a.shape, b.shape, transpose_a, transpose_b)
-    return _mm(xp, _mat(a, transpose_a, True), _mat(b, transpose_b, False)).reshape(out)
+def _dot_fwd(xp, a, b, transpose_a, transpose_b, forward_stype=None, out=None):
+    _, _, _, shape = dot_shapes(a.shape, b.shape, transpose_a, transpose_b)
+    a2, b2 = _mat(a, transpose_a, True), _mat(b, transpose_b, False)
+    if (out is not None and out.shape == shape and out.flags.c_contiguous
+            and out.dtype == a.dtype == b.dtype != np.float16):
+        xp.matmul(a2, b2, out=out.reshape(a2.shape[0], b2.shape[1]))
+        return out
+    return _mm(xp, a2, b2).reshape(shape)
 
 
 def _dot_shape(params, in_shapes, out_shapes, where):
@@ -111,6 +116,7 @@ register(
     params=dict(_DOT_PARAMS),
     prepare=_forward_stype_prepare("dot"),
     forward=_dot_fwd,
+    accepts_out=True,
     infer_shape=_dot_shape,
     gradient=_dot_grad,
     doc="Matrix product with MXNet's N-d and transpose semantics.",

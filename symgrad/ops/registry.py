@@ -165,6 +165,9 @@ class OpDef:
     grad_undefined_reason: str | None = None
     extra_params: bool = False  # accept any further keyword as a string parameter (Custom)
     prepare: Callable | None = None  # prepare(params, node_name) -> params, at symbol creation
+    # forward also takes ``out=``: an array to write its single output into and return (it may
+    # return a fresh array instead when it cannot use ``out``)
+    accepts_out: bool = False
     doc: str = ""
 
     # -- parameters ---------------------------------------------------------
