@@ -65,7 +65,7 @@ def _act_grad(F, n, g):
     x, y, gy = n.inputs[0], n.outputs[0], g[0]
     act = n.params["act_type"]
     if act == "relu":
-        return [gy * (x > 0.0)]  # 1 where x > 0 (MXNet: 0 at x = 0)
+        return [F._backward_relu(gy, x)]  # gy * (x > 0): MXNet takes 0 at x = 0
     if act == "sigmoid":
         return [gy * (y * (1.0 - y))]  # s (1 - s)
     if act == "tanh":
@@ -82,6 +82,18 @@ register(
     infer_shape=same_shape,
     gradient=_act_grad,
     doc="Elementwise activation: relu, sigmoid, tanh, softrelu or softsign.",
+)
+
+# relu's backward as one op (instead of _greater_scalar + elemwise_mul: one instruction and
+# one temporary less). Linear in ograd with a piecewise-constant mask: its own gradient is
+# itself w.r.t. ograd and zero w.r.t. data.
+register(
+    "_backward_relu",
+    inputs=("ograd", "data"),
+    forward=lambda xp, g, x: g * (x > 0),
+    infer_shape=same_shape,
+    gradient=lambda F, n, g: [F._backward_relu(g[0], n.inputs[1]), None],
+    doc="Hidden: ograd * (data > 0), the backward of Activation(act_type='relu').",
 )
 
 
