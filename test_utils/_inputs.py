@@ -9,11 +9,11 @@ from __future__ import annotations
 import numpy as np
 
 from symgrad.base import SymgradError
+from symgrad.executor import normalize_grad_req as _normalize_grad_req
 
 from .context import to_numpy
 
 _FLOATS = (np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64))
-_REQS = ("write", "add", "null")
 
 
 def check_dtype(dtype, who, allow_asnumpy=False):
@@ -127,27 +127,8 @@ def check_finite(arrays: dict, who, what="argument"):
 
 
 def normalize_grad_req(grad_req, names, who):
-    """grad_req (str / list / dict) as ``{name: 'write'|'add'|'null'}``; names missing from a dict are 'null'."""
-    if isinstance(grad_req, str):
-        reqs = {n: grad_req for n in names}
-    elif isinstance(grad_req, (list, tuple)):
-        if len(grad_req) != len(names):
-            raise ValueError(f"{who}: grad_req has {len(grad_req)} entries but the symbol has {len(names)} "
-                             f"arguments {list(names)}")
-        reqs = dict(zip(names, grad_req))
-    elif isinstance(grad_req, dict):
-        unknown = [k for k in grad_req if k not in names]
-        if unknown:
-            raise ValueError(f"{who}: grad_req names {unknown}, which are not arguments; arguments are {list(names)}")
-        reqs = {n: grad_req.get(n, "null") for n in names}
-    else:
-        raise TypeError(f"{who}: grad_req must be a str, list or dict, got {type(grad_req).__name__}")
-    for n, r in reqs.items():
-        if r == "inplace":
-            reqs[n] = "write"
-        elif r not in _REQS:
-            raise ValueError(f"{who}: grad_req for argument {n!r} must be 'write', 'add' or 'null', got {r!r}")
-    return reqs
+    """grad_req (str / list / dict) as ``{name: 'write'|'add'|'null'}``: the executor's rule."""
+    return _normalize_grad_req(grad_req, names, who)
 
 
 def check_stypes(stypes, who, what):

@@ -19,7 +19,7 @@ from ..context import Context, array_context, current_context
 from ..infer import infer_shapes, infer_types
 from .plan import Plan, annotate, failing_instr, run_instrs
 
-__all__ = ["Executor", "simple_bind"]
+__all__ = ["Executor", "simple_bind", "normalize_grad_req"]
 
 _REQS = ("write", "add", "null", "inplace")
 
@@ -55,24 +55,29 @@ class _NamedDict(dict):
         raise KeyError(f"{key!r} is not {self._what}; valid names: {sorted(self)}")
 
 
-def _normalize_req(grad_req, names):
-    """grad_req as str / list / dict -> one of write/add/null per argument."""
+def normalize_grad_req(grad_req, names, who="bind"):
+    """grad_req as str / list / dict -> ``{name: 'write'|'add'|'null'}`` ('inplace' counts as 'write').
+
+    Names missing from a dict get 'null'; unknown names, wrong lengths and unknown values are errors.
+    """
+    names = list(names)
     if isinstance(grad_req, str):
         reqs = {n: grad_req for n in names}
     elif isinstance(grad_req, (list, tuple)):
         if len(grad_req) != len(names):
-            raise BindError(f"grad_req has {len(grad_req)} entries but the symbol has {len(names)} arguments {names}")
+            raise BindError(f"{who}: grad_req has {len(grad_req)} entries but the symbol has {len(names)} "
+                            f"arguments {names}")
         reqs = dict(zip(names, grad_req))
     elif isinstance(grad_req, dict):
         unknown = [k for k in grad_req if k not in names]
         if unknown:
-            raise BindError(f"grad_req names {unknown[0]!r}, which is not an argument; arguments are {names}")
+            raise BindError(f"{who}: grad_req names {unknown[0]!r}, which is not an argument; arguments are {names}")
         reqs = {n: grad_req.get(n, "null") for n in names}
     else:
-        raise TypeError(f"grad_req must be a str, list or dict, got {type(grad_req).__name__}")
+        raise TypeError(f"{who}: grad_req must be a str, list or dict, got {type(grad_req).__name__}")
     for n, r in reqs.items():
         if r not in _REQS:
-            raise BindError(f"grad_req for argument {n!r} must be one of 'write', 'add', 'null', got {r!r}")
+            raise BindError(f"{who}: grad_req for argument {n!r} must be one of 'write', 'add', 'null', got {r!r}")
     return {n: ("write" if r == "inplace" else r) for n, r in reqs.items()}
 
 
@@ -131,7 +136,7 @@ class Executor:
         arg_arrays = _arrays(args, self._arg_names, "bind args", ctx, required=True)
         grad_arrays = _arrays(args_grad, self._arg_names, "bind args_grad", ctx, required=False)
         aux_arrays = _arrays(aux_states, self._aux_names, "bind aux_states", ctx, required=True)
-        reqs = _normalize_req(grad_req, self._arg_names)
+        reqs = normalize_grad_req(grad_req, self._arg_names)
         for i, n in enumerate(self._arg_names):
             if reqs[n] == "null":
                 grad_arrays[i] = None
@@ -467,7 +472,7 @@ def simple_bind(symbol, ctx, grad_req="write", type_dict=None, shapes=None, **_)
         known.setdefault((n.id, 0), np.dtype(np.float32))
     infer_types(nodes, known)
     xp = ctx.xp
-    reqs = _normalize_req(grad_req, [n.name for n in arg_nodes])
+    reqs = normalize_grad_req(grad_req, [n.name for n in arg_nodes], "simple_bind")
     with ctx.device_scope():
         args = [xp.zeros(s, known[(n.id, 0)]) for n, s in zip(arg_nodes, arg_shapes)]
         grads = {n.name: xp.zeros(s, known[(n.id, 0)]) for n, s in zip(arg_nodes, arg_shapes)
