@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from .context import to_numpy
-from .diagnose import diagnose
+from .diagnose import Diagnosis, analyze
 from .report import GradientCheckError, format_table
 from .tolerance import get_tols
 
@@ -43,7 +43,7 @@ def _violations(a, e, rtol, atol, equal_nan, noise=None):
 
 def compare(actual, expected, rtol, atol, *, check="assert_almost_equal", arg_name=None, what=None,
             names=("actual", "expected"), equal_nan=False, eps=None, noise=None, max_rows=10,
-            extra_lines=(), facts=None, broadcast=True):
+            extra_lines=(), facts=None, broadcast=True, context=None, exclude=None):
     """Raise ``GradientCheckError`` unless ``actual`` matches ``expected`` elementwise.
 
     Args:
@@ -62,6 +62,10 @@ def compare(actual, expected, rtol, atol, *, check="assert_almost_equal", arg_na
         facts: more attributes for the error.
         broadcast: True broadcasts the two arrays against each other (MXNet); ``"expected"`` only
             broadcasts ``expected`` to the shape of ``actual``; False requires equal shapes.
+        context: what the checker knows beyond the arrays, for the diagnosis (``diagnose`` lists the keys),
+            or a callable returning it (called only when the comparison fails).
+        exclude: optional boolean array (shape of ``actual``): elements left out of the comparison (e.g.
+            non-differentiable points); the report counts them.
     """
     a, e = _as_float64(actual), _as_float64(expected)
     facts = dict(facts or {})
@@ -78,7 +82,7 @@ def compare(actual, expected, rtol, atol, *, check="assert_almost_equal", arg_na
         msg = [f"{check}: shapes differ{about}: {names[0]} has shape {a.shape}, {names[1]} has shape {e.shape}"]
         diag = None
         if a.ndim == 2 and a.shape == e.shape[::-1]:
-            diag = "the shapes are transposed: the rule swaps the axes"
+            diag = Diagnosis("the shapes are transposed: the rule swaps the axes", "transposed", axes=(0, 1))
             msg.append(f"  diagnosis: {diag}")
         msg += [f"  {line}" for line in extra_lines]
         raise GradientCheckError(
@@ -87,6 +91,11 @@ def compare(actual, expected, rtol, atol, *, check="assert_almost_equal", arg_na
             names=tuple(names), diagnosis=diag, actual=a, expected=e, **_seed_fact(), **facts,
         ) from None
     bad, err, allowed = _violations(a_b, e_b, rtol, atol, equal_nan, noise)
+    n_excluded = 0
+    if exclude is not None:
+        exclude = np.broadcast_to(np.asarray(exclude, bool), bad.shape)
+        n_excluded = int(exclude.sum())
+        bad = bad & ~exclude
     if not bad.any():
         return
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -102,7 +111,13 @@ def compare(actual, expected, rtol, atol, *, check="assert_almost_equal", arg_na
         rows.append((idx, float(a_b[idx]), float(e_b[idx]), float(err[idx]), float(allowed[idx])))
     n_bad, size = int(bad.sum()), int(bad.size)
     frac = n_bad / size
-    diag = diagnose(a_b, e_b, names)
+    context = dict((context() if callable(context) else context) or {})
+    context.setdefault("mismatch", bad)
+    context.setdefault("arg_name", arg_name)
+    a_diag, e_diag = a_b, e_b
+    if exclude is not None:  # left-out elements count as zero in both, so they neither fit nor break a pattern
+        a_diag, e_diag = np.where(exclude, 0.0, a_b), np.where(exclude, 0.0, e_b)
+    diag = analyze(a_diag, e_diag, names, context=context)
     tol_line = f"rtol={rtol:.3g}, atol={atol:.3g}"
     if eps is not None:
         tol_line += f", eps={eps}"
@@ -114,6 +129,9 @@ def compare(actual, expected, rtol, atol, *, check="assert_almost_equal", arg_na
         f"{check}: {what}",
         f"  {n_bad} of {size} elements ({100 * frac:.3g}%) violate {rule} ({tol_line})",
     ]
+    if n_excluded:
+        lines.append(f"  {n_excluded} element{'s' if n_excluded != 1 else ''} left out of the comparison "
+                     "(non-differentiable points)")
     lines += [f"  {line}" for line in extra_lines]
     lines.append(f"  worst {len(rows)} element{'s' if len(rows) != 1 else ''}:")
     lines += [f"    {line}" for line in format_table(rows, names)]
@@ -122,7 +140,7 @@ def compare(actual, expected, rtol, atol, *, check="assert_almost_equal", arg_na
     raise GradientCheckError(
         "\n".join(lines), check=check, arg_name=arg_name, index=rows[0][0], worst=rows, mismatch_fraction=frac,
         n_mismatch=n_bad, size=size, rtol=rtol, atol=atol, eps=eps, names=tuple(names), diagnosis=diag,
-        actual=a_b, expected=e_b, **_seed_fact(), **facts,
+        actual=a_b, expected=e_b, n_excluded=n_excluded, **_seed_fact(), **facts,
     )
 
 

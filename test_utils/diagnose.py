@@ -1,15 +1,33 @@
-"""Guess the likely bug behind a gradient mismatch from the two arrays alone.
+"""Guess the likely bug behind a gradient mismatch.
 
-``diagnose(actual, expected)`` runs a list of rules and returns the first one-line diagnosis, or
-None. Every checker puts that line into its ``GradientCheckError``. Add a rule with
-``register_rule(fn)``; a rule takes ``(actual, expected)`` as float64 arrays of one shape and returns
-a string or None.
+``diagnose(actual, expected)`` runs a list of rules and returns the first one-line diagnosis, or None.
+Every checker puts that line into its ``GradientCheckError``; ``analyze`` is what the checkers call: the
+same rules, plus a description of an error that fits no rule ("no simple pattern").
+
+A diagnosis is a ``Diagnosis``: a ``str`` (the line) that also carries its facts for programs --
+``pattern`` (a short name, see ``PATTERNS``), ``factor`` (the constant ``k`` of ``actual = k x expected``
+or None) and ``facts`` (a dict: the confined indices, the slice taken instead of a sum, the kinks, ...).
+
+Rules see the two arrays (float64, one shape) and, when they ask for it, a *context* dict the checker
+fills with what it knows beyond the arrays:
+
+- ``"mismatch"``: boolean array of the elements outside the tolerance;
+- ``"slice_terms"``: ``[(label, term, n_terms), ...]``: the gradient obtained from one slice of an output
+  alone (the head gradient zeroed elsewhere); ``actual == term`` means the rule ignored every other slice;
+- ``"broadcast_axes"``: ``[(label, size), ...]``: output axes the argument is broadcast over;
+- ``"kinks"``: ``report.Kink`` facts of mismatching elements found at non-differentiable points;
+- ``"arg_name"``: the argument checked.
+
+Add a rule with ``register_rule(fn)``; a rule takes ``(actual, expected)`` (or ``(actual, expected,
+context)`` when ``fn.uses_context = True``) and returns a string (or a ``Diagnosis``) or None.
 
 >>> import numpy as np
 >>> diagnose(np.array([2.0, -4.0]), np.array([1.0, -2.0]))
 "actual = 2 x expected: counted twice / accumulated over two backward calls -- grad_req 'add' or a gradient not zeroed"
 >>> diagnose(np.array([1.0, 3.0]), np.array([1.0, 2.0])) is None
 True
+>>> diagnose(np.array([1.01, -2.02, 3.03]), np.array([1.0, -2.0, 3.0])).pattern
+'small'
 """
 
 from __future__ import annotations
@@ -19,22 +37,82 @@ from collections.abc import Callable
 
 import numpy as np
 
-__all__ = ["diagnose", "register_rule", "RULES"]
+__all__ = ["diagnose", "analyze", "register_rule", "RULES", "Diagnosis", "PATTERNS", "FIT_RTOL"]
 
 #: residual of the best fit ``actual ~ k * expected``, relative to ``|expected|``, below which the
 #: two arrays count as proportional (loose enough for float16 round-off, tight enough for real bugs)
 FIT_RTOL = 2e-2
 
-Rule = Callable[[np.ndarray, np.ndarray], "str | None"]
+#: an error is "confined" when at most this share of the elements (and at most CONFINED_MAX of them)
+#: is wrong, in an array of at least CONFINED_MIN_SIZE elements
+CONFINED_SHARE = 0.05
+CONFINED_MAX = 32
+CONFINED_MIN_SIZE = 20
+
+#: an unstructured error is described ("no simple pattern") when it covers at least this share
+SPREAD_SHARE = 0.25
+
+#: pattern names a ``Diagnosis`` can carry
+PATTERNS = {
+    "nonfinite": "non-finite values where the reference is finite",
+    "unexpected": "a gradient where the reference is zero everywhere",
+    "missing": "actual = 0 x expected (gradient missing / not connected)",
+    "sign": "actual = -expected",
+    "doubled": "actual = 2 x expected",
+    "accumulated": "actual = n x expected, n >= 3",
+    "scaled": "actual = k x expected for another constant k",
+    "small": "off by a small relative error (~0.1% to 2%) everywhere",
+    "offset": "actual = expected + c",
+    "transposed": "actual = expected with two axes swapped",
+    "partial_sign": "sign flipped on part of the elements",
+    "broadcast": "one slice taken (or a mean) instead of the sum over a broadcast axis",
+    "confined": "error confined to a few elements",
+    "kink": "mismatch at non-differentiable points",
+    "spread": "error over many elements with no simple pattern",
+    "custom": "a registered rule that returned a plain string",
+}
+
+
+class Diagnosis(str):
+    """A diagnosis line (a ``str``) with its facts: ``pattern``, ``factor`` and ``facts``."""
+
+    pattern: str
+    factor: float | None
+    facts: dict
+
+    def __new__(cls, text: str, pattern: str = "custom", factor: float | None = None, **facts):
+        obj = super().__new__(cls, text)
+        obj.pattern = pattern
+        obj.factor = None if factor is None else float(factor)
+        obj.facts = facts
+        return obj
+
+    def with_text(self, text: str) -> Diagnosis:
+        return Diagnosis(text, self.pattern, self.factor, **self.facts)
+
+    def __reduce__(self):
+        return (_make_diagnosis, (str(self), self.pattern, self.factor, self.facts))
+
+
+def _make_diagnosis(text, pattern, factor, facts):
+    return Diagnosis(text, pattern, factor, **facts)
+
+
+Rule = Callable[..., "str | None"]
+
+
+def _fmt_index(index) -> str:
+    return ", ".join(str(int(i)) for i in index) if len(index) else ""
 
 
 def _nonfinite(actual, expected):
     bad = ~np.isfinite(actual) & np.isfinite(expected)
     if bad.any():
         n_nan = int(np.isnan(actual[bad]).sum())
-        return (
+        return Diagnosis(
             f"actual has {int(bad.sum())} non-finite values ({n_nan} NaN, {int(bad.sum()) - n_nan} Inf) where "
-            "expected is finite: overflow, a division by zero or a log/sqrt of a non-positive value in the rule"
+            "expected is finite: overflow, a division by zero or a log/sqrt of a non-positive value in the rule",
+            "nonfinite", n_nonfinite=int(bad.sum()),
         )
     return None
 
@@ -43,41 +121,66 @@ def _nice(k: float) -> str:
     return f"{k:.6g}"
 
 
-def _scaled(actual, expected):
+def _mean_instead_of_sum(n: int, context) -> str | None:
+    for label, size in (context or {}).get("broadcast_axes", ()):
+        if int(size) == n:
+            return label
+    return None
+
+
+def _scaled(actual, expected, context=None):
     """actual = k * expected for one constant k."""
     ee = float(np.vdot(expected, expected))
     if ee == 0.0:
         if np.any(actual != 0):
-            return ("expected is all zeros but actual is not: a gradient where none should flow (a constant, an "
-                    "index input or a BlockGrad'ed path got one)")
+            return Diagnosis("expected is all zeros but actual is not: a gradient where none should flow (a "
+                             "constant, an index input or a BlockGrad'ed path got one)", "unexpected")
         return None
     k = float(np.vdot(actual, expected)) / ee
     resid = float(np.linalg.norm(actual - k * expected)) / np.sqrt(ee)
     # the fit must explain the difference: residual small in itself and against the deviation from k = 1
     if resid > FIT_RTOL or resid > 0.1 * abs(k - 1.0):
         return None
+    if abs(k - 1.0) < 1e-6:
+        return None  # equal up to rounding
     if abs(k - 1.0) <= FIT_RTOL:
-        return None  # proportional with k ~ 1: a small error, nothing structural to say
+        pct = 100 * abs(k - 1.0)
+        return Diagnosis(
+            f"actual = {_nice(k)} x expected: off by ~{pct:.2g}% everywhere: a slightly wrong constant or an "
+            "approximation in the rule (a rounded coefficient, a series or a cheaper formula)", "small", k,
+            relative_error=abs(k - 1.0),
+        )
     if abs(k) <= FIT_RTOL:
-        return ("actual is (close to) zero: gradient missing / not connected -- the rule returns zeros or the "
-                "argument's path to the output is cut")
+        return Diagnosis("actual is (close to) zero: gradient missing / not connected -- the rule returns zeros or "
+                         "the argument's path to the output is cut", "missing", k)
     kr = round(k)
     if kr != 0 and abs(k - kr) <= FIT_RTOL * max(1.0, abs(k)):
         if kr == -1:
-            return "actual = -expected: sign flipped"
+            return Diagnosis("actual = -expected: sign flipped", "sign", k)
         if kr == 2:
-            return ("actual = 2 x expected: counted twice / accumulated over two backward calls -- "
-                    "grad_req 'add' or a gradient not zeroed")
+            return Diagnosis("actual = 2 x expected: counted twice / accumulated over two backward calls -- "
+                             "grad_req 'add' or a gradient not zeroed", "doubled", k)
         if kr > 2:
-            return (f"actual = {kr} x expected: accumulated over {kr} backward calls (grad_req 'add' or a gradient "
-                    f"not zeroed between calls) or a contribution counted {kr} times")
-        return f"actual = {kr} x expected: scaled by {kr} (sign flipped and scaled)"
+            return Diagnosis(f"actual = {kr} x expected: accumulated over {kr} backward calls (grad_req 'add' or a "
+                             f"gradient not zeroed between calls) or a contribution counted {kr} times",
+                             "accumulated", k)
+        return Diagnosis(f"actual = {kr} x expected: scaled by {kr} (sign flipped and scaled)", "scaled", k)
     inv = 1.0 / k
     ir = round(inv)
     if abs(ir) >= 2 and abs(inv - ir) <= FIT_RTOL * abs(inv):
-        return (f"actual = expected / {ir}: scaled by 1/{ir} -- a normalisation (batch size, element count, "
-                "grad_scale) applied once too often")
-    return f"actual = {_nice(k)} x expected: scaled by {_nice(k)}"
+        axis = _mean_instead_of_sum(ir, context)
+        if axis is not None:
+            return Diagnosis(
+                f"actual = expected / {ir}: averaged over {axis} (size {ir}) instead of summed -- a broadcast "
+                f"argument's gradient is the sum over the broadcast axis (or a normalisation applied once too often)",
+                "broadcast", k, axis=axis, reduction="mean",
+            )
+        return Diagnosis(f"actual = expected / {ir}: scaled by 1/{ir} -- a normalisation (batch size, element "
+                         "count, grad_scale) applied once too often", "scaled", k)
+    return Diagnosis(f"actual = {_nice(k)} x expected: scaled by {_nice(k)}", "scaled", k)
+
+
+_scaled.uses_context = True  # type: ignore[attr-defined]
 
 
 def _offset(actual, expected):
@@ -88,15 +191,38 @@ def _offset(actual, expected):
     c = float(d.mean())
     if c != 0 and float(d.std()) <= FIT_RTOL * abs(c):
         sign = "+" if c > 0 else "-"
-        return (f"actual = expected {sign} {_nice(abs(c))} everywhere: a constant offset (a bias or constant term "
-                "added twice or missing)")
+        return Diagnosis(f"actual = expected {sign} {_nice(abs(c))} everywhere: a constant offset (a bias or "
+                         "constant term added twice or missing)", "offset", offset=c)
     return None
 
 
+def _close(a, b) -> bool:
+    """``a`` equals ``b`` up to FIT_RTOL of ``b``'s norm (and b is not zero)."""
+    nb = float(np.linalg.norm(b))
+    return nb > 0 and float(np.linalg.norm(a - b)) <= FIT_RTOL * nb
+
+
 def _transposed(actual, expected):
-    if actual.ndim == 2 and actual.shape[0] == actual.shape[1] and actual.shape[0] > 1:
-        if np.allclose(actual, expected.T, rtol=FIT_RTOL, atol=0) and not np.allclose(actual, expected, rtol=FIT_RTOL):
-            return "actual = expected transposed: the rule swaps the axes (a missing or extra .T)"
+    """actual = expected with two axes swapped (a missing or extra ``.T``), possibly reshaped to fit."""
+    if actual.ndim < 2 or actual.size < 4 or _close(actual, expected):
+        return None
+    if actual.ndim == 2:
+        t = expected.T
+        if actual.shape == t.shape and _close(actual, t):
+            return Diagnosis("actual = expected transposed: the rule swaps the axes (a missing or extra .T)",
+                             "transposed", axes=(0, 1))
+        if _close(actual, t.reshape(actual.shape)):
+            return Diagnosis("actual = expected transposed, then reshaped to fit: the rule computes the transposed "
+                             "gradient (e.g. x.T @ g instead of g.T @ x) and reshapes it", "transposed",
+                             axes=(0, 1), reshaped=True)
+        return None
+    n = actual.ndim
+    for i in range(n):
+        for j in range(i + 1, n):
+            t = np.swapaxes(expected, i, j)
+            if t.shape == actual.shape and _close(actual, t):
+                return Diagnosis(f"actual = expected with axes {i} and {j} swapped: the rule transposes the wrong "
+                                 "axes (a missing or extra transpose/swapaxes)", "transposed", axes=(i, j))
     return None
 
 
@@ -108,20 +234,98 @@ def _sign_partly_flipped(actual, expected):
     flipped = (np.abs(actual + expected) <= FIT_RTOL * mag) & (mag > 1e-3 * scale)
     same = np.abs(actual - expected) <= FIT_RTOL * mag + 1e-6 * scale
     if flipped.any() and not flipped.all() and (flipped | same).all():
-        return (f"actual = expected but with the sign flipped in {int(flipped.sum())} of {flipped.size} elements "
-                f"({100 * flipped.mean():.3g}%): the rule is wrong on one side of a kink (abs, relu, sign, max)")
+        return Diagnosis(
+            f"actual = expected but with the sign flipped in {int(flipped.sum())} of {flipped.size} elements "
+            f"({100 * flipped.mean():.3g}%): the rule is wrong on one side of a kink (abs, relu, sign, max)",
+            "partial_sign", indices=[tuple(int(i) for i in ix) for ix in np.argwhere(flipped)[:CONFINED_MAX]],
+        )
     return None
+
+
+def _broadcast_reduction(actual, expected, context):
+    """actual = the contribution of one output slice alone: g[0] instead of g.sum(0)."""
+    for label, term, n_terms in context.get("slice_terms", ()):
+        term = np.asarray(term, np.float64)
+        if term.shape != actual.shape or _close(term, expected) or not np.any(term):
+            continue
+        if _close(actual, term):
+            return Diagnosis(
+                f"actual = only the {label} term (1 of {n_terms} terms of the sum): one slice of the head "
+                "gradient was used (g[0]) where a broadcast argument's gradient must be summed over the broadcast "
+                "axis (g.sum(0)) -- wrong broadcast reduction", "broadcast", slice=label, n_terms=int(n_terms),
+                reduction="one slice",
+            )
+    return None
+
+
+_broadcast_reduction.uses_context = True  # type: ignore[attr-defined]
+
+
+def _mismatch(actual, expected, context):
+    mask = (context or {}).get("mismatch")
+    if mask is not None and np.shape(mask) == actual.shape:
+        return np.asarray(mask, bool)
+    scale = float(np.abs(expected).max()) if expected.size else 0.0
+    return np.abs(actual - expected) > FIT_RTOL * np.abs(expected) + 1e-6 * scale
+
+
+def _confined(actual, expected, context):
+    """Only a few elements are wrong; the rest agree."""
+    bad = _mismatch(actual, expected, context)
+    n, m = int(bad.sum()), bad.size
+    if n == 0 or m < CONFINED_MIN_SIZE or n > CONFINED_MAX or n > CONFINED_SHARE * m:
+        return None
+    idx = [tuple(int(i) for i in ix) for ix in np.argwhere(bad)]
+    shown = ", ".join(f"({_fmt_index(ix)}{',' if len(ix) == 1 else ''})" for ix in idx[:8])
+    more = f" and {n - 8} more" if n > 8 else ""
+    rel = [abs(actual[ix] - expected[ix]) / max(abs(expected[ix]), 1e-300) for ix in idx[:8]]
+    rel_txt = ", ".join(f"{100 * r:.3g}%" for r in rel)
+    return Diagnosis(
+        f"error confined to {n} of {m} elements: indices {shown}{more} (off by {rel_txt}); every other element "
+        "agrees: an element-specific mistake (an edge case, a boundary or padding element, a special or tied "
+        "value, an indexing error), not a wrong formula", "confined", indices=idx, n_wrong=n, size=m,
+    )
+
+
+_confined.uses_context = True  # type: ignore[attr-defined]
+
+
+def _small_relative(actual, expected, context):
+    """A small relative error (~0.1% to 2%) on (nearly) every element, not a constant factor."""
+    scale = float(np.abs(expected).max())
+    if scale == 0 or actual.size < 2:
+        return None
+    sig = np.abs(expected) > 1e-3 * scale
+    if sig.sum() < 2:
+        return None
+    rel = np.abs(actual[sig] - expected[sig]) / np.abs(expected[sig])
+    med = float(np.median(rel))
+    lo, hi = np.quantile(rel, [0.1, 0.9])
+    if not (1e-3 <= med <= FIT_RTOL) or hi > 2.5 * FIT_RTOL or hi > 20 * max(lo, 1e-12):
+        return None
+    return Diagnosis(
+        f"off by ~{100 * med:.2g}% everywhere ({100 * lo:.2g}% to {100 * hi:.2g}% on 80% of the elements), not by a "
+        "constant factor: a slightly wrong constant or an approximation in the rule (a cheaper formula, a series, "
+        "float16 arithmetic)", "small", relative_error=med,
+    )
+
+
+_small_relative.uses_context = True  # type: ignore[attr-defined]
 
 
 _nonfinite.finite_only = False  # type: ignore[attr-defined]
 
-RULES: list[Rule] = [_nonfinite, _scaled, _offset, _transposed, _sign_partly_flipped]
+# one-slice evidence is exact (it comes from re-running the backward), so it goes before the ratio fit,
+# which a 4-element bias gradient can satisfy by chance
+RULES: list[Rule] = [_nonfinite, _broadcast_reduction, _scaled, _offset, _transposed, _sign_partly_flipped,
+                     _confined, _small_relative]
 
 
 def register_rule(rule: Rule, first: bool = False) -> Rule:
     """Add a diagnosis rule (at the end, or tried first). Returns it, so it works as a decorator.
 
-    A rule only sees arrays without NaN/Inf unless it sets ``rule.finite_only = False``.
+    A rule only sees arrays without NaN/Inf unless it sets ``rule.finite_only = False``; it gets the
+    checker's context dict as a third argument when it sets ``rule.uses_context = True``.
     """
     if first:
         RULES.insert(0, rule)
@@ -130,25 +334,112 @@ def register_rule(rule: Rule, first: bool = False) -> Rule:
     return rule
 
 
-def diagnose(actual, expected, names=("actual", "expected")) -> str | None:
+def _rename(diag, names) -> Diagnosis:
+    if not isinstance(diag, Diagnosis):
+        diag = Diagnosis(str(diag), "custom")
+    if tuple(names) != ("actual", "expected"):
+        text = re.sub(r"\b(actual|expected)\b", lambda m: names[m.group(1) == "expected"], str(diag))
+        diag = diag.with_text(text)
+    return diag
+
+
+def _run_rules(a, e, context) -> Diagnosis | None:
+    finite = bool(np.isfinite(a).all() and np.isfinite(e).all())
+    for rule in RULES:
+        if not finite and getattr(rule, "finite_only", True):
+            continue
+        msg = rule(a, e, context) if getattr(rule, "uses_context", False) else rule(a, e)
+        if msg:
+            return msg if isinstance(msg, Diagnosis) else Diagnosis(str(msg), "custom")
+    return None
+
+
+def _kink_text(kinks, arg) -> str:
+    first = kinks[0]
+    more = f" and {len(kinks) - 1} more" if len(kinks) > 1 else ""
+    return f"{first.describe(arg)}{more}"
+
+
+def _with_kinks(a, e, context, names):
+    """Mismatches at non-differentiable points: named as such, the rest diagnosed as usual."""
+    kinks = list(context.get("kinks") or ())
+    arg = context.get("arg_name") or "x"
+    mask = np.zeros(a.shape, bool)
+    for k in kinks:
+        mask[k.index] = True
+    wrong_kinks = [k for k in kinks if not k.subgradient]
+    bad = _mismatch(a, e, context)
+    rest = bad & ~mask
+    if rest.any():
+        ctx = dict(context, mismatch=rest, kinks=())
+        other = _run_rules(np.where(mask, 0.0, a), np.where(mask, 0.0, e), ctx)  # kinks neither fit nor break
+        note = (f"; besides, {len(kinks)} mismatching element{'s' if len(kinks) != 1 else ''} sit at "
+                f"non-differentiable points ({_kink_text(kinks, arg)})")
+        if other is not None:
+            other = _rename(other, names)
+            return other.with_text(str(other) + note)
+        return Diagnosis(f"no simple pattern in the {int(rest.sum())} mismatching elements away from kinks{note}",
+                         "spread", kinks=kinks, n_wrong=int(rest.sum()), size=int(a.size))
+    if wrong_kinks:
+        k = wrong_kinks[0]
+        return Diagnosis(
+            f"{k.describe(arg)}, but the {names[0]} value {k.analytic:.6g} lies outside the one-sided derivatives "
+            f"[{min(k.left, k.right):.6g}, {max(k.left, k.right):.6g}]: wrong even allowing for the kink "
+            f"({len(wrong_kinks)} of {len(kinks)} such elements)", "kink", kinks=kinks, subgradient=False,
+        )
+    return Diagnosis(
+        f"{_kink_text(kinks, arg)}: the one-sided derivatives differ there, so no finite difference can "
+        f"check it -- not a gradient error ({names[0]} lies between them); move the point off the kink",
+        "kink", kinks=kinks, subgradient=True,
+    )
+
+
+def diagnose(actual, expected, names=("actual", "expected"), *, context=None) -> Diagnosis | None:
     """A one-line guess at the bug making ``actual`` differ from ``expected``, or None.
 
-    Rules, in order: non-finite values; ``actual = k x expected`` (k = 0 missing, -1 sign, 2 counted
-    twice, n accumulated n times, 1/n over-normalised, other k scaled); a constant offset; transposed;
-    sign flipped on part of the elements. Arrays of different shapes are not diagnosed. ``names`` replace the words
-    "actual" and "expected" in the text (``("analytic", "numeric")`` for a numeric check).
+    Rules, in order: non-finite values; one slice instead of the sum over a broadcast axis (needs
+    ``context["slice_terms"]``); ``actual = k x expected`` (k = 0 missing, -1 sign, 2 counted
+    twice, n accumulated n times, 1/n over-normalised or averaged over a broadcast axis, k ~ 1 off by ~1%,
+    other k scaled); a constant offset; transposed axes; sign flipped on part of the elements; error
+    confined to a few elements; a small relative error everywhere. Mismatches at kinks
+    (``context["kinks"]``) are named as non-differentiable points. Arrays of different shapes are not
+    diagnosed. ``names`` replace the words "actual" and "expected" in the text (``("analytic",
+    "numeric")`` for a numeric check).
     """
     a = np.asarray(actual, dtype=np.float64)
     e = np.asarray(expected, dtype=np.float64)
     if a.shape != e.shape or a.size == 0:
         return None
-    finite = bool(np.isfinite(a).all() and np.isfinite(e).all())
-    for rule in RULES:
-        if not finite and getattr(rule, "finite_only", True):
-            continue
-        msg = rule(a, e)
-        if msg:
-            if tuple(names) != ("actual", "expected"):
-                msg = re.sub(r"\b(actual|expected)\b", lambda m: names[m.group(1) == "expected"], msg)
-            return msg
-    return None
+    context = dict(context or {})
+    if context.get("kinks"):
+        return _with_kinks(a, e, context, names)
+    msg = _run_rules(a, e, context)
+    return None if msg is None else _rename(msg, names)
+
+
+def analyze(actual, expected, names=("actual", "expected"), *, context=None) -> Diagnosis | None:
+    """``diagnose``, and when no rule fits an error spread over many elements, a "no simple pattern" line.
+
+    That line (pattern ``"spread"``) gives the share of wrong elements and the range of the ratio
+    ``actual / expected``: a missing or wrong term (the product rule's second term, a chain-rule factor)
+    looks like this.
+    """
+    diag = diagnose(actual, expected, names, context=context)
+    if diag is not None:
+        return diag
+    a = np.asarray(actual, dtype=np.float64)
+    e = np.asarray(expected, dtype=np.float64)
+    if a.shape != e.shape or a.size == 0 or not (np.isfinite(a).all() and np.isfinite(e).all()):
+        return None
+    bad = _mismatch(a, e, context)
+    n, m = int(bad.sum()), bad.size
+    if n == 0 or n < SPREAD_SHARE * m:
+        return None
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio = a[bad] / e[bad]
+    ratio = ratio[np.isfinite(ratio)]
+    rng = f"; the ratio {names[0]}/{names[1]} varies from {ratio.min():.3g} to {ratio.max():.3g}" if ratio.size else ""
+    text = (f"no simple pattern: the error is spread over {n} of {m} elements ({100 * n / m:.3g}%) with no constant "
+            f"ratio, offset, transposition or slice{rng} -- typical of a missing or wrong term (the product rule's "
+            "second term, a chain-rule factor) rather than a wrong constant")
+    return Diagnosis(text, "spread", n_wrong=n, size=m)

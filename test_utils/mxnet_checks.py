@@ -9,6 +9,7 @@ from MXNet are listed in each docstring.
 from __future__ import annotations
 
 import time
+import warnings
 
 import numpy as np
 
@@ -21,17 +22,25 @@ from ._inputs import (
     parse_aux,
     parse_location,
 )
-from .compare import compare
+from .compare import _violations, compare
 from .context import default_context, synchronize, to_device, to_numpy
 from .numeric import (
+    COMPLEX_STEP,
+    _check_method,
+    _complex_dtype,
     _Evaluator,
+    as_array_like,
     central_differences,
+    check_complex_support,
+    complex_objective,
+    complex_step_differences,
     default_steps,
+    find_kinks,
     projected_objective,
     resolve_numeric_eps,
     rounding_noise,
 )
-from .report import GradientCheckError
+from .report import GradientCheckError, NondifferentiablePointWarning, format_index
 from .tolerance import get_tols
 
 __all__ = [
@@ -40,6 +49,8 @@ __all__ = [
     "check_numeric_gradient",
     "check_speed",
     "simple_forward",
+    "NumericGradientResult",
+    "KINK_MODES",
 ]
 
 
@@ -94,6 +105,74 @@ def _raise_first(failures):
         else:  # Python 3.10
             first.args = (f"{first.args[0]}\n{note}",)
     raise first
+
+
+def _write(arr, host):
+    """Copy host values into a bound (numpy or CuPy) array in place."""
+    arr[...] = as_array_like(arr, np.asarray(host).astype(arr.dtype, copy=False))
+
+
+def _broadcast_axes(arg_shape, out_shapes, out_names):
+    """``[(label, size)]``: output axes an argument of ``arg_shape`` is broadcast over (numpy alignment)."""
+    axes = []
+    arg_shape = tuple(arg_shape)
+    for oname, oshape in zip(out_names, out_shapes):
+        oshape = tuple(oshape)
+        if len(arg_shape) > len(oshape):
+            continue
+        try:
+            if np.broadcast_shapes(arg_shape, oshape) != oshape:
+                continue
+        except ValueError:
+            continue
+        padded = (1,) * (len(oshape) - len(arg_shape)) + arg_shape
+        axes += [(f"axis {a} of output {oname!r}", size) for a, (d, size) in enumerate(zip(padded, oshape))
+                 if d == 1 and size > 1]
+    return axes
+
+
+def _slice_probe(sym, ctx, loc, aux, heads, names):
+    """``{name: [(label, gradient, n_slices)]}``: the gradient when the head gradient is kept on one slice only.
+
+    For every output and every axis of length > 1, one backward with the head gradient zeroed outside
+    index 0 of that axis (and on every other output). A rule whose gradient equals that of the full
+    head gradient ignores the other slices: ``g[0]`` where ``g.sum(0)`` was due. Empty when an output
+    is a loss head (its gradient does not depend on a head gradient). Cost: one forward and one backward
+    per (output, axis).
+    """
+    if not names or any(h is None for h in heads):
+        return {}
+    heads = [np.asarray(to_numpy(h)) for h in heads]
+    grads = {n: to_device(np.zeros(loc[n].shape), ctx, loc[n].dtype) for n in names}
+    exe = sym.bind(ctx, _on(ctx, loc), args_grad=grads, grad_req={n: "write" for n in names},
+                   aux_states=_on(ctx, aux))
+    exe.forward(is_train=True)
+    out_names = sym.list_outputs()
+    terms = {n: [] for n in names}
+    for k, h in enumerate(heads):
+        for axis in range(h.ndim):
+            if h.shape[axis] < 2:
+                continue
+            masked = [np.zeros_like(x) for x in heads]
+            sl = [slice(None)] * h.ndim
+            sl[axis] = 0
+            masked[k][tuple(sl)] = h[tuple(sl)]
+            exe.backward([to_device(m, ctx) for m in masked])
+            label = f"output {out_names[k]!r} slice [{', '.join('0' if a == axis else ':' for a in range(h.ndim))}]"
+            for n in names:
+                terms[n].append((label, np.array(to_numpy(grads[n]), np.float64), h.shape[axis]))
+    return terms
+
+
+def _diagnosis_context(sym, ctx, loc, aux, heads, name, out_shapes, kinks=()):
+    """What ``diagnose`` may use beyond the two arrays, for argument ``name`` (computed on failure only)."""
+    context = {"broadcast_axes": _broadcast_axes(loc[name].shape, out_shapes, sym.list_outputs()),
+               "kinks": list(kinks)}
+    try:
+        context["slice_terms"] = _slice_probe(sym, ctx, loc, aux, heads, [name]).get(name, [])
+    except Exception as exc:  # the probe must never hide the real failure
+        warnings.warn(f"diagnosis: the slice probe for {name!r} failed ({type(exc).__name__}: {exc})", stacklevel=3)
+    return context
 
 
 # -- forward --------------------------------------------------------------------------------------------
@@ -205,7 +284,7 @@ def check_symbolic_backward(sym, location, out_grads, expected, rtol=None, atol=
     ctx = default_context() if ctx is None else ctx
     check_stypes(grad_stypes, who, "grad_stypes")
     arg_names = sym.list_arguments()
-    loc, aux, _ = _prepare(sym, location, aux_states, ctx, dtype, who)
+    loc, aux, out_shapes = _prepare(sym, location, aux_states, ctx, dtype, who)
     if isinstance(expected, dict):
         unknown = [k for k in expected if k not in arg_names]
         if unknown:
@@ -236,10 +315,15 @@ def check_symbolic_backward(sym, location, out_grads, expected, rtol=None, atol=
     exe.backward(_out_grads(out_grads, ctx, dtype, who))
 
     grads = {k: np.array(to_numpy(buffers[k]), copy=True) for k in arg_names if k in exp}
+    heads = _head_list(out_grads, sym.list_outputs(), dtype)
     failures = []
     for name, g in grads.items():
         req = reqs[name]
         facts = {"grad_req": req}
+
+        def context(name=name):
+            return _diagnosis_context(sym, ctx, loc, aux, heads, name, out_shapes)
+
         try:
             if req == "null":
                 compare(g, initial[name], 0.0, 0.0, check=who, arg_name=name, names=("buffer", "initial"),
@@ -252,15 +336,28 @@ def check_symbolic_backward(sym, location, out_grads, expected, rtol=None, atol=
                 compare(added, exp[name], r, a, check=who, arg_name=name, names=("added", "expected"),
                         what=f"gradient of {name!r} added to its buffer (buffer - initial) does not match expected "
                              "(grad_req 'add')",
-                        equal_nan=equal_nan, facts=facts, broadcast="expected")
+                        equal_nan=equal_nan, facts=facts, broadcast="expected", context=context)
             else:
                 compare(g, exp[name], r, a, check=who, arg_name=name, names=("backward", "expected"),
                         what=f"gradient of {name!r} does not match expected (grad_req 'write')",
-                        equal_nan=equal_nan, facts=facts, broadcast="expected")
+                        equal_nan=equal_nan, facts=facts, broadcast="expected", context=context)
         except GradientCheckError as err:
             failures.append(err)
     _raise_first(failures)
     return grads
+
+
+def _head_list(out_grads, out_names, dtype):
+    """Head gradients as a host list in output order (None entries for missing ones)."""
+    if out_grads is None:
+        return [None] * len(out_names)
+    if isinstance(out_grads, dict):
+        given = [out_grads.get(k) for k in out_names]
+    elif isinstance(out_grads, (list, tuple)):
+        given = list(out_grads)
+    else:
+        given = [out_grads]
+    return [None if v is None else _cast(to_numpy(v), dtype) for v in given]
 
 
 def _out_grads(out_grads, ctx, dtype, who):
@@ -297,9 +394,57 @@ def _grad_nodes(grad_nodes, arg_names, who):
                     f"got {type(grad_nodes).__name__}")
 
 
+#: what ``check_numeric_gradient`` does with a mismatch at a non-differentiable point
+KINK_MODES = ("redraw", "exclude", "error")
+#: re-draw rounds before the kinks still left are excluded
+MAX_REDRAWS = 3
+#: the j-th re-drawn element moves by KINK_NUDGE + 3 j of its finite-difference steps (or float ulps)
+KINK_NUDGE = 8.0
+
+
+class NumericGradientResult(dict):
+    """``{name: (analytic, numeric)}`` from ``check_numeric_gradient``, plus what happened at kinks.
+
+    Attributes:
+        kinks: ``report.Kink`` facts of the mismatching elements found at non-differentiable points of
+            the given location (before any re-draw).
+        redrawn: ``{name: [index, ...]}``: elements moved off a kink; the check ran at ``location``.
+        excluded: ``{name: [index, ...]}``: elements left out of the comparison.
+        location: ``{name: array}``: the point finally checked (dtype under test).
+        method: the numeric method.
+    """
+
+    kinks: list
+    redrawn: dict
+    excluded: dict
+    location: dict
+    method: str
+
+
+def _kink_warning(who, kinks, redrawn, excluded):
+    n = len(kinks)
+    per_arg = {}
+    for k in kinks:
+        per_arg[k.arg] = per_arg.get(k.arg, 0) + 1
+    where = ", ".join(f"{a!r}: {c}" for a, c in per_arg.items())
+    more = f" and {n - 1} more ({where})" if n > 1 else ""
+    done = []
+    if redrawn:
+        m = sum(len(v) for v in redrawn.values())
+        done.append(f"re-drew {m} element{'s' if m != 1 else ''} {KINK_NUDGE:g} or more finite-difference steps away "
+                    "from the kink and checked the gradient there (result.redrawn, result.location)")
+    if excluded:
+        m = sum(len(v) for v in excluded.values())
+        spots = "; ".join(f"{a}[{', '.join(format_index(i) for i in v[:4])}{', ...' if len(v) > 4 else ''}]"
+                          for a, v in excluded.items())
+        done.append(f"left {m} element{'s' if m != 1 else ''} out of the comparison ({spots}; result.excluded)")
+    return (f"{who}: {kinks[0]}{more}: not a gradient error -- the one-sided derivatives differ there and the "
+            f"analytic value lies between them, so finite differences cannot check it; {' and '.join(done)}")
+
+
 def check_numeric_gradient(sym, location, aux_states=None, numeric_eps=None, rtol=None, atol=None, grad_nodes=None,
                            use_forward_train=True, ctx=None, grad_stype_dict=None, dtype=np.float32, *,
-                           numeric_dtype=np.float64):
+                           numeric_dtype=np.float64, method="central", kinks="redraw", progress=True):
     """Check the backward pass against finite differences (MXNet's ``check_numeric_gradient``).
 
     The scalar checked is ``f = sum_k sum(w_k * out_k)`` over every output ``k``, with random weights
@@ -310,6 +455,14 @@ def check_numeric_gradient(sym, location, aux_states=None, numeric_eps=None, rto
     second executor in ``numeric_dtype`` (float64 by default, whatever ``dtype`` is) at the same point
     (the location rounded to ``dtype``), re-running only what depends on the perturbed argument, with
     auxiliary states reset before every evaluation.
+
+    Non-differentiable points: where analytic and numeric disagree, ``numeric.find_kinks`` compares the
+    one-sided differences at two step sizes. An element at a kink (relu/abs at 0, max ties) whose
+    analytic value lies between the one-sided derivatives is not a gradient error: by default it is
+    re-drawn (moved a few steps off the kink, then the whole check runs again there), and a
+    ``NondifferentiablePointWarning`` says so; the result's ``kinks``/``redrawn``/``excluded``/``location``
+    attributes carry the facts. A wrong gradient elsewhere still fails, and so does an analytic value
+    outside the one-sided derivatives.
 
     Args:
         sym: the symbol.
@@ -328,13 +481,23 @@ def check_numeric_gradient(sym, location, aux_states=None, numeric_eps=None, rto
         grad_stype_dict: None or ``'default'`` storage types only.
         dtype: float16/32/64, the dtype under test.
         numeric_dtype: dtype of the finite differences (None: ``dtype``, like MXNet).
+        method: (keyword-only) ``"central"``; ``"richardson"`` (two central differences extrapolated:
+            error O(h^4), twice the evaluations); ``"complex_step"`` (``Im f(x + ih) / h`` on a complex copy of
+            the symbol: exact to rounding, one evaluation per element; every op must be complex-analytic,
+            else a ``numeric.ComplexStepError`` names the op; loss heads are not supported).
+        kinks: (keyword-only) ``"redraw"`` (default), ``"exclude"`` (leave kink elements out of the
+            comparison, with a warning) or ``"error"`` (fail; the report names the non-differentiable point).
+        progress: (keyword-only) a tqdm progress bar when the numeric pass runs longer than ~2 s (tqdm is
+            optional); False turns it off.
 
     Returns:
-        ``{name: (analytic, numeric)}`` float64 arrays for every checked argument whose grad_req is not null.
+        A ``NumericGradientResult``: ``{name: (analytic, numeric)}`` float64 arrays for every checked
+        argument whose grad_req is not null.
 
     Raises:
         GradientCheckError: analytic and numeric gradients differ (or a 'null' buffer was written).
-        ValueError: bad location / aux_states / grad_nodes, NaN or Inf inputs, numeric_eps too small.
+        ValueError: bad location / aux_states / grad_nodes / method / kinks, NaN or Inf inputs, numeric_eps
+            too small; ``numeric.ComplexStepError`` for an op that cannot be complex-stepped.
         NotImplementedError: sparse storage types; a loss head whose implied loss is unknown.
 
     >>> import numpy as np, symgrad as sg
@@ -344,6 +507,9 @@ def check_numeric_gradient(sym, location, aux_states=None, numeric_eps=None, rto
     who = "check_numeric_gradient"
     dtype = check_dtype(dtype, who)
     ndtype = dtype if numeric_dtype is None else check_dtype(numeric_dtype, who)
+    method = _check_method(method, who)
+    if kinks not in KINK_MODES:
+        raise ValueError(f"{who}: kinks must be one of {KINK_MODES}, got {kinks!r}")
     ctx = default_context() if ctx is None else ctx
     check_stypes(grad_stype_dict, who, "grad_stype_dict")
     arg_names = sym.list_arguments()
@@ -353,62 +519,162 @@ def check_numeric_gradient(sym, location, aux_states=None, numeric_eps=None, rto
         check_finite(parse_aux(sym, aux_states, who), who, "auxiliary state")
     loc, aux, out_shapes = _prepare(sym, raw_loc, aux_states, ctx, dtype, who)
     reqs = _grad_nodes(grad_nodes, arg_names, who)
-    eps = resolve_numeric_eps(numeric_eps, dtype, ndtype, who)
+    complex_step = method == "complex_step"
+    if complex_step and numeric_eps is not None:
+        raise ValueError(f"{who}: numeric_eps does not apply to method='complex_step' (its step is "
+                         f"{COMPLEX_STEP:g} * max(|x|, 1)); leave numeric_eps=None")
+    eps = None if complex_step else resolve_numeric_eps(numeric_eps, dtype, ndtype, who)
     rtol, atol = get_tols(np.empty(0, dtype), np.empty(0, dtype), rtol, atol)
 
     # random projection (quantised to dtype: both executors see the same weights) and dirty buffers
     weights = [np.asarray(np.random.rand(*s) + 0.1).astype(dtype) for s in out_shapes]
     initial = {k: np.random.normal(0, 0.01, size=loc[k].shape).astype(dtype) for k in arg_names if k in reqs}
-    ref_sym, loss_heads, make_objective = projected_objective(sym, [w.astype(np.float64) for w in weights], who)
+    weights64 = [w.astype(np.float64) for w in weights]
+    ref_sym, loss_heads, make_objective = projected_objective(sym, weights64, who)
+    heads = [None if loss else w for w, loss in zip(weights, loss_heads)]
+    checked = [k for k in arg_names if reqs.get(k, "null") != "null"]
+    if complex_step:
+        losses = [n for n, loss in zip(sym.list_outputs(), loss_heads) if loss]
+        if losses:
+            raise NotImplementedError(f"{who}: method='complex_step' cannot differentiate the implied loss of the "
+                                      f"loss head output(s) {losses}; use method='central' or 'richardson'")
+        check_complex_support(sym, loc, aux, names=checked, ctx=ctx, is_train=use_forward_train,
+                              numeric_dtype=ndtype, who=who)
 
-    # analytic, in dtype
     buffers = _on(ctx, initial)
     exe = sym.bind(ctx, _on(ctx, loc), args_grad=buffers, grad_req={k: reqs.get(k, "null") for k in arg_names},
                    aux_states=_on(ctx, aux))
-    exe.forward(is_train=True)
-    exe.backward([None if loss else to_device(w, ctx) for w, loss in zip(weights, loss_heads)])
-    got = {k: np.array(to_numpy(b), copy=True) for k, b in buffers.items()}
-
-    # numeric, in ndtype, at the same (rounded) point
-    checked = [k for k in arg_names if reqs.get(k, "null") != "null"]
     ref = ref_sym.bind(ctx, _on(ctx, loc, ndtype), grad_req="null", aux_states=_on(ctx, aux, ndtype))
     aux_ref = {k: v.astype(ndtype) for k, v in aux.items()}
-    base = _Evaluator(ref, None, use_forward_train, aux_ref).base()
-    objective = make_objective([np.asarray(b, np.float64) for b in base])
-    _, magnitude = objective(base)
-    if eps is None:
-        steps = {k: default_steps(loc[k], ndtype) for k in checked}
-        cbrt = float(np.cbrt(np.finfo(np.dtype(ndtype)).eps))
-        eps_desc = f"per element x +- h, h = {cbrt:.3g} * max(|x|, 1)"
-    else:
-        steps = {k: np.full(loc[k].shape, eps / 2.0) for k in checked}
-        eps_desc = f"{eps:g} (x +- eps/2)"
-    numeric, widths = central_differences(ref, checked, lambda outs: objective(outs)[0], steps,
-                                          is_train=use_forward_train, aux_initial=aux_ref)
+    if complex_step:
+        cdt = _complex_dtype(ndtype)
+        cref = sym.bind(ctx, {k: to_device(v, ctx, cdt if k in checked else ndtype) for k, v in loc.items()},
+                        grad_req="null", aux_states=_on(ctx, aux, cdt))
 
-    results, failures = {}, []
-    context = (f"dtype under test {dtype.name}, numeric reference in {np.dtype(ndtype).name}, "
-               f"forward is_train={bool(use_forward_train)}")
+    def analytic_at(point):
+        for k in arg_names:
+            _write(exe.arg_dict[k], point[k])
+        for k, b in buffers.items():
+            _write(b, initial[k])
+        for k, a in exe.aux_dict.items():
+            _write(a, aux[k])
+        exe.forward(is_train=True)
+        exe.backward([None if h is None else to_device(h, ctx) for h in heads])
+        return {k: np.array(to_numpy(b), copy=True) for k, b in buffers.items()}
+
+    def numeric_at(point):
+        for k in arg_names:
+            _write(ref.arg_dict[k], point[k])
+        base = _Evaluator(ref, None, use_forward_train, aux_ref).base()
+        objective = make_objective([np.asarray(b, np.float64) for b in base])
+        magnitude = objective(base)[1]
+        kind = "central" if complex_step else method
+        if eps is None:
+            steps = {k: default_steps(point[k], ndtype, kind) for k in checked}
+        else:
+            steps = {k: np.full(point[k].shape, eps / 2.0) for k in checked}
+        if complex_step:
+            for k in arg_names:
+                _write(cref.arg_dict[k], point[k])
+            numeric, widths = complex_step_differences(
+                cref, checked, complex_objective(weights64), {k: default_steps(point[k], ndtype, method)
+                                                              for k in checked},
+                is_train=use_forward_train, aux_initial=aux_ref, progress=progress)
+        else:
+            numeric, widths = central_differences(ref, checked, lambda outs: objective(outs)[0], steps,
+                                                  is_train=use_forward_train, aux_initial=aux_ref, method=method,
+                                                  progress=progress)
+        return numeric, widths, magnitude, (lambda outs: objective(outs)[0]), steps
+
+    # evaluate; elements at kinks are re-drawn (up to MAX_REDRAWS rounds) or excluded
+    point = {k: v.copy() for k, v in loc.items()}
+    redrawn, excluded, first_kinks, found = {}, {}, None, {}
+    for round_ in range(MAX_REDRAWS + 1):
+        got = analytic_at(point)
+        numeric, widths, magnitude, scalar, steps = numeric_at(point)
+        analytic = {}
+        for k in checked:
+            analytic[k] = got[k].astype(np.float64)
+            if reqs[k] == "add":
+                analytic[k] = analytic[k] - initial[k].astype(np.float64)
+        found = {}
+        for k in checked:
+            noise = rounding_noise(magnitude, widths[k], ndtype)
+            bad, _, allowed = _violations(analytic[k], numeric[k], rtol, atol, False, noise)
+            if bad.any():
+                ks = find_kinks(ref, k, scalar, np.argwhere(bad), steps[k], analytic[k], allowed, magnitude=magnitude,
+                                numeric_dtype=ndtype, is_train=use_forward_train, aux_initial=aux_ref)
+                if ks:
+                    found[k] = ks
+        if first_kinks is None:
+            first_kinks = [kk for ks in found.values() for kk in ks]
+        valid = {k: [kk for kk in ks if kk.subgradient] for k, ks in found.items()}
+        valid = {k: ks for k, ks in valid.items() if ks}
+        if not valid or kinks == "error":
+            break
+        if kinks == "exclude" or round_ == MAX_REDRAWS:
+            for k, ks in valid.items():
+                excluded[k] = [kk.index for kk in ks]
+            break
+        # distinct distances (KINK_NUDGE + 3 j steps, random side): tied elements moved together stay >= 3 steps
+        # apart, so no central difference straddles their kink again
+        j = 0
+        for k, ks in valid.items():
+            for kk in ks:
+                x = float(point[k][kk.index])
+                h = max(float(steps[k][kk.index]), float(np.spacing(dtype.type(abs(x)))))
+                delta = (KINK_NUDGE + 3.0 * j) * h * (1.0 if np.random.rand() < 0.5 else -1.0)
+                point[k][kk.index] = dtype.type(x + delta)
+                redrawn.setdefault(k, []).append(kk.index)
+                j += 1
+    if redrawn or excluded:
+        warnings.warn(NondifferentiablePointWarning(_kink_warning(who, first_kinks, redrawn, excluded)), stacklevel=2)
+
+    if complex_step:
+        eps_desc = f"complex step x + i h, h = {COMPLEX_STEP:g} * max(|x|, 1)"
+    elif eps is None:
+        rel = float(default_steps(0.0, ndtype, method))
+        eps_desc = f"per element x +- h, h = {rel:.3g} * max(|x|, 1)"
+    else:
+        eps_desc = f"{eps:g} (x +- eps/2)"
+    if method == "richardson":
+        eps_desc += ", Richardson-extrapolated with h/2"
+    results, failures = NumericGradientResult(), []
+    results.kinks, results.redrawn, results.excluded = first_kinks or [], redrawn, excluded
+    results.location, results.method = point, method
+    context_line = (f"dtype under test {dtype.name}, numeric reference in {np.dtype(ndtype).name} ({method}), "
+                    f"forward is_train={bool(use_forward_train)}")
     for name in arg_names:
         if name not in reqs:
             continue
         req = reqs[name]
-        facts = {"grad_req": req, "dtype": dtype}
+        facts = {"grad_req": req, "dtype": dtype, "redrawn": redrawn, "excluded": excluded}
+        extra = [context_line]
+        if redrawn:
+            extra.append(f"checked after re-drawing {sum(len(v) for v in redrawn.values())} element(s) off "
+                         "non-differentiable points (see .redrawn)")
         try:
             if req == "null":
                 compare(got[name], initial[name], 0.0, 0.0, check=who, arg_name=name, names=("buffer", "initial"),
                         what=f"gradient buffer of {name!r} changed although grad_req is 'null'",
                         extra_lines=[_NULL_HINT], equal_nan=True, facts=facts, broadcast="expected")
                 continue
-            analytic = got[name].astype(np.float64)
-            if req == "add":
-                analytic = analytic - initial[name].astype(np.float64)
-            results[name] = (analytic, numeric[name])
+            results[name] = (analytic[name], numeric[name])
             noise = rounding_noise(magnitude, widths[name], ndtype)
-            compare(analytic, numeric[name], rtol, atol, check=who, arg_name=name,
+            exclude = None
+            if name in excluded:
+                exclude = np.zeros(analytic[name].shape, bool)
+                for i in excluded[name]:
+                    exclude[i] = True
+            left = [kk for kk in found.get(name, []) if kk.index not in set(excluded.get(name, ()))]
+
+            def context(name=name, left=left):
+                return _diagnosis_context(sym, ctx, point, aux, heads, name, out_shapes, left)
+
+            compare(analytic[name], numeric[name], rtol, atol, check=who, arg_name=name,
                     what=f"analytic gradient of {name!r} does not match the numeric gradient (grad_req {req!r})",
-                    names=("analytic", "numeric"), eps=eps_desc,
-                    noise=noise, extra_lines=[context], facts=facts, broadcast="expected")
+                    names=("analytic", "numeric"), eps=eps_desc, noise=noise, extra_lines=extra, facts=facts,
+                    broadcast="expected", context=context, exclude=exclude)
         except GradientCheckError as err:
             failures.append(err)
     _raise_first(failures)

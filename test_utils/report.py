@@ -8,7 +8,49 @@ same facts are attributes, for tests and tools.
 
 from __future__ import annotations
 
-__all__ = ["GradientCheckError", "format_table"]
+from dataclasses import dataclass
+
+__all__ = ["GradientCheckError", "format_table", "Kink", "NondifferentiablePointWarning", "format_index"]
+
+
+class NondifferentiablePointWarning(UserWarning):
+    """A checker met non-differentiable points (relu/abs at 0, max ties) and re-drew or excluded them."""
+
+
+@dataclass(frozen=True)
+class Kink:
+    """An element where the one-sided derivatives of the checked objective differ (a non-differentiable point).
+
+    Attributes:
+        arg: the argument.
+        index: the element (a tuple).
+        value: its value.
+        left, right: one-sided difference quotients ``(f(x) - f(x-h)) / h`` and ``(f(x+h) - f(x)) / h``.
+        analytic: the analytic derivative there (None when unknown).
+        subgradient: True when ``analytic`` lies between ``left`` and ``right`` (up to the tolerance).
+    """
+
+    arg: str
+    index: tuple
+    value: float
+    left: float
+    right: float
+    analytic: float | None = None
+    subgradient: bool = True
+
+    def describe(self, arg=None) -> str:
+        name = self.arg if arg is None else arg
+        return (f"non-differentiable point at {name}[{format_index(self.index)}] = {self.value:.6g} (left derivative "
+                f"{self.left:.6g}, right derivative {self.right:.6g}"
+                + ("" if self.analytic is None else f", analytic {self.analytic:.6g}") + ")")
+
+    def __str__(self):
+        return self.describe()
+
+
+def format_index(index) -> str:
+    """``(1, 2)`` as ``"1, 2"``, ``(3,)`` as ``"3"``."""
+    return ", ".join(str(int(i)) for i in index)
 
 
 class GradientCheckError(AssertionError):
@@ -24,6 +66,12 @@ class GradientCheckError(AssertionError):
         rtol, atol: tolerances used; ``eps``: finite-difference step description (or None).
         names: labels of the two arrays, e.g. ``("analytic", "numeric")``.
         diagnosis: one-line guess at the bug (see ``test_utils.diagnose``), or None.
+        pattern: short name of the diagnosed pattern (``diagnose.PATTERNS``: "doubled", "sign", "missing",
+            "scaled", "small", "transposed", "broadcast", "confined", "kink", "spread", ...), or None.
+        factor: the constant ``k`` of ``actual = k x expected`` when that pattern fits, else None.
+        indices: the elements the diagnosis points at (confined errors, kinks), else ``[]``.
+        kinks: ``Kink`` facts of mismatching elements at non-differentiable points, else ``[]``.
+        diagnosis_facts: every fact of the diagnosis as a dict.
         actual, expected: the compared arrays (float64 copies).
         seed: the random seed of the failing test when run under ``with_seed`` (else None).
     """
@@ -41,7 +89,13 @@ class GradientCheckError(AssertionError):
         self.atol = facts.pop("atol", None)
         self.eps = facts.pop("eps", None)
         self.names = facts.pop("names", ("actual", "expected"))
-        self.diagnosis = facts.pop("diagnosis", None)
+        diag = facts.pop("diagnosis", None)
+        self.diagnosis = None if diag is None else str(diag)
+        self.diagnosis_facts = dict(getattr(diag, "facts", None) or {})
+        self.pattern = facts.pop("pattern", getattr(diag, "pattern", None))
+        self.factor = facts.pop("factor", getattr(diag, "factor", None))
+        self.indices = facts.pop("indices", self.diagnosis_facts.get("indices", []))
+        self.kinks = facts.pop("kinks", self.diagnosis_facts.get("kinks", []))
         self.actual = facts.pop("actual", None)
         self.expected = facts.pop("expected", None)
         self.seed = facts.pop("seed", None)
