@@ -12,6 +12,7 @@ names the argument, the worst elements, the mismatch share, the tolerances and a
 >>> res = tu.check_numeric_gradient(y, {"x": np.array([0.5, -1.0]), "w": np.array([2.0, 3.0])})
 """
 
+from .chainer_checks import NondifferentiableError, check_backward, check_double_backward, numerical_grad
 from .compare import almost_equal, assert_allclose, assert_almost_equal, compare, same
 from .consistency import check_consistency
 from .context import default_context, set_default_context
@@ -37,6 +38,7 @@ from .tolerance import (
     get_tolerance,
     get_tols,
 )
+from .torch_checks import gradcheck, gradgradcheck
 
 __all__ = [
     # comparison
@@ -72,6 +74,13 @@ __all__ = [
     "check_speed",
     "check_consistency",
     "simple_forward",
+    # Chainer- and PyTorch-style checkers
+    "check_backward",
+    "check_double_backward",
+    "numerical_grad",
+    "NondifferentiableError",
+    "gradcheck",
+    "gradgradcheck",
     # reporting
     "GradientCheckError",
     "diagnose",

@@ -1,0 +1,401 @@
+"""PyTorch's ``gradcheck`` and ``gradgradcheck`` on symgrad graphs.
+
+Names, keyword-only options and semantics are those of ``torch.autograd.gradcheck`` (2.x): ``func``
+receives one input Variable per array of ``inputs`` (named ``input0``, ``input1``, ...; anything that
+is not an array is passed as it is) and returns a Symbol or a tuple of Symbols. Only float inputs are
+checked (PyTorch checks the tensors with ``requires_grad``) and only float outputs are differentiated.
+The result is True, or a ``GradientCheckError`` (False with ``raise_exception=False``).
+
+Method (slow mode, the default): for every differentiable output ``i`` and checked input ``j`` the
+analytic Jacobian is built row by row, one backward per output element with a one-hot head gradient,
+twice (the two results must agree within ``nondet_tol``: backward must be deterministic), and compared
+with the numeric Jacobian (central differences ``x +- eps``, one column per input element) by
+``torch.allclose``'s rule ``|analytic - numeric| <= atol + rtol * |numeric|``. Cost: 2 backward per
+output element, 2 partial forwards per input element. ``fast_mode`` compares ``u^T J v`` for random
+unit vectors instead (two backward passes per output, two forwards per input and output), allowing
+``atol * sum|u| * sum|v| + rtol * |numeric|`` (PyTorch's ``atol * sum(u) * sum(v)`` for its positive
+vectors). ``check_undefined_grad``: zero head gradients must give zero gradients.
+
+Differences from PyTorch (trustworthy numbers):
+
+- the numeric Jacobian is taken on a float64 copy of the graph and inputs whatever dtype is under test
+  (``float64_reference=True``, keyword-only). An explicit ``eps`` is the caller's step and is used as
+  is, on the float64 copy; that is why a correct float32 op passes here with the default
+  ``eps=1e-6`` where PyTorch's float32 differences (``x +- 1e-6`` rounded to float32) fail it.
+  ``eps=None`` picks a step per element, ``h = cbrt(eps_64) * max(|x|, 1)``;
+- the allowed error also holds the estimated rounding noise of the reference and of the backward in
+  the dtype under test (tiny against rtol/atol for float32 and float64);
+- ``u`` and ``v`` of fast mode have random signs (PyTorch: entries in [0, 1)), so the projection cancels
+  instead of summing and a wrong element is diluted less; fast mode still allows an error of about
+  ``atol * sqrt(output size * input size)``, so one wrong element among many needs the full Jacobian;
+- the report names the worst Jacobian entries, then the failing pair as a gradient: backward with random
+  head weights ``u`` against per-element central differences (``test_utils.numeric``), in the input's
+  shape, whose diagnosis names the bug (scaled, doubled, sign flipped, missing, transposed, wrong
+  broadcast reduction, confined to a few elements, a non-differentiable point, ...); inputs of at most
+  5 000 elements.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+import symgrad as sg
+from symgrad.context import array_context
+
+from .chainer_checks import MAX_LOCALISE, _as_tuple, _Graph, _Reference, _symbols
+from .compare import compare
+from .numeric import NOISE_FACTOR, default_steps, rounding_noise
+from .report import GradientCheckError
+
+__all__ = ["gradcheck", "gradgradcheck"]
+
+
+def gradcheck(func, inputs, *, eps=1e-6, atol=1e-5, rtol=1e-3, raise_exception=True, nondet_tol=0.0,
+              check_undefined_grad=True, fast_mode=False, float64_reference=True, progress=True):
+    """Check the gradients of ``func`` at ``inputs`` against finite differences (PyTorch's ``gradcheck``).
+
+    Args:
+        func: takes one Symbol per array of ``inputs`` and returns a Symbol or a tuple of Symbols.
+        inputs: an array or a tuple (arrays become Variables ``input0``, ...; other values pass through).
+        eps: half-width of the central differences (used as given, on the float64 reference); None for a
+            step per element, ``cbrt(eps_64) * max(|x|, 1)``.
+        atol, rtol: ``|analytic - numeric| <= atol + rtol * |numeric|`` (+ rounding noise).
+        raise_exception: False returns False instead of raising ``GradientCheckError``.
+        nondet_tol: allowed difference between two backward passes with the same head gradient.
+        check_undefined_grad: zero head gradients must give zero input gradients.
+        fast_mode: compare ``u^T J v`` for random unit vectors ``u``, ``v`` instead of full Jacobians.
+        float64_reference: take the finite differences on float64 copies (default True).
+        progress: a tqdm bar when a numeric Jacobian runs longer than 2 seconds.
+
+    Returns:
+        True (or False with ``raise_exception=False`` when a check fails).
+
+    Raises:
+        GradientCheckError: a Jacobian mismatch, a non-deterministic backward, a non-zero gradient for
+            zero head gradients.
+        ValueError / TypeError / NotImplementedError: no float input, arguments without values, loss heads.
+
+    >>> import numpy as np, symgrad as sg
+    >>> x = np.random.uniform(-1, 1, (2, 3)).astype(np.float32)  # float32 passes: float64 reference
+    >>> gradcheck(lambda x: sg.sym.tanh(x) * x, (x,))
+    True
+    """
+    try:
+        return _gradcheck("gradcheck", func, inputs, None, eps, atol, rtol, nondet_tol, check_undefined_grad,
+                          fast_mode, float64_reference, progress)
+    except GradientCheckError:
+        if raise_exception:
+            raise
+        return False
+
+
+def gradgradcheck(func, inputs, grad_outputs=None, *, eps=1e-6, atol=1e-5, rtol=1e-3,
+                  gen_non_contig_grad_outputs=False, raise_exception=True, nondet_tol=0.0, check_undefined_grad=True,
+                  fast_mode=False, float64_reference=True, progress=True):
+    """Check the second-order gradients of ``func`` (PyTorch's ``gradgradcheck``).
+
+    ``gradcheck`` is applied to the vector-Jacobian product ``(inputs, grad_outputs) -> symgrad.grad(
+    outputs, float inputs, grad_outputs)``, built as Symbols, so its backward runs the gradient rules of
+    the gradient graph. ``grad_outputs`` (one array per float output) default to uniform values in
+    [-1, 1) drawn from numpy's global RNG; ``gen_non_contig_grad_outputs`` makes them non-contiguous views.
+    Other arguments as ``gradcheck``.
+
+    >>> import numpy as np, symgrad as sg
+    >>> x = np.random.uniform(-1, 1, (2, 3))
+    >>> gradgradcheck(lambda x: sg.sym.sin(x) * x, (x,))
+    True
+    """
+    who = "gradgradcheck"
+    try:
+        tupled = _as_tuple(inputs)
+        names = _names(tupled, "input")
+        probe = _Graph(who, func, _entries(tupled, names), {}, allow_params=False)
+        diff_out = [k for k, dt in enumerate(probe.out_dtypes) if dt.kind == "f"]
+        if grad_outputs is None:
+            gos = tuple(_random_grad(probe.out_shapes[k], probe.out_dtypes[k], gen_non_contig_grad_outputs)
+                        for k in diff_out)
+        else:
+            gos = _as_tuple(grad_outputs)
+            if len(gos) != len(diff_out):
+                raise ValueError(f"{who}: {len(gos)} grad_outputs for {len(diff_out)} differentiable outputs "
+                                 f"{[probe.out_names[k] for k in diff_out]}")
+            for g, k in zip(gos, diff_out):
+                if tuple(np.shape(g)) != probe.out_shapes[k]:
+                    raise ValueError(f"{who}: grad_output for {probe.out_names[k]!r} has shape {tuple(np.shape(g))}, "
+                                     f"expected {probe.out_shapes[k]}")
+        n_in = len(tupled)
+        diff_in = [i for i, v in enumerate(tupled) if array_context(v) is not None and np.dtype(v.dtype).kind == "f"]
+
+        def vjp(*args):
+            outs = _symbols(func(*args[:n_in]), who)
+            gs = sg.grad([outs[k] for k in diff_out], [args[i] for i in diff_in], grad_outputs=list(args[n_in:]))
+            gs = [g for g in gs if g is not None]
+            if not gs:
+                raise ValueError(f"{who}: no input gradient flows from the outputs of func: nothing to check")
+            return tuple(gs)
+
+        go_names = [f"grad_output{k}" for k in range(len(gos))]
+        return _gradcheck(who, vjp, tupled + tuple(gos), names + go_names, eps, atol, rtol, nondet_tol,
+                          check_undefined_grad, fast_mode, float64_reference, progress,
+                          wrap="second order: the backward of the vector-Jacobian product (inputs, grad_outputs) -> "
+                               "grad(outputs, inputs, grad_outputs) disagrees with its finite differences")
+    except GradientCheckError:
+        if raise_exception:
+            raise
+        return False
+
+
+# == implementation ======================================================================================
+
+
+def _names(tupled, prefix):
+    return [f"{prefix}{i}" for i in range(len(tupled))]
+
+
+def _entries(tupled, names):
+    return [(n, v) if array_context(v) is not None else (None, v) for n, v in zip(names, tupled)]
+
+
+def _random_grad(shape, dtype, non_contiguous):
+    values = np.random.uniform(-1.0, 1.0, size=shape).astype(dtype)
+    if not non_contiguous or values.size == 0:
+        return values
+    holder = np.zeros(tuple(shape) + (2,), dtype)
+    view = holder[..., 0]
+    view[...] = values
+    return view
+
+
+def _unit(size):
+    """A random unit vector: random signs, magnitudes uniform in [0.5, 1.5) before normalisation.
+
+    PyTorch draws entries in [0, 1): all positive, so an error in one element is diluted by the sum of
+    all the others; random signs make the projection cancel instead, and one wrong element stands out.
+    """
+    v = np.random.uniform(0.5, 1.5, size=size) * np.where(np.random.random_sample(size) < 0.5, -1.0, 1.0)
+    return v / float(np.linalg.norm(v)) if size else v
+
+
+def _gradcheck(who, func, inputs, names, eps, atol, rtol, nondet_tol, check_undefined_grad, fast_mode,
+               float64_reference, progress=True, wrap=None):
+    tupled = _as_tuple(inputs)
+    names = names or _names(tupled, "input")
+    graph = _Graph(who, func, _entries(tupled, names), {}, allow_params=False)
+    if any(graph.loss_heads):
+        heads = [n for n, loss in zip(graph.out_names, graph.loss_heads) if loss]
+        raise NotImplementedError(f"{who}: outputs {heads} come from loss heads, whose backward ignores the head "
+                                  "gradient, so they have no Jacobian to check; use check_numeric_gradient or "
+                                  "check_backward(y_grad=None)")
+    diff = [n for n, v in zip(names, tupled) if array_context(v) is not None and np.dtype(v.dtype).kind == "f"]
+    if not diff:
+        dtypes = [getattr(v, "dtype", type(v).__name__) for v in tupled]
+        raise ValueError(f"{who} expects at least one float input array to check (PyTorch: requires_grad=True); "
+                         f"the inputs have dtypes {dtypes}")
+    if eps is not None:
+        eps = float(eps)
+        if not eps > 0:
+            raise ValueError(f"{who}: eps must be positive (or None for a step per element), got {eps!r}")
+    atol, rtol, nondet_tol = float(atol), float(rtol), float(nondet_tol)
+    used = [n for n in diff if n in graph.arg_names]
+    out_diff = [k for k, dt in enumerate(graph.out_dtypes) if dt.kind == "f"]
+    ref = _Reference(graph, np.float64 if float64_reference else None, graph.weights([None] * len(graph.out_shapes)),
+                     progress)
+    under_test = ", ".join(sorted({np.dtype(graph.values[n].dtype).name for n in used} or {"-"}))
+    eps_desc = f"{eps:g} (x +- eps)" if eps is not None else f"per element, {ref.step_description}"
+    context = [f"dtype under test {under_test}, numeric reference in {ref.dtype.name}"
+               f"{'' if float64_reference else ' (float64_reference=False)'}, forward is_train=True"]
+    if wrap:
+        context.append(wrap)
+    ctx = _Check(who, graph, ref, used, eps, eps_desc, rtol, atol, nondet_tol, context)
+    if not out_diff:
+        ctx.numeric_is_zero()
+        return True
+    exe, bufs = graph.executor(used)
+    if fast_mode:
+        ctx.fast(exe, bufs, out_diff)
+    else:
+        ctx.slow(exe, bufs, out_diff)
+    if check_undefined_grad:
+        ctx.undefined_grad(exe, bufs)
+    return True
+
+
+class _Check:
+    """One gradcheck: the graph, its float64 reference and the settings."""
+
+    def __init__(self, who, graph, ref, used, eps, eps_desc, rtol, atol, nondet_tol, context):
+        self.who, self.graph, self.ref, self.used = who, graph, ref, used
+        self.eps, self.eps_desc, self.rtol, self.atol, self.nondet_tol = eps, eps_desc, rtol, atol, nondet_tol
+        self.context = context
+
+    # -- helpers ---------------------------------------------------------------------------------------
+    def _steps(self, name):
+        if self.eps is None:
+            return default_steps(self.ref.args[name], self.ref.dtype)
+        return np.full(self.ref.args[name].shape, self.eps)
+
+    def _dir_step(self, name):
+        if self.eps is not None:
+            return self.eps
+        x = np.abs(self.ref.args[name].astype(np.float64))
+        return float(np.cbrt(np.finfo(self.ref.dtype).eps)) * max(float(x.max()) if x.size else 0.0, 1.0)
+
+    def _heads(self, k=None, value=None):
+        """Head gradients: zeros everywhere, ``value`` on output ``k``."""
+        heads = [np.zeros(s, dt if dt.kind == "f" else np.float64)
+                 for s, dt in zip(self.graph.out_shapes, self.graph.out_dtypes)]
+        if k is not None:
+            heads[k] = np.asarray(value).reshape(self.graph.out_shapes[k]).astype(heads[k].dtype)
+        return heads
+
+    def _oname(self, k):
+        return f"output {k} ({self.graph.out_names[k]!r})"
+
+    def _iname(self, n):
+        return f"input {self.graph.input_names.index(n)} ({n!r})"
+
+    def _reentrant(self, first, second, k):
+        for n in self.used:
+            try:
+                compare(second[n], first[n], 0.0, self.nondet_tol, check=self.who, arg_name=n,
+                        names=("backward 2", "backward 1"),
+                        what=(f"backward is not reentrant: running backward twice with the same input and head "
+                              f"gradient of {self._oname(k)} gives different gradients of {n!r} (the tolerance for "
+                              f"nondeterminism, nondet_tol, is {self.nondet_tol:g})"),
+                        extra_lines=["a backward that draws random numbers, reads uninitialised memory or "
+                                     "accumulates in a non-deterministic order; raise nondet_tol if that is "
+                                     "intended"], broadcast=False, facts={"output_index": k})
+            except GradientCheckError as err:
+                err.diagnosis = err.diagnosis or "non-deterministic backward"
+                raise
+
+    # -- slow mode -------------------------------------------------------------------------------------
+    def slow(self, exe, bufs, out_diff):
+        numeric, widths = {}, {}
+        for n in self.used:
+            numeric[n], widths[n] = self.ref.jacobian(n, self._steps(n))
+        base = self.ref.base
+        for k in out_diff:
+            size = int(np.prod(self.graph.out_shapes[k]))
+            rows = [{n: np.zeros((size, self.graph.values[n].size)) for n in self.used} for _ in range(2)]
+            for run in rows:
+                for e in range(size):
+                    onehot = np.zeros(size)
+                    onehot[e] = 1.0
+                    g = self.graph.vjp(exe, bufs, self._heads(k, onehot))
+                    for n in self.used:
+                        run[n][e] = g[n].astype(np.float64).ravel()
+            self._reentrant(rows[0], rows[1], k)
+            for n in self.used:
+                a, num = rows[0][n], numeric[n][k]
+                eps_dt = float(np.finfo(self.graph.values[n].dtype).eps)
+                noise = (rounding_noise(1.0, widths[n], self.ref.dtype)[None, :] * np.abs(base[k]).reshape(-1, 1)
+                         + NOISE_FACTOR * eps_dt * np.abs(a))
+                try:
+                    compare(a, num, self.rtol, self.atol, check=self.who, arg_name=n, names=("analytic", "numeric"),
+                            what=f"Jacobian mismatch for {self._oname(k)} with respect to {self._iname(n)}",
+                            eps=self.eps_desc, noise=noise, broadcast=False, max_rows=5,
+                            extra_lines=self.context + ["Jacobian entries: index = (output element, input element), "
+                                                        "both flattened"])
+                except GradientCheckError as err:
+                    raise self._jacobian_failure(err, exe, bufs, k, n, a, num) from None
+
+    def _jacobian_failure(self, err, exe, bufs, k, n, a, num):
+        """Add the gradient view: backward with random head weights u, against per-element differences."""
+        lines = str(err).split("\n")
+        size = int(np.prod(self.graph.out_shapes[k]))
+        u = np.random.uniform(0.5, 1.5, size=size)
+        weights = [np.zeros(s) for s in self.graph.out_shapes]
+        weights[k] = u.reshape(self.graph.out_shapes[k])
+        primary = err
+        if self.graph.values[n].size <= MAX_LOCALISE:
+            g = self.graph.vjp(exe, bufs, self._heads(k, u))[n]
+            gerr = self.ref.element_view(self.who, n, g, weights, self.rtol, self.atol)
+            if gerr is not None:
+                lines.append(f"  as a gradient: sum(u * {self.graph.out_names[k]}) w.r.t. {n!r}, u uniform in "
+                             f"[0.5, 1.5), in the input's shape (central differences {self.ref.step_description}):")
+                lines += ["  " + line for line in str(gerr).split("\n")[1:]]
+                primary = gerr
+        out = GradientCheckError("\n".join(lines))
+        out.__dict__.update({key: v for key, v in primary.__dict__.items() if not key.startswith("_")})
+        out.check = self.who
+        out.output_index, out.input_index = k, self.graph.input_names.index(n)
+        out.jacobian_analytic, out.jacobian_numeric = a, num
+        out.jacobian_mismatch_fraction = err.mismatch_fraction
+        return out
+
+    # -- fast mode -------------------------------------------------------------------------------------
+    def fast(self, exe, bufs, out_diff):
+        v = {n: _unit(self.graph.values[n].size).reshape(self.graph.values[n].shape) for n in self.used}
+        for k in out_diff:
+            u = _unit(int(np.prod(self.graph.out_shapes[k])))
+            heads = self._heads(k, u)
+            first = self.graph.vjp(exe, bufs, heads)
+            second = self.graph.vjp(exe, bufs, heads)
+            self._reentrant(first, second, k)
+            weights = [np.zeros(s) for s in self.graph.out_shapes]
+            weights[k] = u.reshape(self.graph.out_shapes[k])
+            magnitude = float(np.sum(np.abs(weights[k] * self.ref.base[k])))
+            for n in self.used:
+                g = first[n]
+                analytic = float(np.sum(g.astype(np.float64) * v[n]))
+                numeric, width = self.ref.directional([n], {n: v[n]}, self._dir_step(n), False, weights=weights)
+                eps_dt = float(np.finfo(g.dtype).eps)
+                noise = (rounding_noise(magnitude, width, self.ref.dtype)
+                         + NOISE_FACTOR * eps_dt * float(np.sum(np.abs(g.astype(np.float64) * v[n]))))
+                atol = self.atol * float(np.abs(u).sum()) * float(np.abs(v[n]).sum())
+                try:
+                    compare(analytic, numeric, self.rtol, atol, check=self.who, arg_name=n,
+                            names=("analytic u^T J v", "numeric u^T J v"),
+                            what=f"Jacobian mismatch for {self._oname(k)} with respect to {self._iname(n)} (fast mode)",
+                            eps=self.eps_desc, noise=noise, extra_lines=self.context)
+                except GradientCheckError as err:
+                    raise self._fast_failure(err, k, n, g, weights, analytic, numeric, atol) from None
+
+    def _fast_failure(self, err, k, n, g, weights, analytic, numeric, atol):
+        lines = [f"{self.who}: Jacobian mismatch for {self._oname(k)} with respect to {self._iname(n)} (fast mode)",
+                 f"  numerical: {numeric:.10g}", f"  analytical: {analytic:.10g}",
+                 f"  |error| = {abs(analytic - numeric):.3g}, allowed atol * sum|u| * sum|v| + rtol * |numerical| "
+                 f"= {atol + self.rtol * abs(numeric):.3g} (atol={self.atol:.3g}, rtol={self.rtol:.3g}, "
+                 f"eps={self.eps_desc})",
+                 "  the quantities above are u^T J v for random unit vectors u (over the output) and v (over the "
+                 "input) -- fast mode; rerun with fast_mode=False for the full Jacobians"]
+        lines += [f"  {c}" for c in self.context]
+        primary = None
+        if g.size <= MAX_LOCALISE:
+            primary = self.ref.element_view(self.who, n, g, weights, self.rtol, self.atol)
+        if primary is not None:
+            lines.append(f"  per-element check of {n!r} (gradient of sum(u * {self.graph.out_names[k]}), central "
+                         f"differences {self.ref.step_description}):")
+            lines += ["  " + line for line in str(primary).split("\n")[1:]]
+        elif g.size > MAX_LOCALISE:
+            lines.append(f"  {n!r} has {g.size} elements (> {MAX_LOCALISE}): no per-element comparison")
+        else:
+            lines.append(f"  the per-element comparison of {n!r} passes: the error is too small to show per element")
+        out = GradientCheckError("\n".join(lines))
+        out.__dict__.update({key: val for key, val in (primary or err).__dict__.items() if not key.startswith("_")})
+        out.check = self.who
+        out.output_index, out.input_index = k, self.graph.input_names.index(n)
+        out.fast = (analytic, numeric)
+        return out
+
+    # -- other checks ----------------------------------------------------------------------------------
+    def undefined_grad(self, exe, bufs):
+        grads = self.graph.vjp(exe, bufs, self._heads())
+        for n in self.used:
+            compare(grads[n], np.zeros_like(grads[n]), 0.0, 0.0, check=self.who, arg_name=n,
+                    names=("backward", "expected"), broadcast=False,
+                    what=(f"expected all input grads to be undefined or zero when all output grads are undefined or "
+                          f"zero (check_undefined_grad): the gradient of {n!r} is not zero for zero head gradients"),
+                    extra_lines=["the backward adds a term that does not scale with the head gradient (a constant, "
+                                 "a regulariser, a stale buffer)"])
+
+    def numeric_is_zero(self):
+        """No float output: the numeric Jacobian must vanish (PyTorch's check for non-differentiable outputs)."""
+        for n in self.used:
+            blocks, _ = self.ref.jacobian(n, self._steps(n))
+            for k, b in enumerate(blocks):
+                compare(b, np.zeros_like(b), 0.0, 0.0, check=self.who, arg_name=n, names=("numeric", "expected"),
+                        broadcast=False,
+                        what=f"numerical gradient of {self._oname(k)} w.r.t. {n!r} expected to be zero "
+                             "(func has no float output)")

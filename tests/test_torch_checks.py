@@ -1,0 +1,240 @@
+"""test_utils, PyTorch-style part: gradcheck and gradgradcheck.
+
+The planted ops (custom ops whose backward is broken on purpose, and a registered op whose second-order
+gradient is broken) live in tests/test_chainer_checks.py; expected values are plain numpy.
+"""
+
+import numpy as np
+import pytest
+from test_chainer_checks import planted, planted_bias, planted_cube, planted_matmul
+
+import symgrad as sg
+import test_utils as tu
+from test_utils.report import GradientCheckError
+from test_utils.torch_checks import gradcheck, gradgradcheck
+
+S = sg.sym
+F32, F64 = np.float32, np.float64
+
+
+def _normal(rng, *shape, dtype=F64):
+    return rng.standard_normal(shape).astype(dtype)
+
+
+# == semantics ===========================================================================================
+
+
+@pytest.mark.parametrize("dtype", [F32, F64])
+@pytest.mark.parametrize("fast_mode", [False, True], ids=["slow", "fast"])
+def test_gradcheck_passes_correct_ops(dtype, fast_mode):
+    rng = np.random.default_rng(0)
+    x, y = _normal(rng, 3, 4, dtype=dtype), _normal(rng, 3, 4, dtype=dtype)
+    assert gradcheck(lambda x: S.tanh(x) * x, (x,), fast_mode=fast_mode) is True
+    assert gradcheck(lambda x, y: (x * y, S.sum(S.sin(x))), (x, y), fast_mode=fast_mode)
+    assert gradcheck(planted(), x, fast_mode=fast_mode)  # the unbroken custom op; one array is (array,)
+    assert gradcheck(lambda x: S.split(x, num_outputs=2, axis=1), (x,), fast_mode=fast_mode)
+
+
+def test_float32_passes_where_pytorchs_float32_differences_fail():
+    """PyTorch's default eps=1e-6 on float32 values: x +- eps rounds, the quotient is off by far more than rtol."""
+    x = np.float32(0.7)
+    eps = 1e-6
+    quotient = (float(np.tanh(x + F32(eps))) - float(np.tanh(x - F32(eps)))) / (2 * eps)
+    exact = 1 - np.tanh(0.7) ** 2
+    assert abs(quotient - exact) > 1e-5 + 1e-3 * exact  # torch.allclose(analytic, numeric) would fail
+    assert gradcheck(lambda x: S.tanh(x), (np.full((2, 3), x),))  # float64 reference at the same eps
+
+
+def test_only_float_inputs_are_checked_and_others_pass_through():
+    rng = np.random.default_rng(1)
+    x, idx = _normal(rng, 4, 3), np.array([2, 0])
+    assert gradcheck(lambda x, i, k: S.take(x, i) * k, (x, idx, 3.0))
+    with pytest.raises(ValueError, match="at least one float input"):
+        gradcheck(lambda i: S.one_hot(i, depth=3), (idx,))
+
+
+def test_eps_none_picks_a_step_per_element():
+    x = np.array([1e-3, 1.0, 1e4])
+    assert gradcheck(lambda x: S.log(x), (x,), eps=None)
+    with pytest.raises(ValueError, match="eps must be positive"):
+        gradcheck(lambda x: S.log(x), (x,), eps=-1.0)
+
+
+def test_raise_exception_false_returns_false():
+    x = _normal(np.random.default_rng(2), 2, 3)
+    assert gradcheck(planted("scale", 2.0), (x,), raise_exception=False) is False
+    assert gradcheck(planted("scale", 2.0), (x,), raise_exception=False, fast_mode=True) is False
+    assert gradgradcheck(planted_cube(3.0), (x,), raise_exception=False) is False
+    with pytest.raises(ValueError):  # bad arguments still raise
+        gradcheck(lambda i: S.one_hot(i, depth=3), (np.arange(2),), raise_exception=False)
+
+
+def test_nondet_tol_checks_that_backward_is_reentrant():
+    x = _normal(np.random.default_rng(3), 3, 4)
+    np.random.seed(0)
+    with pytest.raises(GradientCheckError, match="not reentrant") as info:
+        gradcheck(planted("noise"), (x,))
+    err = info.value
+    assert err.arg_name == "input0" and 0 < max(r[3] for r in err.worst) < 1e-8
+    assert gradcheck(planted("noise"), (x,), nondet_tol=1e-6)
+    with pytest.raises(GradientCheckError, match="not reentrant"):
+        gradcheck(planted("noise"), (x,), fast_mode=True)
+    assert gradcheck(planted("noise"), (x,), nondet_tol=1e-6, fast_mode=True)
+
+
+def test_check_undefined_grad_zero_head_gradients_give_zero_gradients():
+    x = _normal(np.random.default_rng(4), 3, 4)
+    with pytest.raises(GradientCheckError, match="undefined or zero") as info:
+        gradcheck(planted("undefined"), (x,))
+    err = info.value
+    assert err.arg_name == "input0" and err.mismatch_fraction == 1.0
+    np.testing.assert_allclose(err.actual, x)  # the planted backward returns x for a zero head gradient
+    assert gradcheck(planted("undefined"), (x,), check_undefined_grad=False)
+    assert gradcheck(planted("undefined"), (x,), check_undefined_grad=False, fast_mode=True)
+
+
+def test_arguments_func_creates_and_loss_heads_are_refused():
+    x = _normal(np.random.default_rng(5), 3, 4)
+    with pytest.raises(ValueError, match=r"func created arguments \['fc_weight', 'fc_bias'\].*pass them as inputs"):
+        gradcheck(lambda x: S.FullyConnected(x, num_hidden=2, name="fc"), (x,))
+    w, b = _normal(np.random.default_rng(6), 2, 4), np.zeros(2)
+    assert gradcheck(lambda x, w, b: S.FullyConnected(x, weight=w, bias=b, num_hidden=2), (x, w, b))
+    with pytest.raises(NotImplementedError, match="loss heads"):
+        gradcheck(lambda x, t: S.SoftmaxOutput(x, t), (x, np.array([0.0, 1.0, 3.0])))
+
+
+def test_integer_outputs_are_not_differentiated():
+    x = _normal(np.random.default_rng(7), 3, 4)
+    assert gradcheck(lambda x: (S.tanh(x), S.argmax(x, axis=1)), (x,))
+    assert gradcheck(lambda x: S.argmax(x, axis=1), (x,))  # no float output: the numeric gradient is zero
+
+
+@pytest.mark.parametrize("fast_mode", [False, True], ids=["slow", "fast"])
+def test_kinks_are_reported_as_kinks_not_gradient_bugs(fast_mode):
+    relu_at_zero = np.array([[0.0, 1.0], [-1.0, 2.0]])
+    with pytest.raises(GradientCheckError) as info:
+        gradcheck(lambda x: S.relu(x), (relu_at_zero,), fast_mode=fast_mode)
+    assert info.value.pattern == "kink" and "non-differentiable point at input0[0, 0]" in info.value.diagnosis
+    tie = np.array([[1.0, 1.0, 0.0], [0.5, 2.0, -1.0]])  # a max tie in row 0
+    with pytest.raises(GradientCheckError) as info:
+        gradcheck(lambda x: S.max(x, axis=1), (tie,), fast_mode=fast_mode)
+    assert info.value.pattern == "kink" and "not a gradient error" in info.value.diagnosis
+    assert {k.index for k in info.value.kinks} == {(0, 0), (0, 1)}
+
+
+# == planted bugs =========================================================================================
+
+
+@pytest.mark.parametrize(
+    "k, pattern, words",
+    [(1.5, "scaled", "scaled by 1.5"), (2.0, "doubled", "counted twice"), (-1.0, "sign", "sign flipped"),
+     (0.0, "missing", "gradient missing")],
+    ids=["x1.5", "doubled", "sign", "zero"],
+)
+@pytest.mark.parametrize("fast_mode", [False, True], ids=["slow", "fast"])
+def test_planted_constant_factors_are_caught_and_named(k, pattern, words, fast_mode):
+    x = _normal(np.random.default_rng(8), 3, 4, dtype=F32)
+    with pytest.raises(GradientCheckError) as info:
+        gradcheck(planted("scale", k), (x,), fast_mode=fast_mode)
+    err = info.value
+    assert err.check == "gradcheck" and err.arg_name == "input0" and err.input_index == 0 and err.output_index == 0
+    assert err.pattern == pattern and words in err.diagnosis
+    text = str(err)
+    assert "Jacobian mismatch for output 0" in text and "with respect to input 0 ('input0')" in text
+    assert "rtol=0.001" in text and "atol=1e-05" in text and "diagnosis:" in text
+    if fast_mode:
+        a, n = err.fast
+        assert a == pytest.approx(k * n, rel=1e-3, abs=1e-6) and "fast mode" in text
+    else:
+        # the Jacobian of an elementwise op is diagonal: only the 12 diagonal entries are wrong
+        assert err.jacobian_mismatch_fraction == pytest.approx(12 / 144)
+        np.testing.assert_allclose(np.diag(err.jacobian_analytic), k * np.diag(err.jacobian_numeric), rtol=1e-5,
+                                   atol=1e-6)
+
+
+def test_planted_structural_bugs_are_named():
+    rng = np.random.default_rng(9)
+    x = _normal(rng, 3, 4)
+    cases = [
+        (planted("product"), (x,), "spread", "product rule", (False, True)),
+        # fast mode allows atol * sum|u| * sum|v| (~ atol * sqrt(output size * input size)): one wrong
+        # element among many is only certain to show in the full Jacobian
+        (planted("one"), (_normal(rng, 4, 25),), "confined", "(0, 17)", (False,)),
+        (planted("pct"), (x,), "small", "1%", (False, True)),
+        (planted_bias, (x, _normal(rng, 4)), "broadcast", "wrong broadcast reduction", (False, True)),
+        (planted_matmul, (x, _normal(rng, 4, 4)), "transposed", "transposed", (False, True)),
+    ]
+    for func, inputs, pattern, words, modes in cases:
+        for fast_mode in modes:
+            with pytest.raises(GradientCheckError) as info:
+                gradcheck(func, inputs, fast_mode=fast_mode)
+            assert info.value.pattern == pattern, (pattern, fast_mode, info.value.diagnosis)
+            assert words in info.value.diagnosis
+
+
+# == gradgradcheck ===========================================================================================
+
+
+@pytest.mark.parametrize("dtype", [F32, F64])
+def test_gradgradcheck_passes_correct_ops(dtype):
+    rng = np.random.default_rng(10)
+    x, w = _normal(rng, 3, 4, dtype=dtype), _normal(rng, 2, 4, dtype=dtype)
+    assert gradgradcheck(lambda x: S.tanh(x) * S.exp(x), (x,)) is True
+    assert gradgradcheck(planted_cube(), (x,), fast_mode=True)
+    assert gradgradcheck(lambda x, w: S.sigmoid(S.FullyConnected(x, weight=w, no_bias=True, num_hidden=2)), (x, w))
+    go = (_normal(rng, 3, 4, dtype=dtype),)
+    assert gradgradcheck(lambda x: S.sin(x) * x, (x,), go)
+    assert gradgradcheck(lambda x: S.sin(x) * x, (x,), gen_non_contig_grad_outputs=True)
+
+
+def test_gradgradcheck_catches_a_wrong_second_order_gradient():
+    x = _normal(np.random.default_rng(11), 3, 4)
+    for fast_mode in (False, True):
+        with pytest.raises(GradientCheckError) as info:
+            gradgradcheck(planted_cube(-1.0), (x,), fast_mode=fast_mode)
+        err = info.value
+        assert err.check == "gradgradcheck" and err.arg_name == "input0" and err.pattern == "sign"
+        assert "second order" in str(err)
+    # the first order of the same op is right
+    assert gradcheck(planted_cube(-1.0), (x,))
+
+
+def test_gradgradcheck_argument_errors():
+    x = _normal(np.random.default_rng(12), 3, 4)
+    with pytest.raises(ValueError, match="2 grad_outputs for 1 differentiable outputs"):
+        gradgradcheck(lambda x: S.tanh(x), (x,), (x, x))
+    with pytest.raises(ValueError, match=r"has shape \(4,\), expected \(3, 4\)"):
+        gradgradcheck(lambda x: S.tanh(x), (x,), (x[0],))
+
+
+# == no false alarms ===========================================================================================
+
+
+def _smooth_cases(rng, dtype):
+    def n(*shape):
+        return _normal(rng, *shape, dtype=dtype)
+
+    return [
+        (lambda x: S.tanh(x), (n(4, 5),)),
+        (lambda x: S.sigmoid(x), (n(4, 5),)),
+        (lambda x: S.exp(x), (n(4, 5),)),
+        (lambda x: S.softmax(x, axis=-1), (n(4, 5),)),
+        (lambda x, w, b: S.FullyConnected(x, weight=w, bias=b, num_hidden=3), (n(4, 5), n(3, 5), n(3))),
+        (lambda x, g, b: S.BatchNorm(x, gamma=g, beta=b, fix_gamma=False, name="bn"),
+         (n(6, 3), rng.uniform(0.5, 1.5, 3).astype(dtype), n(3))),
+    ]
+
+
+@pytest.mark.parametrize("dtype", [F32, F64])
+def test_no_false_alarm_on_correct_smooth_ops_over_20_seeds(dtype):
+    for seed in range(20):
+        rng = np.random.default_rng(200 + seed)
+        np.random.seed(seed)
+        for func, inputs in _smooth_cases(rng, dtype):
+            assert gradcheck(func, inputs)
+            assert gradcheck(func, inputs, fast_mode=True)
+
+
+def test_exported_from_the_package():
+    assert tu.gradcheck is gradcheck and tu.gradgradcheck is gradgradcheck
+    assert {"gradcheck", "gradgradcheck"} <= set(tu.__all__)
