@@ -9,6 +9,10 @@
 array([2., 4., 6.], dtype=float32)
 """
 
+import importlib.abc
+import importlib.util
+import sys
+
 from . import operator, sym
 from .base import AttrScope, BindError, MXNetError, NameManager, ParamError, Prefix, ShapeError, SymgradError
 from .context import Context, cpu, current_context, gpu, num_gpus
@@ -52,3 +56,28 @@ def __getattr__(name):
 
         return importlib.import_module("test_utils")
     raise AttributeError(f"module 'symgrad' has no attribute {name!r}")
+
+
+class _TestUtilsAlias(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """Makes ``import symgrad.test_utils[.sub]`` give the top-level ``test_utils[.sub]`` module
+    itself (one module object under both names), imported only when asked for."""
+
+    _prefix = __name__ + ".test_utils"
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname != self._prefix and not fullname.startswith(self._prefix + "."):
+            return None
+        return importlib.util.spec_from_loader(fullname, self)
+
+    def create_module(self, spec):
+        module = importlib.import_module("test_utils" + spec.name[len(self._prefix):])
+        spec.loader_state = module.__spec__
+        return module
+
+    def exec_module(self, module):
+        # the import system stamped the alias spec on the shared module: give it its own back
+        module.__spec__ = module.__spec__.loader_state
+
+
+if not any(isinstance(f, _TestUtilsAlias) for f in sys.meta_path):
+    sys.meta_path.insert(0, _TestUtilsAlias())  # before PathFinder, which would load a duplicate

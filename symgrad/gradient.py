@@ -48,7 +48,7 @@ def _sum(entries):
     return F.add_n(*[Symbol([e]) for e in entries])._outputs[0]
 
 
-def build_gradients(heads: Sequence, head_grads: Sequence, wrt: Sequence[Node]) -> list:
+def build_gradients(heads: Sequence, head_grads: Sequence, wrt: Sequence[Node], loss_scale=None) -> list:
     """Gradient entries of ``heads`` w.r.t. the variable nodes ``wrt``.
 
     ``heads`` are ``(node, index)`` entries, ``head_grads`` one entry (or None,
@@ -56,12 +56,16 @@ def build_gradients(heads: Sequence, head_grads: Sequence, wrt: Sequence[Node]) 
     None (not connected) per ``wrt`` node. Nodes it creates are named in a
     private scope (``<node>_backward_<op><k>``), so binding never shifts the
     automatic names of the user's later symbols.
+
+    ``loss_scale`` (the caller has already scaled ``head_grads`` by it) also
+    multiplies the gradients that loss operators (MakeLoss, SoftmaxOutput...)
+    emit, since those ignore the head gradient they receive.
     """
     with NameManager():
-        return _build(heads, head_grads, wrt)
+        return _build(heads, head_grads, wrt, loss_scale)
 
 
-def _build(heads, head_grads, wrt):
+def _build(heads, head_grads, wrt, loss_scale=None):
     F = _sym_module()
     order = topo_order(heads)
     wrt_ids = {n.id for n in wrt}
@@ -106,6 +110,9 @@ def _build(heads, head_grads, wrt):
                 out_grads.append(F.zeros_like(Symbol([(node, k)])))
         with Prefix(f"{node.name}_backward_"):
             in_grads = op.gradient(F, GradNode(node, needs), out_grads)
+            if loss and loss_scale is not None:
+                # a loss op ignores its head gradient, so the scale must be applied to what it emits
+                in_grads = [g * float(loss_scale) if isinstance(g, Symbol) else g for g in in_grads]
         if len(in_grads) != len(node.inputs):
             raise SymgradError(
                 f"gradient rule of {op.name} returned {len(in_grads)} gradients for {len(node.inputs)} inputs"
@@ -143,7 +150,9 @@ def grad(outputs, inputs, grad_outputs=None, grad_inputs=None, loss_scale=None):
         inputs: Variables (single-output Symbols whose head is a variable).
         grad_outputs: one head gradient Symbol per output (None: ones).
         grad_inputs: Symbols added to the corresponding result (None: nothing).
-        loss_scale: multiplies the head gradients; the result is divided by it.
+        loss_scale: multiplies the head gradients (and the gradients loss operators emit, as
+            they ignore theirs), so small gradients survive low precision; each result is
+            divided by it again before ``grad_inputs`` are added.
 
     Returns:
         A list with one Symbol per input, or None where no path connects it.
@@ -177,7 +186,7 @@ def grad(outputs, inputs, grad_outputs=None, grad_inputs=None, loss_scale=None):
             if loss_scale is not None:
                 go = go * float(loss_scale)
             hgs.append(go._outputs[0])
-        entries = build_gradients(heads, hgs, wrt)
+        entries = build_gradients(heads, hgs, wrt, loss_scale=loss_scale)
         if grad_inputs is None:
             grad_inputs = [None] * len(wrt)
         grad_inputs = list(grad_inputs)

@@ -39,6 +39,9 @@ class Symbol:
         raise AttributeError("Symbols are immutable")
 
     __hash__ = object.__hash__
+    # ``np.float32(2) * sym`` and ``array + sym``: numpy hands the operation back to Symbol
+    # (which takes the scalar / refuses the array) instead of building an object array.
+    __array_ufunc__ = None
 
     # -- identity -------------------------------------------------------------
     @property
@@ -73,9 +76,9 @@ class Symbol:
         if isinstance(index, str):
             names = self.list_outputs()
             if index not in names:
-                raise KeyError(f"no output named {index!r}; outputs are {names}")
+                raise OutputNameError(f"no output named {index!r}; outputs are {names}")
             if names.count(index) > 1:
-                raise KeyError(f"more than one output is named {index!r}")
+                raise OutputNameError(f"more than one output is named {index!r}")
             return Symbol([self._outputs[names.index(index)]])
         if isinstance(index, slice):
             return Symbol(self._outputs[index])
@@ -114,31 +117,38 @@ class Symbol:
         return [n.name for n in nodes if n.op is None]
 
     def get_internals(self) -> Symbol:
-        """Every output of every node, in topological order (``sym.get_internals()['fc_output']``)."""
-        return Symbol([(n, i) for n in self._nodes() for i in range(n.num_outputs)])
+        """Every visible output of every node, in topological order (``sym.get_internals()['fc_output']``).
+
+        Hidden outputs (BatchNorm's mean/var, L2Normalization's norm) are left out, as in MXNet (NNVM's
+        ``FNumVisibleOutputs``).
+        """
+        return Symbol([(n, i) for n in self._nodes()
+                       for i in range(n.op.n_visible(n.params) if n.op is not None else 1)])
 
     def get_children(self) -> Symbol | None:
-        """The inputs of the head node, or None for a variable."""
-        node = self._single("get_children")
-        if node.op is None:
-            return None
-        return Symbol(node.inputs)
+        """The inputs of the head node(s), or None when there are none (a variable).
 
-    def _single(self, what: str) -> Node:
-        """The head node, when every output comes from one node (a multi-output op is fine)."""
-        if len({n.id for n, _ in self._outputs}) != 1:
-            raise SymgradError(f"{what} needs the outputs of one node, this group has {len(self._outputs)} outputs")
-        return self._outputs[0][0]
+        For a group, the inputs of each distinct head node in turn (NNVM's ``GetChildren``).
+        """
+        entries, seen = [], set()
+        for node, _ in self._outputs:
+            if node.id not in seen:
+                seen.add(node.id)
+                entries.extend(node.inputs)
+        return Symbol(entries) if entries else None
 
     # -- attributes ---------------------------------------------------------------
     def attr(self, key: str):
-        """A string attribute of the head node, or None."""
-        return self._single("attr").attrs.get(key)
+        """A string attribute of the head node; None if it is not set or this groups several nodes."""
+        if len({n.id for n, _ in self._outputs}) != 1:
+            return None
+        return self._outputs[0][0].attrs.get(key)
 
     def list_attr(self, recursive: bool = False) -> dict:
+        """The attributes of the (first) head node: operator parameters and ``AttrScope`` values."""
         if recursive:
             raise SymgradError("list_attr(recursive=True) is removed in MXNet 1.x; use attr_dict()")
-        return dict(self._single("list_attr").attrs)
+        return dict(self._outputs[0][0].attrs)
 
     def attr_dict(self) -> dict:
         """``{node name: {key: value}}`` for every node that has attributes."""
@@ -198,15 +208,25 @@ class Symbol:
         return res
 
     def infer_type(self, *args, **kwargs):
-        """Infer ``(arg_types, out_types, aux_types)`` as numpy dtypes."""
+        """Infer ``(arg_types, out_types, aux_types)`` as numpy scalar types.
+
+        Returns ``(None, None, None)`` when some type stays unknown (as MXNet does).
+        """
+        return self._infer_type(args, kwargs, partial=False)
+
+    def infer_type_partial(self, *args, **kwargs):
+        """Like ``infer_type`` but unknown types come back as None instead of failing."""
+        return self._infer_type(args, kwargs, partial=True)
+
+    def _infer_type(self, args, kwargs, partial):
         args = tuple(None if a is None else np.dtype(a) for a in args)
         kwargs = {k: None if v is None else np.dtype(v) for k, v in kwargs.items()}
-        nodes, arg_nodes, aux_nodes, known = self._known(args, kwargs, "infer_type", "__dtype__", np.dtype)
+        nodes, arg_nodes, aux_nodes, known = self._known(args, kwargs, "infer_type", "__dtype__", parse_dtype_attr)
         infer_types(nodes, known)
         res = _collect(known, arg_nodes, self._outputs, aux_nodes)
-        if any(v is None for part in res for v in part):
+        if not partial and any(v is None for part in res for v in part):
             return None, None, None
-        return tuple([np.dtype(v).type for v in part] for part in res)
+        return tuple([None if v is None else np.dtype(v).type for v in part] for part in res)
 
     # -- composition ------------------------------------------------------------
     def __call__(self, *args, name=None, **kwargs):
@@ -248,89 +268,131 @@ class Symbol:
         return Symbol(outs)
 
     # -- binding ----------------------------------------------------------------
-    def bind(self, ctx, args, args_grad=None, grad_req="write", aux_states=None, **kwargs):
-        """Bind arrays to the arguments; see ``symgrad.executor.Executor``."""
+    def bind(self, ctx, args, args_grad=None, grad_req="write", aux_states=None, group2ctx=None, shared_exec=None):
+        """Bind arrays to the arguments (used by reference); see ``symgrad.executor.Executor``.
+
+        ``args`` / ``args_grad`` / ``aux_states`` are lists in ``list_arguments()`` /
+        ``list_auxiliary_states()`` order or dicts by name; ``args_grad`` may leave arguments out
+        (no gradient for them). ``shared_exec`` (MXNet's memory-pool sharing) is accepted and
+        has no effect; ``group2ctx`` (model parallelism) is not supported.
+        """
         from .executor import Executor
 
-        if kwargs:
-            raise TypeError(f"bind: unsupported keyword arguments {sorted(kwargs)}")
+        _no_group2ctx(group2ctx, "bind")
         return Executor(self, ctx, args, args_grad, grad_req, aux_states)
 
-    def simple_bind(self, ctx, grad_req="write", type_dict=None, **shapes):
-        """Infer shapes from ``shapes``, allocate zeroed arrays on ``ctx`` and bind."""
+    def simple_bind(self, ctx, grad_req="write", type_dict=None, stype_dict=None, group2ctx=None,
+                    shared_arg_names=None, shared_exec=None, shared_buffer=None, **shapes):
+        """Infer shapes from ``shapes``, allocate zeroed arrays on ``ctx`` and bind.
+
+        ``grad_req`` is a string, a list or a dict (arguments missing from it get ``'null'``);
+        ``type_dict`` gives dtypes by name (others are inferred, else float32). MXNet's other
+        keywords are accepted when they ask for nothing symgrad lacks: dense ``stype_dict``,
+        no ``group2ctx``, no ``shared_arg_names`` / ``shared_buffer``; ``shared_exec`` has no effect.
+        """
         from .executor import simple_bind
 
+        _no_group2ctx(group2ctx, "simple_bind")
+        if stype_dict and any(v != "default" for v in stype_dict.values()):
+            raise NotImplementedError(f"simple_bind: sparse storage types are not supported (stype_dict={stype_dict})")
+        if shared_arg_names or shared_buffer:
+            raise NotImplementedError("simple_bind: shared_arg_names / shared_buffer are not supported; "
+                                      "bind the arrays you want to share with bind(args=...)")
         return simple_bind(self, ctx, grad_req=grad_req, type_dict=type_dict, shapes=shapes)
 
     def grad(self, wrt):
         raise SymgradError("Symbol.grad is deprecated in MXNet; use symgrad.grad(outputs, inputs)")
 
     # -- operator overloads -----------------------------------------------------
-    def _binary(self, other, sym_op, scalar_op, reverse=False):
+    # As MXNet 1.x: Symbol-Symbol goes through ``_internal._Plus`` & co. and Symbol-number through
+    # ``_internal._PlusScalar`` & co., so automatic names are ``_plus0``, ``_mulscalar0`` ...;
+    # comparisons use ``_equal`` / ``_equal_scalar`` ... and get ``_equal0``, ``_equal_scalar0``.
+    def _binary(self, other, sym_op, scalar_op, what=None, reverse=False, strict=True):
         if isinstance(other, Symbol):
             a, b = (other, self) if reverse else (self, other)
             return _op_func(sym_op)(a, b)
         if isinstance(other, numbers.Number) and not isinstance(other, bool):
-            return _op_func(scalar_op)(self, scalar=float(other))
-        return NotImplemented
+            # ints stay ints in the attribute (``scalar="2"``, as MXNet writes it)
+            scalar = other if isinstance(other, (int, float, np.integer, np.floating)) else float(other)
+            return _op_func(scalar_op)(self, scalar=scalar)
+        if not strict:  # comparisons: let Python fall back (``sym == None`` is False)
+            return NotImplemented
+        raise TypeError(
+            f"unsupported operand for {what!s}: a Symbol combines with a Symbol or a number, "
+            f"got {type(other).__name__}"
+            " (wrap arrays in a Variable and pass them to bind/forward)"
+        )
 
     def __add__(self, o):
-        return self._binary(o, "elemwise_add", "_plus_scalar")
+        return self._binary(o, "_Plus", "_PlusScalar", what="+")
 
     __radd__ = __add__
 
     def __sub__(self, o):
-        return self._binary(o, "elemwise_sub", "_minus_scalar")
+        return self._binary(o, "_Minus", "_MinusScalar", what="-")
 
     def __rsub__(self, o):
-        return self._binary(o, "elemwise_sub", "_rminus_scalar", reverse=True)
+        return self._binary(o, "_Minus", "_RMinusScalar", what="-", reverse=True)
 
     def __mul__(self, o):
-        return self._binary(o, "elemwise_mul", "_mul_scalar")
+        return self._binary(o, "_Mul", "_MulScalar", what="*")
 
     __rmul__ = __mul__
 
     def __truediv__(self, o):
-        return self._binary(o, "elemwise_div", "_div_scalar")
+        return self._binary(o, "_Div", "_DivScalar", what="/")
 
     def __rtruediv__(self, o):
-        return self._binary(o, "elemwise_div", "_rdiv_scalar", reverse=True)
+        return self._binary(o, "_Div", "_RDivScalar", what="/", reverse=True)
 
     def __mod__(self, o):
-        return self._binary(o, "_mod", "_mod_scalar")
+        return self._binary(o, "_Mod", "_ModScalar", what="%")
 
     def __rmod__(self, o):
-        return self._binary(o, "_mod", "_rmod_scalar", reverse=True)
+        return self._binary(o, "_Mod", "_RModScalar", what="%", reverse=True)
 
     def __pow__(self, o):
-        return self._binary(o, "_power", "_power_scalar")
+        return self._binary(o, "_Power", "_PowerScalar", what="**")
 
     def __rpow__(self, o):
-        return self._binary(o, "_power", "_rpower_scalar", reverse=True)
+        return self._binary(o, "_Power", "_RPowerScalar", what="**", reverse=True)
 
     def __neg__(self):
-        return _op_func("negative")(self)
+        # MXNet 1.x: ``-x`` is ``x.__mul__(-1.0)`` (a ``_mul_scalar`` node named ``_mulscalar<i>``)
+        return self.__mul__(-1.0)
 
     def __abs__(self):
         return _op_func("abs")(self)
 
     def __eq__(self, o):
-        return self._binary(o, "_equal", "_equal_scalar")
+        return self._binary(o, "_equal", "_equal_scalar", strict=False)
 
     def __ne__(self, o):
-        return self._binary(o, "_not_equal", "_not_equal_scalar")
+        return self._binary(o, "_not_equal", "_not_equal_scalar", strict=False)
 
     def __gt__(self, o):
-        return self._binary(o, "_greater", "_greater_scalar")
+        return self._binary(o, "_greater", "_greater_scalar", strict=False)
 
     def __ge__(self, o):
-        return self._binary(o, "_greater_equal", "_greater_equal_scalar")
+        return self._binary(o, "_greater_equal", "_greater_equal_scalar", strict=False)
 
     def __lt__(self, o):
-        return self._binary(o, "_lesser", "_lesser_scalar")
+        return self._binary(o, "_lesser", "_lesser_scalar", strict=False)
 
     def __le__(self, o):
-        return self._binary(o, "_lesser_equal", "_lesser_equal_scalar")
+        return self._binary(o, "_lesser_equal", "_lesser_equal_scalar", strict=False)
+
+
+class OutputNameError(KeyError, ValueError):
+    """``sym["name"]`` names no output (a ``KeyError``, and a ``ValueError`` as in MXNet)."""
+
+    def __str__(self):
+        return str(self.args[0]) if self.args else ""
+
+
+def _no_group2ctx(group2ctx, who):
+    if group2ctx:
+        raise NotImplementedError(f"{who}: group2ctx (placing parts of a graph on several devices) is not supported")
 
 
 def _as_shape(value, what):
@@ -363,8 +425,39 @@ def _collect(known, arg_nodes, outputs, aux_nodes):
 # -- construction ---------------------------------------------------------------
 
 
-def Variable(name, attr=None, shape=None, dtype=None, init=None, lr_mult=None, wd_mult=None, stype=None, **kwargs):
-    """A named placeholder (``mx.sym.Variable``). Extra attributes must be ``__dunder__``."""
+# MXNet's dtype codes, as ``mx.sym.Variable`` writes them into ``__dtype__`` (``_DTYPE_NP_TO_MX``)
+_DTYPE_TO_MX = {"float32": 0, "float64": 1, "float16": 2, "uint8": 3, "int32": 4, "int8": 5, "int64": 6,
+                "bool": 7, "int16": 8, "uint16": 9, "uint32": 10, "uint64": 11}
+_MX_TO_DTYPE = {str(v): k for k, v in _DTYPE_TO_MX.items()}
+
+
+def parse_dtype_attr(text) -> np.dtype:
+    """A ``__dtype__`` attribute as a numpy dtype: MXNet's code (``"0"``) or a dtype name (``"float32"``)."""
+    text = str(text).strip()
+    try:
+        return np.dtype(_MX_TO_DTYPE.get(text, text))
+    except TypeError:
+        raise TypeError(f"__dtype__ attribute {text!r} is neither an MXNet dtype code nor a numpy dtype name") from None
+
+
+def Variable(name, attr=None, shape=None, lr_mult=None, wd_mult=None, dtype=None, init=None, stype=None,
+             **kwargs):
+    """A named placeholder (``mx.sym.Variable``, same parameters in the same order).
+
+    Args:
+        name: the variable's name.
+        attr: extra string attributes (merged over the current ``AttrScope``).
+        shape: written to ``__shape__`` (used by shape inference and ``simple_bind``).
+        lr_mult, wd_mult: written to ``__lr_mult__`` / ``__wd_mult__``.
+        dtype: written to ``__dtype__`` as MXNet's dtype code (used by type inference).
+        init: an initializer (its ``dumps()``) or a string, written to ``__init__``.
+        stype: only ``"default"`` (dense) storage is supported.
+        **kwargs: further attributes, which must be ``__dunder__`` names.
+
+    >>> v = Variable("v", shape=(2, 3), lr_mult=2.0, dtype="float64")
+    >>> v.list_attr() == {"__shape__": "(2, 3)", "__lr_mult__": "2.0", "__dtype__": "1"}
+    True
+    """
     if not isinstance(name, str) or not name:
         raise TypeError(f"Variable: name must be a non-empty string, got {name!r}")
     attrs = AttrScope.current_attrs()
@@ -372,14 +465,17 @@ def Variable(name, attr=None, shape=None, dtype=None, init=None, lr_mult=None, w
         attrs.update({k: str(v) for k, v in attr.items()})
     if shape is not None:
         attrs["__shape__"] = param_to_str(_as_shape(shape, f"Variable {name!r} shape"))
-    if dtype is not None:
-        attrs["__dtype__"] = np.dtype(dtype).name
-    if init is not None:
-        attrs["__init__"] = init if isinstance(init, str) else getattr(init, "dumps", lambda: str(init))()
     if lr_mult is not None:
         attrs["__lr_mult__"] = str(lr_mult)
     if wd_mult is not None:
         attrs["__wd_mult__"] = str(wd_mult)
+    if dtype is not None:
+        dt = np.dtype(dtype)
+        if dt.name not in _DTYPE_TO_MX:
+            raise TypeError(f"Variable {name!r}: dtype {dt} is not one of MXNet's {sorted(_DTYPE_TO_MX)}")
+        attrs["__dtype__"] = str(_DTYPE_TO_MX[dt.name])
+    if init is not None:
+        attrs["__init__"] = init if isinstance(init, str) else getattr(init, "dumps", lambda: str(init))()
     if stype is not None and stype != "default":
         raise NotImplementedError(f"Variable {name!r}: sparse storage type {stype!r} is not supported")
     for k, v in kwargs.items():
@@ -403,12 +499,12 @@ def Group(symbols):
             raise TypeError(f"Group: expected Symbols, got {type(s).__name__}")
         outs.extend(s._outputs)
     if not outs:
-        raise SymgradError("Group: needs at least one symbol")
+        raise TypeError("Group: expected a non-empty list of Symbols, got none")
     return Symbol(outs)
 
 
-def _create(op, args, kwargs, name=None, attr=None):
-    hint = op.name.lower()
+def _create(op, args, kwargs, name=None, attr=None, hint=None):
+    hint = (hint or op.name).lower()
     node_name = NameManager.current().get(name, hint)
     where = f"{op.name} {node_name!r}"
     sym_kwargs = {k: v for k, v in kwargs.items() if isinstance(v, Symbol)}
@@ -449,12 +545,15 @@ def _create(op, args, kwargs, name=None, attr=None):
     return Symbol([(node, i) for i in range(op.n_visible(params))])
 
 
-def _make_op_func(op):
-    def creator(*args, name=None, attr=None, **kwargs):
-        return _create(op, args, kwargs, name=name, attr=attr)
+def _make_op_func(op, func_name=None):
+    """The creator ``sg.sym.<func_name>``; automatic names are ``<func_name lowercase><i>`` (MXNet)."""
+    func_name = func_name or op.name
 
-    creator.__name__ = op.name
-    creator.__qualname__ = op.name
+    def creator(*args, name=None, attr=None, **kwargs):
+        return _create(op, args, kwargs, name=name, attr=attr, hint=func_name)
+
+    creator.__name__ = func_name
+    creator.__qualname__ = func_name
     creator.__doc__ = op.doc or f"The {op.name} operator."
     return creator
 
@@ -477,10 +576,10 @@ def populate(namespace: dict, internal_name: str = "symgrad.sym._internal") -> d
 
     internal = sys.modules.get(internal_name) or types.ModuleType(internal_name)
     for opname, op in _registry.list_ops().items():
-        func = _FUNCS.get(op.name)
-        if func is None:
-            func = _FUNCS[op.name] = _make_op_func(op)
-        _FUNCS[opname] = func
+        func = _FUNCS.get(opname)
+        if func is None or func._op is not op:
+            func = _FUNCS[opname] = _make_op_func(op, opname)
+            func._op = op
         setattr(internal, opname, func)
         namespace[opname] = func
     namespace["_internal"] = internal

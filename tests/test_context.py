@@ -47,3 +47,28 @@ def test_bind_uses_the_current_context_when_none_given():
     with sg.cpu(0):
         exe = (x + 1.0).simple_bind(None, x=(2,))
     assert exe._ctx == sg.cpu(0)
+
+
+def test_contexts_need_no_cupy_until_arrays_are_made(monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "cupy", None)  # import cupy -> ImportError
+    assert sg.num_gpus() == 0
+    with sg.gpu(3) as ctx:  # entering a gpu scope is bookkeeping only
+        assert ctx == sg.gpu(3) and sg.current_context() is ctx
+        x = sg.sym.Variable("x")
+        with pytest.raises(ImportError, match=r"gpu\(3\) needs CuPy: pip install symgrad\[gpu\]"):
+            (x * 2.0).simple_bind(None, x=(2,))  # None: the current context, gpu(3)
+    with pytest.raises(ImportError, match=r"gpu\(0\) needs CuPy"):
+        _ = sg.gpu().xp
+
+
+def test_context_copy_equality_and_scope_restored_after_an_exception():
+    c = sg.Context(sg.gpu(2))
+    assert c == sg.gpu(2) and c is not sg.gpu(2) and c.device_type == "gpu" and c.device_id == 2
+    assert sg.cpu(1) != sg.cpu(0) and sg.cpu(1).xp is np and str(sg.cpu(1)) == "cpu(1)"
+    assert sg.Context("cpu") == sg.cpu(0) and sg.cpu() != "cpu(0)"
+    with pytest.raises(RuntimeError):
+        with sg.gpu(1):
+            raise RuntimeError("boom")
+    assert sg.current_context() == sg.cpu(0)

@@ -258,15 +258,38 @@ def test_monitor_callback_sees_every_intermediate():
     x = S.Variable("x")
     net = S.sum(S.tanh(S.FullyConnected(x, num_hidden=2, name="fc"), name="t"), name="s")
     exe = net.simple_bind(sg.cpu(), x=(3, 4))
+    rng = np.random.default_rng(11)
+    w = rng.standard_normal((2, 4)).astype(np.float32)
+    exe.arg_dict["fc_weight"][:] = w
+    xv = rng.standard_normal((3, 4)).astype(np.float32)
     seen = {}
     exe.set_monitor_callback(lambda name, arr: seen.__setitem__(name, arr.copy()))
-    out = exe.forward(x=np.ones((3, 4)))[0]
-    assert {"fc_output", "t_output", "s_output"} <= set(seen)
+    out = exe.forward(x=xv)[0]
+    assert set(seen) == {"fc_output", "t_output", "s_output"}
+    fc = xv @ w.T
+    np.testing.assert_allclose(seen["fc_output"], fc, rtol=1e-5)
+    np.testing.assert_allclose(seen["t_output"], np.tanh(fc), rtol=1e-5)
     np.testing.assert_array_equal(seen["s_output"], out)
+    # monitor_all: inputs too, under MXNet's names: a variable under its own name and <node>_<input name>
     seen.clear()
-    exe.set_monitor_callback(lambda name, arr: seen.__setitem__(name, arr), monitor_all=True)
+    exe.set_monitor_callback(lambda name, arr: seen.__setitem__(name, arr.copy()), monitor_all=True)
     exe.forward()
-    assert "fc_x" in seen and "t_fc_output" in seen
+    assert set(seen) == {"x", "fc_weight", "fc_bias", "fc_data", "fc_output", "t_data", "t_output", "s_data",
+                         "s_output"}
+    np.testing.assert_array_equal(seen["fc_data"], xv)
+    np.testing.assert_array_equal(seen["x"], xv)
+    np.testing.assert_allclose(seen["t_data"], fc, rtol=1e-5)
+    # backward instructions are monitored as well; None switches the monitor off
+    seen.clear()
+    exe.forward(is_train=True)
+    exe.backward(np.ones(1, np.float32))
+    assert any("backward" in name for name in seen)
+    exe.set_monitor_callback(None)
+    seen.clear()
+    exe.forward()
+    assert seen == {}
+    with pytest.raises(TypeError, match="callable"):
+        exe.set_monitor_callback(3)
 
 
 def test_reshape_and_copy_params_from():
@@ -367,3 +390,246 @@ def test_reused_gradient_buffers_never_leak_into_user_arrays():
     np.testing.assert_allclose(first, h1.T @ xv, rtol=1e-5)
     np.testing.assert_allclose(exe.grad_dict["fc_weight"], h2.T @ xv, rtol=1e-5)
     np.testing.assert_allclose(exe.grad_dict["fc_bias"], h1.sum(0) + h2.sum(0), rtol=1e-5)
+
+
+def test_bind_with_partial_args_grad_and_list_forms():
+    rng = np.random.default_rng(12)
+    av, bv, cv = rng.standard_normal((3, 2, 2))
+    A, B, C = S.Variable("a"), S.Variable("b"), S.Variable("c")
+    net = A * B + C  # d/da = h*b, d/db = h*a, d/dc = h
+    h = rng.standard_normal((2, 2))
+    # args_grad dict naming only 'a' with a string grad_req: the others get no gradient (MXNet)
+    ga = np.full((2, 2), 9.0)
+    exe = net.bind(sg.cpu(), [av, bv, cv], args_grad={"a": ga})
+    assert exe.grad_dict == {"a": ga, "b": None, "c": None} and exe.grad_arrays[1:] == [None, None]
+    assert all(e is None for e in exe.plan.grad_slots[1:])
+    exe.forward(is_train=True)
+    exe.backward(h)
+    np.testing.assert_allclose(ga, h * bv)
+    # list args_grad with None entries
+    gc = np.full((2, 2), 9.0)
+    exe = net.bind(sg.cpu(), {"a": av, "b": bv, "c": cv}, args_grad=[None, None, gc])
+    exe.forward(is_train=True)
+    exe.backward(h)
+    np.testing.assert_allclose(gc, h)
+    # no args_grad at all: nothing is differentiated, and backward has nothing to do
+    exe = net.bind(sg.cpu(), {"a": av, "b": bv, "c": cv})
+    assert exe.grad_arrays == [None, None, None] and exe.plan.backward_instrs == []
+    # a dict grad_req that asks for a gradient args_grad has no array for is an error
+    with pytest.raises(ValueError, match="'b'"):
+        net.bind(sg.cpu(), [av, bv, cv], args_grad={"a": ga}, grad_req={"a": "write", "b": "add"})
+
+
+def test_simple_bind_allocates_zeros_with_dtypes_and_grad_req_forms():
+    x = S.Variable("x")
+    net = S.BatchNorm(S.FullyConnected(x, num_hidden=3, name="fc"), name="bn")
+    exe = net.simple_bind(sg.cpu(), grad_req={"fc_weight": "write", "bn_beta": "add"},
+                          type_dict={"x": np.float64}, x=(4, 5))
+    want_shapes = {"x": (4, 5), "fc_weight": (3, 5), "fc_bias": (3,), "bn_gamma": (3,), "bn_beta": (3,)}
+    assert list(exe.arg_dict) == net.list_arguments() == list(want_shapes)
+    for name, arr in exe.arg_dict.items():
+        assert arr.shape == want_shapes[name] and arr.dtype == np.float64, name  # float64 inferred from x
+        assert not arr.any(), name
+    assert list(exe.aux_dict) == ["bn_moving_mean", "bn_moving_var"]
+    assert all(a.shape == (3,) and a.dtype == np.float64 and not a.any() for a in exe.aux_arrays)
+    # names missing from a grad_req dict get 'null': no array, no gradient slot
+    assert [n for n, g in exe.grad_dict.items() if g is not None] == ["fc_weight", "bn_beta"]
+    assert exe.grad_dict["fc_weight"].shape == (3, 5) and not exe.grad_dict["fc_weight"].any()
+    assert [s is not None for s in exe.plan.grad_slots] == [False, True, False, False, True]
+    # a list grad_req, and float32 by default
+    exe = net.simple_bind(sg.cpu(), grad_req=["null", "write", "write", "null", "add"], x=(4, 5))
+    assert exe.arg_dict["x"].dtype == np.float32 and exe.grad_dict["x"] is None
+    assert exe.grad_dict["fc_bias"].dtype == np.float32
+
+
+def _needed_backward(plan):
+    """Backward instructions whose outputs reach some computed argument gradient."""
+    needed = {s for s in plan.grad_slots if s is not None}
+    used = []
+    for ins in reversed(plan.backward_instrs):
+        if any(s in needed for s in ins.outs):
+            needed.update(ins.ins)
+            used.append(ins)
+    return used
+
+
+@pytest.mark.parametrize("req", [
+    "write",
+    {"x": "write"},
+    {"fc1_weight": "write"},
+    {"fc2_weight": "write", "fc2_bias": "add"},
+    {"fc1_bias": "write", "fc2_bias": "write"},
+])
+def test_backward_plan_holds_only_work_the_requested_gradients_need(req):
+    x = S.Variable("x")
+    h = S.Activation(S.FullyConnected(x, num_hidden=5, name="fc1"), act_type="tanh", name="t")
+    loss = S.MakeLoss(S.sum(S.square(S.FullyConnected(h, num_hidden=2, name="fc2"))), name="loss")
+    exe = loss.simple_bind(sg.cpu(), grad_req=req, x=(4, 3))
+    plan = exe.plan
+    wanted = {n for n in loss.list_arguments() if req == "write" or n in req}
+    assert {n for n, s in zip(loss.list_arguments(), plan.grad_slots) if s is not None} == wanted
+    # every backward instruction feeds a requested gradient: nothing is computed for a 'null' argument
+    assert len(_needed_backward(plan)) == len(plan.backward_instrs)
+    names = " ".join(ins.node.name for ins in plan.backward_instrs)
+    if "x" not in wanted and "fc1_weight" not in wanted and "fc1_bias" not in wanted:
+        assert "t_backward" not in names and "fc1_backward" not in names  # nothing flows below fc2
+    if "x" not in wanted:
+        # no gradient with respect to fc1's data: no dot with fc1's weight
+        w1 = exe.plan.arg_slots[1]
+        assert not any(ins.node.op_name == "dot" and w1 in ins.ins for ins in plan.backward_instrs)
+    # and the gradients that are computed are right (plain numpy derivation)
+    rng = np.random.default_rng(13)
+    vals = {n: rng.standard_normal(a.shape).astype(np.float32) for n, a in exe.arg_dict.items()}
+    exe.forward(is_train=True, **vals)
+    exe.backward()
+    v = {k: a.astype(np.float64) for k, a in vals.items()}
+    z1 = v["x"] @ v["fc1_weight"].T + v["fc1_bias"]
+    hv = np.tanh(z1)
+    y = hv @ v["fc2_weight"].T + v["fc2_bias"]
+    gy = 2 * y  # d sum(y^2) / dy
+    gz1 = (gy @ v["fc2_weight"]) * (1 - hv**2)
+    ref = {"fc2_weight": gy.T @ hv, "fc2_bias": gy.sum(0), "fc1_weight": gz1.T @ v["x"], "fc1_bias": gz1.sum(0),
+           "x": gz1 @ v["fc1_weight"]}
+    for n in loss.list_arguments():
+        if n in wanted:
+            np.testing.assert_allclose(exe.grad_dict[n], ref[n], rtol=1e-4, atol=1e-5, err_msg=n)
+        else:
+            assert exe.grad_dict[n] is None
+
+
+def test_forward_kwargs_are_copied_into_the_bound_arrays():
+    x = S.Variable("x")
+    exe = (x * 3.0).simple_bind(sg.cpu(), x=(2, 2))
+    bound = exe.arg_dict["x"]
+    src = np.arange(4.0).reshape(2, 2)  # float64 into a float32 argument
+    out = exe.forward(x=src)[0]
+    assert exe.arg_dict["x"] is bound and bound.dtype == np.float32  # copied, not rebound
+    np.testing.assert_array_equal(bound, src)
+    src[...] = -1.0  # later changes to the source are not seen
+    np.testing.assert_array_equal(exe.forward()[0], np.arange(4.0).reshape(2, 2) * 3)
+    np.testing.assert_array_equal(out, np.arange(4.0).reshape(2, 2) * 3)
+    exe.forward(x=[[1, 2], [3, 4]])  # nested lists are accepted too
+    np.testing.assert_array_equal(bound, [[1, 2], [3, 4]])
+
+
+def test_backward_without_out_grads_needs_every_differentiated_head_to_be_a_loss():
+    x, y = S.Variable("x"), S.Variable("y")
+    g = S.Group([S.MakeLoss(S.sum(x * x), name="l"), y * 2.0])
+    xv, yv = np.array([1.0, -2.0]), np.array([3.0, 4.0])
+    gx, gy = np.full(2, 5.0), np.full(2, 5.0)
+    exe = g.bind(sg.cpu(), {"x": xv, "y": yv}, args_grad={"x": gx, "y": gy})
+    exe.forward(is_train=True)
+    with pytest.raises(ValueError, match=f"head gradient is required for output '{g.list_outputs()[1]}'"):
+        exe.backward()
+    np.testing.assert_array_equal(gx, 5.0)
+    np.testing.assert_array_equal(gy, 5.0)
+    # giving the non-loss head by name is enough; the loss head's gradient is ignored anyway
+    exe.backward({g.list_outputs()[1]: np.array([1.0, 10.0])})
+    np.testing.assert_array_equal(gx, 2 * xv)
+    np.testing.assert_array_equal(gy, [2.0, 20.0])
+    # with y's gradient not requested, None is fine: the only differentiated head is a loss
+    exe = g.bind(sg.cpu(), {"x": xv, "y": yv}, args_grad={"x": np.zeros(2)})
+    exe.forward(is_train=True)
+    exe.backward()
+    np.testing.assert_array_equal(exe.grad_dict["x"], 2 * xv)
+
+
+def test_array_properties_follow_list_order():
+    x = S.Variable("x")
+    net = S.Group([S.BatchNorm(x, name="bn"), S.sum(x, name="s")])
+    exe = net.simple_bind(sg.cpu(), grad_req={"x": "write", "bn_beta": "write"}, x=(2, 3))
+    assert exe.arg_arrays == [exe.arg_dict[n] for n in net.list_arguments()]
+    assert exe.grad_arrays == [exe.grad_dict[n] for n in net.list_arguments()]
+    assert exe.aux_arrays == [exe.aux_dict[n] for n in net.list_auxiliary_states()]
+    assert exe.grad_arrays[1] is None and exe.grad_arrays[2] is exe.grad_dict["bn_beta"]
+    assert exe.outputs == []
+    xv = np.arange(6.0).reshape(2, 3)
+    outs = exe.forward(x=xv)
+    assert outs is exe.outputs and list(exe.output_dict) == ["bn_output", "s_output"]
+    assert exe.output_dict["s_output"] is outs[1]
+    np.testing.assert_allclose(outs[1], [xv.sum()])
+
+
+def test_reshape_shares_memory_and_checks_its_arguments():
+    x = S.Variable("x")
+    net = S.FullyConnected(x, num_hidden=3, name="fc")
+    exe = net.simple_bind(sg.cpu(), x=(4, 5))
+    small = exe.reshape(x=(2, 5))
+    # as MXNet: the smaller array is a view of the front of the old one, the same gradient arrays
+    small.arg_dict["x"][:] = 7.0
+    np.testing.assert_array_equal(exe.arg_dict["x"][:2], 7.0)
+    np.testing.assert_array_equal(exe.arg_dict["x"][2:], 0.0)
+    assert small.grad_dict["fc_weight"] is exe.grad_dict["fc_weight"]
+    assert small.grad_dict["x"].shape == (2, 5)
+    exe.forward(is_train=True)
+    small.forward(is_train=True)
+    small.backward(np.ones((2, 3), np.float32))
+    np.testing.assert_allclose(exe.grad_dict["fc_weight"], np.full((3, 5), 14.0))  # sum over 2 rows of 7
+    # a change of num_hidden-dependent shapes must be asked for
+    y = S.Variable("y")
+    two = S.elemwise_add(x, y, name="p").simple_bind(sg.cpu(), x=(4,), y=(4,))
+    with pytest.raises(ValueError, match="'y'.*partial_shaping"):
+        two.reshape(x=(2,))
+    assert two.reshape(partial_shaping=True, x=(2,)).arg_dict["y"].shape == (2,)
+    with pytest.raises(ValueError, match="'x'.*allow_up_sizing"):
+        exe.reshape(x=(40, 5))
+    with pytest.raises(ValueError, match="'nope'"):
+        exe.reshape(nope=(1,))
+
+
+def test_copy_params_from_converts_and_validates_before_copying():
+    x = S.Variable("x")
+    net = S.BatchNorm(S.FullyConnected(x, num_hidden=2, name="fc"), name="bn")
+    exe = net.simple_bind(sg.cpu(), x=(3, 4))
+    w = np.arange(8.0).reshape(2, 4)  # float64 into float32
+    exe.copy_params_from({"fc_weight": w, "fc_bias": [1.0, 2.0]}, {"bn_moving_var": np.full(2, 3.0)})
+    np.testing.assert_array_equal(exe.arg_dict["fc_weight"], w)
+    assert exe.arg_dict["fc_weight"].dtype == np.float32
+    np.testing.assert_array_equal(exe.arg_dict["fc_bias"], [1.0, 2.0])
+    np.testing.assert_array_equal(exe.aux_dict["bn_moving_var"], 3.0)
+    before = {k: v.copy() for k, v in exe.arg_dict.items()}
+    with pytest.raises(ValueError, match="'fc_bias' has shape \\(3,\\), expected \\(2,\\)"):
+        exe.copy_params_from({"fc_weight": w * 0, "fc_bias": np.ones(3)})
+    with pytest.raises(ValueError, match="'bn_nope'.*auxiliary"):
+        exe.copy_params_from({"fc_weight": w * 0}, {"bn_nope": np.ones(2)})
+    for k, v in before.items():  # the valid fc_weight given alongside was not copied either
+        np.testing.assert_array_equal(exe.arg_dict[k], v, err_msg=k)
+    exe.copy_params_from({"fc_weight": w * 2, "other": np.ones(1)}, {"bn_nope": np.ones(2)}, allow_extra_params=True)
+    np.testing.assert_array_equal(exe.arg_dict["fc_weight"], w * 2)
+
+
+def test_bind_on_any_cpu_id_takes_numpy_arrays():
+    x = S.Variable("x")
+    exe = (x + 1.0).bind(sg.cpu(1), {"x": np.zeros(2)}, args_grad={"x": np.zeros(2)})
+    np.testing.assert_array_equal(exe.forward(is_train=True)[0], [1.0, 1.0])
+    exe.backward(np.array([2.0, 3.0]))
+    np.testing.assert_array_equal(exe.grad_dict["x"], [2.0, 3.0])
+
+
+def test_forward_that_raises_leaves_auxiliary_states_alone():
+    x = S.Variable("x")
+    net = S.sqrt(S.BatchNorm(x, momentum=0.5, name="bn"))
+    mm, mv = np.full(2, 0.25), np.full(2, 4.0)
+    exe = net.bind(sg.cpu(), {"x": np.arange(6.0).reshape(3, 2), "bn_gamma": np.ones(2), "bn_beta": np.zeros(2)},
+                   aux_states=[mm, mv])
+    with np.errstate(invalid="raise"), pytest.raises(FloatingPointError):
+        exe.forward(is_train=True)  # sqrt of the negative half of the normalised batch
+    np.testing.assert_array_equal(mm, 0.25)
+    np.testing.assert_array_equal(mv, 4.0)
+
+
+def test_mxnet_bind_keywords_are_accepted_when_they_ask_for_nothing_missing():
+    x = S.Variable("x")
+    net = x * 2.0
+    exe = net.simple_bind(sg.cpu(), "write", None, stype_dict={"x": "default"}, group2ctx=None, shared_exec=None,
+                          x=(2,))
+    exe2 = net.bind(sg.cpu(), {"x": np.ones(2)}, group2ctx=None, shared_exec=exe)
+    np.testing.assert_array_equal(exe2.forward()[0], [2.0, 2.0])
+    with pytest.raises(NotImplementedError, match="group2ctx"):
+        net.bind(sg.cpu(), {"x": np.ones(2)}, group2ctx={"dev1": sg.cpu(1)})
+    with pytest.raises(NotImplementedError, match="sparse"):
+        net.simple_bind(sg.cpu(), stype_dict={"x": "csr"}, x=(2,))
+    with pytest.raises(NotImplementedError, match="shared_buffer"):
+        net.simple_bind(sg.cpu(), shared_buffer={}, shared_arg_names=["x"], x=(2,))
+    with pytest.raises(TypeError, match="nope"):
+        net.bind(sg.cpu(), {"x": np.ones(2)}, nope=1)

@@ -47,3 +47,21 @@ def test_bind_rejects_host_arrays_on_gpu():
     x = S.Variable("x")
     with pytest.raises(ValueError, match=r"'x' lives on cpu\(0\).*bound to gpu\(0\)"):
         (x * 2.0).bind(sg.gpu(0), {"x": np.ones(3)})
+
+
+def test_host_values_are_copied_to_the_device_and_back():
+    import cupy
+
+    x = S.Variable("x")
+    net = x * 2.0
+    exe = net.simple_bind(sg.gpu(0), grad_req="add", x=(3,))
+    out = exe.forward(is_train=True, x=np.array([1.0, 2.0, 3.0]))[0]  # host value into a gpu executor
+    assert isinstance(out, cupy.ndarray) and isinstance(exe.arg_dict["x"], cupy.ndarray)
+    np.testing.assert_allclose(cupy.asnumpy(out), [2.0, 4.0, 6.0])
+    exe.backward(np.ones(3, np.float32))  # host head gradient
+    exe.backward(cupy.ones(3, cupy.float32))
+    np.testing.assert_allclose(cupy.asnumpy(exe.grad_dict["x"]), 4.0)  # 'add' twice
+    exe.copy_params_from({"x": np.zeros(3)})
+    np.testing.assert_array_equal(cupy.asnumpy(exe.arg_dict["x"]), 0.0)
+    cpu_exe = net.simple_bind(sg.cpu(), x=(3,))
+    np.testing.assert_allclose(cpu_exe.forward(x=cupy.arange(3.0))[0], [0.0, 2.0, 4.0])  # device value to host

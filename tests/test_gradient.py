@@ -224,3 +224,49 @@ def test_gradient_nodes_do_not_consume_user_auto_names():
         a.simple_bind(sg.cpu(), x=(2,))
         b = S.tanh(x)
     assert (a.name, b.name) == ("tanh0", "tanh1")
+
+
+def test_loss_scale_keeps_small_float16_gradients_alive():
+    # f = sum(((x * 1e4) * 1e-4) * 1e-4), df/dx = 1e-4; going backward in float16 the head gradient
+    # is multiplied by 1e-4 twice first: 1e-8 underflows to 0, unless loss_scale lifts it
+    x = S.Variable("x")
+    f = S.sum(((x * 1e4) * 1e-4) * 1e-4)
+    xv = np.array([0.5, 1.0, 2.0], np.float16)
+    (plain,) = sg.grad(f, [x])
+    (scaled,) = sg.grad(f, [x], loss_scale=1024.0)
+    np.testing.assert_array_equal(plain.bind(sg.cpu(), {"x": xv}).forward()[0], 0.0)
+    got = scaled.bind(sg.cpu(), {"x": xv}).forward()[0]
+    assert got.dtype == np.float16
+    np.testing.assert_allclose(got.astype(np.float64), 1e-4, rtol=1e-2)
+
+
+def test_loss_scale_applies_to_loss_heads_and_grad_inputs_are_added_unscaled():
+    # SoftmaxOutput ignores its head gradient, so the scale must reach what it emits: the result
+    # is still softmax - onehot, not divided by loss_scale; grad_inputs are added after the division
+    d, extra = S.Variable("data"), S.Variable("extra")
+    sm = S.SoftmaxOutput(d, name="sm")
+    x = _rand(3, 4, seed=10)
+    lab = np.array([3, 0, 1], np.float64)
+    ev = _rand(3, 4, seed=11)
+    (g,) = sg.grad(sm, [d], grad_inputs=[extra], loss_scale=16.0)
+    got = g.bind(sg.cpu(), {"data": x, "sm_label": lab, "extra": ev}).forward()[0]
+    e = np.exp(x - x.max(1, keepdims=True))
+    p = e / e.sum(1, keepdims=True)
+    np.testing.assert_allclose(got, p - np.eye(4)[lab.astype(int)] + ev, rtol=1e-12, atol=1e-15)
+    # the same through MakeLoss(sum(x^2)) inside a larger graph: d/dx = 2x
+    y = S.Variable("y")
+    (gy,) = sg.grad(S.Group([S.MakeLoss(S.sum(y * y)), y * 3.0]), [y], loss_scale=4.0)
+    yv = _rand(5, seed=12)
+    np.testing.assert_allclose(gy.bind(sg.cpu(), {"y": yv}).forward()[0], 2 * yv + 3.0, rtol=1e-12)
+
+
+def test_grad_of_several_outputs_sums_their_contributions():
+    x = S.Variable("x")
+    outs = [S.sum(S.exp(x)), x * x]  # ones for each: exp(x) + 2x
+    xv = _rand(4, seed=13)
+    (g,) = sg.grad(outs, [x])
+    np.testing.assert_allclose(g.bind(sg.cpu(), {"x": xv}).forward()[0], np.exp(xv) + 2 * xv, rtol=1e-12)
+    with pytest.raises(ValueError, match="1 grad_outputs for 2 outputs"):
+        sg.grad(outs, [x], grad_outputs=[None])
+    with pytest.raises(TypeError, match="inputs must be Variables"):
+        sg.grad(outs, [x * 2.0])

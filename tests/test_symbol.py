@@ -55,12 +55,73 @@ def test_attr_scope_and_attributes():
     assert fc.attr("num_hidden") == "4"
     assert fc.attr_dict() == {"fc": {"num_hidden": "4"}}
     assert fc.attr("nope") is None
+    assert fc.name == "fc" and v.name == "v"
+    # a group: attr() is None (several nodes), list_attr() is the first head's, name is None
+    g = S.Group([fc, v])
+    assert g.attr("num_hidden") is None and g.name is None
+    assert g.list_attr() == {"num_hidden": "4"}
+    assert g.attr_dict()["v"]["__shape__"] == "(2, 3)"
+    assert S.SliceChannel(v, num_outputs=2, name="sl").attr("num_outputs") == "2"
+    with pytest.raises(ValueError, match="attr_dict"):
+        fc.list_attr(recursive=True)
 
 
 def test_variable_extra_attributes_must_be_dunder():
     assert S.Variable("x", __foo__="bar").attr("__foo__") == "bar"
     with pytest.raises(ValueError, match="double underscores"):
         S.Variable("x", foo="bar")
+
+
+class _Init:
+    def dumps(self):
+        return '["uniform", {"scale": 0.07}]'
+
+
+def test_variable_signature_and_attributes_match_mxnet():
+    # mx.sym.Variable(name, attr, shape, lr_mult, wd_mult, dtype, init, stype, **kwargs), same order
+    v = S.Variable("v", {"mood": "calm"}, (2, 3), 0.5, 0.0, "float16", _Init())
+    assert v.list_attr() == {"mood": "calm", "__shape__": "(2, 3)", "__lr_mult__": "0.5", "__wd_mult__": "0.0",
+                             "__dtype__": "2", "__init__": '["uniform", {"scale": 0.07}]'}  # 2: MXNet's float16 code
+    assert S.var is S.Variable
+    assert S.Variable("s", shape=5).attr("__shape__") == "(5,)"
+    assert S.Variable("i", init="zeros").attr("__init__") == "zeros"
+    assert S.Variable("d", dtype=np.float64).infer_type()[0] == [np.float64]
+    # the __shape__ / __dtype__ attributes feed inference and simple_bind
+    w = S.Variable("w", shape=(3, 2), dtype="float64")
+    exe = (w * 2).simple_bind(sg.cpu())
+    assert exe.arg_dict["w"].shape == (3, 2) and exe.arg_dict["w"].dtype == np.float64
+    with pytest.raises(TypeError, match="name"):
+        S.Variable(3)
+    with pytest.raises(NotImplementedError, match="csr"):
+        S.Variable("sp", stype="csr")
+
+
+def test_operator_auto_names_are_mxnets():
+    with sg.NameManager():
+        a, b = S.Variable("a"), S.Variable("b")
+        got = [(a + b).name, (a - b).name, (a * b).name, (a / b).name, (a ** b).name, (a + 1).name, (1 - a).name,
+               (a * 2).name, (-a).name, (2 / a).name, (a ** 2).name, (2 ** a).name, abs(a).name, (a == b).name,
+               (a > 1).name, S.elemwise_add(a, b).name, S._internal._plus_scalar(a, scalar=1).name]
+    assert got == ["_plus0", "_minus0", "_mul0", "_div0", "_power0", "_plusscalar0", "_rminusscalar0",
+                   "_mulscalar0", "_mulscalar1", "_rdivscalar0", "_powerscalar0", "_rpowerscalar0", "abs0",
+                   "_equal0", "_greater_scalar0", "elemwise_add0", "_plus_scalar0"]
+    assert (a - 2).attr("scalar") == "2" and (-a).attr("scalar") == "-1.0"
+
+
+def test_numpy_scalars_combine_with_symbols_and_arrays_are_refused():
+    a = S.Variable("a")
+    av = np.array([1.0, 2.0])
+    e = S.Group([np.float32(2) * a, np.float64(1) - a, np.int64(3) + a, a / np.float32(4)])
+    outs = e.bind(sg.cpu(), {"a": av}).forward()
+    for got, ref in zip(outs, [2 * av, 1 - av, 3 + av, av / 4]):
+        np.testing.assert_allclose(got, ref)
+    with pytest.raises(TypeError, match=r"\+.*ndarray"):
+        a + np.ones(2)
+    with pytest.raises(TypeError, match=r"\*.*ndarray"):
+        np.ones(2) * a
+    with pytest.raises(TypeError, match=r"-.*str"):
+        a - "1"
+    assert (a == None) is False  # noqa: E711 - comparisons with other objects fall back to identity
 
 
 @pytest.mark.parametrize(
@@ -80,12 +141,24 @@ def test_variable_extra_attributes_must_be_dunder():
         (lambda a, b: 2 / a, "_rdiv_scalar"),
         (lambda a, b: a**2, "_power_scalar"),
         (lambda a, b: 2**a, "_rpower_scalar"),
-        (lambda a, b: -a, "negative"),
+        (lambda a, b: -a, "_mul_scalar"),  # MXNet 1.x: -x is x * -1.0
         (lambda a, b: abs(a), "abs"),
         (lambda a, b: a > 1, "_greater_scalar"),
         (lambda a, b: a <= b, "_lesser_equal"),
         (lambda a, b: a == b, "_equal"),
         (lambda a, b: a != 0, "_not_equal_scalar"),
+        (lambda a, b: a != b, "_not_equal"),
+        (lambda a, b: a >= b, "_greater_equal"),
+        (lambda a, b: a >= 2, "_greater_equal_scalar"),
+        (lambda a, b: a < b, "_lesser"),
+        (lambda a, b: a < 2, "_lesser_scalar"),
+        (lambda a, b: a <= 2, "_lesser_equal_scalar"),
+        (lambda a, b: a > b, "_greater"),
+        (lambda a, b: 1 < a, "_greater_scalar"),  # Python reflects it to a > 1
+        (lambda a, b: a == 3, "_equal_scalar"),
+        (lambda a, b: a % b, "_mod"),
+        (lambda a, b: a % 2, "_mod_scalar"),
+        (lambda a, b: 2 % a, "_rmod_scalar"),
     ],
 )
 def test_operator_overloads_map_to_mxnet_ops(make, op):
@@ -100,11 +173,16 @@ def test_overloads_compute_the_right_values():
     a, b = S.Variable("a"), S.Variable("b")
     av = np.array([1.0, 2.0, 4.0], np.float32)
     bv = np.array([3.0, 0.5, 2.0], np.float32)
-    expr = S.Group([a + b, a - 1, 3 - a, a * b, a / b, 2 / a, a**2, 2**a, -a, abs(-a), a > 1.5, a < b])
+    expr = S.Group([a + b, a - 1, 3 - a, a * b, a / b, 2 / a, a**2, 2**a, -a, abs(-a), a > 1.5, a < b,
+                    a - b, 1 + a, a * 0.5, a ** b, a % 1.5, 5 % a, a >= 2, a == b * 2, a != 2, 2 >= a])
     exe = expr.bind(sg.cpu(), {"a": av, "b": bv})
     outs = exe.forward()
+    f32 = np.float32
     want = [av + bv, av - 1, 3 - av, av * bv, av / bv, 2 / av, av**2, 2**av, -av, av,
-            (av > 1.5).astype(np.float32), (av < bv).astype(np.float32)]
+            (av > 1.5).astype(f32), (av < bv).astype(f32), av - bv, 1 + av, av * 0.5, av**bv, np.mod(av, 1.5),
+            np.mod(5, av), (av >= 2).astype(f32), (av == bv * 2).astype(f32), (av != 2).astype(f32),
+            (av <= 2).astype(f32)]
+    assert len(outs) == len(want)
     for got, ref in zip(outs, want):
         assert got.dtype == np.float32
         np.testing.assert_allclose(got, ref, rtol=1e-6)
@@ -127,6 +205,13 @@ def test_outputs_indexing_group_and_iteration():
         s[3]
     with pytest.raises(KeyError, match="sl_output0"):
         s["nope"]
+    with pytest.raises(ValueError, match="'nope'"):  # MXNet raises ValueError
+        s["nope"]
+    with pytest.raises(TypeError, match="int, str or slice"):
+        s[1.0]
+    assert s[::2].list_outputs() == ["sl_output0", "sl_output2"]
+    with pytest.raises(TypeError, match="non-empty"):
+        S.Group([])
 
 
 def test_list_arguments_follows_mxnet_dfs_order():
@@ -150,8 +235,17 @@ def test_auxiliary_states_internals_and_children():
     internals = fc.get_internals()
     assert "bn_output" in internals.list_outputs()
     assert internals["bn_output"].list_outputs() == ["bn_output"]
+    assert internals.list_outputs()[:5] == ["x", "bn_gamma", "bn_beta", "bn_moving_mean", "bn_moving_var"]
+    assert internals.list_outputs()[-1] == "fc_output"
     assert fc.get_children().list_outputs() == ["bn_output", "fc_weight", "fc_bias"]
     assert x.get_children() is None
+    # NNVM's GetChildren: a group gives the inputs of each of its head nodes in turn
+    a, b, c = S.Variable("a"), S.Variable("b"), S.Variable("c")
+    plus = S.elemwise_add(a, b, name="p")
+    assert S.Group([plus, S.exp(c, name="e"), plus]).get_children().list_outputs() == ["a", "b", "c"]
+    assert S.Group([a, b]).get_children() is None
+    sl = S.SliceChannel(x, num_outputs=2, name="sl")
+    assert sl.get_children().list_outputs() == ["x"]
 
 
 def test_infer_shape_full_partial_and_none():
@@ -184,6 +278,17 @@ def test_infer_type():
     args, outs, aux = fc.infer_type(x=np.float64)
     assert args == [np.float64] * 3 and outs == [np.float64]
     assert fc.infer_type() == (None, None, None)
+    assert fc.infer_type("float16")[1] == [np.float16]  # positional, as a string
+    bn = S.BatchNorm(x, name="bn")
+    assert bn.infer_type(x="float64") == ([np.float64] * 3, [np.float64], [np.float64] * 2)
+    # partial: what is known, None for the rest
+    a, b = S.Variable("a"), S.Variable("b")
+    net = a + S.Cast(b, dtype="float32")
+    assert net.infer_type(a="float32") == (None, None, None)
+    assert net.infer_type_partial(a="float32") == ([np.float32, None], [np.float32], [])
+    assert net.infer_type(a="float32", b="float16")[0] == [np.float32, np.float16]
+    with pytest.raises(TypeError, match=r"elemwise_add.*float32.*float64|elemwise_add.*float64.*float32"):
+        S.elemwise_add(a, b).infer_type(a="float32", b="float64")
 
 
 def test_composition_substitutes_variables():
@@ -202,6 +307,20 @@ def test_composition_substitutes_variables():
     np.testing.assert_allclose(out, np.maximum(xv @ wv.T + bv, 0), rtol=1e-6)
     with pytest.raises(ValueError, match="not an argument"):
         net2(nope=net1)
+    # a name for the head, and a composition in the middle of a graph keeps everything else
+    named = net2(data=net1, name="composed")
+    assert named.name == "composed" and net2.name == "act"
+    a, b = S.Variable("a"), S.Variable("b")
+    body = S.exp(a, name="e") + S.tanh(b, name="t")
+    sub = body(b=S.sqrt(S.Variable("z"), name="r"))
+    assert sub.list_arguments() == ["a", "z"]
+    av, zv = np.array([0.5, 1.0]), np.array([4.0, 9.0])
+    np.testing.assert_allclose(sub.bind(sg.cpu(), {"a": av, "z": zv}).forward()[0], np.exp(av) + np.tanh(np.sqrt(zv)))
+    assert body.list_arguments() == ["a", "b"]  # unchanged
+    with pytest.raises(TypeError, match="single-output"):
+        body(a=S.Group([a, b]))
+    with pytest.raises(ValueError, match="2 positional symbols for 1 arguments"):
+        net2(net1, net1)
 
 
 def test_symbols_are_immutable_and_hashable():
@@ -228,6 +347,30 @@ def test_to_networkx_carries_ops_params_and_edges():
     assert slots == [("fc_bias", 2, 0), ("fc_weight", 1, 0), ("x", 0, 0)]
     assert g.graph["heads"] == [(by_name["sl"][0], 1)]
     assert nx.is_directed_acyclic_graph(g)
+    # the output index of a multi-output op and the input slot travel on each edge (parallel edges too)
+    w = S.elemwise_mul(z[1], z[1], name="m")
+    g2 = w.to_networkx()
+    ids = {d["name"]: n for n, d in g2.nodes(data=True)}
+    edges = sorted((d["output"], d["slot"]) for _, _, d in g2.edges(ids["sl"], data=True))
+    assert edges == [(1, 0), (1, 1)] and g2.number_of_edges(ids["sl"], ids["m"]) == 2
+    assert g2.nodes[ids["sl"]]["num_outputs"] == 2 and g2.nodes[ids["m"]]["node"].name == "m"
+
+
+def test_list_arguments_is_a_post_order_dfs_not_creation_order():
+    a, b, c = S.Variable("a"), S.Variable("b"), S.Variable("c")
+    d = a * b
+    e = S.elemwise_mul(b + c, d)  # DFS from e: (b + c) first -> b, c; then d -> a (b already seen)
+    assert e.list_arguments() == ["b", "c", "a"]
+    assert S.Group([d, e]).list_arguments() == ["a", "b", "c"]
+    assert e.list_inputs() == ["b", "c", "a"] and e.list_auxiliary_states() == []
+    # an auxiliary state is listed as such wherever else the variable appears
+    bn = S.BatchNorm(S.Variable("x"), name="bn")
+    mm = bn.get_children()[3]
+    assert mm.name == "bn_moving_mean"
+    both = S.Group([mm * 1.0, bn])
+    assert both.list_arguments() == ["x", "bn_gamma", "bn_beta"]
+    assert both.list_auxiliary_states() == ["bn_moving_mean", "bn_moving_var"]
+    assert both.list_inputs() == ["bn_moving_mean", "x", "bn_gamma", "bn_beta", "bn_moving_var"]
 
 
 def test_params_accept_mxnet_attribute_strings():
@@ -283,3 +426,51 @@ def test_python_level_helpers_pick_symbol_or_scalar_forms():
         np.testing.assert_allclose(got, ref)
     with pytest.raises(TypeError, match="maximum"):
         S.maximum("a", x)
+
+
+def test_naming_scopes_are_thread_local_and_attr_merges_over_the_scope():
+    import threading
+
+    names = []
+    with sg.NameManager():
+        S.exp(S.Variable("x"))  # exp0 in this thread's manager
+
+        def other():
+            with sg.NameManager():
+                names.append(S.exp(S.Variable("x")).name)
+
+        t = threading.Thread(target=other)
+        t.start()
+        t.join()
+        names.append(S.exp(S.Variable("x")).name)
+    assert names == ["exp0", "exp1"]  # the other thread's counter did not move this one
+    with sg.AttrScope(group="g1", mood="calm"):
+        e = S.exp(S.Variable("v"), name="e", attr={"mood": "angry"})
+        fc = S.FullyConnected(S.Variable("d"), num_hidden=2, name="fc")
+    assert e.list_attr() == {"group": "g1", "mood": "angry"}
+    assert fc.list_attr() == {"group": "g1", "mood": "calm", "num_hidden": "2"}
+    assert fc.get_children()[1].attr("group") == "g1"  # the automatic fc_weight was made in the scope
+    with pytest.raises(TypeError, match="'lr'.*string"):
+        sg.AttrScope(lr=0.1)
+
+
+def test_deep_chains_need_no_recursion():
+    # 3 000 nodes, three times Python's default recursion limit: every graph walk is iterative
+    x = S.Variable("x")
+    y = x
+    for _ in range(1500):
+        y = y * 1.001 + 0.001  # y_{k+1} = 1.001 y_k + 0.001, dy_n/dx = 1.001^n
+    assert y.list_arguments() == ["x"] and len(y.get_internals()) == 3001
+    assert y.infer_shape(x=(4,))[1] == [(4,)]
+    assert y.to_networkx().number_of_nodes() == 3001
+    (g,) = sg.grad(S.sum(y), [x])
+    composed = y(x=S.exp(S.Variable("z")))
+    assert composed.list_arguments() == ["z"]
+    xv = np.array([0.1, -0.2, 0.3, 0.4])
+    exe = S.Group([y, g]).bind(sg.cpu(), {"x": xv})
+    out, gx = exe.forward()
+    ref = xv.copy()
+    for _ in range(1500):
+        ref = ref * 1.001 + 0.001
+    np.testing.assert_allclose(out, ref, rtol=1e-12)
+    np.testing.assert_allclose(gx, np.full(4, 1.001**1500), rtol=1e-12)

@@ -15,7 +15,7 @@ import gc
 import numpy as np
 
 from ..base import BindError, ShapeError, SymgradError
-from ..context import Context, array_context, current_context
+from ..context import Context, array_context, current_context, to_numpy
 from ..infer import infer_shapes, infer_types
 from .plan import Plan, annotate, failing_instr, run_instrs
 
@@ -89,9 +89,14 @@ def _check_array(arr, name, what, ctx, allow_none=False):
     dev = array_context(arr)
     if dev is None:
         raise TypeError(f"{what}: {name!r} must be a numpy (cpu) or CuPy (gpu) array, got {type(arr).__name__}")
-    if dev != ctx:
+    if not _on(dev, ctx):
         raise BindError(f"{what}: array for {name!r} lives on {dev}, but the executor is bound to {ctx}")
     return arr
+
+
+def _on(dev: Context, ctx: Context) -> bool:
+    """Whether an array on ``dev`` can be used as it is by an executor on ``ctx`` (any cpu id is host memory)."""
+    return dev == ctx or dev.device_type == ctx.device_type == "cpu"
 
 
 def _arrays(given, names, what, ctx, required):
@@ -157,6 +162,9 @@ class Executor:
         # validate shapes over the forward graph before compiling
         known = {(n.id, 0): tuple(a.shape) for n, a in zip(arg_nodes + aux_nodes, arg_arrays + aux_arrays)}
         infer_shapes(nodes, known)
+        # and dtypes: an op that only computes in floating point names itself when bound to integer arrays
+        infer_types(nodes, {(n.id, 0): np.dtype(a.dtype)
+                            for n, a in zip(arg_nodes + aux_nodes, arg_arrays + aux_arrays)})
         heads = list(symbol._outputs)
         self._head_shapes = [known.get((n.id, i)) for n, i in heads]
         self._pending_aux: dict = {}
@@ -216,23 +224,53 @@ class Executor:
             if name not in self._arg_names:
                 raise BindError(f"forward: {name!r} is not an argument; arguments are {self._arg_names}")
             dst = self.arg_arrays[self._arg_names.index(name)]
-            src = value if array_context(value) is not None else np.asarray(value)
-            if tuple(src.shape) != tuple(dst.shape):
-                raise ShapeError(f"forward: {name!r} has shape {tuple(src.shape)}, expected {tuple(dst.shape)}")
-            staged.append((dst, src))
-        for dst, src in staged:
-            dst[...] = self._xp.asarray(src)
-        vals = self._initial_vals()
-        self._pending_aux.clear()
-        self._run("forward", vals, is_train)
-        if is_train:
-            for i, new in self._pending_aux.items():
-                self.aux_arrays[i][...] = new
-        self._pending_aux.clear()
-        self._vals = vals
-        self._last_is_train = bool(is_train)
-        self.outputs = [self._detached(vals[s]) for s in self._plan.head_slots]
+            staged.append((dst, self._staged(value, dst, name, "forward")))
+        with self._ctx.device_scope():
+            for dst, src in staged:  # every value was checked and converted: these copies cannot fail
+                dst[...] = src
+            vals = self._initial_vals()
+            self._pending_aux.clear()
+            self._run("forward", vals, is_train)
+            if is_train:  # auxiliary states change only once the whole forward has run
+                for i, new in self._pending_aux.items():
+                    self.aux_arrays[i][...] = new
+            self._pending_aux.clear()
+            self._vals = vals
+            self._last_is_train = bool(is_train)
+            self.outputs = [self._detached(vals[s]) for s in self._plan.head_slots]
         return self.outputs
+
+    def _staged(self, value, dst, name, what):
+        """``value`` converted to ``dst``'s device and dtype, ready to be copied into ``dst``.
+
+        Raises (naming ``name``) before anything is written when the value does not fit.
+        """
+        src = self._on_device(value, name, what)
+        if tuple(src.shape) != tuple(dst.shape):
+            raise ShapeError(f"{what}: {name!r} has shape {tuple(src.shape)}, expected {tuple(dst.shape)}")
+        try:
+            with self._ctx.device_scope():
+                return src.astype(dst.dtype, copy=False)
+        except (TypeError, ValueError) as exc:
+            raise TypeError(f"{what}: {name!r} of dtype {src.dtype} cannot be cast to {dst.dtype}: {exc}") from None
+
+    def _on_device(self, value, name, what):
+        """``value`` as an array on this executor's device (copied there when it lives elsewhere)."""
+        dev = array_context(value)
+        if dev is None:
+            try:
+                value = np.asarray(value)
+            except Exception as exc:
+                raise TypeError(f"{what}: {name!r} must be an array, got {type(value).__name__}: {exc}") from None
+            if value.dtype == object:
+                raise TypeError(f"{what}: {name!r} must be a numeric array, got an object array")
+            dev = Context("cpu", 0)
+        if _on(dev, self._ctx):
+            return value
+        if self._ctx.device_type == "cpu":
+            return to_numpy(value)
+        with self._ctx.device_scope():  # host -> this gpu, or another gpu -> this one
+            return self._xp.asarray(value) if dev.device_type == "cpu" else value.copy()
 
     def _detached(self, out):
         """The output itself, or a copy if it is a view of a bound array (reshape, slice, BlockGrad...).
@@ -259,20 +297,22 @@ class Executor:
             if slot is not None:
                 vals[slot] = g
         self._run("backward", vals, self._last_is_train)
+        # only now, with the whole backward done, touch the user's gradient arrays
         xp = self._xp
-        for name, arr, slot in zip(self._arg_names, self.grad_arrays, plan.grad_slots):
-            req = self._reqs[name]
-            if req == "null" or arr is None:
-                continue
-            if slot is None:
+        with self._ctx.device_scope():
+            for name, arr, slot in zip(self._arg_names, self.grad_arrays, plan.grad_slots):
+                req = self._reqs[name]
+                if req == "null" or arr is None:
+                    continue
+                if slot is None:
+                    if req == "write":
+                        arr[...] = 0
+                    continue
+                g = vals[slot]
                 if req == "write":
-                    arr[...] = 0
-                continue
-            g = vals[slot]
-            if req == "write":
-                arr[...] = g
-            else:
-                xp.add(arr, g, out=arr, casting="unsafe")
+                    arr[...] = g
+                else:
+                    xp.add(arr, g, out=arr, casting="unsafe")
 
     def _normalize_out_grads(self, out_grads):
         plan = self._plan
@@ -306,14 +346,13 @@ class Executor:
                     )
                 result.append(None)
                 continue
-            if array_context(g) is None:
-                g = np.asarray(g)
+            g = self._on_device(g, names[i], "backward: out_grad for")
             if tuple(g.shape) != tuple(self._head_shapes[i]):
                 raise ShapeError(
                     f"backward: out_grad for {names[i]!r} has shape {tuple(g.shape)}, "
                     f"expected {tuple(self._head_shapes[i])}"
                 )
-            result.append(self._xp.asarray(g) if needed else None)
+            result.append(g if needed else None)
         return result
 
     def _run(self, phase, vals, is_train):
@@ -396,54 +435,68 @@ class Executor:
                         continue
                     raise BindError(f"copy_params_from: {name!r} is not an {what} of this executor; {what}s: {names}")
                 dst = arrays[names.index(name)]
-                if tuple(value.shape) != tuple(dst.shape):
-                    raise ShapeError(
-                        f"copy_params_from: {name!r} has shape {tuple(value.shape)}, expected {tuple(dst.shape)}"
-                    )
-                staged.append((dst, value))
-        for dst, value in staged:
-            dst[...] = self._xp.asarray(value)
+                staged.append((dst, self._staged(value, dst, name, "copy_params_from")))
+        with self._ctx.device_scope():
+            for dst, value in staged:  # all checked and converted first: nothing is half-copied
+                dst[...] = value
 
     def reshape(self, partial_shaping=False, allow_up_sizing=False, **kwargs):
-        """A new executor for new input shapes; arrays whose shape is unchanged are shared."""
+        """A new executor for new input shapes, sharing memory with this one (MXNet semantics).
+
+        Arrays whose shape is unchanged are the same arrays; a smaller array is a view of the
+        front of the old one; a larger one is newly allocated (zeros) and needs
+        ``allow_up_sizing=True``. An argument not named in ``kwargs`` may change shape only
+        with ``partial_shaping=True``. The two executors share state: do not run them in parallel.
+        """
         unknown = [k for k in kwargs if k not in self._arg_names]
         if unknown:
             raise BindError(f"reshape: {unknown[0]!r} is not an argument; arguments are {self._arg_names}")
-        shapes = {k: tuple(v) for k, v in kwargs.items()}
+        shapes = {k: _shape_of(v, f"reshape: {k!r}") for k, v in kwargs.items()}
         partial_shapes = self._symbol.infer_shape_partial(**shapes)[0]
         for name, s, old in zip(self._arg_names, partial_shapes, self.arg_arrays):
             if s is None:
                 shapes[name] = tuple(old.shape)  # not determined by the new shapes: keep it
         arg_shapes, _, aux_shapes = self._symbol.infer_shape(**shapes)
-        new_args, new_grads, new_aux = [], [], []
-        xp = self._xp
-        for name, old, grad, shape in zip(self._arg_names, self.arg_arrays, self.grad_arrays, arg_shapes):
-            if tuple(old.shape) == tuple(shape):
-                new_args.append(old)
-                new_grads.append(grad)
-                continue
-            if name not in kwargs and not partial_shaping:
+
+        def resized(old, shape, name, what):
+            shape = tuple(shape)
+            if old is None or tuple(old.shape) == shape:
+                return old
+            n = int(np.prod(shape))
+            if n > old.size and not allow_up_sizing:
+                raise ShapeError(
+                    f"reshape: {what} {name!r} grows from {tuple(old.shape)} to {shape}; pass allow_up_sizing=True"
+                )
+            if n <= old.size and old.flags.c_contiguous:
+                return old.reshape(-1)[:n].reshape(shape)  # a view: memory shared with this executor
+            with self._ctx.device_scope():
+                return self._xp.zeros(shape, old.dtype)
+
+        for name, old, shape in zip(self._arg_names, self.arg_arrays, arg_shapes):
+            if tuple(old.shape) != tuple(shape) and name not in kwargs and not partial_shaping:
                 raise ShapeError(
                     f"reshape: argument {name!r} would change shape from {tuple(old.shape)} to {tuple(shape)}; "
                     "pass its new shape or partial_shaping=True"
                 )
-            if int(np.prod(shape)) > old.size and not allow_up_sizing:
-                raise ShapeError(
-                    f"reshape: argument {name!r} grows from {tuple(old.shape)} to {tuple(shape)}; "
-                    "pass allow_up_sizing=True"
-                )
-            with self._ctx.device_scope():
-                new_args.append(xp.zeros(shape, old.dtype))
-                new_grads.append(None if grad is None else xp.zeros(shape, grad.dtype))
-        for old, shape in zip(self.aux_arrays, aux_shapes):
-            new_aux.append(old if tuple(old.shape) == tuple(shape) else xp.zeros(shape, old.dtype))
+        new_args = [resized(a, s, n, "argument") for n, a, s in zip(self._arg_names, self.arg_arrays, arg_shapes)]
+        new_grads = [resized(g, s, n, "gradient of") for n, g, s in zip(self._arg_names, self.grad_arrays, arg_shapes)]
+        new_aux = [resized(a, s, n, "auxiliary state") for n, a, s in zip(self._aux_names, self.aux_arrays, aux_shapes)]
         args_grad = dict(zip(self._arg_names, new_grads))
         return Executor(self._symbol, self._ctx, new_args, args_grad, dict(self._reqs), new_aux)
+
+
+def _shape_of(value, what):
+    try:
+        return (int(value),) if isinstance(value, (int, np.integer)) else tuple(int(d) for d in value)
+    except (TypeError, ValueError):
+        raise TypeError(f"{what}: a shape must be a tuple of ints, got {value!r}") from None
 
 
 @_gc_paused
 def simple_bind(symbol, ctx, grad_req="write", type_dict=None, shapes=None, **_):
     """Infer every shape from ``shapes``, allocate zeroed arrays on ``ctx`` and bind."""
+    from ..symbol import parse_dtype_attr
+
     ctx = current_context() if ctx is None else ctx
     if not isinstance(ctx, Context):
         raise TypeError(f"simple_bind: ctx must be a Context such as sg.cpu(), got {ctx!r}")
@@ -466,7 +519,7 @@ def simple_bind(symbol, ctx, grad_req="write", type_dict=None, shapes=None, **_)
         if n.name in type_dict:
             known[(n.id, 0)] = np.dtype(type_dict[n.name])
         elif "__dtype__" in n.attrs:
-            known[(n.id, 0)] = np.dtype(n.attrs["__dtype__"])
+            known[(n.id, 0)] = parse_dtype_attr(n.attrs["__dtype__"])
     infer_types(nodes, known)
     for n in arg_nodes + aux_nodes:  # anything still unknown defaults to float32 (MXNet)
         known.setdefault((n.id, 0), np.dtype(np.float32))

@@ -165,19 +165,22 @@ def run_instrs(instrs, vals, is_train, phase, callback=None, monitor_all=False):
     """Interpret instructions one by one (monitoring, partial re-runs); frees nothing."""
     for ins in instrs:
         args = [vals[s] for s in ins.ins]
+        node = ins.node
+        if callback is not None and monitor_all:
+            # MXNet's names: a variable input under its own name too, then ``<node>_<input name>``
+            for (src, _), name, a in zip(node.inputs, node.input_names(), args):
+                if src.op is None:
+                    callback(src.name, a)
+                callback(f"{node.name}_{name}", a)
         try:
             res = ins.fn(*args, is_train=is_train) if ins.train else ins.fn(*args)
         except Exception as exc:
-            annotate(exc, ins.node, phase)
+            annotate(exc, node, phase)
             raise
         outs = res if ins.tuple_out else (res,)
         for s, r in zip(ins.outs, outs):
             vals[s] = r
         if callback is not None:
-            node = ins.node
-            if monitor_all:
-                for (src, i), a in zip(node.inputs, args):
-                    callback(f"{node.name}_{src.output_name(i)}", a)
             for k, r in enumerate(outs):
                 callback(node.output_name(k), r)
 
