@@ -213,8 +213,12 @@ OPS = [
     OpInfo("softmin_use_length", lambda x, n: S.softmin(x, n, use_length=True),
            {"x": In((2, 2, 3), -2, 2), "n": In((2, 2), sample=lambda r: np.array([[3, 2], [1, 3]]), grad=False)},
            lambda x, n: _masked(x, n, -1, negate=True)),
+    # instance mode on >2-d data: MXNet 1.9 flattens to (prod(shape[:-1]), shape[-1]) (FlatTo2D),
+    # so the softmax runs over the last axis
     OpInfo("SoftmaxActivation_instance", lambda x: S.SoftmaxActivation(x), {"x": In((2, 3, 2), -2, 2)},
-           lambda x: _softmax(x.reshape(2, -1), 1).reshape(x.shape)),
+           lambda x: _softmax(x, -1)),
+    OpInfo("SoftmaxActivation_instance_2d", lambda x: S.SoftmaxActivation(x, mode="instance"), {"x": In((3, 4), -2, 2)},
+           lambda x: _softmax(x, 1)),
     OpInfo("SoftmaxActivation_channel", lambda x: S.SoftmaxActivation(x, mode="channel"), {"x": In((2, 3, 2), -2, 2)},
            lambda x: _softmax(x, 1)),
     # -- SequenceMask ----------------------------------------------------------------------

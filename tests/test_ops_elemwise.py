@@ -65,11 +65,17 @@ def test_gamma_and_gammaln_match_the_standard_library():
     want = [math.lgamma(v) for v in np.concatenate([x, [1e3, 1e6, 1e10]])]
     np.testing.assert_allclose(lg, want, rtol=1e-13, atol=1e-13)
     # exact at the integers where C's tgamma is exact; poles as tgamma / lgamma
-    np.testing.assert_allclose(_run(S.gamma(X), x=np.array([1.0, 2, 5, 11])), [1, 1, 24, 3628800], rtol=1e-14)
+    np.testing.assert_array_equal(_run(S.gamma(X), x=np.array([1.0, 2, 5, 11, 23])),
+                                  [1, 1, 24, 3628800, float(math.factorial(22))])
+    # so integer inputs (computed in float, cast back as MXNet does) are exact too
+    np.testing.assert_array_equal(_run(S.gamma(X), x=np.array([1, 2, 3, 4, 7], np.int32)), [1, 1, 2, 6, 720])
     poles = _run(S.gamma(X), x=np.array([0.0, -1.0, -4.0]))
     assert poles[0] == np.inf and np.isnan(poles[1:]).all()
     assert (_run(S.gammaln(X), x=np.array([0.0, -1.0, -4.0])) == np.inf).all()
     assert _run(S.gamma(X), x=np.array([172.0]))[0] == np.inf
+    # non-finite inputs as C tgamma: NaN -> NaN, +inf -> inf, -inf -> NaN (domain error)
+    special = _run(S.gamma(X), x=np.array([np.nan, np.inf, -np.inf]))
+    assert np.isnan(special[0]) and special[1] == np.inf and np.isnan(special[2])
 
 
 def test_digamma_trigamma_and_higher_derivatives_of_gammaln():
@@ -137,6 +143,17 @@ def test_clip_boundaries_pass_the_gradient():
     # a_min > a_max: MXNet tests x > a_max first, then x < a_min
     np.testing.assert_array_equal(_run(S.clip(X, a_min=1.0, a_max=0.0), x=np.array([0.5, -1.0, 2.0])),
                                   [0.0, 1.0, 0.0])
+
+
+def test_clip_parses_the_infinite_bounds_mxnet_writes_into_json():
+    # mx.sym.clip(x, a_min=-inf, a_max=2).list_attr() == {'a_min': '-inf', 'a_max': '2'}
+    sym = S.clip(X, a_min=float("-inf"), a_max=2.0)
+    assert sym.list_attr() == {"a_min": "-inf", "a_max": "2.0"}
+    again = S.clip(X, **sym.list_attr())
+    np.testing.assert_array_equal(_run(again, x=np.array([-1e30, 1.0, 3.0])), [-1e30, 1.0, 2.0])
+    np.testing.assert_array_equal(_run(S.clip(X, a_min="-0.5", a_max="Inf"), x=np.array([-1.0, 1e30])), [-0.5, 1e30])
+    with pytest.raises(sg.ParamError, match=r"clip 'c'.*'a_max'.*a number.*'infinite'"):
+        S.clip(X, a_min=0.0, a_max="infinite", name="c")
 
 
 def test_hard_sigmoid_and_smooth_l1_at_their_boundaries():

@@ -276,9 +276,15 @@ def test_normalisation_layers_reject_too_few_dimensions():
 def test_l2normalization_hidden_norm_output():
     sym = S.L2Normalization(S.Variable("x"), mode="channel", name="l2")
     assert sym.list_outputs() == ["l2_output"]
-    internals = sym.get_internals()
-    assert "l2_norm" in internals.list_outputs()
-    assert internals["l2_norm"].infer_shape(x=(2, 3, 4, 5))[1] == [(2, 1, 4, 5)]
+    # hidden outputs stay hidden in get_internals, as in MXNet (FNumVisibleOutputs)
+    assert sym.get_internals().list_outputs() == ["x", "l2_output"]
+    node = sym._outputs[0][0]
+    norm = sg.Symbol([(node, 1)])
+    assert norm.list_outputs() == ["l2_norm"]
+    assert norm.infer_shape(x=(2, 3, 4, 5))[1] == [(2, 1, 4, 5)]
+    x = np.random.default_rng(0).standard_normal((2, 3, 4, 5))
+    got = norm.bind(sg.cpu(), {"x": x}).forward()[0]
+    np.testing.assert_allclose(got, np.sqrt((x * x).sum(axis=1, keepdims=True) + 1e-10), rtol=1e-6)
 
 
 # ----------------------------------------------------------------------------
@@ -358,14 +364,17 @@ def _softmax_rows(x):
     return e / e.sum(1, keepdims=True)
 
 
-def test_softmax_output_out_grad_multiplies_by_the_head_gradient():
+def test_softmax_output_out_grad_multiplies_by_the_output_as_mxnet_1_9():
+    # MXNet 1.9.1's _backward_SoftmaxOutput gets (output, label) only and multiplies by the output
+    # where the legacy op read the head gradient; the head gradient is ignored (fixture so_out_grad)
     rng = np.random.default_rng(11)
     x, label, h = rng.standard_normal((3, 4)), np.array([0.0, 3.0, 1.0]), rng.standard_normal((3, 4))
     sym = S.SoftmaxOutput(S.Variable("x"), S.Variable("label"), out_grad=True, grad_scale=2.0)
-    _, g, exe = _run(sym, {"x": x, "label": label}, [h], grad_names=["x"])
-    np.testing.assert_allclose(g["x"], (_softmax_rows(x) - np.eye(4)[[0, 3, 1]]) * 2.0 * h)
-    with pytest.raises(sg.BindError, match="head gradient is required"):
-        exe.backward()
+    (y,), g, exe = _run(sym, {"x": x, "label": label}, [h], grad_names=["x"])
+    p = _softmax_rows(x)
+    np.testing.assert_allclose(g["x"], (p - np.eye(4)[[0, 3, 1]]) * 2.0 * p)
+    _, g2, _ = _run(sym, {"x": x, "label": label}, None, grad_names=["x"])
+    np.testing.assert_array_equal(g2["x"], g["x"])
 
 
 def test_softmax_output_ignores_the_head_gradient_and_takes_integer_labels():
@@ -418,3 +427,66 @@ def test_regression_outputs_label_shape_and_second_order_error():
     (g,) = sg.grad(S.SoftmaxOutput(x, name="sm"), [x])
     with pytest.raises(ValueError, match=r"_backward_SoftmaxOutput"):
         sg.grad(S.sum(g), [x])
+
+
+# ----------------------------------------------------------------------------
+# Integer data where MXNet 1.9 only computes in floating point
+# ----------------------------------------------------------------------------
+
+_X, _W = S.Variable("x"), S.Variable("w")
+# every op here fails in MXNet 1.9.1 with "This operation only support floating point types, not
+# int32" (or "dot only supports float32/float64"); elementwise math (log, exp, ...) accepts ints
+_FLOAT_ONLY = {
+    "Activation": (S.Activation(_X, act_type="relu", name="n"), "data"),
+    "LeakyReLU": (S.LeakyReLU(_X, name="n"), "data"),
+    "Convolution": (S.Convolution(_X, kernel=(1,), num_filter=1, name="n"), "data"),
+    "Deconvolution": (S.Deconvolution(_X, kernel=(1,), num_filter=1, name="n"), "data"),
+    "Pooling": (S.Pooling(_X, kernel=(1,), name="n"), "data"),
+    "FullyConnected": (S.FullyConnected(_X, num_hidden=2, name="n"), "data"),
+    "BatchNorm": (S.BatchNorm(_X, name="n"), "data"),
+    "LayerNorm": (S.LayerNorm(_X, name="n"), "data"),
+    "InstanceNorm": (S.InstanceNorm(_X, name="n"), "data"),
+    "L2Normalization": (S.L2Normalization(_X, name="n"), "data"),
+    "Dropout": (S.Dropout(_X, name="n"), "data"),
+    "softmax": (S.softmax(_X, name="n"), "data"),
+    "softmin": (S.softmin(_X, name="n"), "data"),
+    "SoftmaxActivation": (S.SoftmaxActivation(_X, name="n"), "data"),
+    "UpSampling": (S.UpSampling(_X, scale=2, sample_type="nearest", num_args=1, name="n"), "arg0"),
+    "Pad": (S.Pad(_X, mode="edge", pad_width=(0, 0, 0, 0, 1, 1, 1, 1), name="n"), "data"),
+    "hard_sigmoid": (S.hard_sigmoid(_X, name="n"), "data"),
+    "MakeLoss": (S.MakeLoss(_X, name="n"), "data"),
+    "SoftmaxOutput": (S.SoftmaxOutput(_X, name="n"), "data"),
+    "LinearRegressionOutput": (S.LinearRegressionOutput(_X, name="n"), "data"),
+    "dot": (S.dot(_W, _X, name="n"), "rhs"),
+    "batch_dot": (S.batch_dot(_W, _X, name="n"), "rhs"),
+    "linalg_gemm2": (S.linalg_gemm2(_W, _X, name="n"), "B"),
+}
+
+
+@pytest.mark.parametrize("op", sorted(_FLOAT_ONLY))
+def test_float_only_ops_reject_integer_data_naming_the_op_and_input(op):
+    sym, inp = _FLOAT_ONLY[op]
+    types = {"x": np.int32, "w": np.float32} if "w" in sym.list_arguments() else {"x": np.int32}
+    want = rf"'n': input '{inp}' must be float16, float32 or float64, got int32"
+    with pytest.raises(TypeError, match=want):
+        sym.infer_type(**types)
+    assert [np.dtype(t) for t in sym.infer_type(**{k: np.float64 for k in types})[1][:1]] == [np.float64]
+
+
+def test_bind_with_integer_arrays_names_the_float_only_op():
+    data = np.arange(6, dtype=np.int32).reshape(2, 3)
+    before = data.copy()
+    with pytest.raises(TypeError, match=r"softmax 'n': input 'data' must be float16, float32 or float64, got int32"):
+        S.softmax(_X, name="n").bind(sg.cpu(), {"x": data})
+    np.testing.assert_array_equal(data, before)
+    w = np.ones((2, 3), np.float32)
+    with pytest.raises(TypeError, match=r"FullyConnected 'n': input 'data' .* got int32"):
+        S.FullyConnected(_X, num_hidden=2, no_bias=True, name="n").bind(sg.cpu(), {"x": data, "n_weight": w})
+
+
+def test_elementwise_math_keeps_integer_inputs_as_mxnet():
+    # MXNet 1.9 computes in float and casts back: log([1, 2, 3, 4]) -> [0, 0, 1, 1] for int32
+    x = np.array([1, 2, 3, 4], np.int32)
+    out = S.log(_X).bind(sg.cpu(), {"x": x}).forward()[0]
+    assert out.dtype == np.int32
+    np.testing.assert_array_equal(out, [0, 0, 1, 1])

@@ -30,7 +30,7 @@ import math
 import numpy as np
 
 from ..base import ParamError, ShapeError
-from .registry import Param, register
+from .registry import Param, float_inputs, register
 
 _LAYOUT = {1: "NCW", 2: "NCHW", 3: "NCDHW"}
 _ALL_LAYOUTS = ("NCW", "NCHW", "NCDHW", "NHWC", "NDHWC")
@@ -370,6 +370,7 @@ register(
     prepare=_prepare("Convolution", deconv=False),
     forward=_conv_fwd,
     infer_shape=_conv_shape,
+    infer_type=float_inputs("data"),
     gradient=_conv_grad,
     doc="N-d convolution (cross-correlation) of (N, C, *X) data with (num_filter, C/num_group, *kernel) "
     "weights; output size floor((x + 2p - d(k-1) - 1)/s) + 1.",
@@ -466,6 +467,7 @@ register(
     prepare=_prepare("Deconvolution", deconv=True),
     forward=_deconv_fwd,
     infer_shape=_deconv_shape,
+    infer_type=float_inputs("data"),
     gradient=_deconv_grad,
     doc="Transposed convolution (the gradient of Convolution w.r.t. its data); weight (C, num_filter/num_group, "
     "*kernel); output s(x-1) + d(k-1) + 1 - 2p + adj, or target_shape. no_bias defaults to True as in MXNet.",
@@ -714,6 +716,7 @@ register(
     prepare=_up_prepare,
     forward=_up_fwd,
     infer_shape=_up_shape,
+    infer_type=lambda p, i, o, w: float_inputs(_up_inputs(p)[0])(p, i, o, w),
     gradient=_up_grad,
     doc="Nearest-neighbour upsampling of 1..N NCHW inputs (concatenated or summed), or bilinear "
     "(a fixed-geometry depthwise Deconvolution with a (C, 1, k, k) weight input).",

@@ -19,7 +19,7 @@ import math
 import numpy as np
 
 from ..base import ParamError, ShapeError
-from .registry import Param, broadcast_shapes, register, same_shape
+from .registry import Param, broadcast_shapes, float_inputs, register, same_shape
 
 
 def _keep(r, like):
@@ -165,8 +165,17 @@ def _gamma(xp, x):
         p = t ** (e / 2.0)  # t^e split in two halves so Gamma(171) does not overflow on the way
         g = math.sqrt(2 * math.pi) * p * (p * xp.exp(-t)) * a
         out = xp.where(refl, math.pi / (_sinpi(xp, x) * g), g)
-    # C tgamma: a pole at 0 (inf), a domain error (NaN) at the negative integers
-    return xp.where((x < 0) & (x == xp.floor(x)), np.nan, out)
+    # exact (n-1)! at the positive integers, as C tgamma (and MXNet's integer gamma: 1, 1, 2, 6, ...)
+    whole = x == xp.floor(x)
+    table = whole & (x >= 1) & (x <= len(_FACTORIALS))  # False for NaN and +-inf
+    fact = xp.asarray(_FACTORIALS)[(xp.where(table, x, 1) - 1).astype(np.int64)]
+    out = xp.where(table, fact, out)
+    # C tgamma: a pole at 0 (inf), a domain error (NaN) at the negative integers and -inf, +inf at +inf
+    out = xp.where(x == np.inf, np.inf, out)
+    return xp.where((x < 0) & whole, np.nan, out)
+
+
+_FACTORIALS = np.array([float(math.factorial(k)) for k in range(171)])  # Gamma(1..171), correctly rounded
 
 
 def _gammaln(xp, x):
@@ -281,7 +290,7 @@ def _float_in(fn):
 # ----------------------------------------------------------------------------
 
 
-def _unary(name, fwd, grad, aliases=(), doc="", params=None):
+def _unary(name, fwd, grad, aliases=(), doc="", params=None, infer_type=None):
     """Register ``y = fwd(xp, x, **params)``; ``grad(F, x, y, gy, **params)`` is a Symbol (or None).
 
     The output keeps the input dtype.
@@ -297,8 +306,8 @@ def _unary(name, fwd, grad, aliases=(), doc="", params=None):
     def forward(xp, x, **p):
         return _keep(fwd(xp, x, **p), x)
 
-    return register(name, aliases=aliases, forward=forward, infer_shape=same_shape, gradient=rule, params=params,
-                    doc=doc or f"Elementwise {name}.")
+    return register(name, aliases=aliases, forward=forward, infer_shape=same_shape, infer_type=infer_type,
+                    gradient=rule, params=params, doc=doc or f"Elementwise {name}.")
 
 
 _LN2, _LN10 = math.log(2.0), math.log(10.0)
@@ -383,7 +392,7 @@ def _hard_sigmoid_grad(F, x, y, g, alpha, beta):
 
 
 _unary("hard_sigmoid", _float_in(_hard_sigmoid_fwd), _hard_sigmoid_grad,
-       params={"alpha": Param("float", 0.2), "beta": Param("float", 0.5)},
+       params={"alpha": Param("float", 0.2), "beta": Param("float", 0.5)}, infer_type=float_inputs("data"),
        doc="max(0, min(1, alpha * x + beta)).")
 
 # -- special functions -------------------------------------------------------------

@@ -18,14 +18,13 @@ import math
 import numpy as np
 
 from ..base import ParamError, ShapeError
-from .registry import Param, register, same_shape
+from .registry import Param, check_float, float_inputs, register, same_shape
 
 
 def _label_type(params, in_types, out_types, where):
     """Output dtype = data dtype (float); labels keep whatever dtype they have (default: data's)."""
     dt = in_types[0] if in_types[0] is not None else out_types[0]
-    if dt is not None and np.dtype(dt).kind != "f":
-        raise TypeError(f"{where}: input 'data' must be float16, float32 or float64, got {np.dtype(dt)}")
+    check_float(where, "data", dt)
     return [dt] + [t if t is not None else dt for t in in_types[1:]], [dt]
 
 
@@ -97,7 +96,7 @@ def _so_shape(params, in_shapes, out_shapes, where):
     return [data, tuple(label)], [data]
 
 
-def _so_bwd(xp, out, label, ograd=None, *, grad_scale, ignore_label, multi_output, use_ignore, preserve_shape,
+def _so_bwd(xp, out, label, *, grad_scale, ignore_label, multi_output, use_ignore, preserve_shape,
             normalization, out_grad, smooth_alpha):
     """d loss / d data = softmax - target, masked, smoothed and normalised as MXNet 1.9 does.
 
@@ -109,7 +108,9 @@ def _so_bwd(xp, out, label, ograd=None, *, grad_scale, ignore_label, multi_outpu
       row r taking label.flat[r]: target one-hot, smoothed to 1 - alpha / alpha/(k-1) by
       smooth_alpha; scale = grad_scale / count with count = #labels ('batch'), 1 ('null') or
       #(label != ignore_label) ('valid', at least 1).
-    With out_grad the result is multiplied by the head gradient.
+    With out_grad the result is multiplied by the op's own output, as MXNet 1.9.1 does: its
+    _backward_SoftmaxOutput receives (output, label) only and passes the output where the
+    legacy operator read the head gradient, so the head gradient is ignored either way.
     """
     acc = np.float32 if out.dtype == np.float16 else out.dtype
     o = out.astype(acc, copy=False)
@@ -145,16 +146,13 @@ def _so_bwd(xp, out, label, ograd=None, *, grad_scale, ignore_label, multi_outpu
             scale = grad_scale / spatial
         grad = (grad * scale).reshape(out.shape)
     if out_grad:
-        grad = grad * ograd
+        grad = grad * o
     return grad.astype(out.dtype, copy=False)
 
 
 def _so_grad(F, n, g):
-    p = dict(n.params)
     out, label = n.outputs[0], n.inputs[1]
-    if p["out_grad"]:
-        return [F._backward_SoftmaxOutput(out, label, g[0], **p), None]
-    return [F._backward_SoftmaxOutput(out, label, **p), None]
+    return [F._backward_SoftmaxOutput(out, label, **n.params), None]
 
 
 register(
@@ -166,15 +164,16 @@ register(
     infer_shape=_so_shape,
     infer_type=_label_type,
     gradient=_so_grad,
-    is_loss=lambda p: not p["out_grad"],
+    is_loss=True,
     no_grad_inputs=("label",),
     prepare=_so_prepare,
-    doc="Softmax forward; backward is the cross-entropy gradient (head gradient ignored unless out_grad).",
+    doc="Softmax forward; backward is the cross-entropy gradient (head gradient ignored; out_grad "
+    "multiplies it by the output, as MXNet 1.9.1).",
 )
 
 register(
     "_backward_SoftmaxOutput",
-    inputs=lambda p: ["out", "label", "ograd"] if p["out_grad"] else ["out", "label"],
+    inputs=("out", "label"),
     params=_SOFTMAX_OUT_PARAMS,
     forward=_so_bwd,
     infer_shape=lambda p, i, o, w: (i, [i[0]]),
@@ -300,6 +299,7 @@ register(
     params=_MAKE_LOSS_PARAMS,
     forward=lambda xp, x, **_: x,
     infer_shape=same_shape,
+    infer_type=float_inputs("data"),
     gradient=lambda F, n, g: [F._backward_MakeLoss(n.inputs[0], **n.params)],
     is_loss=True,
     doc="Marks ``data`` as a loss: forward is the identity, backward is a constant (head gradient ignored).",

@@ -21,7 +21,7 @@ import math
 import numpy as np
 
 from ..base import ParamError, ShapeError
-from .registry import Param, register
+from .registry import Param, float_inputs, register
 
 
 def _mm(xp, a, b):
@@ -118,6 +118,7 @@ register(
     forward=_dot_fwd,
     accepts_out=True,
     infer_shape=_dot_shape,
+    infer_type=float_inputs("lhs", "rhs"),
     gradient=_dot_grad,
     doc="Matrix product with MXNet's N-d and transpose semantics.",
 )
@@ -248,6 +249,7 @@ register(
     prepare=_forward_stype_prepare("batch_dot"),
     forward=_batch_dot_fwd,
     infer_shape=_batch_dot_shape,
+    infer_type=float_inputs("lhs", "rhs"),
     gradient=_batch_dot_grad,
     doc="Batched matrix product of N-d arrays (N >= 3) over the last two axes, optional transposes.",
 )
@@ -323,6 +325,7 @@ register(
     },
     forward=_gemm2_fwd,
     infer_shape=_gemm2_shape,
+    infer_type=float_inputs("A", "B"),
     gradient=_gemm2_grad,
     doc="alpha * op(A) * op(B) for each matrix (rows along ``axis``, columns along the last axis).",
 )
@@ -412,6 +415,7 @@ register(
     prepare=_fc_prepare,
     forward=_fc_fwd,
     infer_shape=_fc_shape,
+    infer_type=float_inputs("data"),
     gradient=_fc_grad,
     doc="y = x W^T + b (x flattened to 2-d unless flatten=False).",
 )

@@ -19,7 +19,7 @@ import math
 import numpy as np
 
 from ..base import ParamError, ShapeError
-from .registry import Param, normalize_axis, register, same_shape
+from .registry import Param, check_float, float_inputs, normalize_axis, register, same_shape
 
 
 def _acc(dtype):
@@ -32,11 +32,6 @@ def _channel_shape(ndim, axis, size):
     shape = [1] * ndim
     shape[axis] = size
     return tuple(shape)
-
-
-def _check_float(where, name, dtype):
-    if dtype is not None and np.dtype(dtype).kind != "f":
-        raise TypeError(f"{where}: input {name!r} must be float16, float32 or float64, got {np.dtype(dtype)}")
 
 
 # ----------------------------------------------------------------------------
@@ -80,6 +75,7 @@ register(
     params={"act_type": Param("str", choices=_ACT)},
     forward=_act_fwd,
     infer_shape=same_shape,
+    infer_type=float_inputs("data"),
     gradient=_act_grad,
     doc="Elementwise activation: relu, sigmoid, tanh, softrelu or softsign.",
 )
@@ -235,6 +231,7 @@ register(
     output_names=("output", "mask"),
     forward=_leaky_fwd,
     infer_shape=_leaky_shape,
+    infer_type=float_inputs("data"),
     gradient=_leaky_grad,
     needs_is_train=True,
     doc="Leaky ReLU family: leaky (slope), prelu (learned per-channel gamma), rrelu (random slope in "
@@ -351,7 +348,7 @@ def _bn_type(params, in_types, out_types, where):
     dt = in_types[0] if in_types[0] is not None else out_types[0]
     if dt is None:
         return in_types, out_types
-    _check_float(where, "data", dt)
+    check_float(where, "data", dt)
     dt = np.dtype(dt)
     acc = _acc(dt)
     known = [np.dtype(t) for t in in_types[1:] if t is not None]
@@ -512,6 +509,7 @@ register(
     output_names=("output", "mean", "std"),
     forward=_ln_fwd,
     infer_shape=_ln_shape,
+    infer_type=float_inputs("data"),
     # no gradient flows through the mean/std outputs (MXNet); the statistics are recomputed from data
     gradient=lambda F, n, g: _affine_norm_grad(F, n, g, {"axis": n.params["axis"]}, n.params["axis"],
                                                n.params["eps"]),
@@ -554,6 +552,7 @@ register(
     output_names=("output", "mean", "var"),
     forward=_in_fwd,
     infer_shape=_in_shape,
+    infer_type=float_inputs("data"),
     gradient=lambda F, n, g: _affine_norm_grad(F, n, g, {"axis": (0, 1), "exclude": True}, 1, n.params["eps"]),
     doc="Instance normalisation: each (sample, channel) over its spatial axes; gamma/beta per channel.",
 )
@@ -611,6 +610,7 @@ register(
     output_names=("output", "norm"),
     forward=_l2_fwd,
     infer_shape=_l2_shape,
+    infer_type=float_inputs("data"),
     gradient=_l2_grad,
     doc="x / sqrt(sum(x^2) + eps) per sample (instance), per position across channels (channel) "
     "or per (sample, channel) over the spatial axes (spatial).",
@@ -668,6 +668,7 @@ register(
     output_names=("output", "mask"),
     forward=_dropout_fwd,
     infer_shape=_dropout_shape,
+    infer_type=float_inputs("data"),
     # y = x * mask (mask drawn in forward, a constant):  dx = g * mask (the mask gets no gradient)
     gradient=lambda F, n, g: [F.broadcast_mul(g[0], n.outputs[1])],
     needs_is_train=True,

@@ -24,7 +24,7 @@ import numpy as np
 
 from ..base import ParamError, ShapeError
 from .conv import _acc, check_layout, hi_pad, padded, spatial_param, tap_slices
-from .registry import Param, register
+from .registry import Param, float_inputs, register
 
 _POOL_PARAMS = {
     "kernel": Param("shape", ()),
@@ -57,7 +57,12 @@ def _pool_prepare(params, node_name):
             raise ParamError(f"{where}: every entry of parameter 'kernel' must be >= 1, got {k}")
         check_layout(where, params["layout"], nd)
         out["stride"] = spatial_param(where, params, "stride", nd, 1, 1)
-        out["pad"] = spatial_param(where, params, "pad", nd, 0, 0)
+        if params["pooling_convention"] == "same" and len(params["pad"]) != nd and not any(params["pad"]):
+            # MXNet 1.9.1's shape check reads pad[0], pad[1] and pad[2] for 'same', so a symbol that
+            # runs there carries pad=(0, 0, 0) for its 1-d kernel: all zeros mean no padding
+            out["pad"] = (0,) * nd
+        else:
+            out["pad"] = spatial_param(where, params, "pad", nd, 0, 0)
     if params["pool_type"] == "lp":
         if params["p_value"] is None:
             raise ParamError(f"{where}: pool_type='lp' needs parameter 'p_value' (1, 2 or 3)")
@@ -245,6 +250,7 @@ register(
     prepare=_pool_prepare,
     forward=_pool_fwd,
     infer_shape=_pool_shape,
+    infer_type=float_inputs("data"),
     gradient=_pool_grad,
     doc="Max/avg/sum/lp pooling over 1-3 spatial axes with MXNet's conventions (valid/full/same, global_pool, "
     "count_include_pad).",
@@ -455,6 +461,7 @@ register(
     params=dict(_PAD_PARAMS),
     forward=_pad_fwd,
     infer_shape=_pad_shape,
+    infer_type=float_inputs("data"),
     # y = pad(x) is affine in x (constant_value adds a constant)  ->  dx = pad^T(g)
     gradient=lambda F, n, g: [F._pad_adjoint(g[0], **n.params)],
     doc="Pad the spatial axes of a 4-d/5-d input (constant, edge or reflect; pad_width flat as numpy.pad's, with "

@@ -19,7 +19,7 @@ import numpy as np
 
 from ..base import ParamError, ShapeError
 
-__all__ = ["Param", "OpDef", "register", "get_op", "list_ops", "REQUIRED"]
+__all__ = ["Param", "OpDef", "register", "get_op", "list_ops", "REQUIRED", "check_float", "float_inputs"]
 
 
 class _Required:
@@ -88,6 +88,8 @@ class Param:
                 raise bad("an int")
             return int(v)
         if kind == "float":
+            if isinstance(v, str) and v.strip().lower().lstrip("+-") in ("inf", "infinity", "nan"):
+                return float(v)  # how MXNet (and param_to_str) write non-finite values: "-inf", "nan"
             if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)):
                 raise bad("a number")
             return float(v)
@@ -282,6 +284,27 @@ def same_type(params, in_types, out_types, where="op"):
         if t is not None and t != known:
             raise TypeError(f"{where}: inputs must have the same dtype, got {np.dtype(known)} and {np.dtype(t)}")
     return [known] * len(in_types), [known] * len(out_types)
+
+
+def check_float(where: str, name: str, dtype) -> None:
+    """Raise a TypeError naming the op and input for integer/bool data (MXNet: "This operation only
+    support floating point types"). Complex passes: test_utils' complex-step differences run the
+    float kernels on complex arrays."""
+    if dtype is not None and np.dtype(dtype).kind not in "fc":
+        raise TypeError(f"{where}: input {name!r} must be float16, float32 or float64, got {np.dtype(dtype)}")
+
+
+def float_inputs(*names: str, rule: Callable | None = None) -> Callable:
+    """dtype rule of an op that only computes in floating point (MXNet: "This operation only
+    support floating point types"): the leading inputs ``names`` must be float, then ``rule``
+    (default ``same_type``) runs."""
+
+    def infer(params, in_types, out_types, where="op"):
+        for name, t in zip(names, in_types):
+            check_float(where, name, t)
+        return (rule or same_type)(params, in_types, out_types, where)
+
+    return infer
 
 
 def broadcast_shapes(a, b, where: str):

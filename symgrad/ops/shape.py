@@ -494,6 +494,8 @@ register(
         "squeeze_axis": Param("bool", False),
     },
     num_outputs=lambda p: p["num_outputs"],
+    # MXNet numbers the outputs even when there is one: split(x, num_outputs=1) -> "<name>_output0"
+    output_names=lambda p: [f"output{i}" for i in range(p["num_outputs"])],
     forward=_split_fwd,
     infer_shape=_split_shape,
     gradient=_split_grad,

@@ -19,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..base import ParamError, ShapeError
-from .registry import Param, normalize_axis, register
+from .registry import Param, check_float, float_inputs, normalize_axis, register
 
 
 def _acc(dtype):
@@ -78,8 +78,7 @@ def _shape(params, in_shapes, out_shapes, where):
 
 def _type(params, in_types, out_types, where):
     dt = in_types[0]
-    if dt is not None and np.dtype(dt).kind != "f":
-        raise TypeError(f"{where}: input 'data' must be float16, float32 or float64, got {np.dtype(dt)}")
+    check_float(where, "data", dt)
     out = params["dtype"] if params["dtype"] is not None else (dt if dt is not None else out_types[0])
     if dt is None and params["dtype"] is None:
         dt = out
@@ -208,18 +207,18 @@ def _sa_shape(params, in_shapes, out_shapes, where):
 
 
 def _sa_fwd(xp, x, *, mode):
-    if mode == "channel":
-        return _softmax_core(xp, x, None, 1, None, False, False).astype(x.dtype, copy=False)
-    flat = x.reshape(x.shape[0], -1)
-    return _softmax_core(xp, flat, None, 1, None, False, False).astype(x.dtype, copy=False).reshape(x.shape)
+    # instance mode: MXNet 1.9 views the data as FlatTo2D, i.e. (prod(shape[:-1]), shape[-1]),
+    # so the softmax runs over the last axis (for 2-d data: over each instance)
+    return _softmax_core(xp, x, None, 1 if mode == "channel" else -1, None, False, False).astype(x.dtype, copy=False)
 
 
 def _sa_grad(F, n, g):
-    # y = softmax over the instance (every axis but 0) or over axis 1:  dx = y (g - sum(g y))
-    # (MXNet 1.9's backward always sums over axis 1, which differs for instance mode on >2-d data.)
-    spec = {"axis": 0, "exclude": True} if n.params["mode"] == "instance" else {"axis": 1}
+    # y = softmax over the last axis (instance) or over axis 1 (channel):  dx = y (g - sum(g y))
+    # (MXNet 1.9's backward always sums over axis 1, which is not the derivative of its own
+    # forward for instance mode on >2-d data; we use the derivative.)
+    axis = 1 if n.params["mode"] == "channel" else -1
     y, gy = n.outputs[0], g[0]
-    return [y * F.broadcast_sub(gy, F.sum(gy * y, keepdims=True, **spec))]
+    return [y * F.broadcast_sub(gy, F.sum(gy * y, axis=axis, keepdims=True))]
 
 
 register(
@@ -227,6 +226,7 @@ register(
     params={"mode": Param("str", "instance", choices=("instance", "channel"))},
     forward=_sa_fwd,
     infer_shape=_sa_shape,
+    infer_type=float_inputs("data"),
     gradient=_sa_grad,
-    doc="Softmax over each instance (all axes but the first) or across channels (axis 1).",
+    doc="Softmax over the last axis (instance mode, MXNet's FlatTo2D view) or across channels (axis 1).",
 )
