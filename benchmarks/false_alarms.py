@@ -3,8 +3,9 @@
 A false alarm is a check that fails although the op's gradient is right. For every seed each op gets
 fresh float32 inputs and head gradients and each checker runs at its default settings (float64
 finite-difference reference). The "anchor" column runs the anchor library's own method on the same
-float32 inputs, emulated here on symgrad executors: PyTorch's gradcheck (``x +- 1e-6`` stored in
-float32, divided by ``2e-6``, ``allclose(analytic, numeric, rtol=1e-3, atol=1e-5)``) and Chainer's
+float32 inputs, emulated here on symgrad executors: MXNet's check_numeric_gradient (float32 steps of
+``2^-9``, float32 sums, ``assert_almost_equal`` at float32's tolerances), PyTorch's gradcheck (``x +- 1e-6``
+stored in float32, divided by ``2e-6``, ``allclose(analytic, numeric, rtol=1e-3, atol=1e-5)``) and Chainer's
 check_backward (``x + delta r`` in float32, normal ``r`` with ``|r| = 1``, ``eps=1e-3``,
 ``|numeric - backward| <= 1e-5 + 1e-4 |backward|``).
 
@@ -12,7 +13,8 @@ check_backward (``x + delta r`` in float32, normal ``r`` with ``|r| = 1``, ``eps
     python benchmarks/false_alarms.py --seeds 20
     python benchmarks/false_alarms.py --detection    # also: planted wrong gradients caught and named
 
-``run_chainer_torch(seeds)`` holds the Chainer-style and PyTorch-style checkers' false alarms,
+``run_chainer_torch(seeds)`` holds the false alarms of the MXNet-style ``check_numeric_gradient`` and of the
+Chainer-style and PyTorch-style checkers,
 ``detect_chainer_torch(seeds)`` their detection of the planted bugs of tests/test_chainer_checks.py; other
 parts of the tables can be added next to them.
 """
@@ -29,6 +31,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import symgrad as sg  # noqa: E402
+import test_utils as tu  # noqa: E402
 from test_utils import GradientCheckError  # noqa: E402
 from test_utils.chainer_checks import check_backward, check_double_backward  # noqa: E402
 from test_utils.torch_checks import gradcheck, gradgradcheck  # noqa: E402
@@ -118,8 +121,43 @@ def _anchor_chainer(func, inputs, gys, eps=1e-3, atol=1e-5, rtol=1e-4, rng=None)
     return abs(numeric - analytic) <= atol + rtol * abs(analytic)
 
 
+def _anchor_mxnet(func, inputs, eps=2.0 ** -9, rtol=1e-4, atol=1e-3):
+    """MXNet 1.9's check_numeric_gradient as it runs on float32 arrays: the analytic gradient of sum(w * out)
+    (w uniform in [0.1, 1.1)), MXNet's float32 step 2^-9 (x +- eps/2 stored in float32, the differences of
+    the float32 outputs summed in float32), ``assert_almost_equal(numeric, backward)`` at float32's tolerances."""
+    exe, names, args, grads = _bind(func, inputs)
+    outs = exe.forward(is_train=True)
+    weights = [(np.random.rand(*o.shape) + 0.1).astype(F32) for o in outs]
+    exe.backward(weights)
+    for n in names:
+        x, analytic = args[n], grads[n].copy()
+        numeric = np.zeros_like(x)
+        for idx in np.ndindex(*x.shape):
+            old = x[idx]
+            x[idx] = old + F32(eps / 2)
+            plus = [o * w for o, w in zip(exe.forward(is_train=True), weights)]
+            x[idx] = old - F32(eps / 2)
+            minus = [o * w for o, w in zip(exe.forward(is_train=True), weights)]
+            x[idx] = old
+            numeric[idx] = sum((p - m).sum() for p, m in zip(plus, minus)) / F32(eps)
+        if not (np.abs(numeric - analytic) <= atol + rtol * np.abs(analytic)).all():
+            return False
+    return True
+
+
+def _symbol(func, inputs):
+    return func(*[S.Variable(f"x{i}") for i in range(len(inputs))])
+
+
 def _checks():
     """``checker name -> (symgrad run, anchor run or None)``; a run returns True when the check passes."""
+    def mxnet(rng, func, inputs):
+        tu.check_numeric_gradient(_symbol(func, inputs), list(inputs))
+        return True
+
+    def mxnet_anchor(rng, func, inputs):
+        return _anchor_mxnet(func, inputs)
+
     def chainer(rng, func, inputs):
         check_backward(func, inputs, _head(rng, func, inputs))
         return True
@@ -142,7 +180,8 @@ def _checks():
     def torch2(rng, func, inputs):
         return gradgradcheck(func, inputs, raise_exception=False)
 
-    return {"check_backward": (chainer, chainer_anchor), "check_double_backward": (chainer2, None),
+    return {"check_numeric_gradient": (mxnet, mxnet_anchor),
+            "check_backward": (chainer, chainer_anchor), "check_double_backward": (chainer2, None),
             "gradcheck": (torch, lambda rng, func, inputs: _anchor_torch(func, inputs)),
             "gradcheck(fast_mode)": (torch_fast, None), "gradgradcheck": (torch2, None)}
 

@@ -3,7 +3,10 @@
 This is ``symgrad.test_utils`` (also importable as the top-level ``test_utils``). The MXNet-compatible
 part mirrors ``mxnet.test_utils`` 1.9: same names, signatures and per-dtype tolerance tables, on plain
 numpy arrays. Every checker failure raises ``GradientCheckError`` (an ``AssertionError``) whose message
-names the argument, the worst elements, the mismatch share, the tolerances and a diagnosis.
+names the argument, the worst elements, the mismatch share, the tolerances, a diagnosis and, last, the
+seed with a one-line reproduction (``seed 1234 -- reproduce: SYMGRAD_TEST_SEED=1234 python -m pytest
+'tests/test_x.py::test_y'``): checkers draw from numpy's global RNG, seeded by the test (``with_seed``,
+the ``rng`` fixture) or, outside a seeded test, by the checker itself (``seed.check_seed``).
 
 >>> import numpy as np, symgrad as sg
 >>> from symgrad import test_utils as tu

@@ -34,13 +34,27 @@ def _sorted_names(names):
     return sorted(names, key=str)
 
 
+def check_kind(arr, who, what, name, allow_complex=True):
+    """``arr`` (numpy) itself when its dtype is numeric (bool, int, float; complex if allowed), else TypeError /
+    ValueError naming ``what`` ``name`` and the dtype."""
+    kind = arr.dtype.kind
+    if kind not in "biufc":
+        raise TypeError(f"{who}: {what} {name!r} has dtype {arr.dtype}; give a numeric (bool, integer or float) "
+                        "array")
+    if kind == "c" and not allow_complex:
+        raise ValueError(f"{who}: {what} {name!r} is complex ({arr.dtype}) but the checked values are real; "
+                         "casting would drop the imaginary part silently -- give a real array")
+    return arr
+
+
 def _to_host(value, who, what, name):
     if value is None:
         raise ValueError(f"{who}: {what} {name!r} is None; give an array")
     try:
-        return np.asarray(to_numpy(value))
+        arr = np.asarray(to_numpy(value))
     except Exception as exc:  # anything that is not array-like
         raise TypeError(f"{who}: {what} {name!r} must be an array, got {type(value).__name__}") from exc
+    return check_kind(arr, who, what, name)
 
 
 def named_arrays(given, names, who, what, kind="location"):
@@ -113,6 +127,19 @@ def check_shapes(sym, arrays: dict, who):
     if res[0] is None:
         raise ValueError(f"{who}: cannot infer every shape from {shapes}")
     return res
+
+
+def nonfinite_notes(arrays: dict, what="argument") -> list[str]:
+    """One line per array holding NaN or Inf (for a report whose comparison failed)."""
+    notes = []
+    for name, a in arrays.items():
+        a = np.asarray(to_numpy(a)) if a is not None else None
+        if a is None or a.dtype.kind not in "fc" or np.isfinite(a).all():
+            continue
+        idx = tuple(int(i) for i in np.argwhere(~np.isfinite(a))[0])
+        notes.append(f"note: {what} {name!r} contains {int(np.isnan(a).sum())} NaN and {int(np.isinf(a).sum())} "
+                     f"Inf values (first at index {idx}); they propagate into the values compared")
+    return notes
 
 
 def check_finite(arrays: dict, who, what="argument"):

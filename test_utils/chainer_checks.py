@@ -41,7 +41,7 @@ from symgrad.base import SymgradError
 from symgrad.context import array_context, cpu
 from symgrad.symbol import Group, Symbol
 
-from ._inputs import check_dtype, check_finite, check_shapes
+from ._inputs import check_dtype, check_finite, check_kind, check_shapes
 from .compare import _violations, compare
 from .context import default_context, to_device, to_numpy
 from .mxnet_checks import _diagnosis_context
@@ -49,13 +49,16 @@ from .numeric import (
     NOISE_FACTOR,
     _Evaluator,
     _Progress,
+    assert_deterministic,
     central_differences,
+    check_step,
     default_steps,
     find_kinks,
     projected_objective,
     rounding_noise,
 )
-from .report import GradientCheckError
+from .report import GradientCheckError, with_reproduction
+from .seed import current_seed, reproduction, seeded_check
 
 __all__ = ["check_backward", "check_double_backward", "numerical_grad", "NondifferentiableError"]
 
@@ -83,10 +86,14 @@ class NondifferentiableError(ValueError):
         residual, threshold: the quadratic fit's RMS residual and the allowed value
             (``diff_atol + diff_rtol * (ymax - ymin)`` plus the outputs' rounding noise).
         nonfinite: True when finiteness changed between the samples.
+        seed, reproduce: the seed of the check (its random direction) and the one-line reproduction, also the
+            message's last line (as ``GradientCheckError``'s).
     """
 
     def __init__(self, message, **facts):
-        super().__init__(message)
+        self.seed = current_seed()
+        self.reproduce = reproduction(self.seed)
+        super().__init__(with_reproduction(message, self.seed))
         self.arg_name = facts.pop("arg_name", None)
         self.index = facts.pop("index", None)
         self.value = facts.pop("value", None)
@@ -350,6 +357,7 @@ def _analytic_noise(grads, weights):
     return total
 
 
+@seeded_check
 def check_backward(func, x_data, y_grad, params=(), eps=1e-3, atol=1e-5, rtol=1e-4, no_grads=None, dtype=None,
                    detect_nondifferentiable=False, *, float64_reference=True, progress=True):
     """Test the backward of ``func`` along a random direction (Chainer's ``check_backward``).
@@ -379,8 +387,9 @@ def check_backward(func, x_data, y_grad, params=(), eps=1e-3, atol=1e-5, rtol=1e
         GradientCheckError: the backward disagrees with the numeric derivative, or an input with
             ``no_grads`` True receives a gradient.
         NondifferentiableError: with ``detect_nondifferentiable``, ``func`` has a kink at ``x_data``.
-        ValueError / TypeError: bad arguments (shapes, lengths, missing params, non-finite inputs,
-            a non-deterministic forward).
+        ValueError / TypeError: bad arguments (shapes, lengths, missing params, complex, non-numeric or
+            non-finite inputs, a non-deterministic forward naming the op, an ``eps`` below
+            ``numeric.min_step`` of the reference's dtype).
 
     >>> import numpy as np, symgrad as sg
     >>> x = np.random.uniform(-1, 1, (3, 4)).astype(np.float32)
@@ -428,6 +437,8 @@ def _check_backward(who, func, x_data, y_grad, params, eps, atol, rtol, no_grads
     ndtype = dtype if dtype is not None else (np.dtype(np.float64) if float64_reference else None)
     weights = graph.weights(heads)
     ref = _Reference(graph, ndtype, weights, progress)
+    check_step(eps, ref.dtype, ref.dtype, who, " Use a larger eps, or keep the float64 reference (dtype=None, "
+               "float64_reference=True).")
     analytic_terms = {n: float(np.sum(grads[n].astype(np.float64) * r[n])) for n in checked}
     analytic = float(sum(analytic_terms.values()))
     numeric, width = ref.directional(checked, r, eps, detect, diff_rtol=rtol,
@@ -521,6 +532,7 @@ def _directional_failure(who, graph, ref, grads, r, weights, analytic, numeric, 
 # == check_double_backward ===============================================================================
 
 
+@seeded_check
 def check_double_backward(func, x_data, y_grad, x_grad_grad, params=(), params_grad_grad=(), eps=1e-3, atol=1e-4,
                           rtol=1e-3, no_grads=None, dtype=None, detect_nondifferentiable=False, *,
                           float64_reference=True, progress=True):
@@ -670,7 +682,8 @@ class _Graph:
             v = values[n] if n in values else params[n]
             if array_context(v) is None and not isinstance(v, (numbers.Number, list)):
                 raise TypeError(f"{who}: value of {n!r} must be an array, got {type(v).__name__}")
-            host[n] = np.array(to_numpy(v), copy=True)
+            host[n] = check_kind(np.array(to_numpy(v), copy=True), who, "input" if n in values else "param", n,
+                                 allow_complex=False)
         aux_given = {k: np.array(to_numpy(params[k]), copy=True) for k in self.aux_names if k in params}
         check_finite(host, who, "input")
         _, out_shapes, aux_shapes = check_shapes(self.sym, {**host, **aux_given}, who)
@@ -715,7 +728,7 @@ class _Graph:
             if g is None:
                 heads.append(None if self.loss_heads[k] else np.zeros(self.out_shapes[k], self.out_dtypes[k]))
                 continue
-            g = np.asarray(to_numpy(g))
+            g = check_kind(np.asarray(to_numpy(g)), who, "y_grad for output", self.out_names[k], allow_complex=False)
             if tuple(g.shape) != self.out_shapes[k]:
                 raise ValueError(f"{who}: y_grad for output {self.out_names[k]!r} has shape {tuple(g.shape)}, "
                                  f"expected {self.out_shapes[k]}")
@@ -806,30 +819,7 @@ class _Reference:
         return make(self.base)
 
     def _check_deterministic(self):
-        first = [_host64(o) for o in self.ev.base()]
-        second = [_host64(o) for o in self.ev.base()]
-        if all(np.array_equal(a, b, equal_nan=True) for a, b in zip(first, second)):
-            return
-        seen = [[], []]
-        for run in seen:
-            self.exe.set_monitor_callback(lambda name, arr, run=run: run.append((name, _host64(arr))))
-            self.ev._reset_aux()
-            self.exe.forward(is_train=True)
-        self.exe.set_monitor_callback(None)
-        culprit = "an output"
-        for (name, a), (_, b) in zip(*seen):
-            if a is not None and b is not None and a.shape == b.shape and not np.array_equal(a, b, equal_nan=True):
-                culprit = repr(name)
-                try:
-                    node = self.ref_sym.get_internals()[name]._outputs[0][0]
-                    culprit = f"{name!r} (op {node.op.name} {node.name!r})"
-                except Exception:
-                    pass
-                break
-        raise ValueError(
-            f"{self.graph.who}: the forward of func is not deterministic: {culprit} differs between two evaluations "
-            "at the same point (is_train=True); finite differences need a deterministic function -- a random op "
-            "such as Dropout in training mode draws new values on every run (use p=0 or take it out of func)")
+        assert_deterministic(self.exe, True, self.ev.aux_initial, self.graph.who, "the forward of func")
 
     # -- evaluations -------------------------------------------------------------------------------
     def at(self, names):
@@ -905,7 +895,7 @@ class _Reference:
             except NondifferentiableError as found:
                 extra = ["  (found by sampling each element of the inputs in turn; along the random direction:",
                          *["  " + line for line in str(err).split("\n")[1:]], "  )"]
-                found.args = (str(found) + "\n" + "\n".join(extra),)
+                found.args = (with_reproduction(str(found) + "\n" + "\n".join(extra), found.seed),)
                 found.direction_samples = err.samples
                 return found
         return err

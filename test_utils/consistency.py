@@ -20,11 +20,12 @@ import numpy as np
 from symgrad.context import Context
 from symgrad.symbol import Symbol
 
-from ._inputs import check_stypes, normalize_grad_req
+from ._inputs import check_kind, check_stypes, normalize_grad_req
 from .compare import compare
 from .context import to_device, to_numpy
 from .mxnet_checks import _raise_first
 from .report import GradientCheckError
+from .seed import seeded_check
 from .tolerance import get_tols
 
 __all__ = ["check_consistency"]
@@ -134,6 +135,8 @@ def _check_params(given, names, shapes, what, noun):
         raise ValueError(f"{_WHO}: {what} names {unknown}, which are not {noun}s of the symbol; its {noun}s are "
                          f"{list(names)}")
     for k, v in given.items():
+        if not isinstance(v, (int, float)):  # MXNet's aux default is the number 0
+            check_kind(np.asarray(to_numpy(v)), _WHO, what, k, allow_complex=False)
         shape = np.shape(to_numpy(v))
         try:
             np.broadcast_to(np.empty(shape), shapes[k])
@@ -179,6 +182,7 @@ def _ground_truth(ground_truth, required, optional):
     return {k: _host(v) for k, v in ground_truth.items()}
 
 
+@seeded_check
 def check_consistency(sym, ctx_list, scale=1.0, grad_req="write", arg_params=None, aux_params=None, rtol=None,
                       atol=None, raise_on_err=True, ground_truth=None, equal_nan=False, use_uniform=False,
                       rand_type=np.float64):

@@ -3,7 +3,9 @@
 
 Same names, signatures and semantics as ``mxnet.test_utils``, on plain numpy arrays, with one error
 class for every failure (``GradientCheckError``) and a float64 finite-difference reference. Differences
-from MXNet are listed in each docstring.
+from MXNet are listed in each docstring. Random draws (dirty gradient buffers, projection weights) come
+from numpy's global RNG as in MXNet; outside a seeded test the checker seeds it for the call and
+restores it (``seed.check_seed``), so every report ends with the seed that reproduces it.
 """
 
 from __future__ import annotations
@@ -16,8 +18,10 @@ import numpy as np
 from ._inputs import (
     check_dtype,
     check_finite,
+    check_kind,
     check_shapes,
     check_stypes,
+    nonfinite_notes,
     normalize_grad_req,
     parse_aux,
     parse_location,
@@ -30,6 +34,7 @@ from .numeric import (
     _complex_dtype,
     _Evaluator,
     as_array_like,
+    assert_deterministic,
     central_differences,
     check_complex_support,
     complex_objective,
@@ -41,6 +46,7 @@ from .numeric import (
     rounding_noise,
 )
 from .report import GradientCheckError, NondifferentiablePointWarning, format_index
+from .seed import seeded_check
 from .tolerance import get_tols
 
 __all__ = [
@@ -69,6 +75,10 @@ def _prepare(sym, location, aux_states, ctx, dtype, who):
     """Validated, cast host copies of the arguments and aux states (aux default: zeros)."""
     loc = parse_location(sym, location, who)
     aux = parse_aux(sym, aux_states, who)
+    if not isinstance(dtype, str):  # cast to a real float dtype: complex values would lose their imaginary part
+        for what, arrays in (("argument", loc), ("auxiliary state", aux or {})):
+            for k, v in arrays.items():
+                check_kind(v, who, what, k, allow_complex=False)
     _, out_shapes, aux_shapes = check_shapes(sym, {**loc, **(aux or {})}, who)
     if aux is None:
         aux = {n: np.zeros(s, np.float32) for n, s in zip(sym.list_auxiliary_states(), aux_shapes)}
@@ -81,9 +91,13 @@ def _on(ctx, arrays, dtype=None):
     return {k: to_device(v, ctx, dtype) for k, v in arrays.items()}
 
 
-def _expected_like(value, shape, who, what, name):
-    """The expected array (host, float64 if it was float) broadcast to ``shape``, or a ValueError."""
-    e = np.asarray(to_numpy(value))
+def _expected_like(value, shape, who, what, name, allow_complex=False):
+    """The expected array (host) that broadcasts to ``shape``, or a ValueError / TypeError naming it."""
+    try:
+        e = np.asarray(to_numpy(value))
+    except Exception as exc:
+        raise TypeError(f"{who}: expected {what} for {name!r} must be an array, got {type(value).__name__}") from exc
+    check_kind(e, who, f"expected {what} for", name, allow_complex=allow_complex)
     try:
         if np.broadcast_shapes(e.shape, tuple(shape)) != tuple(shape):
             raise ValueError
@@ -220,16 +234,18 @@ def check_symbolic_forward(sym, location, expected, rtol=None, atol=None, aux_st
         pairs = list(enumerate(expected))
     else:
         pairs = [(0, expected)]
-    pairs = [(i, _expected_like(e, out_shapes[i], who, "output", names[i])) for i, e in pairs if e is not None]
+    cplx = isinstance(dtype, str)
+    pairs = [(i, _expected_like(e, out_shapes[i], who, "output", names[i], cplx)) for i, e in pairs if e is not None]
     exe = sym.bind(ctx, _on(ctx, loc), grad_req="null", aux_states=_on(ctx, aux))
     outputs = [to_numpy(o) for o in exe.forward(is_train=False)]
+    notes = nonfinite_notes(loc) + nonfinite_notes(aux, "auxiliary state")
     failures = []
     for i, e in pairs:
         r, a = get_tols(e, outputs[i], rtol, atol)
         try:
             compare(outputs[i], e, r, a, check=who, arg_name=names[i], names=("forward", "expected"),
                     what=f"output {names[i]!r} does not match expected", equal_nan=equal_nan,
-                    broadcast="expected")
+                    broadcast="expected", extra_lines=notes)
         except GradientCheckError as err:
             failures.append(err)
     _raise_first(failures)
@@ -239,6 +255,7 @@ def check_symbolic_forward(sym, location, expected, rtol=None, atol=None, aux_st
 # -- backward -------------------------------------------------------------------------------------------
 
 
+@seeded_check
 def check_symbolic_backward(sym, location, out_grads, expected, rtol=None, atol=None, aux_states=None,
                             grad_req="write", ctx=None, grad_stypes=None, equal_nan=False, dtype=np.float32):
     """Compare the gradients of one forward(is_train=True) + backward with expected arrays.
@@ -270,8 +287,10 @@ def check_symbolic_backward(sym, location, out_grads, expected, rtol=None, atol=
 
     Raises:
         GradientCheckError: a gradient differs (tolerance ``atol + rtol * |expected|``); its diagnosis
-            names a doubled, sign-flipped, missing or scaled gradient.
-        ValueError: bad location / aux_states / expected / grad_req.
+            names a doubled, sign-flipped, missing or scaled gradient; NaN/Inf inputs or head gradients are
+            named in a note.
+        ValueError / TypeError: bad location / aux_states / out_grads / expected (keys, lengths, shapes,
+            non-numeric or complex arrays), unknown grad_req.
 
     >>> import numpy as np, symgrad as sg
     >>> lhs, rhs = sg.sym.Variable("lhs"), sg.sym.Variable("rhs")
@@ -296,7 +315,8 @@ def check_symbolic_backward(sym, location, out_grads, expected, rtol=None, atol=
         exp = {k: v for k, v in zip(arg_names, expected) if v is not None}
     else:
         raise TypeError(f"{who}: expected must be a list or a dict of arrays, got {type(expected).__name__}")
-    exp = {k: _expected_like(v, loc[k].shape, who, "gradient", k) for k, v in exp.items()}
+    exp = {k: _expected_like(v, loc[k].shape, who, "gradient", k, isinstance(dtype, str)) for k, v in exp.items()}
+    heads = _head_list(out_grads, sym.list_outputs(), out_shapes, dtype, who)
     if isinstance(grad_req, dict):
         missing = [k for k in exp if k not in grad_req]
         if missing:
@@ -312,10 +332,11 @@ def check_symbolic_backward(sym, location, out_grads, expected, rtol=None, atol=
     exe_reqs = {k: (reqs[k] if k in exp else "null") for k in arg_names}
     exe = sym.bind(ctx, _on(ctx, loc), args_grad=buffers, grad_req=exe_reqs, aux_states=_on(ctx, aux))
     exe.forward(is_train=True)
-    exe.backward(_out_grads(out_grads, ctx, dtype, who))
+    exe.backward([None if h is None else to_device(h, ctx) for h in heads])
 
     grads = {k: np.array(to_numpy(buffers[k]), copy=True) for k in arg_names if k in exp}
-    heads = _head_list(out_grads, sym.list_outputs(), dtype)
+    notes = (nonfinite_notes(loc) + nonfinite_notes(aux, "auxiliary state")
+             + nonfinite_notes(dict(zip(sym.list_outputs(), heads)), "head gradient (out_grads) of output"))
     failures = []
     for name, g in grads.items():
         req = reqs[name]
@@ -336,38 +357,55 @@ def check_symbolic_backward(sym, location, out_grads, expected, rtol=None, atol=
                 compare(added, exp[name], r, a, check=who, arg_name=name, names=("added", "expected"),
                         what=f"gradient of {name!r} added to its buffer (buffer - initial) does not match expected "
                              "(grad_req 'add')",
-                        equal_nan=equal_nan, facts=facts, broadcast="expected", context=context)
+                        equal_nan=equal_nan, facts=facts, broadcast="expected", context=context, extra_lines=notes)
             else:
                 compare(g, exp[name], r, a, check=who, arg_name=name, names=("backward", "expected"),
                         what=f"gradient of {name!r} does not match expected (grad_req 'write')",
-                        equal_nan=equal_nan, facts=facts, broadcast="expected", context=context)
+                        equal_nan=equal_nan, facts=facts, broadcast="expected", context=context, extra_lines=notes)
         except GradientCheckError as err:
             failures.append(err)
     _raise_first(failures)
     return grads
 
 
-def _head_list(out_grads, out_names, dtype):
-    """Head gradients as a host list in output order (None entries for missing ones)."""
+def _head_list(out_grads, out_names, out_shapes, dtype, who):
+    """Head gradients as a validated host list in output order (None entries for missing ones).
+
+    ``out_grads`` is None, one array (one output), a list in output order or a dict by output name; every
+    array must be numeric and have its output's shape exactly (named in the error otherwise).
+    """
+    n = len(out_names)
     if out_grads is None:
-        return [None] * len(out_names)
+        return [None] * n
     if isinstance(out_grads, dict):
+        unknown = [k for k in out_grads if k not in out_names]
+        if unknown:
+            raise ValueError(f"{who}: out_grads names {unknown}, which are not outputs; outputs are {out_names}")
         given = [out_grads.get(k) for k in out_names]
     elif isinstance(out_grads, (list, tuple)):
+        if len(out_grads) != n:
+            raise ValueError(f"{who}: out_grads has {len(out_grads)} arrays for {n} outputs {out_names}; give one "
+                             "per output in that order (None for a loss head), or a dict")
         given = list(out_grads)
     else:
+        if n != 1:
+            raise ValueError(f"{who}: one out_grads array for {n} outputs {out_names}; give a list or a dict")
         given = [out_grads]
-    return [None if v is None else _cast(to_numpy(v), dtype) for v in given]
-
-
-def _out_grads(out_grads, ctx, dtype, who):
-    if out_grads is None:
-        return None
-    if isinstance(out_grads, dict):
-        return {k: None if v is None else to_device(_cast(to_numpy(v), dtype), ctx) for k, v in out_grads.items()}
-    if isinstance(out_grads, (list, tuple)):
-        return [None if v is None else to_device(_cast(to_numpy(v), dtype), ctx) for v in out_grads]
-    return to_device(_cast(to_numpy(out_grads), dtype), ctx)
+    heads = []
+    for name, shape, v in zip(out_names, out_shapes, given):
+        if v is None:
+            heads.append(None)
+            continue
+        try:
+            h = np.asarray(to_numpy(v))
+        except Exception as exc:
+            raise TypeError(f"{who}: out_grads for output {name!r} must be an array, got {type(v).__name__}") from exc
+        check_kind(h, who, "out_grads for output", name, allow_complex=isinstance(dtype, str))
+        if tuple(h.shape) != tuple(shape):
+            raise ValueError(f"{who}: out_grads for output {name!r} has shape {tuple(h.shape)}, expected "
+                             f"{tuple(shape)}")
+        heads.append(_cast(h, dtype))
+    return heads
 
 
 # -- numeric gradient ---------------------------------------------------------------------------------------
@@ -442,6 +480,7 @@ def _kink_warning(who, kinks, redrawn, excluded):
             f"analytic value lies between them, so finite differences cannot check it; {' and '.join(done)}")
 
 
+@seeded_check
 def check_numeric_gradient(sym, location, aux_states=None, numeric_eps=None, rtol=None, atol=None, grad_nodes=None,
                            use_forward_train=True, ctx=None, grad_stype_dict=None, dtype=np.float32, *,
                            numeric_dtype=np.float64, method="central", kinks="redraw", progress=True):
@@ -496,8 +535,9 @@ def check_numeric_gradient(sym, location, aux_states=None, numeric_eps=None, rto
 
     Raises:
         GradientCheckError: analytic and numeric gradients differ (or a 'null' buffer was written).
-        ValueError: bad location / aux_states / grad_nodes / method / kinks, NaN or Inf inputs, numeric_eps
-            too small; ``numeric.ComplexStepError`` for an op that cannot be complex-stepped.
+        ValueError: bad location / aux_states / grad_nodes / method / kinks, NaN or Inf inputs (naming the
+            argument), numeric_eps too small, a forward that is not deterministic (Dropout in training: the
+            op is named); ``numeric.ComplexStepError`` for an op that cannot be complex-stepped.
         NotImplementedError: sparse storage types; a loss head whose implied loss is unknown.
 
     >>> import numpy as np, symgrad as sg
@@ -546,6 +586,9 @@ def check_numeric_gradient(sym, location, aux_states=None, numeric_eps=None, rto
                    aux_states=_on(ctx, aux))
     ref = ref_sym.bind(ctx, _on(ctx, loc, ndtype), grad_req="null", aux_states=_on(ctx, aux, ndtype))
     aux_ref = {k: v.astype(ndtype) for k, v in aux.items()}
+    assert_deterministic(exe, True, aux, who, "the forward with is_train=True (that of the analytic gradient)")
+    if not use_forward_train:
+        assert_deterministic(ref, False, aux_ref, who, "the forward with is_train=False (use_forward_train=False)")
     if complex_step:
         cdt = _complex_dtype(ndtype)
         cref = sym.bind(ctx, {k: to_device(v, ctx, cdt if k in checked else ndtype) for k, v in loc.items()},

@@ -43,7 +43,7 @@ import numpy as np
 
 from symgrad.symbol import Group, Symbol
 
-from ._inputs import check_dtype, check_finite, named_arrays
+from ._inputs import check_dtype, check_finite, check_kind, named_arrays
 from .context import to_device, to_numpy
 from .report import Kink
 from .tolerance import min_numeric_eps
@@ -57,6 +57,9 @@ __all__ = [
     "find_kinks",
     "default_steps",
     "resolve_numeric_eps",
+    "min_step",
+    "check_step",
+    "assert_deterministic",
     "rounding_noise",
     "register_loss_objective",
     "LOSS_OBJECTIVES",
@@ -132,12 +135,50 @@ def resolve_numeric_eps(numeric_eps, dtype, numeric_dtype, who):
         raise ValueError(f"{who}: numeric_eps must be a positive number, got {numeric_eps!r}")
     floor = min_numeric_eps(dtype, numeric_dtype)
     if eps < floor:
-        raise ValueError(
-            f"{who}: numeric_eps={eps:g} is too small for {np.dtype(dtype).name} under test with finite differences "
-            f"taken in {np.dtype(numeric_dtype).name} (minimum {floor:.3g}): rounding noise would swamp the "
-            "difference quotient. Leave numeric_eps=None to get a step chosen per element for a float64 reference."
-        )
+        raise ValueError(f"{who}: {step_too_small(eps, dtype, numeric_dtype, floor, full_width=True)}. Leave "
+                         "numeric_eps=None to get a step chosen per element for a float64 reference.")
     return eps
+
+
+def step_too_small(step, dtype, numeric_dtype, floor, full_width=True, name=None) -> str:
+    """Why a finite-difference step below ``floor`` is refused, in one sentence (no trailing period).
+
+    ``step`` is the full width (``x +- step/2``) or, with ``full_width=False``, the half-width
+    (``x +- step``) of the differences taken in ``numeric_dtype`` for ``dtype`` under test.
+    """
+    dtype, numeric_dtype = np.dtype(dtype), np.dtype(numeric_dtype)
+    ulp = float(np.finfo(numeric_dtype).eps)
+    half = step / 2.0 if full_width else step
+    name = name or ("numeric_eps" if full_width else "eps")
+    text = f"{name}={step:g} is too small for {dtype.name} under test"
+    rounding_floor = float(np.sqrt(ulp)) / (4.0 if full_width else 8.0)
+    if step < rounding_floor:
+        noise = ulp / (2.0 * half)
+        width = name if full_width else f"(2 * {name})"
+        text += (f": the finite differences are taken in {numeric_dtype.name}, where the numbers near 1 are "
+                 f"{ulp:.3g} apart, so the step x +- {half:.3g} is stored with an error of up to "
+                 f"{100 * min(ulp / (2 * half), 1.0):.3g}% and the rounding error of the difference quotient, about "
+                 f"eps_{numeric_dtype.name} * |f| / {width} = {noise:.2g} * |f|, swamps the derivative "
+                 f"(minimum {floor:.3g})")
+    else:
+        text += (f" (minimum {floor:.3g}, MXNet's floor for float16/float32: MXNet takes its differences in "
+                 f"the dtype under test, where a smaller step is swamped by rounding; here they are taken in "
+                 f"{numeric_dtype.name})")
+    return text
+
+
+def min_step(numeric_dtype) -> float:
+    """The smallest half-width ``h`` (``x +- h``) accepted for differences taken in ``numeric_dtype``:
+    ``sqrt(machine eps) / 8`` (3.7e-9 for float64, 4.3e-5 for float32, 3.9e-3 for float16), half of
+    ``tolerance.min_numeric_eps``'s full width; below it rounding swamps the quotient."""
+    return float(np.sqrt(np.finfo(np.dtype(numeric_dtype)).eps)) / 8
+
+
+def check_step(eps, numeric_dtype, dtype, who, hint=""):
+    """Refuse an explicit half-width ``eps`` below ``min_step(numeric_dtype)`` (ValueError)."""
+    floor = min_step(numeric_dtype)
+    if eps is not None and eps < floor:
+        raise ValueError(f"{who}: {step_too_small(eps, dtype, numeric_dtype, floor, full_width=False)}.{hint}")
 
 
 def rounding_noise(magnitude, widths, numeric_dtype=np.float64) -> np.ndarray:
@@ -174,6 +215,70 @@ class _Evaluator:
         else:
             outs = self.exe.forward(is_train=self.is_train)
         return self.objective([to_numpy(o) for o in outs])
+
+
+def _same(a, b) -> bool:
+    a, b = np.asarray(to_numpy(a)), np.asarray(to_numpy(b))
+    return a.shape == b.shape and bool(np.array_equal(a, b, equal_nan=True))
+
+
+def _random_node(exe, is_train):
+    """The first node of ``exe``'s plan whose forward gives different results for the same inputs, or None.
+
+    Each instruction runs twice on copies of the values of a first pass (so no bound array or auxiliary
+    state changes).
+    """
+    plan = getattr(exe, "plan", None)
+    if plan is None:
+        return None
+    vals = [None] * plan.n_slots
+    for slots, arrays in ((plan.arg_slots, exe.arg_arrays), (plan.aux_slots, exe.aux_arrays)):
+        for s, a in zip(slots, arrays):
+            if s is not None:
+                vals[s] = a.copy()
+    with np.errstate(all="ignore"):
+        for ins in plan.forward_instrs:
+            results = []
+            for _ in range(2):
+                args = [vals[s].copy() if hasattr(vals[s], "copy") else vals[s] for s in ins.ins]
+                res = ins.fn(*args, is_train=is_train) if ins.train else ins.fn(*args)
+                results.append(res if ins.tuple_out else (res,))
+            if not all(_same(a, b) for a, b in zip(*results)):
+                return ins.node
+            for s, r in zip(ins.outs, results[0]):
+                vals[s] = r
+    return None
+
+
+def assert_deterministic(exe, is_train, aux_initial=None, who="numeric gradient", what="the forward"):
+    """Raise ValueError naming the op when two forwards of ``exe`` at the same point differ.
+
+    Finite differences (and an analytic gradient compared with them) need a deterministic function; a
+    random op such as Dropout in training mode draws new values on every run. Auxiliary states are reset
+    to ``aux_initial`` before each forward. Cost: two forwards (more to name the op when they differ).
+    """
+    ev = _Evaluator(exe, None, is_train, aux_initial)
+    first = [np.array(o, copy=True) for o in ev.base()]
+    second = ev.base()
+    if all(_same(a, b) for a, b in zip(first, second)):
+        return
+    culprit = "an output"
+    try:
+        node = _random_node(exe, bool(is_train))
+    except Exception:  # naming the op is a courtesy: never hide the real problem behind it
+        node = None
+    if node is not None:
+        culprit = f"op {node.op.name} {node.name!r}"
+    ev._reset_aux()
+    aux_hint = ""
+    if node is None and list(getattr(exe, "aux_dict", {}) or ()) and not aux_initial:
+        aux_hint = ("; or the forward reads an auxiliary state it updates: give the auxiliary states (aux_states) "
+                    "so that they are reset before every evaluation")
+    raise ValueError(
+        f"{who}: {what} is not deterministic: {culprit} gives different values in two evaluations at the same "
+        f"point (is_train={bool(is_train)}); finite differences need a deterministic function -- a random op "
+        "such as Dropout in training mode draws new values on every run (use p=0, is_train=False where the "
+        f"check allows it, or take the op out of the checked symbol){aux_hint}")
 
 
 class _Progress:
@@ -374,8 +479,17 @@ def numeric_grad(executor, location, aux_states=None, eps=1e-4, use_forward_trai
     copy of the graph, which ``check_numeric_gradient(..., method="complex_step")`` builds. ``progress``:
     a tqdm bar after ``PROGRESS_DELAY`` seconds.
 
+    Differences from MXNet: the objective is the sum of *every* output (MXNet sums ``outputs[0]`` only;
+    the two agree for single-output executors); a dict ``location`` may name only some arguments; the
+    caller's ``location`` arrays are never modified.
+
     Returns:
         ``{name: gradient}`` in ``dtype``.
+
+    Raises:
+        ValueError: NaN/Inf in ``location`` (naming the argument), a shape that differs from the bound
+            array, ``eps`` too small for the executor's dtype (``tolerance.min_numeric_eps``), a forward
+            that is not deterministic (Dropout in training: the op is named).
 
     >>> import numpy as np, symgrad as sg
     >>> x = sg.sym.Variable("x")
@@ -396,6 +510,8 @@ def numeric_grad(executor, location, aux_states=None, eps=1e-4, use_forward_trai
         loc = named_arrays(location, list(location), who, "argument")
     else:
         loc = named_arrays(location, arg_names, who, "argument")
+    for k, v in loc.items():
+        check_kind(v, who, "argument", k, allow_complex=False)
     check_finite(loc, who)
     args = executor.arg_dict
     for k, v in loc.items():
@@ -413,14 +529,27 @@ def numeric_grad(executor, location, aux_states=None, eps=1e-4, use_forward_trai
                                  f"auxiliary states are {aux_names}")
             aux_names = list(aux_states)
         aux = named_arrays(aux_states, aux_names, who, "auxiliary state", "aux_states")
+        for k, v in aux.items():
+            check_kind(v, who, "auxiliary state", k, allow_complex=False)
+        check_finite(aux, who, "auxiliary state")
         aux = {k: as_array_like(executor.aux_dict[k], v.astype(executor.aux_dict[k].dtype)) for k, v in aux.items()}
     if eps is None:
         steps = {k: default_steps(to_numpy(args[k]), args[k].dtype, method) for k in loc}
     else:
-        eps = float(eps)
+        try:
+            eps = float(eps)
+        except (TypeError, ValueError):
+            raise TypeError(f"{who}: eps must be a number or None, got {eps!r}") from None
         if not eps > 0:
             raise ValueError(f"{who}: eps must be positive, got {eps!r}")
+        for k in loc:  # the differences are taken in the executor's dtype
+            dt = np.dtype(args[k].dtype)
+            if dt.kind == "f" and eps < min_numeric_eps(dt, dt):
+                raise ValueError(f"{who}: argument {k!r}: "
+                                 f"{step_too_small(eps, dt, dt, min_numeric_eps(dt, dt), True, 'eps')}; "
+                                 "use a larger eps, or eps=None for a step chosen per element")
         steps = {k: np.full(np.shape(args[k]), eps / 2.0) for k in loc}
+    assert_deterministic(executor, use_forward_train, aux, who)
     grads, _ = central_differences(executor, list(loc), _sum_objective, steps, is_train=use_forward_train,
                                    aux_initial=aux, method=method, progress=progress)
     return {k: g.astype(dtype) for k, g in grads.items()}

@@ -2,15 +2,18 @@
 
 A ``GradientCheckError`` is an ``AssertionError`` (so pytest shows it as a failed assertion) whose
 message says which argument failed, shows a table of the worst elements, the share of mismatching
-elements, the tolerances (and finite-difference step) used and a diagnosis of the likely bug; the
-same facts are attributes, for tests and tools.
+elements, the tolerances (and finite-difference step) used, a diagnosis of the likely bug and, last,
+the seed with a one-line reproduction; the same facts are attributes, for tests and tools.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["GradientCheckError", "format_table", "Kink", "NondifferentiablePointWarning", "format_index"]
+from .seed import REPRODUCE_MARK, current_seed, reproduction, reproduction_line
+
+__all__ = ["GradientCheckError", "format_table", "Kink", "NondifferentiablePointWarning", "format_index",
+           "with_reproduction"]
 
 
 class NondifferentiablePointWarning(UserWarning):
@@ -73,10 +76,20 @@ class GradientCheckError(AssertionError):
         kinks: ``Kink`` facts of mismatching elements at non-differentiable points, else ``[]``.
         diagnosis_facts: every fact of the diagnosis as a dict.
         actual, expected: the compared arrays (float64 copies).
-        seed: the random seed of the failing test when run under ``with_seed`` (else None).
+        seed: the seed that reproduces the failure: the test's (``with_seed``, the ``rng`` fixture) or the
+            one the checker seeded its random draws with (``seed.check_seed``); None for a check that
+            draws no random numbers outside a seeded test.
+        reproduce: the one-line shell command that re-runs the failing test (or script) with that seed,
+            also the last line of the message (``seed 1234 -- reproduce: SYMGRAD_TEST_SEED=1234 python -m
+            pytest 'tests/test_x.py::test_y'``).
     """
 
     def __init__(self, message: str, **facts):
+        seed = facts.get("seed", None)
+        seed = current_seed() if seed is None else seed
+        facts["seed"] = seed
+        message = with_reproduction(message, seed)
+        self.reproduce = facts.pop("reproduce", None) or reproduction(seed)
         super().__init__(message)
         self.check = facts.pop("check", None)
         self.arg_name = facts.pop("arg_name", None)
@@ -108,8 +121,16 @@ class GradientCheckError(AssertionError):
         return (_restore, (type(self), str(self), state))
 
 
+def with_reproduction(message, seed) -> str:
+    """``message`` ending with one line ``seed N -- reproduce: <command>`` (any older such line removed, so a
+    report quoting another report's text keeps only its own)."""
+    kept = [line for line in str(message).split("\n") if REPRODUCE_MARK not in line]
+    return "\n".join(kept + [f"  {reproduction_line(seed)}"])
+
+
 def _restore(cls, message, state):
-    err = cls(message)
+    err = cls.__new__(cls)
+    AssertionError.__init__(err, message)  # the message already ends with its reproduction line
     err.__dict__.update(state)
     return err
 
@@ -122,8 +143,9 @@ def format_table(rows, names=("actual", "expected")) -> list[str]:
     """Lines of a fixed-width table of ``(index, actual, expected, abs_error, tolerance)`` rows."""
     idx = [_fmt_index(r[0]) for r in rows]
     w = max([len("index")] + [len(s) for s in idx])
-    head = f"{'index':>{w}}  {names[0]:>15}  {names[1]:>15}  {'|error|':>10}  {'tolerance':>10}"
+    wa, we = max(15, len(names[0])), max(15, len(names[1]))
+    head = f"{'index':>{w}}  {names[0]:>{wa}}  {names[1]:>{we}}  {'|error|':>10}  {'tolerance':>10}"
     lines = [head]
     for s, (_, a, e, err, tol) in zip(idx, rows):
-        lines.append(f"{s:>{w}}  {a:>15.8g}  {e:>15.8g}  {err:>10.3g}  {tol:>10.3g}")
+        lines.append(f"{s:>{w}}  {a:>{wa}.8g}  {e:>{we}.8g}  {err:>10.3g}  {tol:>10.3g}")
     return lines

@@ -44,12 +44,14 @@ from symgrad.context import array_context
 
 from .chainer_checks import MAX_LOCALISE, _as_tuple, _Graph, _Reference, _symbols
 from .compare import compare
-from .numeric import NOISE_FACTOR, default_steps, rounding_noise
+from .numeric import NOISE_FACTOR, check_step, default_steps, rounding_noise
 from .report import GradientCheckError
+from .seed import seeded_check
 
 __all__ = ["gradcheck", "gradgradcheck"]
 
 
+@seeded_check
 def gradcheck(func, inputs, *, eps=1e-6, atol=1e-5, rtol=1e-3, raise_exception=True, nondet_tol=0.0,
               check_undefined_grad=True, fast_mode=False, float64_reference=True, progress=True):
     """Check the gradients of ``func`` at ``inputs`` against finite differences (PyTorch's ``gradcheck``).
@@ -73,7 +75,11 @@ def gradcheck(func, inputs, *, eps=1e-6, atol=1e-5, rtol=1e-3, raise_exception=T
     Raises:
         GradientCheckError: a Jacobian mismatch, a non-deterministic backward, a non-zero gradient for
             zero head gradients.
-        ValueError / TypeError / NotImplementedError: no float input, arguments without values, loss heads.
+        ValueError / TypeError / NotImplementedError: no float input, arguments without values, loss heads,
+            complex or NaN/Inf inputs (named), a forward that is not deterministic (Dropout in training: the op
+            is named), an ``eps`` below ``numeric.min_step`` of the reference's dtype (PyTorch's eps=1e-6 with
+            ``float64_reference=False`` on float32 inputs: rounding would swamp the differences and hide
+            errors in the noise allowance).
 
     >>> import numpy as np, symgrad as sg
     >>> x = np.random.uniform(-1, 1, (2, 3)).astype(np.float32)  # float32 passes: float64 reference
@@ -89,6 +95,7 @@ def gradcheck(func, inputs, *, eps=1e-6, atol=1e-5, rtol=1e-3, raise_exception=T
         return False
 
 
+@seeded_check
 def gradgradcheck(func, inputs, grad_outputs=None, *, eps=1e-6, atol=1e-5, rtol=1e-3,
                   gen_non_contig_grad_outputs=False, raise_exception=True, nondet_tol=0.0, check_undefined_grad=True,
                   fast_mode=False, float64_reference=True, progress=True):
@@ -200,6 +207,8 @@ def _gradcheck(who, func, inputs, names, eps, atol, rtol, nondet_tol, check_unde
     out_diff = [k for k, dt in enumerate(graph.out_dtypes) if dt.kind == "f"]
     ref = _Reference(graph, np.float64 if float64_reference else None, graph.weights([None] * len(graph.out_shapes)),
                      progress)
+    check_step(eps, ref.dtype, ref.dtype, who, " PyTorch's default eps=1e-6 is meant for float64 differences: keep "
+               "float64_reference=True (the default), or give a larger eps (or eps=None for a step per element).")
     under_test = ", ".join(sorted({np.dtype(graph.values[n].dtype).name for n in used} or {"-"}))
     eps_desc = f"{eps:g} (x +- eps)" if eps is not None else f"per element, {ref.step_description}"
     context = [f"dtype under test {under_test}, numeric reference in {ref.dtype.name}"

@@ -372,6 +372,7 @@ def test_kinks_raise_nondifferentiable_error_with_the_samples():
     assert len(err.samples) == 5 and err.samples[2] == 0.0 and err.residual > err.threshold
     text = str(err)
     assert "non-differentiable point at x0[0, 0]" in text and "not a gradient bug" in text
+    assert text.split("\n")[-1] == f"  seed {err.seed} -- reproduce: {err.reproduce}" and text.count("reproduce:") == 1
     # away from the kink the same check passes, and detection costs no false alarm on smooth ops
     check_backward(lambda x: S.relu(x), x + 0.1, np.ones((2, 2)), detect_nondifferentiable=True)
     check_backward(lambda x: S.tanh(x) * S.exp(x), x, np.ones((2, 2)), detect_nondifferentiable=True)
@@ -513,3 +514,65 @@ def test_no_false_alarm_on_correct_smooth_ops_over_20_seeds(dtype):
 def test_exported_from_the_package():
     for name in ("check_backward", "check_double_backward", "numerical_grad", "NondifferentiableError"):
         assert name in tu.__all__ and getattr(tu, name) is not None
+
+
+# == signatures, the float64 reference switch, bad inputs =====================================================
+
+
+def test_signatures_and_defaults_are_chainers():
+    import inspect
+
+    def spec(fn):
+        return [(p.name, p.default) for p in inspect.signature(fn).parameters.values()
+                if p.kind is p.POSITIONAL_OR_KEYWORD]
+
+    e = inspect.Parameter.empty
+    assert spec(check_backward) == [
+        ("func", e), ("x_data", e), ("y_grad", e), ("params", ()), ("eps", 1e-3), ("atol", 1e-5), ("rtol", 1e-4),
+        ("no_grads", None), ("dtype", None), ("detect_nondifferentiable", False)]
+    assert spec(numerical_grad) == [
+        ("f", e), ("inputs", e), ("grad_outputs", e), ("eps", 1e-3), ("detect_nondifferentiable", False),
+        ("diff_atol", 0), ("diff_rtol", 1e-2), ("center_outputs", None)]
+    assert spec(check_double_backward) == [
+        ("func", e), ("x_data", e), ("y_grad", e), ("x_grad_grad", e), ("params", ()), ("params_grad_grad", ()),
+        ("eps", 1e-3), ("atol", 1e-4), ("rtol", 1e-3), ("no_grads", None), ("dtype", None),
+        ("detect_nondifferentiable", False)]
+
+
+def test_direction_covers_every_input_and_param_with_entries_away_from_zero():
+    from test_utils.chainer_checks import _direction
+
+    np.random.seed(0)
+    r = _direction([(3, 4), (5,), ()])
+    flat = np.concatenate([np.ravel(p) for p in r])
+    assert flat.size == 18 and np.linalg.norm(flat) == pytest.approx(1.0)
+    assert np.abs(flat).max() / np.abs(flat).min() < 3.0 + 1e-9  # magnitudes in [0.5, 1.5): ratio below 3
+    assert (flat > 0).any() and (flat < 0).any()
+
+
+def test_float64_reference_can_be_turned_off():
+    rng = _rng(20)
+    x, gy = _normal(rng, 3, 4), _normal(rng, 3, 4)
+    check_backward(lambda x: S.tanh(x), x, gy, float64_reference=False)  # float64 inputs: the same reference
+    x32, gy32 = x.astype(F32), gy.astype(F32)
+    check_backward(lambda x: S.tanh(x), x32, gy32, float64_reference=False, eps=1e-2, rtol=1e-2, atol=1e-3)
+    with pytest.raises(GradientCheckError, match="numeric reference in float32 \\(float64_reference=False\\)"):
+        check_backward(planted("scale", 1.5), x32, gy32, float64_reference=False)
+    # a step below sqrt(eps) / 8 of the reference's dtype is refused: rounding would swamp the difference
+    with pytest.raises(ValueError, match=r"eps=1e-05 is too small for float32 under test: the finite differences "
+                                         r"are taken in float32"):
+        check_backward(lambda x: S.tanh(x), x32, gy32, float64_reference=False, eps=1e-5)
+    with pytest.raises(ValueError, match=r"eps=0.001 is too small for float16"):
+        check_backward(lambda x: S.tanh(x), x32, gy32, dtype=np.float16)
+    check_backward(lambda x: S.tanh(x), x32, gy32, eps=1e-5)  # fine with the float64 reference
+
+
+def test_complex_and_non_numeric_inputs_are_refused_not_skipped():
+    x = _normal(_rng(21), 2, 3)
+    # a complex input would default to no_grads=True (not float) and go unchecked: refused instead
+    with pytest.raises(ValueError, match=r"input 'x0' is complex"):
+        check_backward(lambda x: S.tanh(x), x + 1j, np.ones((2, 3)))
+    with pytest.raises(TypeError, match=r"y_grad for output '.*' has dtype <U1"):
+        check_backward(lambda x: S.tanh(x), x, np.full((2, 3), "a"))
+    with pytest.raises(ValueError, match=r"param 'w' is complex"):
+        check_backward(lambda x: x * S.Variable("w"), x, np.ones((2, 3)), params={"w": x + 1j})

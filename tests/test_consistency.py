@@ -140,16 +140,30 @@ def test_batchnorm_aux_states_are_compared_and_returned():
 # == MXNet's input semantics ================================================================================
 
 
-def test_random_arguments_are_drawn_in_sorted_name_order_and_filled_in():
-    np.random.seed(42)
+def test_random_arguments_are_drawn_in_sorted_name_order_and_filled_in(monkeypatch):
+    monkeypatch.delenv("SYMGRAD_TEST_SEED", raising=False)  # (--symgrad-seed sets it for the session)
+    # inside a seeded test (as MXNet's tests are) the draws come straight from numpy's global RNG
     params = {"fc_weight": np.full((5, 6), 0.5)}
-    check_consistency(_fc(), _entries([sg.cpu(0)], DTYPES, data=(3, 6)), arg_params=params, scale=2.0)
+    with_seed(42)(check_consistency)(_fc(), _entries([sg.cpu(0)], DTYPES, data=(3, 6)), arg_params=params,
+                                     scale=2.0)
     np.random.seed(42)
     data = np.random.normal(size=(3, 6), scale=2.0)  # sorted: data, fc_bias (fc_weight given)
     bias = np.random.normal(size=(5,), scale=2.0)
     np.testing.assert_array_equal(params["data"], data)
     np.testing.assert_array_equal(params["fc_bias"], bias)
     np.testing.assert_array_equal(params["fc_weight"], 0.5)
+    # outside one, the checker seeds its own draws from the global RNG: np.random.seed still reproduces them
+    again = []
+    for _ in range(2):
+        np.random.seed(42)
+        again.append({})
+        check_consistency(_fc(), _entries([sg.cpu(0)], DTYPES, data=(3, 6)), arg_params=again[-1])
+        after = np.random.rand()
+        np.random.seed(42)
+        np.random.randint(0, 2**31 - 1)
+        assert after == np.random.rand()  # the caller's RNG moved by one draw only
+    for k in again[0]:
+        np.testing.assert_array_equal(again[0][k], again[1][k])
 
 
 @with_seed()
@@ -288,6 +302,10 @@ def test_bad_input_is_a_clear_error():
         check_consistency(_square(), [entries[0], {**entries[1], "stype_dict": {"x": "csr"}}])
     with pytest.raises(ValueError, match="2 symbols for 3 ctx_list entries"):
         check_consistency([_square(), _square()], entries)
+    with pytest.raises(ValueError, match=r"arg_params 'x' is complex"):
+        check_consistency(_square(), entries, arg_params={"x": np.ones((3, 4)) + 1j})
+    with pytest.raises(TypeError, match=r"arg_params 'x' has dtype <U1"):
+        check_consistency(_square(), entries, arg_params={"x": np.full((3, 4), "a")})
 
 
 # == gpu ====================================================================================================

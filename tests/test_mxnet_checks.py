@@ -139,6 +139,12 @@ def test_assert_almost_equal_report():
     assert err.rtol == 1e-3 and err.atol == 1e-3
     text = str(err)
     assert "mine" in text and "ref" in text and "1 of 4 elements (25%)" in text and "(2,)" in text
+    # mismatches[0]: rows of the worst-element table; every mismatch is still counted
+    with pytest.raises(GradientCheckError) as info:
+        tu.assert_almost_equal(a, a + np.array([1.0, 4.0, 2.0, 3.0]), mismatches=(2, 10))
+    # ranked by |error| / tolerance: 4 / 6e-5, then 1 / 2e-5 (float64: rtol 1e-5)
+    assert [row[0] for row in info.value.worst] == [(1,), (0,)] and info.value.n_mismatch == 4
+    assert "worst 2 elements:" in str(info.value)
 
 
 def test_nan_and_inf_handling():
@@ -594,10 +600,22 @@ def test_with_seed_reproduces_and_reports(monkeypatch, capsys):
 
     with pytest.raises(GradientCheckError) as info:
         failing()
-    assert info.value.seed == 99
-    if sys.version_info >= (3, 11):
-        assert "seed=99: reproduce with SYMGRAD_TEST_SEED=99" in info.value.__notes__[0]
-    assert "SYMGRAD_TEST_SEED=99" in capsys.readouterr().err
+    err = info.value
+    node = "tests/test_mxnet_checks.py::test_with_seed_reproduces_and_reports"
+    assert err.seed == 99 and err.reproduce == f"SYMGRAD_TEST_SEED=99 python -m pytest {node}"
+    # the report's last line: the seed and the one-line reproduction (not repeated in a note)
+    assert str(err).split("\n")[-1] == f"  seed 99 -- reproduce: SYMGRAD_TEST_SEED=99 python -m pytest {node}"
+    assert not getattr(err, "__notes__", None)
+    assert f"SYMGRAD_TEST_SEED=99 python -m pytest {node}" in capsys.readouterr().err
+
+    @tu.with_seed(98)
+    def other_failure():
+        raise KeyError("not a check")
+
+    with pytest.raises(KeyError) as info:
+        other_failure()
+    if sys.version_info >= (3, 11):  # other exceptions get the line as a note
+        assert info.value.__notes__ == [f"seed=98: reproduce with SYMGRAD_TEST_SEED=98 python -m pytest {node}"]
     np.testing.assert_array_equal(np.random.get_state()[1], state)  # global RNG state restored
     monkeypatch.delenv("SYMGRAD_TEST_SEED")
     assert os.environ.get("SYMGRAD_TEST_SEED") is None
@@ -624,3 +642,243 @@ def test_check_speed_and_simple_forward():
     with pytest.raises(ValueError, match="typ"):
         tu.check_speed(sym, N=1, typ="backward", x=(2, 3))
     np.testing.assert_allclose(tu.simple_forward(sym, x=x, fc_weight=w, fc_bias=b), np.tanh(x @ w.T + b))
+
+
+# == the issue's signatures, defaults and bad inputs ======================================================
+
+
+_SPEC = {  # name -> positional-or-keyword parameters and defaults, as the issue (MXNet 1.9) gives them
+    "check_symbolic_forward": "sym, location, expected, rtol=None, atol=None, aux_states=None, ctx=None, "
+                              "equal_nan=False, dtype=float32",
+    "check_symbolic_backward": "sym, location, out_grads, expected, rtol=None, atol=None, aux_states=None, "
+                               "grad_req='write', ctx=None, grad_stypes=None, equal_nan=False, dtype=float32",
+    "check_numeric_gradient": "sym, location, aux_states=None, numeric_eps=None, rtol=None, atol=None, "
+                              "grad_nodes=None, use_forward_train=True, ctx=None, grad_stype_dict=None, "
+                              "dtype=float32",
+    "numeric_grad": "executor, location, aux_states=None, eps=0.0001, use_forward_train=True, dtype=float32",
+    "check_consistency": "sym, ctx_list, scale=1.0, grad_req='write', arg_params=None, aux_params=None, rtol=None, "
+                         "atol=None, raise_on_err=True, ground_truth=None, equal_nan=False, use_uniform=False, "
+                         "rand_type=float64",
+    "assert_almost_equal": "a, b, rtol=None, atol=None, names=('a', 'b'), equal_nan=False, mismatches=(10, 10)",
+    "check_speed": "sym, location=None, ctx=None, N=20, grad_req=None, typ='whole'",
+}
+
+
+def _positional(fn):
+    import inspect
+
+    parts = []
+    for p in inspect.signature(fn).parameters.values():
+        if p.kind is not p.POSITIONAL_OR_KEYWORD:
+            continue  # symgrad's additions are keyword-only (and check_speed's **kwargs)
+        if p.default is p.empty:
+            parts.append(p.name)
+        else:
+            d = p.default
+            parts.append(f"{p.name}={d.__name__ if isinstance(d, type) else repr(d)}")
+    return ", ".join(parts)
+
+
+@pytest.mark.parametrize("name", list(_SPEC))
+def test_signatures_and_defaults_are_the_issues(name):
+    assert _positional(getattr(tu, name)) == _SPEC[name]
+
+
+def test_default_numeric_step_is_cbrt_eps_times_max_abs_x_1():
+    from test_utils.numeric import default_steps
+
+    x = np.array([0.0, 0.5, -3.0, 1e4])
+    want = np.cbrt(np.finfo(np.float64).eps) * np.array([1.0, 1.0, 3.0, 1e4])  # derived here
+    np.testing.assert_allclose(default_steps(x, np.float64), want, rtol=1e-15)
+    np.testing.assert_allclose(default_steps(x, np.float32), np.cbrt(np.finfo(np.float32).eps) * want / want[0] *
+                               1.0, rtol=1e-6)
+
+
+def test_projection_weights_are_in_0_1_to_1_1_for_every_output():
+    # the numeric gradient of sum_k w_k * out_k for out_k = x * 1: numeric = w, drawn per output element
+    a = S.Variable("a")
+    sym = S.Group([S.identity(a, name="o1"), S.identity(a, name="o2")])
+    seen = []
+    for seed in range(30):
+        np.random.seed(seed)
+        (_, numeric), = tu.check_numeric_gradient(sym, [np.zeros(50)], dtype=np.float64).values()
+        seen.append(numeric)  # w_1 + w_2, each in [0.1, 1.1)
+    seen = np.concatenate(seen)
+    assert seen.min() >= 0.2 - 1e-9 and seen.max() < 2.2 and seen.std() > 0.2
+
+
+class _Counter(sg.operator.CustomOp):
+    """y = x + c, and every training forward adds 1 to the auxiliary state c (dy/dx = 1 whatever c is)."""
+
+    def forward(self, is_train, req, in_data, out_data, aux):
+        self.assign(out_data[0], req[0], in_data[0] + aux[0])
+        if is_train:
+            aux[0][...] = aux[0] + 1.0
+
+    def backward(self, req, out_grad, in_data, out_data, in_grad, aux):
+        self.assign(in_grad[0], req[0], out_grad[0])
+
+
+@sg.operator.register("tu_counter")
+class _CounterProp(sg.operator.CustomOpProp):
+    def list_auxiliary_states(self):
+        return ["count"]
+
+    def infer_shape(self, in_shape):
+        return in_shape, [in_shape[0]], [in_shape[0]]
+
+    def create_operator(self, ctx, shapes, dtypes):
+        return _Counter()
+
+
+def test_aux_states_are_reset_before_every_evaluation():
+    # without the reset, f(x + h) - f(x - h) would pick up the +1 of each training forward: 1 + 1/(2h), not 1
+    sym = S.Custom(S.Variable("x"), op_type="tu_counter", name="c")
+    x, c = np.array([0.5, -1.0, 2.0]), np.array([0.25, 0.25, 0.25])
+    analytic, numeric = tu.check_numeric_gradient(sym, [x], aux_states=[c], dtype=np.float64)["x"]
+    np.testing.assert_allclose(numeric, analytic, rtol=1e-8)  # both = the projection weights, in [0.1, 1.1)
+    assert ((0.1 <= numeric) & (numeric < 1.1)).all()
+    exe = sym.bind(sg.cpu(), {"x": x.copy()}, aux_states={"c_count": c.copy()})
+    g = tu.numeric_grad(exe, {"x": x}, aux_states={"c_count": c}, eps=None, dtype=np.float64)["x"]
+    np.testing.assert_allclose(g, np.ones(3), rtol=1e-8)
+    np.testing.assert_array_equal(exe.aux_dict["c_count"], c)  # left as given
+    # no aux_states to reset to (MXNet: no reset): the drift is a clear error, not a wrong number
+    with pytest.raises(ValueError, match=r"not deterministic.*reads an auxiliary state it updates"):
+        tu.numeric_grad(exe, {"x": x}, eps=None, dtype=np.float64)
+
+
+def test_dropout_in_training_is_a_clear_error_naming_the_op():
+    sym = S.Dropout(S.Variable("x"), p=0.5, name="drop")
+    v = np.ones((10, 10))
+    for use_forward_train in (True, False):  # the analytic gradient always runs forward(is_train=True)
+        with pytest.raises(ValueError, match=r"not deterministic: op Dropout 'drop'.*Dropout in training"):
+            tu.check_numeric_gradient(sym, [v], use_forward_train=use_forward_train)
+    exe = sym.simple_bind(sg.cpu(), x=v.shape)
+    with pytest.raises(ValueError, match=r"numeric_grad: the forward is not deterministic: op Dropout 'drop'"):
+        tu.numeric_grad(exe, {"x": v})
+    tu.numeric_grad(exe, {"x": v}, use_forward_train=False)  # inference: the identity, deterministic
+    tu.check_numeric_gradient(S.Dropout(S.Variable("x"), p=0.0), [v])  # p=0: deterministic, and passes
+
+
+def test_bad_out_grads_expected_and_location_dtypes_are_clear_errors():
+    x, w, b = _fc_values()
+    og = np.ones((2, 4))
+    with pytest.raises(ValueError, match=r"out_grads for output 'fc_output' has shape \(4, 2\), expected \(2, 4\)"):
+        tu.check_symbolic_backward(_fc(), [x, w, b], [og.T], [x])
+    with pytest.raises(ValueError, match=r"out_grads has 2 arrays for 1 outputs \['fc_output'\]"):
+        tu.check_symbolic_backward(_fc(), [x, w, b], [og, og], [x])
+    with pytest.raises(ValueError, match=r"out_grads names \['fc_out'\], which are not outputs"):
+        tu.check_symbolic_backward(_fc(), [x, w, b], {"fc_out": og}, [x])
+    with pytest.raises(TypeError, match=r"out_grads for output 'fc_output' has dtype <U1"):
+        tu.check_symbolic_backward(_fc(), [x, w, b], [np.full((2, 4), "a")], [x])
+    with pytest.raises(ValueError, match=r"out_grads for output 'fc_output' is complex"):
+        tu.check_symbolic_backward(_fc(), [x, w, b], [og + 1j], [x])
+    with pytest.raises(TypeError, match=r"argument 'x' has dtype <U1"):
+        tu.check_symbolic_forward(_fc(), [np.full((2, 3), "a"), w, b], [x @ w.T + b])
+    with pytest.raises(ValueError, match=r"argument 'fc_weight' is complex.*imaginary part"):
+        tu.check_numeric_gradient(_fc(), [x, w + 1j, b])
+    with pytest.raises(ValueError, match=r"expected output for 'fc_output' is complex"):
+        tu.check_symbolic_forward(_fc(), [x, w, b], [x @ w.T + b + 0j])
+    with pytest.raises(TypeError, match=r"expected gradient for 'fc_bias' has dtype object"):
+        tu.check_symbolic_backward(_fc(), [x, w, b], [og], {"fc_bias": np.array([None] * 4)})
+    with pytest.raises(ValueError, match=r"auxiliary state 'bn_moving_var' contains 0 NaN and 1 Inf"):
+        tu.check_numeric_gradient(S.BatchNorm(S.Variable("d"), name="bn"), [x, np.ones(3), np.zeros(3)],
+                                  aux_states=[np.zeros(3), np.array([1.0, np.inf, 1.0])])
+    bad = x.copy()
+    bad[0, 2] = -np.inf
+    exe = _fc().simple_bind(sg.cpu(), x=(2, 3))
+    with pytest.raises(ValueError, match=r"numeric_grad: argument 'x' contains 0 NaN and 1 Inf .*\(0, 2\)"):
+        tu.numeric_grad(exe, {"x": bad, "fc_weight": w, "fc_bias": b})
+    with pytest.raises(ValueError, match=r"numeric_grad: argument 'x' is complex"):
+        tu.numeric_grad(exe, {"x": x + 1j})
+    # NaN given to check_symbolic_backward (NaN tests are legitimate there): a failure names the argument
+    with pytest.raises(GradientCheckError, match=r"note: argument 'fc_weight' contains 1 NaN"):
+        tu.check_symbolic_backward(_fc(), [x, np.where(w > 10, 0, w) * np.where(np.arange(12).reshape(4, 3) == 5,
+                                                                                   np.nan, 1), b],
+                                   [og], {"x": og @ w})
+    with pytest.raises(sg.SymgradError, match=r"grad_req for argument 'x' must be one of 'write', 'add', 'null'"):
+        tu.check_symbolic_backward(_fc(), [x, w, b], [og], [x], grad_req={"x": "wirte"})
+
+
+def test_numeric_eps_too_small_for_the_dtype_is_explained():
+    x, w, b = _fc_values()
+    # float32 differences (MXNet's way): rounding swamps the quotient below sqrt(eps_32) / 4
+    with pytest.raises(ValueError, match=r"numeric_eps=1e-07 is too small for float32 under test: the finite "
+                                         r"differences are taken in float32.*swamps the derivative"):
+        tu.check_numeric_gradient(_fc(), [x, w, b], numeric_dtype=np.float32, numeric_eps=1e-7)
+    # float64 differences: only MXNet's floor applies, and the message says so
+    with pytest.raises(ValueError, match=r"minimum 1e-05, MXNet's floor for float16/float32"):
+        tu.check_numeric_gradient(_fc(), [x, w, b], numeric_eps=1e-6)
+    exe = _fc().simple_bind(sg.cpu(), x=(2, 3), type_dict={"x": np.float16})
+    with pytest.raises(ValueError, match=r"numeric_grad: argument 'x': eps=0.0001 is too small for float16"):
+        tu.numeric_grad(exe, {"x": x}, dtype=np.float16)
+    tu.numeric_grad(exe, {"x": x}, eps=2**-6, dtype=np.float16)  # MXNet's float16 step is fine
+
+
+# == reference 004: a gradient accumulated over 10 backward calls, float32 steps too small ==============
+
+
+def _cross_entropy_model():
+    """The question's model: Linear(4 -> 2) + mean cross-entropy over 10 samples, as a symgrad loss."""
+    x, t = S.Variable("x"), S.Variable("t")
+    z = S.FullyConnected(x, num_hidden=2, name="m")
+    return S.mean(-S.pick(S.log_softmax(z, axis=1), t, axis=1), name="loss")
+
+
+def _loss_np(x, w, b, t):
+    z = x @ w.T + b
+    lse = np.log(np.exp(z - z.max(1, keepdims=True)).sum(1)) + z.max(1)
+    return float(np.mean(lse - z[np.arange(len(t)), t.astype(int)]))
+
+
+def test_reference_004_accumulated_gradient_and_too_small_float32_steps_are_explained():
+    rng = _rng(40)
+    n, d, k, lr = 10, 4, 2, 1e-3
+    x = rng.standard_normal((n, d)).astype(np.float32)
+    t = rng.integers(0, k, n).astype(np.float32)
+    w, b = (0.5 * rng.standard_normal((k, d))).astype(np.float32), np.zeros(k, np.float32)
+    sym = _cross_entropy_model()
+    # the question's loop: ten forward/backward calls (an SGD step on the parameters between them), the input
+    # gradient never zeroed -- symgrad's grad_req 'add'
+    gx, gw, gb = np.zeros_like(x), np.zeros_like(w), np.zeros_like(b)
+    exe = sym.bind(sg.cpu(), {"x": x.copy(), "m_weight": w.copy(), "m_bias": b.copy(), "t": t},
+                   args_grad={"x": gx, "m_weight": gw, "m_bias": gb},
+                   grad_req={"x": "add", "m_weight": "write", "m_bias": "write", "t": "null"})
+    for i in range(10):
+        exe.forward(is_train=True)
+        exe.backward([np.ones(1, np.float32)])
+        if i < 9:
+            exe.arg_dict["m_weight"][...] -= lr * gw
+            exe.arg_dict["m_bias"][...] -= lr * gb
+    w9, b9 = exe.arg_dict["m_weight"].astype(np.float64), exe.arg_dict["m_bias"].astype(np.float64)
+    # finite differences of the loss written in numpy, float64, at the final parameters (the question's check)
+    h, x64, numeric = 1e-6, x.astype(np.float64), np.zeros((n, d))
+    for idx in np.ndindex(n, d):
+        xp, xm = x64.copy(), x64.copy()
+        xp[idx] += h
+        xm[idx] -= h
+        numeric[idx] = (_loss_np(xp, w9, b9, t) - _loss_np(xm, w9, b9, t)) / (2 * h)
+    relerr = np.abs(gx - numeric) / np.maximum(np.abs(gx), np.abs(numeric))
+    assert abs(relerr.mean() - 0.9) < 0.01  # the question's symptom, reproduced
+    with pytest.raises(GradientCheckError) as info:
+        tu.assert_almost_equal(gx, numeric, names=("backprop", "finite differences"))
+    diagnosis = info.value.diagnosis
+    assert "\n" not in diagnosis and info.value.pattern == "accumulated"
+    assert diagnosis.startswith("backprop = 10 x finite differences: accumulated over 10 backward calls")
+    assert "gradient not zeroed between calls" in diagnosis and f"diagnosis: {diagnosis}" in str(info.value)
+    assert info.value.factor == pytest.approx(10, rel=1e-2)  # the SGD steps between the calls move it a little
+
+    # the second confusion: float32 steps of 1e-7 and below. symgrad refuses them and says why
+    loc = {"x": x, "m_weight": w9.astype(np.float32), "m_bias": b9.astype(np.float32), "t": t}
+    nodes = {"x": "write"}
+    for step in (1e-7, 1e-8):
+        with pytest.raises(ValueError, match=r"too small for float32 under test: the finite differences are taken "
+                                             r"in float32, where the numbers near 1 are 1.19e-07 apart"):
+            tu.check_numeric_gradient(sym, loc, numeric_eps=step, numeric_dtype=np.float32, grad_nodes=nodes)
+        exe32 = sym.simple_bind(sg.cpu(), x=(n, d), m_weight=(k, d), m_bias=(k,), t=(n,), grad_req="null")
+        with pytest.raises(ValueError, match=r"numeric_grad: argument 'x': eps=1e-0[78] is too small for float32"):
+            tu.numeric_grad(exe32, {"x": x, "m_weight": loc["m_weight"], "m_bias": loc["m_bias"]}, eps=step)
+    # and the right way passes: per-element steps on a float64 copy, the analytic gradient written once
+    res = tu.check_numeric_gradient(sym, loc, grad_nodes=nodes)
+    analytic, num = res["x"]
+    np.testing.assert_allclose(num / num.ravel()[0] * numeric.ravel()[0], numeric, rtol=1e-5, atol=1e-9)

@@ -11,7 +11,9 @@ every one of them. Then the diagnosis rules one by one, on hand-made arrays.
 
 from __future__ import annotations
 
+import os
 import pickle
+import shlex
 import warnings
 from dataclasses import dataclass, field
 
@@ -490,3 +492,132 @@ def test_custom_rules_and_names():
     d = diagnose(-np.ones(3), np.ones(3), ("backprop", "finite differences"))
     assert d == "backprop = -finite differences: sign flipped" and d.pattern == "sign"
     assert pickle.loads(pickle.dumps(d)).pattern == "sign"
+
+
+# == every checker: the report's last line (seed + one-line reproduction), and the caller's arrays ==================
+
+
+def _node_command():
+    nodeid = os.environ["PYTEST_CURRENT_TEST"].rsplit(" (", 1)[0]
+    return f"python -m pytest {shlex.quote(nodeid)}"
+
+
+def _sq(k, name="sq"):
+    return S.Custom(S.Variable("x"), op_type="pb_square", k=str(k), name=name)
+
+
+def _failing_calls():
+    """``checker -> (call, random)``: a call that fails (a doubled gradient or a wrong value) on fixed inputs;
+    ``random`` says whether the checker draws random numbers (the others need no seed)."""
+    from test_chainer_checks import planted_cube
+
+    x = np.random.default_rng(0).uniform(1.0, 2.0, (3, 4))
+    og = np.random.default_rng(1).uniform(0.5, 1.5, (3, 4))
+    entries = [{"ctx": sg.cpu(0), "x": (3, 4), "type_dict": {"x": dt}} for dt in (np.float64, np.float32)]
+    return {
+        "assert_almost_equal": (lambda: tu.assert_almost_equal(2 * x, x), False),
+        "check_symbolic_forward": (lambda: tu.check_symbolic_forward(S.square(S.Variable("x")), [x], [x]), False),
+        "check_symbolic_backward": (lambda: tu.check_symbolic_backward(_sq(2), [x], [og], [2 * x * og]), True),
+        "check_numeric_gradient": (lambda: tu.check_numeric_gradient(_sq(2), [x]), True),
+        "check_consistency": (lambda: tu.check_consistency([_sq(1), _sq(2)], entries, arg_params={"x": x}), True),
+        "check_backward": (lambda: tu.check_backward(lambda v: S.Custom(v, op_type="pb_square", k="2"), x, og), True),
+        "check_double_backward": (lambda: tu.check_double_backward(planted_cube(2.0), x, og, og), True),
+        "gradcheck": (lambda: tu.gradcheck(lambda v: S.Custom(v, op_type="pb_square", k="2"), (x,)), True),
+        "gradgradcheck": (lambda: tu.gradgradcheck(planted_cube(2.0), (x,)), True),
+    }
+
+
+@pytest.mark.parametrize("checker", list(_failing_calls()))
+def test_every_report_ends_with_the_seed_and_a_one_line_reproduction(checker, monkeypatch):
+    monkeypatch.delenv("SYMGRAD_TEST_SEED", raising=False)
+    call, random_draws = _failing_calls()[checker]
+    np.random.seed(11)
+    with pytest.raises(GradientCheckError) as info:
+        call()
+    err = info.value
+    last = str(err).split("\n")[-1]
+    assert str(err).count("-- reproduce: ") == 1
+    if not random_draws:  # outside a seeded test a deterministic check needs no seed
+        assert err.seed is None and last == f"  no random seed involved -- reproduce: {_node_command()}"
+    else:  # the checker seeded its own draws: the printed seed alone reproduces the failure
+        assert isinstance(err.seed, int)
+        assert last == f"  seed {err.seed} -- reproduce: SYMGRAD_TEST_SEED={err.seed} {_node_command()}"
+        assert err.reproduce == f"SYMGRAD_TEST_SEED={err.seed} {_node_command()}"
+        monkeypatch.setenv("SYMGRAD_TEST_SEED", str(err.seed))
+        np.random.seed(12)  # another global RNG state: the seed from the environment wins
+        with pytest.raises(GradientCheckError) as again:
+            call()
+        assert again.value.seed == err.seed and again.value.worst == err.worst  # the very same numbers
+        assert again.value.diagnosis == err.diagnosis and str(again.value).split("\n")[-1] == last
+        np.testing.assert_array_equal(again.value.actual, err.actual)
+    # inside a seeded test the test's seed is the one printed
+    monkeypatch.delenv("SYMGRAD_TEST_SEED", raising=False)
+    with pytest.raises(GradientCheckError) as info:
+        tu.with_seed(1234)(call)()
+    assert info.value.seed == 1234
+    assert str(info.value).split("\n")[-1] == (f"  seed 1234 -- reproduce: SYMGRAD_TEST_SEED=1234 "
+                                                f"{_node_command()}")
+
+
+def _snapshot(obj):
+    if isinstance(obj, np.ndarray):
+        return obj.copy()
+    if isinstance(obj, dict):
+        return {k: _snapshot(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(_snapshot(v) for v in obj)
+    return obj
+
+
+def _assert_same(before, after, where):
+    if isinstance(before, np.ndarray):
+        assert after.dtype == before.dtype and np.array_equal(after, before, equal_nan=True), where
+    elif isinstance(before, dict):
+        for k in before:
+            _assert_same(before[k], after[k], f"{where}[{k!r}]")
+    elif isinstance(before, (list, tuple)):
+        for i, (b, a) in enumerate(zip(before, after)):
+            _assert_same(b, a, f"{where}[{i}]")
+
+
+@pytest.mark.parametrize("bug", [1, 2], ids=["passing", "failing"])
+@tu.with_seed()
+def test_no_checker_changes_the_callers_arrays(bug):
+    f32 = np.float32
+    x = np.random.uniform(1.0, 2.0, (3, 4)).astype(f32)
+    og = np.random.uniform(0.5, 1.5, (3, 4)).astype(f32)
+    d = np.random.standard_normal((4, 3))
+    bn = {"data": d, "bn_gamma": np.random.uniform(0.5, 1.5, 3), "bn_beta": np.random.standard_normal(3)}
+    aux = {"bn_moving_mean": 0.1 * np.random.standard_normal(3), "bn_moving_var": np.random.uniform(0.5, 1.5, 3)}
+    bn_sym = S.BatchNorm(S.Custom(S.Variable("data"), op_type="pb_square", k=str(bug)), fix_gamma=False, name="bn")
+    exe = _sq(1).simple_bind(sg.cpu(), x=(3, 4))
+    entries = [{"ctx": sg.cpu(0), "x": (3, 4), "type_dict": {"x": dt}} for dt in (np.float64, np.float32)]
+    calls = {
+        "check_symbolic_forward": ([x], [x * x]),
+        "check_symbolic_backward": ([x], [og], [2 * x * og]),
+        "check_numeric_gradient": (bn, aux),
+        "numeric_grad": ({"x": x},),
+        "check_consistency": ({"x": x.astype(np.float64)},),
+        "check_backward": ((x,), og, {"g": np.random.uniform(0.5, 1.5, (3, 4)).astype(f32)}),
+        "gradcheck": ((x, og),),
+    }
+    arrays = {name: _snapshot(args) for name, args in calls.items()}
+    runs = {
+        "check_symbolic_forward": lambda a: tu.check_symbolic_forward(_sq(bug), a[0], a[1]),
+        "check_symbolic_backward": lambda a: tu.check_symbolic_backward(_sq(bug), a[0], a[1], a[2], grad_req="add"),
+        "check_numeric_gradient": lambda a: tu.check_numeric_gradient(bn_sym, a[0], aux_states=a[1]),
+        "numeric_grad": lambda a: tu.numeric_grad(exe, a[0], eps=1e-2),
+        "check_consistency": lambda a: tu.check_consistency([_sq(1), _sq(bug)], entries, arg_params=a[0]),
+        "check_backward": lambda a: tu.check_backward(
+            lambda v: S.Custom(v, op_type="pb_square", k=str(bug)) * S.Variable("g"), a[0], a[1], params=a[2]),
+        "gradcheck": lambda a: tu.gradcheck(lambda v, w: S.Custom(v, op_type="pb_square", k=str(bug)) * w, a[0]),
+    }
+    for name, run in runs.items():
+        try:
+            run(calls[name])
+            failed = False
+        except GradientCheckError:
+            failed = True
+        # the planted bug (a doubled gradient) fails every gradient check; the forward is right either way
+        assert failed == (bug == 2 and name not in ("check_symbolic_forward", "numeric_grad")), name
+        _assert_same(arrays[name], calls[name], name)

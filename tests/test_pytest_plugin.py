@@ -143,6 +143,65 @@ def test_rng_restores_global_state_and_tags_check_errors(pytester):
     assert (np.random.get_state()[1] == state).all()
 
 
+CHECK_FAILS = """
+    import numpy as np
+    import symgrad as sg
+    import test_utils as tu
+
+    class Doubled(sg.operator.CustomOp):  # y = x^2 whose backward is doubled
+        def forward(self, is_train, req, in_data, out_data, aux):
+            self.assign(out_data[0], req[0], in_data[0] ** 2)
+
+        def backward(self, req, out_grad, in_data, out_data, in_grad, aux):
+            self.assign(in_grad[0], req[0], 4.0 * in_data[0] * out_grad[0])
+
+    @sg.operator.register("pt_doubled")
+    class DoubledProp(sg.operator.CustomOpProp):
+        def create_operator(self, ctx, shapes, dtypes):
+            return Doubled()
+
+    def test_check():
+        x = np.linspace(1.0, 2.0, 6).reshape(2, 3)
+        tu.check_numeric_gradient(sg.sym.Custom(sg.sym.Variable("x"), op_type="pt_doubled"), [x])
+
+    def test_check_rng(rng):
+        x = rng.uniform(1.0, 2.0, (2, 3))
+        tu.check_numeric_gradient(sg.sym.Custom(sg.sym.Variable("x"), op_type="pt_doubled"), [x])
+"""
+
+
+def _report(out, test):
+    """The report block of ``test``: its lines from the worst-element table to the reproduction line."""
+    block = out[re.search(rf"_+ {test} _+", out).end():]
+    return block[block.index("worst"):block.index("-- reproduce: ")].strip()
+
+
+def test_a_failing_check_prints_the_line_that_reproduces_it(pytester, monkeypatch):
+    pytester.makepyfile(test_repro=CHECK_FAILS)
+    result = pytester.runpytest(*PLUGIN)
+    result.assert_outcomes(failed=2)
+    out = result.stdout.str()
+    # a plain test: the checker seeded its own random projection and prints that seed
+    m = re.search(r"seed (\d+) -- reproduce: SYMGRAD_TEST_SEED=(\d+) python -m pytest test_repro.py::test_check\n", out)
+    assert m and m.group(1) == m.group(2)
+    # the rng test: the test's seed, which also fixes the test's own random inputs
+    m_rng = re.search(r"seed (\d+) -- reproduce: SYMGRAD_TEST_SEED=(\d+) python -m pytest "
+                      r"test_repro.py::test_check_rng\n", out)
+    assert m_rng and m_rng.group(1) == m_rng.group(2)
+    assert f"symgrad seed: {m_rng.group(1)}" in out
+    first = {t: _report(out, t) for t in ("test_check", "test_check_rng")}
+    assert "diagnosis: analytic = 2 x numeric" in first["test_check"]
+    # running the printed line gives the very same report
+    for test, seed in (("test_check", m.group(1)), ("test_check_rng", m_rng.group(1))):
+        monkeypatch.setenv("SYMGRAD_TEST_SEED", seed)
+        again = pytester.runpytest(*PLUGIN, f"test_repro.py::{test}")
+        again.assert_outcomes(failed=1)
+        assert _report(again.stdout.str(), test) == first[test]
+    monkeypatch.delenv("SYMGRAD_TEST_SEED")
+    other = pytester.runpytest(*PLUGIN, "test_repro.py::test_check")
+    assert _report(other.stdout.str(), "test_check") != first["test_check"]  # another seed, other weights
+
+
 def test_bad_seed_is_a_usage_error(pytester, monkeypatch):
     pytester.makepyfile("def test_x(rng):\n    pass\n")
     result = pytester.runpytest(*PLUGIN, "--symgrad-seed=abc")

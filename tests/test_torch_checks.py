@@ -238,3 +238,69 @@ def test_no_false_alarm_on_correct_smooth_ops_over_20_seeds(dtype):
 def test_exported_from_the_package():
     assert tu.gradcheck is gradcheck and tu.gradgradcheck is gradgradcheck
     assert {"gradcheck", "gradgradcheck"} <= set(tu.__all__)
+
+
+# == signatures, the float64 reference switch, bad inputs ========================================================
+
+
+def test_signatures_and_defaults_are_pytorchs():
+    import inspect
+
+    def spec(fn):
+        ps = inspect.signature(fn).parameters.values()
+        return ([p.name for p in ps if p.kind is p.POSITIONAL_OR_KEYWORD],
+                {p.name: p.default for p in ps if p.kind is p.KEYWORD_ONLY})
+
+    pos, kw = spec(gradcheck)
+    assert pos == ["func", "inputs"]
+    assert {k: kw[k] for k in ("eps", "atol", "rtol", "raise_exception", "nondet_tol", "check_undefined_grad",
+                               "fast_mode")} == {"eps": 1e-6, "atol": 1e-5, "rtol": 1e-3, "raise_exception": True,
+                                                 "nondet_tol": 0.0, "check_undefined_grad": True, "fast_mode": False}
+    pos, kw = spec(gradgradcheck)
+    assert pos == ["func", "inputs", "grad_outputs"]
+    assert {k: kw[k] for k in ("eps", "atol", "rtol", "gen_non_contig_grad_outputs", "raise_exception", "nondet_tol",
+                               "check_undefined_grad", "fast_mode")} == {
+        "eps": 1e-6, "atol": 1e-5, "rtol": 1e-3, "gen_non_contig_grad_outputs": False, "raise_exception": True,
+        "nondet_tol": 0.0, "check_undefined_grad": True, "fast_mode": False}
+
+
+def test_full_jacobian_matches_one_written_in_numpy():
+    # y = x @ w for x (2, 3), w (3, 3): dy[i, j] / dw[k, j] = x[i, k]; the reported Jacobian is (output, input)
+    rng = np.random.default_rng(30)
+    x, w = _normal(rng, 2, 3), _normal(rng, 3, 3)
+    with pytest.raises(GradientCheckError) as info:
+        gradcheck(lambda x, w: planted_matmul(x, w), (x, w))
+    err = info.value
+    assert err.input_index == 1  # x's gradient is right, w's is transposed
+    jw = np.zeros((6, 9))
+    for i, j, k in np.ndindex(2, 3, 3):
+        jw[i * 3 + j, k * 3 + j] = x[i, k]
+    np.testing.assert_allclose(err.jacobian_numeric, jw, atol=1e-8)
+    np.testing.assert_allclose(err.jacobian_analytic, jw.reshape(6, 3, 3).transpose(0, 2, 1).reshape(6, 9), atol=1e-12)
+
+
+def test_float64_reference_can_be_turned_off_and_pytorchs_float32_step_is_refused():
+    x32 = _normal(np.random.default_rng(31), 3, 4, dtype=F32)
+    # PyTorch's eps=1e-6 on float32 differences: x +- eps rounds, the quotient is noise -- a clear error, not a
+    # check that could pass a 1% error hidden in the noise
+    with pytest.raises(ValueError, match=r"eps=1e-06 is too small for float32 under test.*PyTorch's default eps"):
+        gradcheck(lambda x: S.tanh(x), (x32,), float64_reference=False)
+    assert gradcheck(lambda x: S.tanh(x), (x32,), float64_reference=False, eps=None, atol=1e-3, rtol=1e-2)
+    with pytest.raises(GradientCheckError, match=r"numeric reference in float32 \(float64_reference=False\)"):
+        gradcheck(planted("scale", 1.5), (x32,), float64_reference=False, eps=None, atol=1e-3, rtol=1e-2)
+    x64 = x32.astype(F64)
+    assert gradcheck(lambda x: S.tanh(x), (x64,), float64_reference=False)  # float64 inputs: the same reference
+
+
+def test_dropout_and_complex_inputs_are_clear_errors():
+    x = _normal(np.random.default_rng(32), 5, 5)
+    with pytest.raises(ValueError, match=r"not deterministic: op Dropout 'drop'"):
+        gradcheck(lambda x: S.Dropout(x, p=0.5, name="drop"), (x,))
+    with pytest.raises(ValueError, match=r"not deterministic: op Dropout 'drop'"):
+        gradgradcheck(lambda x: S.Dropout(x, p=0.5, name="drop") * x, (x,))
+    with pytest.raises(ValueError, match=r"input 'input0' is complex"):
+        gradcheck(lambda x: S.tanh(x), (x + 1j,))
+    bad = x.copy()
+    bad[2, 3] = np.nan
+    with pytest.raises(ValueError, match=r"input 'input0' contains 1 NaN .*\(2, 3\)"):
+        gradcheck(lambda x: S.tanh(x), (bad,))
