@@ -304,3 +304,47 @@ def test_dropout_and_complex_inputs_are_clear_errors():
     bad[2, 3] = np.nan
     with pytest.raises(ValueError, match=r"input 'input0' contains 1 NaN .*\(2, 3\)"):
         gradcheck(lambda x: S.tanh(x), (bad,))
+
+
+class _TripleOneOff(sg.operator.CustomOp):
+    """y = 3 x; the backward is right except at element 0, where it is 25% too large."""
+
+    def forward(self, is_train, req, in_data, out_data, aux):
+        self.assign(out_data[0], req[0], 3.0 * in_data[0])
+
+    def backward(self, req, out_grad, in_data, out_data, in_grad, aux):
+        g = 3.0 * out_grad[0]
+        g.reshape(-1)[0] *= 1.25
+        self.assign(in_grad[0], req[0], g)
+
+
+@sg.operator.register("tt_triple_one_off")
+class _TripleOneOffProp(sg.operator.CustomOpProp):
+    def create_operator(self, ctx, shapes, dtypes):
+        return _TripleOneOff()
+
+
+def test_fast_mode_catches_one_wrong_element_among_a_thousand():
+    # the error on u^T J v is 0.75 |u_0 v_0| ~ 1e-3 for unit vectors of 1 000 entries: PyTorch's allowance
+    # atol * sum|u| * sum|v| (~1e-2) hides it, fast_atol_scale (16 atol |u| |v| = 1.6e-4) does not
+    from test_utils.torch_checks import fast_atol_scale
+
+    def func(x):
+        return S.Custom(x, op_type="tt_triple_one_off")
+
+    caught = 0
+    for seed in range(10):
+        np.random.seed(seed)
+        x = np.random.default_rng(seed).standard_normal(1000)
+        with pytest.raises(GradientCheckError, match="fast mode") as info:
+            gradcheck(func, (x,), fast_mode=True)
+        caught += 1
+        analytic, numeric = info.value.fast
+        assert abs(analytic - numeric) < 1e-5 * 1000 * 0.9  # below PyTorch's worst-case allowance
+    assert caught == 10
+    rng = np.random.default_rng(0)
+    u = rng.choice([-1.0, 1.0], 1000) / np.sqrt(1000)
+    v = rng.choice([-1.0, 1.0], 50) / np.sqrt(50)
+    assert fast_atol_scale(u, v) == pytest.approx(16.0)
+    # with few entries the worst case is the smaller bound
+    assert fast_atol_scale(u[:2] * np.sqrt(500), v[:1] * np.sqrt(50)) == pytest.approx(np.sqrt(2))
