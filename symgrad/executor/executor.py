@@ -379,7 +379,9 @@ class Executor:
     def forward_all(self, is_train=False):
         """A forward that keeps every intermediate value, as the base for ``rerun_downstream``.
 
-        Auxiliary states are not updated. Returns the outputs.
+        Built-in ops do not update auxiliary states here (their new values are dropped); a custom op
+        that writes its ``aux`` arrays in place does change them, as it would in MXNet, so callers that
+        evaluate repeatedly (the numeric checkers) write the aux states back first. Returns the outputs.
         """
         vals = self._initial_vals()
         with self._ctx.device_scope():
