@@ -14,10 +14,21 @@ import importlib.util
 import sys
 
 from . import operator, sym
-from .base import AttrScope, BindError, MXNetError, NameManager, ParamError, Prefix, ShapeError, SymgradError
+from .base import (
+    AttrScope,
+    BindError,
+    MXNetError,
+    NameManager,
+    ParamError,
+    Prefix,
+    SerializationError,
+    ShapeError,
+    SymgradError,
+)
 from .context import Context, cpu, current_context, gpu, num_gpus
 from .executor import Executor
 from .gradient import grad
+from .serialization import load_params, nd_load, nd_save, save_params
 from .symbol import Group, Symbol, Variable, var
 
 __version__ = "0.1.0"
@@ -44,6 +55,11 @@ __all__ = [
     "ParamError",
     "ShapeError",
     "BindError",
+    "SerializationError",
+    "load_params",
+    "save_params",
+    "nd_load",
+    "nd_save",
     "test_utils",
 ]
 

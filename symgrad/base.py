@@ -15,6 +15,9 @@ __all__ = [
     "ParamError",
     "ShapeError",
     "BindError",
+    "DTypeError",
+    "AllocationError",
+    "SerializationError",
     "NameManager",
     "Prefix",
     "AttrScope",
@@ -39,6 +42,19 @@ class ShapeError(SymgradError):
 
 class BindError(SymgradError):
     """Arrays handed to ``bind``/``forward``/``backward`` do not fit the symbol."""
+
+
+class DTypeError(BindError, TypeError):
+    """An array handed to ``bind``/``forward``/``backward`` has the wrong dtype (also a ``TypeError``)."""
+
+
+class AllocationError(SymgradError, MemoryError):
+    """The arrays asked for (``simple_bind`` shapes) are too large to allocate (also a ``MemoryError``)."""
+
+
+class SerializationError(SymgradError):
+    """A model file (symbol JSON, ``.params``, ``.npz``) is malformed, truncated or cannot be written;
+    the message names the node or the byte offset at fault."""
 
 
 _local = threading.local()

@@ -15,8 +15,10 @@ that also answers ``asnumpy()``) and CuPy arrays on gpu. Keyword arguments of
 gradient is the hidden node ``_backward_Custom`` calling ``backward``; it has
 no gradient of its own, so second order through a custom op is a clear error.
 
-Difference from MXNet: one operator instance (``create_operator``) is made per
-symbol node, input shapes and dtypes, and shared by every executor bound to it.
+As in MXNet, every executor creates its own operator instances
+(``create_operator``, once per input shapes and dtypes), so a stateful operator
+(one that keeps a mask from ``forward`` for ``backward``) bound twice, or run
+in several threads by several executors, keeps one state per executor.
 """
 
 from __future__ import annotations
@@ -130,6 +132,12 @@ class _State:
 
     def __repr__(self):  # keeps plan/attr printing readable
         return f"<custom {self.op_type}>"
+
+    def per_executor(self) -> _State:
+        """A state sharing this node's prop but with its own operator instances (one per executor)."""
+        own = object.__new__(_State)
+        own.op_type, own.name, own.prop, own._ops = self.op_type, self.name, self.prop, {}
+        return own
 
     def operator(self, xp, in_data):
         ctx = cpu() if xp is np else gpu(int(xp.cuda.Device().id))

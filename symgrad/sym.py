@@ -11,10 +11,11 @@ import math
 import numbers
 
 from .base import AttrScope, NameManager, Prefix
+from .serialization import fromjson, load, load_json
 from .symbol import Group, Symbol, Variable, populate, var
 
 __all__ = ["Symbol", "Variable", "var", "Group", "NameManager", "Prefix", "AttrScope",
-           "maximum", "minimum", "hypot", "pow", "power"]
+           "maximum", "minimum", "hypot", "pow", "power", "load", "load_json", "fromjson"]
 
 populate(globals())  # note: shadows builtins such as sum/max/min/abs/round in this module
 

@@ -24,7 +24,18 @@ from .infer import infer_shapes, infer_types
 from .ops import registry as _registry
 from .ops.registry import param_to_str
 
-__all__ = ["Symbol", "Variable", "var", "Group"]
+__all__ = ["Symbol", "Variable", "var", "Group", "Head"]
+
+
+class Head(types.SimpleNamespace):
+    """What produces one output of a Symbol (``Symbol.heads()``).
+
+    Attributes:
+        name: the node's name; ``op_name``: its operator's MXNet name (None for a variable);
+        index: which output of the node; ``params``: the parsed operator parameters;
+        loss_head: True when the op's backward ignores its head gradient (SoftmaxOutput, MakeLoss, ...);
+        inputs: the node's inputs as one Symbol (None for a variable).
+    """
 
 
 class Symbol:
@@ -64,6 +75,29 @@ class Symbol:
 
     def __bool__(self):
         raise TypeError("a Symbol has no truth value; compare values after forward()")
+
+    # -- serialization (symgrad.serialization) -----------------------------------
+    def tojson(self, remove_amp_cast=True) -> str:
+        """MXNet 1.x symbol JSON (``mx.sym.Symbol.tojson``); MXNet 1.9.1 and ``sg.sym.load_json`` read it.
+
+        ``remove_amp_cast`` is MXNet's keyword; symgrad graphs hold no ``amp_cast`` nodes, so both values
+        give the same text.
+        """
+        from .serialization import tojson
+
+        return tojson(self)
+
+    def save(self, fname, remove_amp_cast=True) -> None:
+        """Write ``tojson()`` to ``fname`` (``mx.sym.Symbol.save``); ``sg.sym.load(fname)`` reads it back."""
+        from .serialization import save
+
+        save(self, fname)
+
+    def __reduce__(self):
+        # pickled through the JSON, as MXNet does: ``pickle``/``multiprocessing`` send symbols to workers
+        from .serialization import load_json
+
+        return (load_json, (self.tojson(),))
 
     # -- outputs --------------------------------------------------------------
     def __len__(self):
@@ -137,6 +171,17 @@ class Symbol:
                 entries.extend(node.inputs)
         return Symbol(entries) if entries else None
 
+    def heads(self) -> list[Head]:
+        """One ``Head`` per output: the node behind it, as the checkers need it (no graph internals)."""
+        out = []
+        for node, index in self._outputs:
+            op = node.op
+            out.append(Head(name=node.name, op_name=None if op is None else op.name, index=index,
+                            params=dict(node.params or {}) if op is not None else {},
+                            loss_head=op is not None and bool(op.loss_head(node.params)),
+                            inputs=Symbol(list(node.inputs)) if node.inputs else None))
+        return out
+
     # -- attributes ---------------------------------------------------------------
     def attr(self, key: str):
         """A string attribute of the head node; None if it is not set or this groups several nodes."""
@@ -171,7 +216,11 @@ class Symbol:
         for node in arg_nodes + aux_nodes:
             raw = node.attrs.get(attr_key)
             if raw is not None:
-                known[(node.id, 0)] = parse(raw)
+                value = parse(raw)
+                # MXNet 1.x: a 0 in ``__shape__`` is an unknown dimension (Gluon export writes (64, 0, 3, 3)
+                # for deferred-init weights): such a shape is left to inference
+                if not (attr_key == "__shape__" and 0 in value):
+                    known[(node.id, 0)] = value
         arg_names = [n.name for n in arg_nodes]
         if len(args) > len(arg_names):
             raise SymgradError(f"{what}: got {len(args)} positional values for {len(arg_names)} arguments {arg_names}")
@@ -199,7 +248,7 @@ class Symbol:
 
     def _infer_shape(self, args, kwargs, partial):
         args = tuple(None if a is None else _as_shape(a, "infer_shape") for a in args)
-        kwargs = {k: None if v is None else _as_shape(v, f"infer_shape {k}") for k, v in kwargs.items()}
+        kwargs = {k: None if v is None else _as_shape(v, f"infer_shape {k!r}") for k, v in kwargs.items()}
         nodes, arg_nodes, aux_nodes, known = self._known(args, kwargs, "infer_shape", "__shape__", _parse_shape)
         infer_shapes(nodes, known)
         res = _collect(known, arg_nodes, self._outputs, aux_nodes)
@@ -395,13 +444,23 @@ def _no_group2ctx(group2ctx, who):
         raise NotImplementedError(f"{who}: group2ctx (placing parts of a graph on several devices) is not supported")
 
 
+def _is_dim(d) -> bool:
+    """An int dimension: Python/numpy ints, not bools (``True`` is no size) and not floats."""
+    return isinstance(d, (int, np.integer)) and not isinstance(d, (bool, np.bool_))
+
+
 def _as_shape(value, what):
-    if isinstance(value, (int, np.integer)):
-        return (int(value),)
-    try:
+    """``value`` as a shape tuple: an int or a tuple/list of ints, nothing else.
+
+    Strings (``"23"``, ``"(2,3)"``), floats (``2.7``) and bools are refused rather than coerced.
+    """
+    if _is_dim(value):
+        shape = (int(value),)
+    elif isinstance(value, (tuple, list)) and all(_is_dim(d) for d in value):
         shape = tuple(int(d) for d in value)
-    except TypeError:
-        raise TypeError(f"{what}: a shape must be a tuple of ints, got {value!r}") from None
+    else:
+        shown = repr(value) if len(repr(value)) <= 80 else repr(value)[:77] + "..."
+        raise TypeError(f"{what}: a shape must be an int or a tuple of ints, got {shown}")
     if any(d < 0 for d in shape):
         raise ShapeError(f"{what}: shape {shape} has a negative dimension")
     return shape

@@ -9,14 +9,16 @@ call that raises leaves every bound and user array as it was.
 
 from __future__ import annotations
 
+import difflib
 import functools
 import gc
+import warnings
 
 import numpy as np
 
-from ..base import BindError, ShapeError, SymgradError
+from ..base import AllocationError, BindError, DTypeError, ShapeError, SymgradError
 from ..context import Context, array_context, current_context, to_numpy
-from ..infer import infer_shapes, infer_types
+from ..infer import infer_shapes, infer_types, where
 from .plan import Plan, annotate, failing_instr, run_instrs
 
 __all__ = ["Executor", "simple_bind", "normalize_grad_req"]
@@ -52,7 +54,7 @@ class _NamedDict(dict):
         self._what = what
 
     def __missing__(self, key):
-        raise KeyError(f"{key!r} is not {self._what}; valid names: {sorted(self)}")
+        raise KeyError(f"{key!r} is not {self._what}; valid names: {sorted(self)}{_nearest(key, self)}")
 
 
 def normalize_grad_req(grad_req, names, who="bind"):
@@ -81,6 +83,39 @@ def normalize_grad_req(grad_req, names, who="bind"):
     return {n: ("write" if r == "inplace" else r) for n, r in reqs.items()}
 
 
+#: dtype kinds an executor computes with: bool, signed/unsigned int, float, complex (complex-step checks)
+_NUMERIC_KINDS = "biufc"
+
+
+def _nearest(name, valid) -> str:
+    """`` (did you mean 'fc_weight'?)`` for the closest valid name, or ``''``."""
+    close = difflib.get_close_matches(str(name), [str(v) for v in valid], n=1, cutoff=0.6)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def _unknown_name_error(what, name, valid, kind="an argument"):
+    return BindError(f"{what}: {name!r} is not {kind} of this symbol{_nearest(name, valid)}; "
+                     f"valid names: {list(valid)}")
+
+
+def _check_numeric(dtype, name, what):
+    """TypeError naming ``name`` unless ``dtype`` is bool, int, float or complex."""
+    dtype = np.dtype(dtype)
+    if dtype.kind not in _NUMERIC_KINDS:
+        raise DTypeError(f"{what}: {name!r} has dtype {dtype}; expected a numeric (bool, int, float or complex) array")
+
+
+def _writable(arr) -> bool:
+    """Whether ``arr`` may be written (CuPy arrays have no read-only flag)."""
+    return bool(getattr(getattr(arr, "flags", None), "writeable", True))
+
+
+def _check_writable(arr, name, what):
+    if not _writable(arr):
+        raise BindError(f"{what}: the array for {name!r} is read-only (flags.writeable is False), but this call "
+                        "writes into it; pass a writeable array")
+
+
 def _check_array(arr, name, what, ctx, allow_none=False):
     if arr is None:
         if allow_none:
@@ -91,6 +126,7 @@ def _check_array(arr, name, what, ctx, allow_none=False):
         raise TypeError(f"{what}: {name!r} must be a numpy (cpu) or CuPy (gpu) array, got {type(arr).__name__}")
     if not _on(dev, ctx):
         raise BindError(f"{what}: array for {name!r} lives on {dev}, but the executor is bound to {ctx}")
+    _check_numeric(arr.dtype, name, what)
     return arr
 
 
@@ -106,6 +142,9 @@ def _arrays(given, names, what, ctx, required):
             raise BindError(f"{what}: arrays are required for {names}")
         return [None] * len(names)
     if isinstance(given, dict):
+        for k in given:
+            if k not in names:
+                raise _unknown_name_error(what, k, names, "an auxiliary state" if "aux" in what else "an argument")
         out = []
         for n in names:
             if n not in given and required:
@@ -117,6 +156,30 @@ def _arrays(given, names, what, ctx, required):
             raise BindError(f"{what}: got a list of {len(given)} arrays, but the symbol has {len(names)}: {names}")
         return [_check_array(a, n, what, ctx, allow_none=not required) for a, n in zip(given, names)]
     raise TypeError(f"{what} must be a list or a dict of arrays, got {type(given).__name__}")
+
+
+class _naming_bound_inputs:
+    """Context manager: a shape/dtype error raised while binding also names the bound arrays that feed
+    the op it names (``... ; bound inputs: 'x' (2, 4) float64``), so the message points at the argument
+    to fix and not only at the op. The exception keeps its type."""
+
+    def __init__(self, nodes, bound):
+        self._nodes, self._bound = nodes, bound
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, typ, exc, tb):
+        if exc is None or not isinstance(exc, (ShapeError, TypeError)) or not exc.args:
+            return False
+        msg = str(exc.args[0])
+        culprit = next((n for n in self._nodes if n.op is not None and msg.startswith(where(n))), None)
+        feeding = [src for src, _ in culprit.inputs if src in self._bound] if culprit is not None else []
+        if feeding:
+            names = ", ".join(f"{src.name!r} {tuple(self._bound[src].shape)} {self._bound[src].dtype}"
+                              for src in feeding)
+            exc.args = (f"{msg}; bound inputs: {names}",) + exc.args[1:]
+        return False
 
 
 class Executor:
@@ -154,6 +217,16 @@ class Executor:
                     f"bind: gradient array for {n!r} has shape {grad_arrays[i].shape}, "
                     f"argument has shape {arg_arrays[i].shape}"
                 )
+            elif grad_arrays[i].dtype != arg_arrays[i].dtype:
+                # a float gradient would be truncated into an int buffer, a complex one lose its imaginary part
+                raise DTypeError(
+                    f"bind: gradient array for {n!r} has dtype {grad_arrays[i].dtype}, "
+                    f"argument has dtype {arg_arrays[i].dtype}"
+                )
+            else:
+                _check_writable(grad_arrays[i], n, "bind args_grad")
+        for n, a in zip(self._aux_names, aux_arrays):  # training forwards write the auxiliary states
+            _check_writable(a, n, "bind aux_states")
         self._reqs = reqs
         self.arg_arrays = arg_arrays
         self.grad_arrays = grad_arrays
@@ -161,12 +234,14 @@ class Executor:
 
         # validate shapes over the forward graph before compiling
         known = {(n.id, 0): tuple(a.shape) for n, a in zip(arg_nodes + aux_nodes, arg_arrays + aux_arrays)}
-        infer_shapes(nodes, known)
-        # and dtypes: an op that only computes in floating point names itself when bound to integer arrays
-        infer_types(nodes, {(n.id, 0): np.dtype(a.dtype)
-                            for n, a in zip(arg_nodes + aux_nodes, arg_arrays + aux_arrays)})
+        bound = dict(zip(arg_nodes + aux_nodes, arg_arrays + aux_arrays))
+        with _naming_bound_inputs(nodes, bound):
+            infer_shapes(nodes, known)
+            # and dtypes: an op that only computes in floating point names itself when bound to integer arrays
+            types = infer_types(nodes, {(n.id, 0): np.dtype(a.dtype) for n, a in bound.items()})
         heads = list(symbol._outputs)
         self._head_shapes = [known.get((n.id, i)) for n, i in heads]
+        self._head_types = [types.get((n.id, i)) for n, i in heads]
         self._pending_aux: dict = {}
         with ctx.device_scope():  # the plan allocates its gradient buffers
             self._plan = Plan(heads, arg_nodes, aux_nodes, [reqs[n] != "null" for n in self._arg_names],
@@ -180,6 +255,7 @@ class Executor:
         self._last_is_train = False
         self._monitor = None
         self._monitor_all = False
+        self._value_hook = None
         self.outputs = []
 
     # -- views ------------------------------------------------------------------
@@ -218,26 +294,49 @@ class Executor:
         return vals
 
     def forward(self, is_train=False, **kwargs):
-        """Copy keyword arrays into the bound arguments, run forward, return ``outputs``."""
-        staged = []
+        """Copy keyword arrays into the bound arguments, run forward, return ``outputs``.
+
+        Atomic: the keyword values run the forward from staged copies, and only once every check
+        passed and the whole forward ran are they copied into the bound arguments (and, in
+        training, the new auxiliary states into theirs). A call that raises changes nothing.
+        """
+        staged = []  # (position, converted value)
         for name, value in kwargs.items():
             if name not in self._arg_names:
-                raise BindError(f"forward: {name!r} is not an argument; arguments are {self._arg_names}")
-            dst = self.arg_arrays[self._arg_names.index(name)]
-            staged.append((dst, self._staged(value, dst, name, "forward")))
+                raise _unknown_name_error("forward", name, self._arg_names)
+            i = self._arg_names.index(name)
+            dst = self.arg_arrays[i]
+            _check_writable(dst, name, "forward")
+            staged.append((i, self._staged(value, dst, name, "forward")))
+        if is_train and self._plan.mutates_aux:
+            for name, a in zip(self._aux_names, self.aux_arrays):
+                _check_writable(a, name, "forward(is_train=True): auxiliary state")
+        plan = self._plan
         with self._ctx.device_scope():
-            for dst, src in staged:  # every value was checked and converted: these copies cannot fail
-                dst[...] = src
             vals = self._initial_vals()
+            for i, src in staged:
+                if plan.arg_slots[i] is not None:
+                    vals[plan.arg_slots[i]] = src
             self._pending_aux.clear()
-            self._run("forward", vals, is_train)
+            try:
+                self._run("forward", vals, is_train)
+                outs = [vals[s] for s in plan.head_slots]
+            finally:
+                pending = dict(self._pending_aux)
+                self._pending_aux.clear()
+            # every check passed and the forward ran: only now write into the user's arrays;
+            # these copies cannot fail (values checked and converted, destinations writeable)
+            outs = [self._detached(o, [src for _, src in staged]) for o in outs]
+            for i, src in staged:
+                self.arg_arrays[i][...] = src
+                if plan.arg_slots[i] is not None:
+                    vals[plan.arg_slots[i]] = self.arg_arrays[i]  # backward reads the bound array
             if is_train:  # auxiliary states change only once the whole forward has run
-                for i, new in self._pending_aux.items():
+                for i, new in pending.items():
                     self.aux_arrays[i][...] = new
-            self._pending_aux.clear()
             self._vals = vals
             self._last_is_train = bool(is_train)
-            self.outputs = [self._detached(vals[s]) for s in self._plan.head_slots]
+            self.outputs = outs
         return self.outputs
 
     def _staged(self, value, dst, name, what):
@@ -248,6 +347,13 @@ class Executor:
         src = self._on_device(value, name, what)
         if tuple(src.shape) != tuple(dst.shape):
             raise ShapeError(f"{what}: {name!r} has shape {tuple(src.shape)}, expected {tuple(dst.shape)}")
+        skind, dkind = np.dtype(src.dtype).kind, np.dtype(dst.dtype).kind
+        if skind == "c" and dkind != "c":
+            raise DTypeError(f"{what}: {name!r} is complex ({src.dtype}) but the bound array is {dst.dtype}: "
+                             "the imaginary part would be dropped")
+        if skind in "fc" and dkind in "iub" and src.size and not bool(self._xp.isfinite(src).all()):
+            raise BindError(f"{what}: {name!r} holds NaN or infinity, which the {dst.dtype} array "
+                            "bound to it cannot represent")
         try:
             with self._ctx.device_scope():
                 return src.astype(dst.dtype, copy=False)
@@ -258,13 +364,14 @@ class Executor:
         """``value`` as an array on this executor's device (copied there when it lives elsewhere)."""
         dev = array_context(value)
         if dev is None:
+            if value is None or isinstance(value, (str, bytes)):
+                raise DTypeError(f"{what}: {name!r} must be a numeric array, got {value!r}")
             try:
                 value = np.asarray(value)
             except Exception as exc:
                 raise TypeError(f"{what}: {name!r} must be an array, got {type(value).__name__}: {exc}") from None
-            if value.dtype == object:
-                raise TypeError(f"{what}: {name!r} must be a numeric array, got an object array")
             dev = Context("cpu", 0)
+        _check_numeric(value.dtype, name, what)
         if _on(dev, self._ctx):
             return value
         if self._ctx.device_type == "cpu":
@@ -272,19 +379,26 @@ class Executor:
         with self._ctx.device_scope():  # host -> this gpu, or another gpu -> this one
             return self._xp.asarray(value) if dev.device_type == "cpu" else value.copy()
 
-    def _detached(self, out):
-        """The output itself, or a copy if it is a view of a bound array (reshape, slice, BlockGrad...).
+    def _detached(self, out, others=()):
+        """The output itself, or a copy if it is a view of a bound array (reshape, slice, BlockGrad...)
+        or of one of ``others`` (the caller's own arrays given to ``forward``).
 
-        As in MXNet, writing into an output never changes an argument.
+        As in MXNet, writing into an output never changes an argument. A numpy scalar (what numpy
+        returns for some operations on 0-d arrays) comes back as a 0-d array.
         """
-        may_share = self._xp.may_share_memory
-        for a in self.arg_arrays:
-            if may_share(out, a):
-                return out.copy()
-        for a in self.aux_arrays:
-            if may_share(out, a):
-                return out.copy()
+        xp = self._xp
+        if not isinstance(out, xp.ndarray):
+            return xp.asarray(out)
+        may_share = xp.may_share_memory
+        for group in (self.arg_arrays, self.aux_arrays, others):
+            for a in group:
+                if may_share(out, a):
+                    return out.copy()
         return out
+
+    def _scalar_free(self, out):
+        """A numpy scalar (numpy's result for some operations on 0-d arrays) as a 0-d array."""
+        return out if isinstance(out, self._xp.ndarray) else self._xp.asarray(out)
 
     def backward(self, out_grads=None, is_train=True):
         """Back-propagate head gradients; write/add into the gradient arrays."""
@@ -292,6 +406,9 @@ class Executor:
             raise SymgradError("backward: call forward(is_train=True) first")
         plan = self._plan
         heads = self._normalize_out_grads(out_grads)
+        for name, arr in zip(self._arg_names, self.grad_arrays):  # checked before anything is computed
+            if arr is not None and self._reqs[name] != "null":
+                _check_writable(arr, name, "backward: gradient array")
         vals = list(self._vals)
         for slot, g in zip(plan.head_grad_slots, heads):
             if slot is not None:
@@ -346,7 +463,11 @@ class Executor:
                     )
                 result.append(None)
                 continue
-            g = self._on_device(g, names[i], "backward: out_grad for")
+            g = self._on_device(g, names[i], "backward: out_grad for output")
+            head_type = self._head_types[i]
+            if np.dtype(g.dtype).kind == "c" and head_type is not None and np.dtype(head_type).kind != "c":
+                raise DTypeError(f"backward: out_grad for {names[i]!r} is complex ({g.dtype}) but the output is "
+                                 f"{np.dtype(head_type)}: the imaginary part would be dropped")
             if tuple(g.shape) != tuple(self._head_shapes[i]):
                 raise ShapeError(
                     f"backward: out_grad for {names[i]!r} has shape {tuple(g.shape)}, "
@@ -357,7 +478,7 @@ class Executor:
 
     def _run(self, phase, vals, is_train):
         plan = self._plan
-        if self._monitor is not None:
+        if self._monitor is not None or self._value_hook is not None:
             return self._run_monitored(phase, vals, is_train)
         run = plan.run_forward if phase == "forward" else plan.run_backward
         try:
@@ -373,7 +494,7 @@ class Executor:
         plan = self._plan
         instrs = plan.forward_instrs if phase == "forward" else plan.backward_instrs
         with self._ctx.device_scope():
-            run_instrs(instrs, vals, is_train, phase, self._monitor, self._monitor_all)
+            run_instrs(instrs, vals, is_train, phase, self._monitor, self._monitor_all, self._value_hook)
 
     # -- partial re-runs (numeric differentiation) -------------------------------
     def forward_all(self, is_train=False):
@@ -391,7 +512,7 @@ class Executor:
         # a backward() after forward_all() uses these values, as after forward()
         self._vals = list(vals)
         self._last_is_train = bool(is_train)
-        self.outputs = [vals[s] for s in self._plan.head_slots]
+        self.outputs = [self._scalar_free(vals[s]) for s in self._plan.head_slots]
         return self.outputs
 
     def rerun_downstream(self, names):
@@ -414,7 +535,43 @@ class Executor:
         with self._ctx.device_scope():
             run_instrs(self._plan.downstream(pos), vals, is_train, "forward")
         self._pending_aux.clear()
-        return [vals[s] for s in self._plan.head_slots]
+        return [self._scalar_free(vals[s]) for s in self._plan.head_slots]
+
+    def forward_with_hook(self, hook, is_train=False):
+        """``forward`` run instruction by instruction, with ``hook(node, inputs)`` before each instruction.
+
+        ``hook`` gets the operator's graph node (``node.op``, ``node.name``, ``node.params``) and the list
+        of its input arrays (on this executor's device); it returns None to leave them as they are, or one
+        entry per input: None keeps that input, an array of the same shape and dtype replaces it. A
+        replacement is stored in the value slot it replaces, so every later reader of that value in this
+        forward *and in the backward that follows* reads it (relu's backward reads its forward input); the
+        bound argument and auxiliary arrays themselves are never written. The test_utils decision pinning
+        (``test_utils.decisions``) records and pins ReLU masks and max-pool choices through it.
+
+        Otherwise it is ``forward`` (auxiliary states updated in training, ``outputs`` set, ``backward``
+        may follow), only slower: no generated code, nothing freed early. Returns the outputs.
+
+        >>> import numpy as np, symgrad as sg
+        >>> exe = sg.sym.relu(sg.sym.Variable("x"), name="r").bind(sg.cpu(), {"x": np.array([-1e-9, 2.0])})
+        >>> pin = lambda node, ins: [np.abs(ins[0])] if node.name == "r" else None
+        >>> exe.forward_with_hook(pin, is_train=True)[0].tolist()
+        [1e-09, 2.0]
+        """
+        if not callable(hook):
+            raise TypeError(f"forward_with_hook: hook must be callable, got {type(hook).__name__}")
+        with self._ctx.device_scope():
+            vals = self._initial_vals()
+            self._pending_aux.clear()
+            run_instrs(self._plan.forward_instrs, vals, is_train, "forward", self._monitor, self._monitor_all,
+                       self._value_hook, input_hook=hook)
+            if is_train:  # auxiliary states change only once the whole forward has run (as forward)
+                for i, new in self._pending_aux.items():
+                    self.aux_arrays[i][...] = new
+            self._pending_aux.clear()
+            self._vals = vals
+            self._last_is_train = bool(is_train)
+            self.outputs = [self._detached(vals[s]) for s in self._plan.head_slots]
+        return self.outputs
 
     # -- management ---------------------------------------------------------------
     def set_monitor_callback(self, callback, monitor_all=False):
@@ -423,6 +580,19 @@ class Executor:
             raise TypeError("set_monitor_callback: callback must be callable")
         self._monitor = callback
         self._monitor_all = bool(monitor_all)
+
+    def set_value_hook(self, hook):
+        """Pass every intermediate value through ``hook(node, k, value, phase) -> value`` (None removes it).
+
+        While a hook is set, ``forward`` and ``backward`` interpret the plan instruction by instruction and store
+        what ``hook`` returns for output ``k`` of ``node`` (``phase``: ``"forward"`` or ``"backward"``) in place
+        of the value computed, so every later instruction -- the backward's included -- reads it. The checkers
+        use it to emulate the rounding of a lower precision on a float64 graph (``test_utils.harness``). The
+        hook must return an array of the same shape and dtype; it never sees the bound arrays themselves.
+        """
+        if hook is not None and not callable(hook):
+            raise TypeError(f"set_value_hook: hook must be callable or None, got {type(hook).__name__}")
+        self._value_hook = hook
 
     def copy_params_from(self, arg_params, aux_params=None, allow_extra_params=False):
         """Copy values into the bound arguments / auxiliary states (validated first)."""
@@ -437,6 +607,7 @@ class Executor:
                         continue
                     raise BindError(f"copy_params_from: {name!r} is not an {what} of this executor; {what}s: {names}")
                 dst = arrays[names.index(name)]
+                _check_writable(dst, name, "copy_params_from")
                 staged.append((dst, self._staged(value, dst, name, "copy_params_from")))
         with self._ctx.device_scope():
             for dst, value in staged:  # all checked and converted first: nothing is half-copied
@@ -488,10 +659,9 @@ class Executor:
 
 
 def _shape_of(value, what):
-    try:
-        return (int(value),) if isinstance(value, (int, np.integer)) else tuple(int(d) for d in value)
-    except (TypeError, ValueError):
-        raise TypeError(f"{what}: a shape must be a tuple of ints, got {value!r}") from None
+    from ..symbol import _as_shape
+
+    return _as_shape(value, what)
 
 
 @_gc_paused
@@ -502,8 +672,8 @@ def simple_bind(symbol, ctx, grad_req="write", type_dict=None, shapes=None, **_)
     ctx = current_context() if ctx is None else ctx
     if not isinstance(ctx, Context):
         raise TypeError(f"simple_bind: ctx must be a Context such as sg.cpu(), got {ctx!r}")
-    shapes = shapes or {}
     nodes, arg_nodes, aux_nodes = symbol._arg_and_aux_nodes()
+    shapes = _bind_shapes(shapes or {}, [n.name for n in arg_nodes + aux_nodes])
     arg_shapes, _, aux_shapes = symbol.infer_shape_partial(**shapes)
     unknown = [n.name for n, s in zip(arg_nodes + aux_nodes, list(arg_shapes) + list(aux_shapes)) if s is None]
     if unknown:
@@ -528,9 +698,86 @@ def simple_bind(symbol, ctx, grad_req="write", type_dict=None, shapes=None, **_)
     infer_types(nodes, known)
     xp = ctx.xp
     reqs = normalize_grad_req(grad_req, [n.name for n in arg_nodes], "simple_bind")
+    wanted = [(n.name, s, known[(n.id, 0)]) for n, s in zip(arg_nodes, arg_shapes)]
+    wanted += [(f"gradient of {n.name}", s, known[(n.id, 0)]) for n, s in zip(arg_nodes, arg_shapes)
+               if reqs[n.name] != "null"]
+    wanted += [(n.name, s, known[(n.id, 0)]) for n, s in zip(aux_nodes, aux_shapes)]
+    _check_allocation(wanted, ctx)
     with ctx.device_scope():
-        args = [xp.zeros(s, known[(n.id, 0)]) for n, s in zip(arg_nodes, arg_shapes)]
-        grads = {n.name: xp.zeros(s, known[(n.id, 0)]) for n, s in zip(arg_nodes, arg_shapes)
-                 if reqs[n.name] != "null"}
-        aux = [xp.zeros(s, known[(n.id, 0)]) for n, s in zip(aux_nodes, aux_shapes)]
+        try:
+            arrays = [xp.zeros(s, dt) for _, s, dt in wanted]
+        except MemoryError:
+            shapes_wanted = {name: tuple(s) for name, s, _ in wanted}
+            raise AllocationError(f"simple_bind: out of memory allocating the arrays {shapes_wanted}") from None
+    n_arg = len(arg_nodes)
+    args = arrays[:n_arg]
+    grad_names = [n.name for n in arg_nodes if reqs[n.name] != "null"]
+    grads = dict(zip(grad_names, arrays[n_arg:n_arg + len(grad_names)]))
+    aux = arrays[n_arg + len(grad_names):]
     return Executor(symbol, ctx, args, grads, reqs, aux)
+
+
+def _bind_shapes(given: dict, names: list) -> dict:
+    """``simple_bind``'s keyword shapes, validated: each input's shape must be a tuple of ints.
+
+    MXNet ignores keywords that are neither an input nor a shape (``mode='clip'``): they get a warning
+    naming them. A shape for a name that is no input (``fc_wieght=(4, 3)``) is a misspelling: an error
+    naming the nearest input.
+    """
+    shapes = {}
+    for key, value in given.items():
+        if key in names:
+            shapes[key] = None if value is None else _shape_of(value, f"simple_bind: shape of {key!r}")
+            continue
+        looks_like_shape = (isinstance(value, (int, np.integer)) and not isinstance(value, bool)) or (
+            isinstance(value, (tuple, list)) and all(isinstance(d, (int, np.integer)) for d in value))
+        if looks_like_shape:
+            raise BindError(f"simple_bind: a shape is given for {key!r}, which is not an input of this symbol"
+                            f"{_nearest(key, names)}; inputs: {names}")
+        warnings.warn(f"simple_bind: ignoring keyword {key}={value!r}: it is neither an input of the symbol "
+                      f"nor a shape (inputs: {names})", stacklevel=5)
+    return shapes
+
+
+def _check_allocation(wanted, ctx):
+    """Refuse, before allocating anything, arrays whose total size is more than the device has.
+
+    ``wanted`` lists ``(name, shape, dtype)``; the error names the largest array.
+    """
+    sizes = []
+    for name, shape, dtype in wanted:
+        n = 1
+        for d in shape:
+            n *= int(d)  # Python ints: no overflow for absurd shapes
+        sizes.append((n * np.dtype(dtype).itemsize, name, tuple(shape), np.dtype(dtype)))
+    total = sum(b for b, *_ in sizes)
+    limit = _memory_limit(ctx)
+    if sizes and (total > limit or total >= 2 ** 63):
+        nbytes, name, shape, dtype = max(sizes, key=lambda t: t[0])
+        raise AllocationError(
+            f"simple_bind: the arrays need {_human(total)} but the {ctx} device has {_human(limit)}; the largest is "
+            f"{name!r} of shape {shape} ({dtype}, {_human(nbytes)})"
+        )
+
+
+def _memory_limit(ctx) -> int:
+    """Bytes the device could hold at most: physical memory (cpu) or the GPU's total memory."""
+    try:
+        if ctx.device_type == "gpu":
+            return int(ctx.xp.cuda.Device(ctx.device_id).mem_info[1])
+        import os
+
+        return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+    except (AttributeError, ValueError, OSError):
+        return 2 ** 62
+
+
+def _human(nbytes: int) -> str:
+    """``1.5 GiB`` style."""
+    value = float(nbytes)
+    units = ("B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB")
+    k = 0
+    while value >= 1024 and k < len(units) - 1:
+        value /= 1024
+        k += 1
+    return f"{value:.1f} {units[k]}"

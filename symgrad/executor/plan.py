@@ -92,8 +92,13 @@ class Plan:
         self.head_grad_nodes = head_vars
 
         aux_index = {n.id: i for i, n in enumerate(aux_nodes)}
+        # per-plan copies of stateful parameters (a CustomOp's operator instances): every executor
+        # gets its own, shared by the forward node and its backward node (MXNet creates the
+        # operator per executor), so two executors of one symbol never see each other's state
+        self._states: dict[int, object] = {}
         self.forward_instrs = [self._instr(n, slot, xp, aux_index, pending_aux) for n in fwd_nodes if n.op]
         self.backward_instrs = [self._instr(n, slot, xp, aux_index, pending_aux) for n in bwd_nodes if n.op]
+        self.mutates_aux = any(ins.node.op.mutates_aux for ins in self.forward_instrs)
 
         # -- liveness ---------------------------------------------------------
         var_slots = {slot[(n.id, 0)] for n in nodes if n.op is None}
@@ -123,10 +128,16 @@ class Plan:
         self.run_forward = _generate(self.forward_instrs, self.forward_frees, "forward")
         self.run_backward = _generate(self.backward_instrs, self.backward_frees, "backward", self.out_buffers)
 
-    @staticmethod
-    def _instr(node, slot, xp, aux_index, pending_aux):
+    def _instr(self, node, slot, xp, aux_index, pending_aux):
         op = node.op
-        fn = functools.partial(op.forward, xp, **node.params)
+        params = node.params
+        state = params.get("__state__")
+        if state is not None and hasattr(state, "per_executor"):
+            own = self._states.get(id(state))
+            if own is None:
+                own = self._states[id(state)] = state.per_executor()
+            params = {**params, "__state__": own}
+        fn = functools.partial(op.forward, xp, **params)
         if op.mutates_aux:
             n_args = node.num_args()
             targets = [aux_index.get(src.id) for src, _ in node.inputs[n_args:]]
@@ -161,11 +172,18 @@ class Plan:
         return "\n".join(lines)
 
 
-def run_instrs(instrs, vals, is_train, phase, callback=None, monitor_all=False):
-    """Interpret instructions one by one (monitoring, partial re-runs); frees nothing."""
+def run_instrs(instrs, vals, is_train, phase, callback=None, monitor_all=False, transform=None, input_hook=None):
+    """Interpret instructions one by one (monitoring, partial re-runs, value hooks); frees nothing.
+
+    ``transform(node, k, value, phase) -> value``, when given, replaces output ``k`` of every instruction
+    before it is stored (and before ``callback`` sees it). ``input_hook(node, inputs)``, when given, sees the input
+    arrays of every instruction before it runs and may return replacements (see ``hooked_inputs``).
+    """
     for ins in instrs:
         args = [vals[s] for s in ins.ins]
         node = ins.node
+        if input_hook is not None:
+            args = hooked_inputs(input_hook, ins, args, vals)
         if callback is not None and monitor_all:
             # MXNet's names: a variable input under its own name too, then ``<node>_<input name>``
             for (src, _), name, a in zip(node.inputs, node.input_names(), args):
@@ -178,11 +196,43 @@ def run_instrs(instrs, vals, is_train, phase, callback=None, monitor_all=False):
             annotate(exc, node, phase)
             raise
         outs = res if ins.tuple_out else (res,)
+        if transform is not None:
+            outs = tuple(transform(node, k, r, phase) for k, r in enumerate(outs))
         for s, r in zip(ins.outs, outs):
             vals[s] = r
         if callback is not None:
             for k, r in enumerate(outs):
                 callback(node.output_name(k), r)
+
+
+def hooked_inputs(hook, ins, args, vals):
+    """The inputs of ``ins`` after ``hook(node, inputs)``; replacements go back into their value slots.
+
+    ``hook`` returns None (keep every input) or one entry per input: None keeps that input, an array of
+    the same shape and dtype replaces it. The replacement is stored in the slot the input came from, so
+    every later reader of that value -- the backward's instructions included -- reads it too.
+    """
+    node = ins.node
+    new = hook(node, list(args))
+    if new is None:
+        return args
+    new = list(new)
+    if len(new) != len(args):
+        raise ValueError(f"input hook returned {len(new)} arrays for the {len(args)} inputs of {where(node)}")
+    names = node.input_names()
+    for k, (s, old, rep) in enumerate(zip(ins.ins, args, new)):
+        if rep is None:
+            new[k] = old
+            continue
+        name = names[k] if k < len(names) else f"input {k}"
+        if tuple(rep.shape) != tuple(old.shape):
+            raise ValueError(f"input hook: replacement for {name!r} of {where(node)} has shape {tuple(rep.shape)}, "
+                             f"expected {tuple(old.shape)}")
+        if rep.dtype != old.dtype:
+            raise TypeError(f"input hook: replacement for {name!r} of {where(node)} has dtype {rep.dtype}, "
+                            f"expected {old.dtype}")
+        vals[s] = rep
+    return new
 
 
 def _aux_writer(fn, targets, pending):
@@ -264,7 +314,15 @@ def failing_instr(exc: BaseException, run):
 
 
 def annotate(exc: BaseException, node: Node, phase: str):
-    """Attach the failing operator instance to an exception without changing its type."""
+    """Attach the failing operator instance to an exception without changing its type.
+
+    The innermost node is also kept as ``exc.symgrad_node`` (a ``graph.Node``: ``.op.name``, ``.name``).
+    """
+    if getattr(exc, "symgrad_node", None) is None:
+        try:
+            exc.symgrad_node = node
+        except AttributeError:  # an exception type without a __dict__
+            pass
     msg = f"(raised by {where(node)} during {phase})"
     if sys.version_info >= (3, 11):
         exc.add_note(msg)

@@ -19,7 +19,7 @@ import math
 import numpy as np
 
 from ..base import ParamError, ShapeError
-from .registry import Param, broadcast_shapes, float_inputs, register, same_shape
+from .registry import Param, broadcast_shapes, elementwise, float_inputs, register, same_shape
 
 
 def _keep(r, like):
@@ -282,7 +282,14 @@ def _float_in(fn):
     def run(xp, x, **params):
         return fn(xp, x.astype(np.float64) if _is_int(x.dtype) else x, **params)
 
+    run.float_math = True  # the result is truncated back to an integer input's dtype (see _unary)
     return run
+
+
+def _float_math(fn):
+    """Mark ``fn`` as computing in floating point (it casts integer inputs to float64 itself)."""
+    fn.float_math = True
+    return fn
 
 
 # ----------------------------------------------------------------------------
@@ -290,14 +297,22 @@ def _float_in(fn):
 # ----------------------------------------------------------------------------
 
 
-def _unary(name, fwd, grad, aliases=(), doc="", params=None, infer_type=None):
+def _unary(name, fwd, grad, aliases=(), doc="", params=None, infer_type=None, decisions=None):
     """Register ``y = fwd(xp, x, **params)``; ``grad(F, x, y, gy, **params)`` is a Symbol (or None).
 
-    The output keeps the input dtype.
+    The output keeps the input dtype. ``decisions(xp, x, **params)``: the op's discrete choices
+    (``registry.Decision``), for ops with kinks or jumps.
     """
     params = dict(params or {})
     if grad is None:
         rule = _zero_grad
+    elif getattr(fwd, "float_math", False):
+        # Float math on an integer input is truncated back to the integer dtype (MXNet's dtype rule):
+        # y = trunc(f(x)) is piecewise constant in x, so dy/dx = 0, not f'(x) evaluated in integers
+        # (tanh's 1 - y^2 with y truncated to 0 was 1 everywhere). The dtype is known only at bind:
+        # the hidden _zero_grad_if_int zeroes the gradient then.
+        def rule(F, n, g):
+            return [F._zero_grad_if_int(grad(F, n.inputs[0], n.outputs[0], g[0], **n.params), n.inputs[0])]
     else:
 
         def rule(F, n, g):
@@ -307,22 +322,51 @@ def _unary(name, fwd, grad, aliases=(), doc="", params=None, infer_type=None):
         return _keep(fwd(xp, x, **p), x)
 
     return register(name, aliases=aliases, forward=forward, infer_shape=same_shape, infer_type=infer_type,
-                    gradient=rule, params=params, doc=doc or f"Elementwise {name}.")
+                    gradient=rule, params=params, decisions=decisions, doc=doc or f"Elementwise {name}.")
 
+
+register(
+    "_zero_grad_if_int",
+    inputs=("data", "like"),
+    forward=lambda xp, data, like: xp.zeros_like(data) if _is_int(like.dtype) else data,
+    infer_shape=lambda p, i, o, w: (i, [i[0]]),
+    infer_type=lambda p, i, o, w: (i, [i[0]]),
+    no_grad_inputs=("like",),
+    # linear in data (identity or zero, fixed by like's dtype): the adjoint is the same map
+    gradient=lambda F, n, g: [F._zero_grad_if_int(g[0], n.inputs[1]), None],
+    doc="data, or zeros when like has an integer dtype (hidden: gradients w.r.t. integer inputs).",
+)
 
 _LN2, _LN10 = math.log(2.0), math.log(10.0)
+
+
+def _sign_choice(xp, x):
+    # |x|, sign x: the side of 0 decides (|x|' = sign x, sign jumps at 0)
+    return elementwise(0, choice=xp.sign(x), value=x)
+
+
+def _rounded_choice(rounding):
+    # rounding ops jump where x crosses a rounding boundary: the integer they pick is the choice
+    def decide(xp, x):
+        return elementwise(0, choice=rounding(xp, x), value=x)
+
+    return decide
 
 # -- sign, rounding, identity-like --------------------------------------------
 _unary("negative", lambda xp, x: -x, lambda F, x, y, g: -g)  # d(-x) = -1
 _unary("_copy", lambda xp, x: x.copy(), lambda F, x, y, g: g, aliases=("identity",))
-_unary("abs", lambda xp, x: xp.abs(x), lambda F, x, y, g: g * F.sign(x))  # |x|' = sign x (0 at 0, as MXNet)
-_unary("sign", lambda xp, x: xp.sign(x), None)  # piecewise constant
-_unary("round", _float_in(_round_half_away), None, doc="Round half away from zero.")
-_unary("rint", _float_in(_rint_mxnet), None, doc="Round to the nearest integer; halves go down (MXNet).")
-_unary("ceil", _float_in(lambda xp, x: xp.ceil(x)), None)
-_unary("floor", _float_in(lambda xp, x: xp.floor(x)), None)
-_unary("trunc", _float_in(lambda xp, x: xp.trunc(x)), None)
-_unary("fix", _float_in(_fix_mxnet), None, doc="Round toward zero.")
+# |x|' = sign x (0 at 0, as MXNet)
+_unary("abs", lambda xp, x: xp.abs(x), lambda F, x, y, g: g * F.sign(x), decisions=_sign_choice)
+_unary("sign", lambda xp, x: xp.sign(x), None, decisions=_sign_choice)  # piecewise constant
+for _name, _rounding, _doc in [
+    ("round", _float_in(_round_half_away), "Round half away from zero."),
+    ("rint", _float_in(_rint_mxnet), "Round to the nearest integer; halves go down (MXNet)."),
+    ("ceil", _float_in(lambda xp, x: xp.ceil(x)), ""),
+    ("floor", _float_in(lambda xp, x: xp.floor(x)), ""),
+    ("trunc", _float_in(lambda xp, x: xp.trunc(x)), ""),
+    ("fix", _float_in(_fix_mxnet), "Round toward zero."),
+]:
+    _unary(_name, _rounding, None, doc=_doc, decisions=_rounded_choice(_rounding))
 _unary("zeros_like", lambda xp, x: xp.zeros_like(x), None)
 _unary("ones_like", lambda xp, x: xp.ones_like(x), None)
 _unary("logical_not", lambda xp, x: x == 0, None, doc="1 where x == 0, else 0 (in the input dtype).")
@@ -375,7 +419,8 @@ _unary("arctanh", _float_in(lambda xp, x: xp.arctanh(x)), lambda F, x, y, g: g /
 _unary("sigmoid", _float_in(_sigmoid), lambda F, x, y, g: g * (y * (1.0 - y)))
 # relu' = 1 where x > 0 else 0 (MXNet takes 0 at x = 0)
 # (NaN passes through relu, as MXNet's IsNan(a) || a > 0 ? a : 0)
-_unary("relu", lambda xp, x: xp.where((x > 0) | (x != x), x, 0), lambda F, x, y, g: g * (x > 0.0))
+_unary("relu", lambda xp, x: xp.where((x > 0) | (x != x), x, 0), lambda F, x, y, g: g * (x > 0.0),
+       decisions=lambda xp, x: elementwise(0, choice=x > 0, value=x))
 # softsign = x / (1 + |x|): softsign' = 1 / (1 + |x|)^2
 _unary("softsign", _float_in(lambda xp, x: x / (1.0 + xp.abs(x))),
        lambda F, x, y, g: g / F.square(F.abs(x) + 1.0))
@@ -391,20 +436,26 @@ def _hard_sigmoid_grad(F, x, y, g, alpha, beta):
     return g * ((u > 0.0) * (u < 1.0) * alpha)
 
 
-_unary("hard_sigmoid", _float_in(_hard_sigmoid_fwd), _hard_sigmoid_grad,
+def _hard_sigmoid_choice(xp, x, alpha, beta):
+    # the segment of u = alpha x + beta: 0 (u <= 0, y = 0), 1 (0 < u < 1, slope alpha), 2 (u >= 1, y = 1)
+    u = x * alpha + beta
+    return elementwise(0, choice=(u > 0).astype(np.int8) + (u >= 1), value=u)
+
+
+_unary("hard_sigmoid", _float_in(_hard_sigmoid_fwd), _hard_sigmoid_grad, decisions=_float_in(_hard_sigmoid_choice),
        params={"alpha": Param("float", 0.2), "beta": Param("float", 0.5)}, infer_type=float_inputs("data"),
        doc="max(0, min(1, alpha * x + beta)).")
 
 # -- special functions -------------------------------------------------------------
 # erf' = 2/sqrt(pi) e^(-x^2)
-_unary("erf", _erf, lambda F, x, y, g: g * (F.exp(-F.square(x)) * (2.0 / _SQRT_PI)))
+_unary("erf", _float_math(_erf), lambda F, x, y, g: g * (F.exp(-F.square(x)) * (2.0 / _SQRT_PI)))
 # x = erfinv(y)  <=>  y = erf(x): erfinv' = 1 / erf'(erfinv) = sqrt(pi)/2 e^(erfinv^2)
-_unary("erfinv", _erfinv, lambda F, x, y, g: g * (F.exp(F.square(y)) * (_SQRT_PI / 2.0)))
+_unary("erfinv", _float_math(_erfinv), lambda F, x, y, g: g * (F.exp(F.square(y)) * (_SQRT_PI / 2.0)))
 # Gamma' = Gamma psi; (ln |Gamma|)' = psi (digamma = polygamma order 0)
-_unary("gamma", _gamma, lambda F, x, y, g: g * (y * F._polygamma(x, n=0)))
-_unary("gammaln", _gammaln, lambda F, x, y, g: g * F._polygamma(x, n=0))
+_unary("gamma", _float_math(_gamma), lambda F, x, y, g: g * (y * F._polygamma(x, n=0)))
+_unary("gammaln", _float_math(_gammaln), lambda F, x, y, g: g * F._polygamma(x, n=0))
 # (psi^(n))' = psi^(n+1): gradients of every order
-_unary("_polygamma", lambda xp, x, n: _polygamma(xp, x, n),
+_unary("_polygamma", _float_math(lambda xp, x, n: _polygamma(xp, x, n)),
        lambda F, x, y, g, n: g * F._polygamma(x, n=n + 1),
        params={"n": Param("int", 0)}, doc="psi^(n)(x), the (n+1)-th derivative of log Gamma (hidden).")
 
@@ -476,7 +527,14 @@ def _clip_grad(F, x, y, g, a_min, a_max):
     return g * ((1.0 - (x > hi)) * (1.0 - (x < lo)))
 
 
-_unary("clip", _clip_fwd, _clip_grad, params={"a_min": Param("float"), "a_max": Param("float")},
+def _clip_choice(xp, x, a_min, a_max):
+    # the segment: 0 below a_min, 1 inside (bounds included, slope 1), 2 above a_max; bounds as _clip_fwd
+    lo = np.asarray(a_min, dtype=np.float32).astype(x.dtype)[()]
+    hi = np.asarray(a_max, dtype=np.float32).astype(x.dtype)[()]
+    return elementwise(0, choice=(x >= lo).astype(np.int8) + (x > hi), value=x)
+
+
+_unary("clip", _clip_fwd, _clip_grad, params={"a_min": Param("float"), "a_max": Param("float")}, decisions=_clip_choice,
        doc="Clip to [a_min, a_max]; the gradient passes where a_min <= x <= a_max.")
 
 
@@ -525,8 +583,9 @@ def _scalar_type(params, in_types, out_types, where):
     return in_types, [t]
 
 
-def _scalar(name, fwd, grad, aliases=(), params=None):
-    """Register ``y = fwd(xp, x, s)``; ``grad(F, x, y, gy, s)``."""
+def _scalar(name, fwd, grad, aliases=(), params=None, choice=None):
+    """Register ``y = fwd(xp, x, s)``; ``grad(F, x, y, gy, s)``; ``choice(xp, x, s) -> (choice, value)``
+    of an op with a kink or jump (``registry.Decision``), on the operands forward computes with."""
     if grad is None:
         rule = _zero_grad
     else:
@@ -538,8 +597,12 @@ def _scalar(name, fwd, grad, aliases=(), params=None):
         x, s = _scalar_operands(x, scalar, is_int)
         return _keep(fwd(xp, x, s), x)
 
+    def decisions(xp, x, scalar, is_int=True):
+        c, v = choice(xp, *_scalar_operands(x, scalar, is_int))
+        return elementwise(0, choice=c, value=v)
+
     return register(name, aliases=aliases, forward=forward, infer_shape=same_shape, infer_type=_scalar_type,
-                    gradient=rule, params=dict(params or _SCALAR))
+                    gradient=rule, params=dict(params or _SCALAR), decisions=decisions if choice else None)
 
 
 def _int_safe_pow(xp, a, b):
@@ -572,9 +635,9 @@ _scalar("_rpower_scalar", lambda xp, x, s: xp.power(s, x.astype(np.float64) if _
 _scalar("_hypot_scalar", lambda xp, x, s: xp.hypot(x, s), lambda F, x, y, g, s: g * (x / y), aliases=("_HypotScalar",))
 # max(x, s)' = 1 where x >= s (MXNet: ties go to x); min likewise with x <= s
 _scalar("_maximum_scalar", lambda xp, x, s: xp.maximum(x, s), lambda F, x, y, g, s: g * (x >= s),
-        aliases=("_MaximumScalar",))
+        aliases=("_MaximumScalar",), choice=lambda xp, x, s: (x >= s, x - s))
 _scalar("_minimum_scalar", lambda xp, x, s: xp.minimum(x, s), lambda F, x, y, g, s: g * (x <= s),
-        aliases=("_MinimumScalar",))
+        aliases=("_MinimumScalar",), choice=lambda xp, x, s: (x <= s, x - s))
 # x mod s has slope 1 almost everywhere; s mod x = s - x floor(s/x) has slope -floor(s/x)
 _scalar("_mod_scalar", lambda xp, x, s: xp.zeros_like(x) if s == 0 else xp.mod(x, s), lambda F, x, y, g, s: g,
         aliases=("_ModScalar",))
@@ -587,11 +650,15 @@ for _name, _alias, _f in [
     ("_greater_equal_scalar", "_GreaterEqualScalar", lambda xp, x, s: x >= s),
     ("_lesser_scalar", "_LesserScalar", lambda xp, x, s: x < s),
     ("_lesser_equal_scalar", "_LesserEqualScalar", lambda xp, x, s: x <= s),
+]:
+    # comparisons: 0/1 in the input dtype, zero gradient; the 0/1 they output is their decision
+    _scalar(_name, _f, None, aliases=(_alias,), choice=lambda xp, x, s, f=_f: (f(xp, x, s), x - s))
+for _name, _alias, _f in [
     ("_logical_and_scalar", "_LogicalAndScalar", lambda xp, x, s: (x != 0) & (s != 0)),
     ("_logical_or_scalar", "_LogicalOrScalar", lambda xp, x, s: (x != 0) | (s != 0)),
     ("_logical_xor_scalar", "_LogicalXorScalar", lambda xp, x, s: (x != 0) ^ (s != 0)),
 ]:
-    _scalar(_name, _f, None, aliases=(_alias,))  # comparisons: 0/1 in the input dtype, zero gradient
+    _scalar(_name, _f, None, aliases=(_alias,))  # logic: 0/1 in the input dtype, zero gradient
 
 
 # smooth_l1(x, sigma): 0.5 (sigma x)^2 for |x| < 1/sigma^2, |x| - 0.5/sigma^2 otherwise.
@@ -603,8 +670,14 @@ def _smooth_l1_fwd(xp, x, s):
     return xp.where(a > 1.0 / s2, a - 0.5 / s2, 0.5 * x * x * s2)
 
 
+def _smooth_l1_choice(xp, x, s):
+    # the branch of _smooth_l1_fwd (quadratic inside, linear outside), computed as forward does
+    excess = xp.abs(x) - 1.0 / (s * s)
+    return excess > 0, excess
+
+
 _scalar("smooth_l1", _smooth_l1_fwd,
-        lambda F, x, y, g, s: g * F.clip(x * (s * s), a_min=-1.0, a_max=1.0))
+        lambda F, x, y, g, s: g * F.clip(x * (s * s), a_min=-1.0, a_max=1.0), choice=_smooth_l1_choice)
 
 
 # ----------------------------------------------------------------------------
@@ -643,13 +716,14 @@ class _BinaryOps:
         self.lt = pick("broadcast_lesser", "_lesser")
 
 
-def _binary(names, fwd, grad, aliases=((), ())):
+def _binary(names, fwd, grad, aliases=((), ()), choice=None):
     """Register ``y = fwd(a, b)`` as ``elemwise``-style and ``broadcast``-style ops.
 
     ``grad(F, o, a, b, y, gy)`` returns the two full-shape gradients, combining
     values with ``o.mul``/``o.div``/... of the matching flavour; for the
     broadcast form each is then reduced to its input's shape by ``_sum_to_like``.
-    ``grad=None``: no gradient (comparisons, logic).
+    ``grad=None``: no gradient (comparisons, logic). ``choice(xp, a, b) -> (choice, value)``: the
+    elementwise decision of an op with a kink or jump (``registry.Decision``), read from both inputs.
     """
     same_name, bcast_name = names
 
@@ -668,12 +742,17 @@ def _binary(names, fwd, grad, aliases=((), ())):
     def forward(xp, a, b):
         return _keep(fwd(xp, a, b), a)
 
+    def decisions(xp, a, b):
+        c, v = choice(xp, a, b)
+        return elementwise(0, 1, choice=c, value=v)
+
+    dec = decisions if choice else None
     if same_name:
         register(same_name, aliases=aliases[0], inputs=("lhs", "rhs"), forward=forward,
-                 infer_shape=_same_shape_binary, gradient=same_rule if grad else _zero_grad)
+                 infer_shape=_same_shape_binary, gradient=same_rule if grad else _zero_grad, decisions=dec)
     if bcast_name:
         register(bcast_name, aliases=aliases[1], inputs=("lhs", "rhs"), forward=forward,
-                 infer_shape=_broadcast_shape, gradient=bcast_rule if grad else _zero_grad)
+                 infer_shape=_broadcast_shape, gradient=bcast_rule if grad else _zero_grad, decisions=dec)
 
 
 _binary(("elemwise_add", "broadcast_add"), lambda xp, a, b: a + b, lambda F, o, a, b, y, g: (g, g),
@@ -703,12 +782,14 @@ _binary(
     lambda xp, a, b: xp.maximum(a, b),
     lambda F, o, a, b, y, g: (g * o.ge(a, b), g * o.lt(a, b)),
     aliases=(("_Maximum",), ()),
+    choice=lambda xp, a, b: (a >= b, a - b),
 )
 _binary(
     ("_minimum", "broadcast_minimum"),
     lambda xp, a, b: xp.minimum(a, b),
     lambda F, o, a, b, y, g: (g * o.le(a, b), g * o.gt(a, b)),
     aliases=(("_Minimum",), ()),
+    choice=lambda xp, a, b: (a <= b, a - b),
 )
 # a mod b = a - b floor(a/b): (1, -floor(a/b)) almost everywhere
 _binary(
@@ -725,7 +806,7 @@ _binary(
     aliases=(("_Hypot",), ()),
 )
 
-# comparisons and logic: 0/1 in the input dtype, zero gradient
+# comparisons and logic: 0/1 in the input dtype, zero gradient; a comparison's 0/1 is its decision
 for _pair, _als, _fn in [
     (("_equal", "broadcast_equal"), "_Equal", lambda xp, a, b: a == b),
     (("_not_equal", "broadcast_not_equal"), "_Not_Equal", lambda xp, a, b: a != b),
@@ -733,6 +814,9 @@ for _pair, _als, _fn in [
     (("_greater_equal", "broadcast_greater_equal"), "_Greater_Equal", lambda xp, a, b: a >= b),
     (("_lesser", "broadcast_lesser"), "_Lesser", lambda xp, a, b: a < b),
     (("_lesser_equal", "broadcast_lesser_equal"), "_Lesser_Equal", lambda xp, a, b: a <= b),
+]:
+    _binary(_pair, _fn, None, aliases=((_als,), ()), choice=lambda xp, a, b, f=_fn: (f(xp, a, b), a - b))
+for _pair, _als, _fn in [
     (("_logical_and", "broadcast_logical_and"), "_Logical_And", lambda xp, a, b: (a != 0) & (b != 0)),
     (("_logical_or", "broadcast_logical_or"), "_Logical_Or", lambda xp, a, b: (a != 0) | (b != 0)),
     (("_logical_xor", "broadcast_logical_xor"), "_Logical_Xor", lambda xp, a, b: (a != 0) ^ (b != 0)),

@@ -19,7 +19,7 @@ import math
 import numpy as np
 
 from ..base import ParamError, ShapeError
-from .registry import Param, check_float, float_inputs, normalize_axis, register, same_shape
+from .registry import Param, check_float, elementwise, float_inputs, normalize_axis, register, same_shape
 
 
 def _acc(dtype):
@@ -70,6 +70,11 @@ def _act_grad(F, n, g):
     return [gy / F.square(F.abs(x) + 1.0)]  # softsign' = 1 / (1 + |x|)^2
 
 
+def _act_decisions(xp, x, act_type):
+    # relu's mask x > 0 (its gradient's); the other activations are smooth
+    return elementwise(0, choice=x > 0, value=x) if act_type == "relu" else []
+
+
 register(
     "Activation",
     params={"act_type": Param("str", choices=_ACT)},
@@ -77,6 +82,7 @@ register(
     infer_shape=same_shape,
     infer_type=float_inputs("data"),
     gradient=_act_grad,
+    decisions=_act_decisions,
     doc="Elementwise activation: relu, sigmoid, tanh, softrelu or softsign.",
 )
 
@@ -218,6 +224,11 @@ def _leaky_grad(F, n, g):
     return [gy * (F._norm_cdf(x) + x * _norm_pdf(F, x))]
 
 
+def _leaky_decisions(xp, x, gamma=None, *, act_type, slope, lower_bound, upper_bound):
+    # every branch but gelu's switches at x > 0 (the ``pos`` of forward and gradient); gelu is smooth
+    return [] if act_type == "gelu" else elementwise(0, choice=x > 0, value=x)
+
+
 register(
     "LeakyReLU",
     inputs=_leaky_inputs,
@@ -233,6 +244,7 @@ register(
     infer_shape=_leaky_shape,
     infer_type=float_inputs("data"),
     gradient=_leaky_grad,
+    decisions=_leaky_decisions,
     needs_is_train=True,
     doc="Leaky ReLU family: leaky (slope), prelu (learned per-channel gamma), rrelu (random slope in "
     "training, the mean slope in inference; outputs 'output' and 'mask'), elu, selu, gelu (erf form).",
@@ -310,7 +322,13 @@ def _bn_fwd(xp, x, gamma, beta, mmean, mvar, *, is_train, eps, momentum, fix_gam
     red, bshape = _bn_layout(x, axis)
     acc = _acc(x.dtype)
     xa = x.astype(acc, copy=False)
-    if is_train and not use_global_stats:
+    if is_train and not use_global_stats and x.size == 0:
+        # an empty batch has no statistics: the moving ones stay as they are (their mean would be 0/0 =
+        # NaN and poison every later inference); the batch mean/var outputs are 0 for an empty y
+        mean = xp.zeros(math.prod(bshape), dtype=acc)  # one per channel
+        var = xp.zeros_like(mean)
+        updates = (None, None)
+    elif is_train and not use_global_stats:
         mean = xa.mean(axis=red)
         var = ((xa - mean.reshape(bshape)) ** 2).mean(axis=red)  # biased batch variance
         new_mean = mmean * momentum + mean.astype(mmean.dtype) * (1 - momentum)

@@ -24,7 +24,7 @@ import numpy as np
 
 from ..base import ParamError, ShapeError
 from .conv import _acc, check_layout, hi_pad, padded, spatial_param, tap_slices
-from .registry import Param, float_inputs, register
+from .registry import Decision, Param, float_inputs, register
 
 _POOL_PARAMS = {
     "kernel": Param("shape", ()),
@@ -243,6 +243,39 @@ def _pool_grad(F, n, g):
     return [F._backward_Pooling(gy, x, n.outputs[0], **p)]
 
 
+def _window_gap(xp, x, k, s, p, Y):
+    """Largest minus second largest value of every window (inf for one-element windows): how near a tie."""
+    top = second = None
+    for _, v in _taps(xp, _pad_for(xp, x, k, s, p, Y, _lowest(x.dtype)), k, s, Y):
+        if top is None:
+            top, second = v.copy(), xp.full(v.shape, -np.inf, dtype=v.dtype)
+            continue
+        second = xp.maximum(second, xp.minimum(top, v))
+        top = xp.maximum(top, v)
+    return top - second
+
+
+def _window_support(X, k, s, p):
+    """``support(site)`` of a pooling decision: the (unpadded) input window of output ``(n, c, *o)``."""
+
+    def support(site):
+        n, c, *o = (int(i) for i in site)
+        spans = tuple(slice(max(oi * si - pi, 0), min(oi * si - pi + ki, xi)) for oi, si, pi, ki, xi in
+                      zip(o, s, p, k, X))
+        return ((n, c) + spans,)
+
+    return support
+
+
+def _pool_decisions(xp, x, **params):
+    # max pooling picks one element per window (its first maximum, _argmax; the backward scatters to
+    # it): a near tie between a window's two largest values can be picked differently in two dtypes
+    if params["pool_type"] != "max":
+        return []  # avg / sum / lp are smooth in x
+    idx, (k, s, p, Y) = _argmax(xp, x, params)
+    return [Decision((0,), idx, _window_gap(xp, x, k, s, p, Y), _window_support(x.shape[2:], k, s, p))]
+
+
 register(
     "Pooling",
     aliases=("_npx_pooling",),
@@ -252,6 +285,7 @@ register(
     infer_shape=_pool_shape,
     infer_type=float_inputs("data"),
     gradient=_pool_grad,
+    decisions=_pool_decisions,
     doc="Max/avg/sum/lp pooling over 1-3 spatial axes with MXNet's conventions (valid/full/same, global_pool, "
     "count_include_pad).",
 )

@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..base import ParamError, ShapeError
-from .registry import Param, normalize_axis, register
+from .registry import Decision, Param, normalize_axis, register
 
 _REDUCE_PARAMS = {
     "axis": Param("axis", None),
@@ -77,12 +77,16 @@ def _finish(out, x):
     return out.astype(x.dtype, copy=False) if out.dtype != x.dtype else out
 
 
-def _reducer(name, compute, gradient, aliases=(), infer_shape=_reduce_shape, doc=""):
-    """Register a ReduceAxesParam reduction: ``compute(xp, x, axes, keepdims)``."""
+def _reducer(name, compute, gradient, aliases=(), infer_shape=_reduce_shape, doc="", choice=None):
+    """Register a ReduceAxesParam reduction: ``compute(xp, x, axes, keepdims)``; ``choice(xp, x, axes)``
+    returns the decision list of a reduction that picks elements (max, min)."""
 
     def forward(xp, x, axis, keepdims, exclude):
         axes = reduce_axes(x.ndim, axis, exclude, name)
         return _finish(compute(xp, x, axes, keepdims), x)
+
+    def decisions(xp, x, axis, keepdims, exclude):
+        return choice(xp, x, reduce_axes(x.ndim, axis, exclude, name))
 
     register(
         name,
@@ -91,6 +95,7 @@ def _reducer(name, compute, gradient, aliases=(), infer_shape=_reduce_shape, doc
         infer_shape=infer_shape,
         params=dict(_REDUCE_PARAMS),
         gradient=gradient,
+        decisions=decisions if choice else None,
         doc=doc,
     )
 
@@ -142,19 +147,49 @@ _reducer(
 # -- prod, nanprod ---------------------------------------------------------------------------
 
 
+def _prod_of_others(F, n, x):
+    """``prod_(j != i) x_j`` over the reduced group of each element ``x_i``, exact at zeros.
+
+    ``y / x_i`` (MXNet's rule) is 0/0 = NaN at an exact zero. Instead, per group, with
+    ``s = where(x == 0, 1, x)`` (zeros replaced by one), ``P = prod s`` and ``w_i`` the number of
+    zeros among the *other* elements:
+
+        prod_(j != i) x_j = (P / s_i) * prod_(j != i, x_j = 0) x_j
+                          = (P / s_i) * {1 if w_i = 0;  Z_i if w_i = 1;  0 if w_i >= 2}
+
+    where ``Z_i = sum_(j != i, x_j = 0) x_j`` is the lone other zero itself. Its value is 0, but
+    symbolically it is that element, so the second derivative stays right at zeros too:
+    ``d/dx_k prod_(j != i) x_j = prod_(j != i, k) x_j`` is ``P / (s_i s_k)`` when ``x_k`` is the only
+    other zero and 0 when another zero remains (``w_i >= 2``; the rule is exact to second order).
+    ``P / s_i`` has no 0/0: ``s`` has no zeros. Its own gradient is this rule again (through
+    ``prod s``), so every order is a graph of ordinary ops.
+    """
+    pick = _pick(n.params)
+    zeros = F.zeros_like(x)
+    is_zero = x == 0.0  # 1 where x_i = 0, else 0 (in x's dtype)
+    at_zeros = F.where(is_zero, x, zeros)  # the zeros themselves (value 0, derivative 1 there)
+    safe = F.where(is_zero, F.ones_like(x), x)
+    p_over_s = _unreduce(F, F.prod(safe, **pick), n) / safe
+    others = _unreduce(F, F.sum(is_zero, **pick), n) - is_zero  # w_i
+    lone = _unreduce(F, F.sum(at_zeros, **pick), n) - at_zeros  # Z_i
+    factor = F.where(others == 0.0, F.ones_like(x), F.where(others == 1.0, lone, zeros))
+    return p_over_s * factor
+
+
 def _prod_grad(F, n, g):
-    # y = prod x_j: dy/dx_i = prod_(j != i) x_j = y / x_i (MXNet's rdiv: inf/NaN where x_i = 0)
-    x = n.inputs[0]
-    return [_unreduce(F, g[0], n) * _unreduce(F, n.outputs[0], n) / x]
+    # y = prod x_j: dy/dx_i = prod_(j != i) x_j, computed without dividing by x_i (finite and exact at
+    # zeros, where MXNet's y / x_i gives NaN): see _prod_of_others
+    return [_unreduce(F, g[0], n) * _prod_of_others(F, n, n.inputs[0])]
 
 
 def _nanprod_grad(F, n, g):
-    # NaNs count as 1: dy/dx_i = y / x_i for numbers, 0 at NaN (as MXNet's nanprod_grad)
-    # (NaNs are replaced by 1 before dividing, so no NaN reaches a second-order gradient)
+    # NaNs count as 1: y = prod_(x_j not NaN) x_j, so dy/dx_i = prod of the other numbers (NaNs as 1),
+    # and 0 at NaN (as MXNet's nanprod_grad); zeros are exact as in prod (no y / x_i)
     x = n.inputs[0]
     number = x == x
-    safe = F.where(number, x, F.ones_like(x))
-    return [F.where(number, _unreduce(F, g[0], n) * _unreduce(F, n.outputs[0], n) / safe, F.zeros_like(x))]
+    ones_for_nan = F.where(number, x, F.ones_like(x))
+    grad = _unreduce(F, g[0], n) * _prod_of_others(F, n, ones_for_nan)
+    return [F.where(number, grad, F.zeros_like(x))]
 
 
 _reducer(
@@ -181,11 +216,33 @@ def _extreme_grad(F, n, g):
     return [_unreduce(F, g[0], n) * (x == _unreduce(F, n.outputs[0], n))]
 
 
+def _extreme_choice(sign):
+    """Decisions of max (sign 1) / min (sign -1): which elements equal the extreme (the gradient's mask)."""
+
+    def choice(xp, x, axes):
+        y = x * sign  # min is max of -x
+        top = y.max(axis=axes, keepdims=True)
+        # margin: the winner's lead over the runner-up (>= 0; 0 on a tie), the others' distance below the top
+        moved = xp.moveaxis(y, axes, tuple(range(-len(axes), 0)))
+        flat = moved.reshape(moved.shape[: moved.ndim - len(axes)] + (-1,))
+        second = xp.sort(flat, axis=-1)[..., -2] if flat.shape[-1] > 1 else xp.full(flat.shape[:-1], -np.inf)
+        second = second.reshape(top.shape)
+        margin = xp.where(y == top, y - second, y - top)
+
+        def support(site):  # the whole slice the element was reduced with
+            return (tuple(slice(None) if i in axes else int(j) for i, j in enumerate(site)),)
+
+        return [Decision((0,), y == top, margin, support)]
+
+    return choice
+
+
 _reducer(
     "max",
     lambda xp, x, axes, keepdims: x.max(axis=axes, keepdims=keepdims),
     _extreme_grad,
     aliases=("max_axis",),
+    choice=_extreme_choice(1),
     infer_shape=_nonempty_reduce_shape,
     doc="Maximum over ``axis``; the gradient goes to every element equal to the maximum.",
 )
@@ -194,6 +251,7 @@ _reducer(
     lambda xp, x, axes, keepdims: x.min(axis=axes, keepdims=keepdims),
     _extreme_grad,
     aliases=("min_axis",),
+    choice=_extreme_choice(-1),
     infer_shape=_nonempty_reduce_shape,
     doc="Minimum over ``axis``; the gradient goes to every element equal to the minimum.",
 )

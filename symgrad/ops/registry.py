@@ -19,7 +19,7 @@ import numpy as np
 
 from ..base import ParamError, ShapeError
 
-__all__ = ["Param", "OpDef", "register", "get_op", "list_ops", "REQUIRED", "check_float", "float_inputs"]
+__all__ = ["Param", "OpDef", "Decision", "register", "get_op", "list_ops", "REQUIRED", "check_float", "float_inputs"]
 
 
 class _Required:
@@ -41,11 +41,46 @@ _DTYPES = {
 }
 
 
+#: Bounds on an attribute string handed to ``ast.literal_eval``: the parser recurses once per bracket and
+#: per unary sign, so ``"-" * 3000 + "1"`` would raise RecursionError (or MemoryError) instead of a
+#: ParamError. No MXNet attribute comes near these.
+_MAX_LITERAL_CHARS = 100_000
+_MAX_LITERAL_DEPTH = 32
+
+
+def _literal_too_deep(text: str) -> bool:
+    depth = run = 0
+    for ch in text:
+        if ch in "([{":
+            depth += 1
+            if depth > _MAX_LITERAL_DEPTH:
+                return True
+        elif ch in ")]}":
+            depth -= 1
+        if ch in "+-~":
+            run += 1
+            if run > _MAX_LITERAL_DEPTH:
+                return True
+        elif not ch.isspace():
+            run = 0
+    return False
+
+
 def _literal(text: str):
+    """A Python literal parsed from ``text``, or ``text`` itself when it is none (the caller then
+    reports the parameter). Over-long or deeply nested text is never handed to the parser."""
+    if len(text) > _MAX_LITERAL_CHARS or _literal_too_deep(text):
+        return text
     try:
         return ast.literal_eval(text)
-    except (ValueError, SyntaxError):
+    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
         return text
+
+
+def _short(value) -> str:
+    """``repr(value)``, cut to 80 characters for error messages."""
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
 
 
 class Param:
@@ -68,7 +103,7 @@ class Param:
 
     def parse(self, value, where: str, pname: str):
         def bad(expected):
-            return ParamError(f"{where}: parameter {pname!r} expects {expected}, got {value!r}")
+            return ParamError(f"{where}: parameter {pname!r} expects {expected}, got {_short(value)}")
 
         v = value
         if isinstance(v, str) and self.kind != "str":
@@ -144,6 +179,50 @@ def param_to_str(value) -> str:
     return str(value)
 
 
+@dataclass(frozen=True)
+class Decision:
+    """A discrete choice an op's forward makes from its inputs, one per *site* (element of ``choice``).
+
+    A relu input within rounding of 0, or a max-pool window whose two largest values nearly tie, can be
+    decided differently in float32 and float64; the outputs (and, more so, the gradients: a flipped relu
+    mask moves a whole gradient row) then differ by far more than rounding. ``test_utils.decisions``
+    compares the choices of two runs and pins the differing sites by value through these records.
+
+    Attributes:
+        inputs: the input positions the choice is made from; pinning a site overwrites their elements in
+            its support.
+        choice: array of discrete choices (bool or int), e.g. ``x > 0`` or a window's argmax tap.
+        value: array of the shape of ``choice``: the quantity compared with the switch point, for reports
+            (relu's ``x``, ``a - b`` for maximum, the gap between a window's two largest values).
+        support: ``support(site) -> tuple of index expressions``, one per entry of ``inputs``, selecting the
+            input elements site ``site`` (an index tuple of ``choice``) reads; None means elementwise: the
+            element of each input broadcast to ``choice``'s shape (``broadcast_support``).
+    """
+
+    inputs: tuple
+    choice: Any
+    value: Any
+    support: Callable | None = None
+
+    def sites_of(self, shapes) -> Callable:
+        """``support`` or, for elementwise choices, ``broadcast_support`` over the given input shapes."""
+        if self.support is not None:
+            return self.support
+        picked = [tuple(shapes[i]) for i in self.inputs]
+        return lambda site: tuple(broadcast_support(site, s) for s in picked)
+
+
+def broadcast_support(site, shape) -> tuple:
+    """The element of an input of ``shape`` that numpy broadcasting reads at output index ``site``."""
+    site = tuple(site)[len(site) - len(shape):] if shape else ()
+    return tuple(0 if d == 1 else int(i) for i, d in zip(site, shape))
+
+
+def elementwise(*inputs: int, choice, value) -> list:
+    """The one-``Decision`` list of an elementwise op (helper for ``decisions`` rules)."""
+    return [Decision(tuple(inputs), choice, value)]
+
+
 @dataclass
 class OpDef:
     """Everything about one operator. See module docstring."""
@@ -170,6 +249,9 @@ class OpDef:
     # forward also takes ``out=``: an array to write its single output into and return (it may
     # return a fresh array instead when it cannot use ``out``)
     accepts_out: bool = False
+    # decisions(xp, *inputs, **params) -> list of Decision: the discrete choices forward makes from its
+    # inputs (relu's mask, a max-pool window's argmax); None for ops without any (see ``Decision``)
+    decisions: Callable | None = None
     doc: str = ""
 
     # -- parameters ---------------------------------------------------------

@@ -1,0 +1,722 @@
+"""MXNet model files both ways: symbol JSON, ``.params`` (MXNet's binary NDArray list) and ``.npz``.
+
+Symbol JSON is MXNet 1.x's (NNVM) layout::
+
+    {"nodes": [{"op": "null", "name": "data", "inputs": []},
+               {"op": "FullyConnected", "name": "fc", "attrs": {"num_hidden": "4"},
+                "inputs": [[0, 0, 0], [1, 0, 0], [2, 0, 0]]}, ...],
+     "arg_nodes": [0, 1, 2], "node_row_ptr": [0, 1, 2, 3, 4], "heads": [[3, 0, 0]],
+     "attrs": {"mxnet_version": ["int", 10901]}}
+
+Older files (MXNet 0.x) spell ``attrs`` as ``param``/``attr``, have two-element input entries and
+may leave auxiliary-state inputs out; they are upgraded as MXNet does. Auxiliary states are plain
+variables whose role comes from the input slot they feed. Symbols pickle through their JSON.
+
+Loading is data only: attribute strings go through the op registry's typed parsers (never eval),
+nothing is unpickled, and every size a file declares is checked against the bytes it holds before
+anything is allocated. Every problem is one ``SerializationError`` (a ``ValueError``) naming the
+node or the byte offset.
+
+>>> import symgrad as sg
+>>> net = sg.sym.FullyConnected(sg.sym.Variable("data"), num_hidden=4, name="fc")
+>>> again = sg.sym.load_json(net.tojson())
+>>> again.list_arguments(), again.attr("num_hidden")
+(['data', 'fc_weight', 'fc_bias'], '4')
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+import os
+import struct
+import zipfile
+
+import numpy as np
+
+from .base import ParamError, SerializationError, ShapeError
+from .graph import Node, check_unique_names, topo_order
+from .ops import registry as _registry
+from .ops.registry import param_to_str
+
+__all__ = [
+    "MXNET_VERSION",
+    "tojson",
+    "save",
+    "load",
+    "load_json",
+    "fromjson",
+    "nd_save",
+    "nd_load",
+    "save_params",
+    "load_params",
+]
+
+#: the version symgrad writes into ``attrs.mxnet_version`` (MXNet 1.9.1)
+MXNET_VERSION = 10901
+_LEGACY_VERSION = 800  # files without a version are MXNet 0.8
+_HIDDEN_KEYS = ("ctx_group", "lr_mult", "wd_mult", "force_mirroring", "mirror_stage")
+#: longest operator-parameter string parsed (``ast.literal_eval`` work stays bounded)
+MAX_PARAM_CHARS = 1 << 16
+_MAX_SHAPE_CHARS = 1024
+# initializers MXNet 0.9.4+ attaches to input variables (FSetInputVarAttrOnCompose), added to older files
+_INPUT_INITS = {"BatchNorm": {3: '["zero", {}]', 4: '["one", {}]'}, "LeakyReLU": {1: '["Constant", {"value": 0.25}]'},
+                "UpSampling": {1: '["bilinear", {}]'}}
+_MAX_NDIM = 32
+
+
+def _open_error(fname, exc):
+    return SerializationError(f"cannot read {os.fspath(fname)!r}: {exc.strerror or exc}")
+
+
+# -- symbol JSON: writing -------------------------------------------------------------------------
+
+
+def _to_doc(sym) -> dict:
+    nodes = topo_order(sym._outputs)
+    check_unique_names(nodes)
+    index = {n.id: i for i, n in enumerate(nodes)}
+    out_nodes, arg_nodes, row_ptr = [], [], [0]
+    for i, node in enumerate(nodes):
+        entry = {"op": node.op_name, "name": node.name}
+        attrs = {}
+        for key in sorted(node.attrs):
+            value = node.attrs[key]
+            # MXNet stores AttrScope(ctx_group=...) & co. as __ctx_group__ and refuses the plain key
+            value = value if isinstance(value, str) else param_to_str(value)
+            attrs[f"__{key}__" if key in _HIDDEN_KEYS else key] = value
+        if attrs:
+            entry["attrs"] = attrs
+        k = node.num_args()
+        # MXNet marks inputs its op mutates (auxiliary states) with version 1
+        entry["inputs"] = [[index[src.id], j, int(slot >= k and src.op is None)]
+                           for slot, (src, j) in enumerate(node.inputs)]
+        out_nodes.append(entry)
+        if node.op is None:
+            arg_nodes.append(i)
+        row_ptr.append(row_ptr[-1] + node.num_outputs)
+    heads = [[index[n.id], j, 0] for n, j in sym._outputs]
+    return {"nodes": out_nodes, "arg_nodes": arg_nodes, "node_row_ptr": row_ptr, "heads": heads,
+            "attrs": {"mxnet_version": ["int", MXNET_VERSION]}}
+
+
+def _dump_str(s: str, where: str) -> str:
+    # MXNet's JSON reader (dmlc) knows only the escapes \" \\ \n \r \t and reads other text verbatim
+    bad = next((c for c in s if ord(c) < 0x20 and c not in "\n\r\t"), None)
+    if bad is not None:
+        raise SerializationError(f"{where}: {s!r} holds control character {bad!r}, which MXNet's JSON cannot store")
+    return json.dumps(s, ensure_ascii=False)
+
+
+def tojson(sym) -> str:
+    """``sym`` as MXNet 1.x symbol JSON text (``Symbol.tojson()``); MXNet 1.9.1 loads it."""
+    doc = _to_doc(sym)
+    lines = ["{", '  "nodes": [']
+    for i, entry in enumerate(doc["nodes"]):
+        where = f"node {i} {entry['name']!r}"
+        parts = [f'      "op": {_dump_str(entry["op"], where)}', f'      "name": {_dump_str(entry["name"], where)}']
+        if "attrs" in entry:
+            items = [f"        {_dump_str(k, where)}: {_dump_str(v, where)}" for k, v in entry["attrs"].items()]
+            parts.append('      "attrs": {\n' + ",\n".join(items) + "\n      }")
+        parts.append(f'      "inputs": {json.dumps(entry["inputs"])}')
+        sep = "," if i + 1 < len(doc["nodes"]) else ""
+        lines.append("    {\n" + ",\n".join(parts) + "\n    }" + sep)
+    lines.append("  ],")
+    for key in ("arg_nodes", "node_row_ptr", "heads", "attrs"):
+        lines.append(f'  "{key}": {json.dumps(doc[key])}' + ("," if key != "attrs" else ""))
+    lines.append("}")
+    return "\n".join(lines) + "\n"
+
+
+def save(sym, fname) -> None:
+    """Write ``sym``'s JSON to ``fname`` (``Symbol.save``)."""
+    text = tojson(sym)
+    with open(fname, "w", encoding="utf-8", newline="\n") as f:
+        f.write(text)
+
+
+# -- symbol JSON: reading -------------------------------------------------------------------------
+
+
+class _Err:
+    """Builds errors that say where in the file the problem is."""
+
+    def __init__(self, source: str):
+        self.source = source
+
+    def __call__(self, msg: str) -> SerializationError:
+        return SerializationError(f"{self.source}: {msg}")
+
+
+def _check_type(value, kind, what, err):
+    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+        names = {dict: "an object", list: "a list", str: "a string", int: "an integer"}
+        raise err(f"{what} must be {names.get(kind, kind.__name__)}, got {type(value).__name__} {_short(value)}")
+    return value
+
+
+def _short(value) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _entry(raw, n_nodes, what, err) -> tuple[int, int]:
+    if not isinstance(raw, list) or len(raw) not in (2, 3):
+        raise err(f"{what} must be a list [node, output] or [node, output, version], got {_short(raw)}")
+    for v in raw:
+        _check_type(v, int, f"{what} entry {_short(raw)}", err)
+    node, out = raw[0], raw[1]
+    if not 0 <= node < n_nodes:
+        raise err(f"{what} refers to node {node}, but the file has nodes 0..{n_nodes - 1}")
+    if out < 0:
+        raise err(f"{what} asks for output {out} of node {node}")
+    return node, out
+
+
+def _str_dict(raw, what, err) -> dict:
+    _check_type(raw, dict, what, err)
+    for k, v in raw.items():
+        if not isinstance(v, str):
+            raise err(f"{what}[{k!r}] must be a string, got {type(v).__name__} {_short(v)}")
+    return raw
+
+
+def _version(doc, err) -> int:
+    attrs = doc.get("attrs", {})
+    _check_type(attrs, dict, "graph 'attrs'", err)
+    if "is_np_shape" in attrs:
+        flag = attrs["is_np_shape"]
+        if not (isinstance(flag, list) and len(flag) == 2 and flag[1] in (0, False)):
+            raise err("the symbol was saved with NumPy shape semantics (is_np_shape); "
+                      "only MXNet's classic (mx.sym) symbols are supported")
+    if "mxnet_version" not in attrs:
+        return _LEGACY_VERSION
+    v = attrs["mxnet_version"]
+    if not (isinstance(v, list) and len(v) == 2 and v[0] == "int" and isinstance(v[1], int)
+            and not isinstance(v[1], bool)):
+        raise err(f"graph attribute 'mxnet_version' must be [\"int\", N], got {_short(v)}")
+    return v[1]
+
+
+def _node_attrs(raw, where, err) -> dict:
+    attrs = {}
+    # NNVM reads all three spellings into one dictionary (0.x: "param" and "attr")
+    for key in ("param", "attr", "attrs"):
+        if key in raw:
+            attrs.update(_str_dict(raw[key], f"{where} {key!r}", err))
+    return attrs
+
+
+def _upgrade_hidden(attrs: dict) -> tuple[dict, dict]:
+    """MXNet 0.x wrote ``ctx_group``/``lr_mult``... as plain keys, and ``weight_lr_mult`` on the op
+    for its ``weight`` input; MXNet 1.x (``UpgradeJSON_FixParsing``) makes them ``__lr_mult__``.
+    Returns the node's attributes and ``{input name: {key: value}}`` for its input variables."""
+    out, for_inputs = {}, {}
+    for key, value in attrs.items():
+        for hk in _HIDDEN_KEYS:
+            if key == hk:
+                out[f"__{hk}__"] = value
+                break
+            if key.endswith("_" + hk) and len(key) > len(hk) + 1:
+                for_inputs.setdefault(key[: -len(hk) - 1], {})[f"__{hk}__"] = value
+                break
+        else:
+            out[key] = value
+    return out, for_inputs
+
+
+def _check_var_attrs(attrs: dict, where: str, err) -> None:
+    raw = attrs.get("__shape__")
+    if raw is not None:
+        if len(raw) > _MAX_SHAPE_CHARS:
+            raise err(f"{where}: __shape__ attribute of {len(raw)} characters is not a shape")
+        value = _registry._literal(raw.strip())
+        if isinstance(value, int) and not isinstance(value, bool):
+            value = (value,)
+        if (not isinstance(value, (tuple, list)) or len(value) > _MAX_NDIM
+                or not all(isinstance(d, int) and not isinstance(d, bool) and 0 <= d < 2**63 for d in value)):
+            raise err(f"{where}: __shape__ attribute {_short(raw)} is not a tuple of at most {_MAX_NDIM} "
+                      "non-negative dimensions")
+    raw = attrs.get("__dtype__")
+    if raw is not None:
+        from .symbol import parse_dtype_attr
+
+        try:
+            parse_dtype_attr(raw)
+        except TypeError as exc:
+            raise err(f"{where}: {exc}") from None
+
+
+def _topo_indices(doc_nodes, inputs_of, heads, err) -> list[int]:
+    """Node indices reachable from the heads, inputs first; a cycle is an error naming it."""
+    state = [0] * len(doc_nodes)  # 0 new, 1 on the DFS stack, 2 done
+    order = []
+    for h, _ in heads:
+        if state[h]:
+            continue
+        state[h] = 1
+        stack = [(h, iter(inputs_of[h]))]
+        while stack:
+            cur, it = stack[-1]
+            for src, _ in it:
+                if state[src] == 1:
+                    path = [i for i, _ in stack]
+                    cycle = path[path.index(src):] + [src]
+                    names = " -> ".join(f"{i} {doc_nodes[i].get('name')!r}" for i in cycle)
+                    raise err(f"the graph has a cycle: node {names}")
+                if state[src] == 0:
+                    state[src] = 1
+                    stack.append((src, iter(inputs_of[src])))
+                    break
+            else:
+                stack.pop()
+                state[cur] = 2
+                order.append(cur)
+    return order
+
+
+def _build_op_node(op, name, attrs, inputs, version, where, err):
+    params_kw, hidden_for_inputs = {}, {}
+    if version < MXNET_VERSION:
+        attrs, hidden_for_inputs = _upgrade_hidden(attrs)
+    else:  # plain hidden keys are never parameters
+        attrs = {f"__{k}__" if k in _HIDDEN_KEYS else k: v for k, v in attrs.items()}
+    for key, value in attrs.items():
+        if key in op.params or (op.extra_params and not (key.startswith("__") and key.endswith("__"))):
+            if len(value) > MAX_PARAM_CHARS:
+                raise err(f"{where}: parameter {key!r} is {len(value)} characters long (limit {MAX_PARAM_CHARS})")
+            params_kw[key] = value
+        elif not (key.startswith("__") and key.endswith("__")):
+            raise err(f"{where}: {key!r} is not a parameter of {op.name}; parameters: {sorted(op.params) or 'none'}")
+    try:
+        if op.variadic and op.variadic in op.params and op.variadic not in params_kw:
+            params_kw[op.variadic] = str(len(inputs))
+        params = op.parse_params(params_kw, where)
+        if op.prepare is not None:
+            params = op.prepare(params, name)
+        names = op.list_inputs(params) + op.list_aux(params)
+        n_out = op.n_outputs(params)
+    except (ParamError, ShapeError, TypeError, ValueError, KeyError, IndexError) as exc:
+        raise err(f"{where}: {exc}") from exc
+    if not isinstance(n_out, int) or n_out < 1:
+        raise err(f"{where}: operator {op.name} reports {n_out!r} outputs")
+    inputs = list(inputs)
+    if len(inputs) < len(names) and version < 900:
+        # MXNet 0.8 did not store auxiliary states: add them as MXNet's upgrader does
+        for iname in names[len(inputs):]:
+            inputs.append((Node(None, f"{name}_{iname}", {}, dict(attrs), (), 1), 0))
+    if len(inputs) != len(names):
+        raise err(f"{where}: has {len(inputs)} inputs, {op.name} takes {len(names)} {names}")
+    for slot, (src, j) in enumerate(inputs):
+        if j >= src.num_outputs:
+            raise err(f"{where}: input {slot} ({names[slot]!r}) asks for output {j} of {src.op_name} "
+                      f"{src.name!r}, which has {src.num_outputs}")
+    if version < 904:
+        for slot, init in _INPUT_INITS.get(op.name, {}).items():
+            if slot < len(inputs) and inputs[slot][0].op is None:
+                inputs[slot][0].attrs.setdefault("__init__", init)
+    for iname, extra in hidden_for_inputs.items():
+        if iname in names:
+            src = inputs[names.index(iname)][0]
+            if src.op is None:
+                src.attrs.update(extra)
+                continue
+        attrs.update({f"{iname}_{k.strip('_')}": v for k, v in extra.items()})
+    return Node(op, name, params, attrs, inputs, n_out)
+
+
+def _from_doc(doc, err):
+    from .symbol import Symbol
+
+    _check_type(doc, dict, "the top level", err)
+    for key in ("nodes", "heads"):
+        if key not in doc:
+            raise err(f"missing {key!r}; this is not an MXNet symbol file")
+    version = _version(doc, err)
+    doc_nodes = _check_type(doc["nodes"], list, "'nodes'", err)
+    n = len(doc_nodes)
+    if n == 0:
+        raise err("'nodes' is empty")
+    for key in ("arg_nodes", "node_row_ptr"):
+        if key in doc:
+            for v in _check_type(doc[key], list, repr(key), err):
+                _check_type(v, int, f"an entry of {key!r}", err)
+    heads = [_entry(h, n, f"head {k}", err) for k, h in enumerate(_check_type(doc["heads"], list, "'heads'", err))]
+    if not heads:
+        raise err("'heads' is empty: the symbol has no outputs")
+    ops, inputs_of, names, attrs_of = [], [], [], []
+    for i, raw in enumerate(doc_nodes):
+        _check_type(raw, dict, f"node {i}", err)
+        for key in ("op", "name", "inputs"):
+            if key not in raw:
+                raise err(f"node {i} has no {key!r}")
+        opname = _check_type(raw["op"], str, f"node {i} 'op'", err)
+        name = _check_type(raw["name"], str, f"node {i} 'name'", err)
+        where = f"node {i} ({opname} {name!r})"
+        ins = [_entry(e, n, f"{where} input {k}", err)
+               for k, e in enumerate(_check_type(raw["inputs"], list, f"{where} 'inputs'", err))]
+        if opname == "null":
+            op = None
+            if ins:
+                raise err(f"{where}: a variable has no inputs, got {len(ins)}")
+            if not name:
+                raise err(f"{where}: a variable needs a non-empty name")
+        else:
+            try:
+                op = _registry.get_op(opname)
+            except ParamError:
+                raise err(f"{where}: unknown operator {opname!r}") from None
+        if "subgraphs" in raw:
+            raise err(f"{where}: subgraphs (control-flow operators) are not supported")
+        ops.append(op)
+        inputs_of.append(ins)
+        names.append(name)
+        attrs_of.append(_node_attrs(raw, where, err))
+    built: dict[int, Node] = {}
+    for i in _topo_indices(doc_nodes, inputs_of, heads, err):
+        where = f"node {i} ({doc_nodes[i]['op']} {names[i]!r})"
+        if ops[i] is None:
+            attrs = attrs_of[i]
+            if version < MXNET_VERSION:
+                attrs = _upgrade_hidden(attrs)[0]
+            _check_var_attrs(attrs, where, err)
+            built[i] = Node(None, names[i], {}, dict(attrs), (), 1)
+        else:
+            inputs = [(built[s], j) for s, j in inputs_of[i]]
+            built[i] = _build_op_node(ops[i], names[i], dict(attrs_of[i]), inputs, version, where, err)
+    outputs = []
+    for k, (h, j) in enumerate(heads):
+        node = built[h]
+        if j >= node.num_outputs:
+            raise err(f"head {k} asks for output {j} of node {h} {node.name!r}, which has {node.num_outputs}")
+        outputs.append((node, j))
+    variables: dict[str, int] = {}
+    for i, node in built.items():
+        if node.op is None:
+            if node.name in variables:
+                raise err(f"nodes {variables[node.name]} and {i} are two variables named {node.name!r}")
+            variables[node.name] = i
+    for node in topo_order(outputs):  # variables the 0.8 upgrade added
+        if node.op is None and node.name in variables and built[variables[node.name]] is not node:
+            raise err(f"the auxiliary state added for an MXNet 0.8 file clashes with variable {node.name!r}")
+    return Symbol(outputs)
+
+
+def load_json(text, source: str = "symbol JSON"):
+    """A Symbol from MXNet symbol JSON text (``mx.sym.load_json``); ``bytes`` must be UTF-8."""
+    err = _Err(source)
+    if isinstance(text, (bytes, bytearray, memoryview)):
+        try:
+            text = bytes(text).decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise err(f"not UTF-8 text (byte offset {exc.start})") from None
+    if not isinstance(text, str):
+        raise TypeError(f"load_json: expected JSON text (str or bytes), got {type(text).__name__}")
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise err(f"not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno} "
+                  f"(character offset {exc.pos})") from None
+    except RecursionError:
+        raise err("not a symbol file: JSON nested too deeply") from None
+    try:
+        return _from_doc(doc, err)
+    except RecursionError:  # an operator's parameter parser on a pathological value
+        raise err("a value is nested too deeply") from None
+
+
+fromjson = load_json
+
+
+def load(fname):
+    """A Symbol from an MXNet symbol JSON file (``mx.sym.load``), e.g. ``NAME-symbol.json``."""
+    try:
+        with open(fname, "rb") as f:
+            data = f.read()
+    except OSError as exc:
+        raise _open_error(fname, exc) from None
+    return load_json(data, source=os.fspath(fname))
+
+
+# -- NDArray lists (.params) ----------------------------------------------------------------------
+
+_LIST_MAGIC = 0x112
+_V1_MAGIC = 0xF993FAC8
+_V2_MAGIC = 0xF993FAC9
+_V3_MAGIC = 0xF993FACA
+# mshadow type flags
+_FLAG_TO_DTYPE = {0: "<f4", 1: "<f8", 2: "<f2", 3: "u1", 4: "<i4", 5: "i1", 6: "<i8", 7: "?",
+                  8: "<i2", 9: "<u2", 10: "<u4", 11: "<u8"}
+_DTYPE_TO_FLAG = {"float32": 0, "float64": 1, "float16": 2, "uint8": 3, "int32": 4, "int8": 5, "int64": 6,
+                  "bool": 7}
+_STYPES = {1: "row_sparse", 2: "csr"}
+
+
+class _Reader:
+    def __init__(self, data: bytes, source: str):
+        self.data = memoryview(data)
+        self.pos = 0
+        self.source = source
+
+    def error(self, msg, at=None) -> SerializationError:
+        return SerializationError(f"{self.source}: {msg} (byte offset {self.pos if at is None else at})")
+
+    def remaining(self) -> int:
+        return len(self.data) - self.pos
+
+    def take(self, n: int, what: str):
+        if n > self.remaining():
+            raise self.error(f"truncated: {what} needs {n} bytes, {self.remaining()} remain")
+        chunk = self.data[self.pos:self.pos + n]
+        self.pos += n
+        return chunk
+
+    def unpack(self, fmt: str, what: str):
+        return struct.unpack(fmt, self.take(struct.calcsize(fmt), what))
+
+
+def _read_array(r: _Reader, k: int):
+    start = r.pos
+    (magic,) = r.unpack("<I", f"array {k} header")
+    np_shape = magic == _V3_MAGIC
+    if magic in (_V2_MAGIC, _V3_MAGIC):
+        (stype,) = r.unpack("<i", f"array {k} storage type")
+        if stype != 0:
+            kind = _STYPES.get(stype, f"storage type {stype}")
+            raise r.error(f"array {k} is a sparse {kind} array; only dense arrays are supported", at=start)
+    if magic in (_V1_MAGIC, _V2_MAGIC, _V3_MAGIC):
+        (ndim,) = r.unpack("<i", f"array {k} ndim")
+        if ndim == -1 and np_shape or ndim == 0 and not np_shape:
+            return None  # MXNet's "none" array: no context, type or data follow
+        if not 0 <= ndim <= _MAX_NDIM:
+            raise r.error(f"array {k} declares {ndim} dimensions", at=r.pos - 4)
+        dims = r.unpack(f"<{ndim}q", f"array {k} shape")
+    elif magic <= _MAX_NDIM:  # before V1 the header was the ndim and dimensions were uint32
+        ndim = magic
+        if ndim == 0:
+            return None
+        dims = r.unpack(f"<{ndim}I", f"array {k} shape")
+    else:
+        raise r.error(f"array {k}: unknown NDArray header 0x{magic:08x}", at=start)
+    if any(d < 0 for d in dims):
+        if np_shape:
+            return None
+        raise r.error(f"array {k} has shape {dims} with a negative dimension", at=start)
+    r.unpack("<ii", f"array {k} context")
+    flag_at = r.pos
+    (flag,) = r.unpack("<i", f"array {k} type flag")
+    if flag not in _FLAG_TO_DTYPE:
+        what = "bfloat16, which numpy cannot hold," if flag == 12 else f"unknown type flag {flag}"
+        raise r.error(f"array {k} has {what}", at=flag_at)
+    dtype = np.dtype(_FLAG_TO_DTYPE[flag])
+    size = math.prod(dims)
+    if math.prod(max(d, 1) for d in dims) * dtype.itemsize >= 2**62:  # numpy's limit, even for empty arrays
+        raise r.error(f"array {k} has shape {tuple(dims)}, too large for any array", at=start)
+    nbytes = size * dtype.itemsize
+    if nbytes > r.remaining():
+        raise r.error(f"array {k} declares shape {tuple(dims)} ({dtype.name}, {nbytes} bytes) but only "
+                      f"{r.remaining()} bytes remain in the file")
+    raw = r.take(nbytes, f"array {k} data")
+    if dtype == np.bool_:
+        arr = np.frombuffer(raw, np.uint8) != 0
+    else:
+        arr = np.frombuffer(raw, dtype).astype(dtype.newbyteorder("="), copy=True)
+    return arr.reshape(dims)
+
+
+def _parse_nd_list(data: bytes, source: str):
+    r = _Reader(data, source)
+    header, _reserved = r.unpack("<QQ", "file header")
+    if header != _LIST_MAGIC:
+        raise r.error(f"not an MXNet NDArray file: header 0x{header:x}, expected 0x{_LIST_MAGIC:x}", at=0)
+    (count,) = r.unpack("<Q", "array count")
+    if count * 8 > r.remaining():  # each array takes at least 8 bytes
+        raise r.error(f"declares {count} arrays, more than the {r.remaining()} remaining bytes can hold", at=16)
+    arrays = [_read_array(r, k) for k in range(count)]
+    at = r.pos
+    (n_names,) = r.unpack("<Q", "name count")
+    if n_names not in (0, count):
+        raise r.error(f"has {n_names} names for {count} arrays", at=at)
+    names = []
+    for k in range(n_names):
+        (length,) = r.unpack("<Q", f"name {k} length")
+        raw = r.take(length, f"name {k}")
+        try:
+            names.append(bytes(raw).decode("utf-8"))
+        except UnicodeDecodeError:
+            raise r.error(f"name {k} is not UTF-8", at=r.pos - length) from None
+    if r.remaining():
+        raise r.error(f"{r.remaining()} unexpected bytes after the names")
+    for k, a in enumerate(arrays):
+        if a is None:
+            label = f"array {k}" + (f" ({names[k]!r})" if names else "")
+            raise SerializationError(f"{source}: {label} is an empty (none) NDArray, which holds no values")
+    if not names:
+        return arrays
+    out = {}
+    for name, a in zip(names, arrays):
+        if name in out:
+            raise SerializationError(f"{source}: the name {name!r} appears twice")
+        out[name] = a
+    return out
+
+
+def _to_numpy(value, name):
+    if isinstance(value, np.ndarray):
+        return value
+    if hasattr(value, "asnumpy"):
+        return value.asnumpy()
+    if type(value).__module__.split(".")[0] == "cupy":
+        return value.get()
+    try:
+        return np.asarray(value)
+    except (TypeError, ValueError) as exc:
+        raise TypeError(f"array {name!r}: cannot convert {type(value).__name__} to a numpy array ({exc})") from None
+
+
+def _nd_bytes(arrays, names) -> bytes:
+    parts = [struct.pack("<QQQ", _LIST_MAGIC, 0, len(arrays))]
+    for name, value in zip(names or [None] * len(arrays), arrays):
+        label = f"array {name!r}" if name is not None else "an array"
+        a = _to_numpy(value, name)
+        flag = _DTYPE_TO_FLAG.get(a.dtype.name)
+        if flag is None:
+            raise SerializationError(f"{label}: dtype {a.dtype} cannot be stored in an MXNet file; "
+                                     f"use one of {sorted(_DTYPE_TO_FLAG)}")
+        if a.ndim == 0:
+            raise SerializationError(f"{label} is 0-d; MXNet's format cannot store scalars, reshape it to (1,)")
+        parts.append(struct.pack(f"<Iii{a.ndim}q", _V2_MAGIC, 0, a.ndim, *a.shape))
+        parts.append(struct.pack("<iii", 1, 0, flag))  # context cpu(0), type flag
+        parts.append(np.ascontiguousarray(a, dtype=a.dtype.newbyteorder("<")).tobytes())
+    parts.append(struct.pack("<Q", len(names or ())))
+    for name in names or ():
+        raw = name.encode("utf-8")
+        parts.append(struct.pack("<Q", len(raw)) + raw)
+    return b"".join(parts)
+
+
+def nd_save(fname, data) -> None:
+    """Write arrays in MXNet's binary NDArray-list format (``mx.nd.save``).
+
+    ``data`` is a dict ``{name: array}`` or a list of arrays (stored without names). Arrays are
+    numpy arrays or anything ``numpy.asarray`` takes (CuPy arrays are copied to the host).
+    """
+    if isinstance(data, dict):
+        for k in data:
+            if not isinstance(k, str):
+                raise TypeError(f"nd_save: names must be strings, got {type(k).__name__} {k!r}")
+        blob = _nd_bytes(list(data.values()), list(data))
+    elif isinstance(data, (list, tuple)):
+        blob = _nd_bytes(list(data), None)
+    else:
+        raise TypeError(f"nd_save: expected a dict or a list of arrays, got {type(data).__name__}")
+    with open(fname, "wb") as f:
+        f.write(blob)
+
+
+def _read_file(fname) -> bytes:
+    try:
+        with open(fname, "rb") as f:
+            return f.read()
+    except OSError as exc:
+        raise _open_error(fname, exc) from None
+
+
+def nd_load(fname):
+    """Arrays from an MXNet NDArray file (``mx.nd.load``) as numpy arrays.
+
+    Returns a dict ``{name: array}`` when the file stores names, else a list. Reads the V2 (MXNet 1.x),
+    V3 (NumPy shapes), V1 and pre-V1 layouts; a sparse or bfloat16 array is a ``SerializationError``.
+    """
+    return _parse_nd_list(_read_file(fname), os.fspath(fname))
+
+
+# -- .npz, read with the same care ----------------------------------------------------------------
+
+_MAX_DEFLATE_RATIO = 1100  # deflate cannot expand more than ~1032:1
+
+
+def _load_npz(blob: bytes, source: str) -> dict:
+    try:
+        zf = zipfile.ZipFile(io.BytesIO(blob))
+    except (zipfile.BadZipFile, ValueError, EOFError, OSError, NotImplementedError) as exc:
+        raise SerializationError(f"{source}: not a valid .npz (zip) file: {exc}") from None
+    out = {}
+    with zf:
+        for info in zf.infolist():
+            where = f"{source}: member {info.filename!r} (byte offset {info.header_offset})"
+            if not info.filename.endswith(".npy"):
+                raise SerializationError(f"{where} is not a .npy array")
+            if info.file_size > info.compress_size * _MAX_DEFLATE_RATIO + 4096:
+                raise SerializationError(f"{where} claims {info.file_size} bytes from {info.compress_size} "
+                                         "compressed bytes, more than compression can produce")
+            try:
+                with zf.open(info) as f:
+                    version = np.lib.format.read_magic(f)
+                    if version == (1, 0):
+                        shape, fortran, dtype = np.lib.format.read_array_header_1_0(f)
+                    elif version == (2, 0):
+                        shape, fortran, dtype = np.lib.format.read_array_header_2_0(f)
+                    else:
+                        raise ValueError(f"unsupported .npy format version {version}")
+                    header_len = f.tell()
+                    if dtype.hasobject:
+                        raise ValueError("holds Python objects; only plain numeric arrays are read")
+                    if dtype.name not in _DTYPE_TO_FLAG and dtype.kind not in "iuf":
+                        raise ValueError(f"dtype {dtype} is not a numeric type")
+                    if len(shape) > _MAX_NDIM:
+                        raise ValueError(f"declares {len(shape)} dimensions")
+                    nbytes = math.prod(shape) * dtype.itemsize
+                    if nbytes > info.file_size - header_len:
+                        raise ValueError(f"declares shape {shape} ({nbytes} bytes) but holds "
+                                         f"{info.file_size - header_len} bytes")
+                    raw = f.read(nbytes)
+            except (ValueError, OSError, EOFError, zipfile.BadZipFile, SyntaxError, TypeError, NotImplementedError,
+                    RuntimeError) as exc:  # RuntimeError: an encrypted member
+                raise SerializationError(f"{where}: {exc}") from None
+            if len(raw) != nbytes:
+                raise SerializationError(f"{where}: truncated, {len(raw)} of {nbytes} data bytes")
+            arr = np.frombuffer(raw, dtype).astype(dtype.newbyteorder("="), copy=True)
+            out[info.filename[:-4]] = arr.reshape(shape, order="F" if fortran else "C")
+    return out
+
+
+# -- checkpoints: arg:/aux: ------------------------------------------------------------------------
+
+
+def save_params(fname, arg_params, aux_params=None) -> None:
+    """Write ``arg_params``/``aux_params`` as MXNet writes ``NAME-0000.params`` (``arg:``/``aux:`` names).
+
+    A file name ending in ``.npz`` writes an uncompressed numpy archive with the same keys instead.
+    """
+    data = {}
+    for prefix, params in (("arg", arg_params), ("aux", aux_params)):
+        for name, value in (params or {}).items():
+            data[f"{prefix}:{name}"] = _to_numpy(value, name)
+    if os.fspath(fname).endswith(".npz"):
+        with open(fname, "wb") as f:
+            np.savez(f, **data)
+    else:
+        nd_save(fname, data)
+
+
+def load_params(fname):
+    """``(arg_params, aux_params)`` dicts of numpy arrays from an MXNet ``.params`` file or an ``.npz``
+    (``mx.model.load_checkpoint`` without the symbol). Names must carry ``arg:``/``aux:`` prefixes."""
+    source = os.fspath(fname)
+    blob = _read_file(fname)
+    data = _load_npz(blob, source) if blob.startswith(b"PK") else _parse_nd_list(blob, source)
+    if isinstance(data, list):
+        if not data:
+            return {}, {}
+        raise SerializationError(f"{source}: the arrays have no names; a checkpoint names them 'arg:NAME'/"
+                                 "'aux:NAME' (use symgrad.nd_load for unnamed arrays)")
+    arg_params, aux_params = {}, {}
+    for key, value in data.items():
+        prefix, sep, name = key.partition(":")
+        if not sep or prefix not in ("arg", "aux") or not name:
+            raise SerializationError(f"{source}: entry {key!r} has no 'arg:'/'aux:' prefix; this is not a "
+                                     "checkpoint (Gluon save_parameters files load with symgrad.nd_load)")
+        (arg_params if prefix == "arg" else aux_params)[name] = value
+    return arg_params, aux_params
