@@ -12,6 +12,15 @@ check_backward (``x + delta r`` in float32, normal ``r`` with ``|r| = 1``, ``eps
     python benchmarks/false_alarms.py                # 100 seeds
     python benchmarks/false_alarms.py --seeds 20
     python benchmarks/false_alarms.py --detection    # also: planted wrong gradients caught and named
+    python benchmarks/false_alarms.py --seeds 5 --part issue8   # quick: only the cases of issue 8
+
+Issue 8 (``run_issue8(seeds)``, tables per checker x case x dtype, float32 and float64, default settings): every
+checker at exact kinks of relu / abs / max / maximum / clip / Pooling(max) (``tests/checker_cases.py``; a run
+counts as a false alarm when it fails, and the "kink warning" column counts the runs that warned), on gradients
+that are zero in exact arithmetic (InstanceNorm(x - c) w.r.t. c, sum(x - mean(x)), a BatchNorm beta feeding
+another BatchNorm, a softmax shift), and check_numeric_gradient on relu(FullyConnected) with a pre-activation
+exactly at 0 (tests/test_false_alarms.py's case, including its assertions: no element left excluded). Target:
+0 false alarms everywhere.
 
 ``run_chainer_torch(seeds)`` holds the false alarms of the MXNet-style ``check_numeric_gradient`` and of the
 Chainer-style and PyTorch-style checkers,
@@ -22,6 +31,7 @@ parts of the tables can be added next to them.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from pathlib import Path
@@ -275,21 +285,104 @@ def detect_chainer_torch(seeds):
     return rows
 
 
+def _quiet(seed, fn, *args):
+    """``fn(*args)`` under ``tu.with_seed(seed)``, without its "failed with seed" line on stderr."""
+    import contextlib
+    import io
+
+    with contextlib.redirect_stderr(io.StringIO()):
+        return tu.with_seed(seed)(fn)(*args)
+
+
+def run_issue8(seeds, dtypes=(np.float32, np.float64)):
+    """False alarms of every checker on the cases of issue 8 (kinks, exact-zero gradients, relu(FC) at 0).
+
+    Returns rows ``(group, case, checker, dtype name, false alarms, kink warnings, first failure or "")``.
+    """
+    import warnings
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+    import checker_cases as cc
+
+    rows = []
+    groups = [("kink", cc.KINK_NAMES, cc.NO_SECOND_ORDER, lambda rng, dt, name: cc.kink_cases(rng, dt)[name][:2]),
+              ("zero gradient", cc.ZERO_NAMES, cc.ZERO_NO_SECOND_ORDER,
+               lambda rng, dt, name: cc.zero_grad_cases(rng, dt)[name][:2])]
+    for group, names, no_second, make in groups:
+        for name in names:
+            for checker in cc.CHECKERS:
+                if checker in cc.SECOND_ORDER and name in no_second:
+                    continue
+                for dt in dtypes if checker != "check_consistency" else (np.float32,):
+                    alarms = warned = 0
+                    first = ""
+                    for seed in seeds:
+                        func, inputs = make(np.random.default_rng(seed), dt, name)
+                        try:
+                            warned += bool(_quiet(seed, cc.run_checker, checker, func, inputs))
+                        except GradientCheckError as err:
+                            alarms += 1
+                            first = first or f"seed {seed}: {err.diagnosis or str(err).splitlines()[0]}"
+                    label = "float32 vs 64" if checker == "check_consistency" else np.dtype(dt).name
+                    rows.append((group, name, checker, label, alarms, warned, first))
+    # relu(FullyConnected) with a pre-activation exactly 0: tests/test_false_alarms.py's test, seed by seed
+    from test_false_alarms import test_kinked_ops_at_kinks_pass_and_say_so as relu_fc
+
+    for dt in dtypes:
+        alarms, first = 0, ""
+        for seed in seeds:
+            os.environ["SYMGRAD_TEST_SEED"] = str(seed)
+            try:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    _quiet(seed, relu_fc, "relu(FullyConnected) at 0", dt)
+            except BaseException as err:  # also pytest.warns' Failed (no warning), an OutcomeException
+                if isinstance(err, KeyboardInterrupt):
+                    raise
+                alarms += 1
+                first = first or f"seed {seed}: {getattr(err, 'diagnosis', None) or str(err).splitlines()[0]}"
+            finally:
+                os.environ.pop("SYMGRAD_TEST_SEED", None)
+        rows.append(("kink", "relu(FullyConnected) at 0", "check_numeric_gradient", np.dtype(dt).name, alarms, None,
+                     first))
+    return rows
+
+
+def print_issue8(rows, n, width=90):
+    print(f"\nIssue 8 cases: false alarms of correct gradients, default settings, {n} seeds (target 0)")
+    wc = max(len(r[1]) for r in rows)
+    print(f"{'group':<13} {'case':<{wc}} {'checker':<22} {'dtype':<13} {'alarms':>7} {'kink warning':>12}  "
+          "first failure")
+    for group, case, checker, dt, alarms, warned, first in rows:
+        w = "-" if warned is None else f"{warned}/{n}"
+        text = first if len(first) <= width else first[: width - 3] + "..."
+        print(f"{group:<13} {case:<{wc}} {checker:<22} {dt:<13} {f'{alarms}/{n}':>7} {w:>12}  {text}")
+    total = sum(r[4] for r in rows)
+    print(f"issue 8 total false alarms: {total} of {len(rows) * n} checks")
+    return total
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--seeds", type=int, default=100)
     parser.add_argument("--detection", action="store_true", help="also measure the detection of planted bugs")
+    parser.add_argument("--part", choices=("all", "smooth", "issue8"), default="all",
+                        help="smooth ops against the anchors, the cases of issue 8, or both (default)")
     args = parser.parse_args(argv)
     seeds = range(args.seeds)
-    rows = run_chainer_torch(seeds)
     n = args.seeds
-    print(f"False alarms on correct ops, float32 inputs, default settings, {n} seeds")
-    print(f"{'checker':<22} {'op':<15} {'symgrad':>12} {'anchor (float32 differences)':>30} {'ms/check':>9}")
-    for checker, op, ours, anchor, ms in rows:
-        theirs = "-" if anchor is None else f"{anchor}/{n}"
-        print(f"{checker:<22} {op:<15} {f'{ours}/{n}':>12} {theirs:>30} {ms:>9.1f}")
-    total = sum(r[2] for r in rows)
-    print(f"total false alarms with the float64 reference: {total} of {len(rows) * args.seeds} checks")
+    total = 0
+    if args.part in ("all", "smooth"):
+        rows = run_chainer_torch(seeds)
+        print(f"False alarms on correct ops, float32 inputs, default settings, {n} seeds")
+        print(f"{'checker':<22} {'op':<15} {'symgrad':>12} {'anchor (float32 differences)':>30} {'ms/check':>9}")
+        for checker, op, ours, anchor, ms in rows:
+            theirs = "-" if anchor is None else f"{anchor}/{n}"
+            print(f"{checker:<22} {op:<15} {f'{ours}/{n}':>12} {theirs:>30} {ms:>9.1f}")
+        total = sum(r[2] for r in rows)
+        print(f"total false alarms with the float64 reference: {total} of {len(rows) * args.seeds} checks")
+    if args.part in ("all", "issue8"):
+        total += print_issue8(run_issue8(seeds), n)
     if args.detection:
         print(f"\nPlanted wrong gradients, float32 inputs, default settings, {n} seeds")
         print(f"{'bug':<32} {'checker':<26} {'caught':>8} {'diagnosis names it':>19}")

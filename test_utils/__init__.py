@@ -20,6 +20,7 @@ from .compare import almost_equal, assert_allclose, assert_almost_equal, compare
 from .consistency import check_consistency
 from .context import default_context, set_default_context
 from .data import rand_ndarray, rand_shape_2d, rand_shape_3d, rand_shape_nd, random_arrays, random_uniform_arrays
+from .decisions import DecisionFlipWarning
 from .diagnose import diagnose, register_rule
 from .mxnet_checks import (
     check_numeric_gradient,
@@ -86,6 +87,7 @@ __all__ = [
     "gradgradcheck",
     # reporting
     "GradientCheckError",
+    "DecisionFlipWarning",
     "diagnose",
     "register_rule",
     "register_loss_objective",

@@ -169,3 +169,42 @@ def check_stypes(stypes, who, what):
             f"{who}: {what} asks for sparse gradient storage {sparse}; symgrad arrays are dense, only 'default' "
             "is supported"
         )
+
+
+def check_symbol(sym, who):
+    """``sym`` itself when it is a Symbol, else TypeError naming what arrived."""
+    from symgrad.symbol import Symbol
+
+    if not isinstance(sym, Symbol):
+        raise TypeError(f"{who}: sym must be a symgrad Symbol, got {type(sym).__name__}")
+    return sym
+
+
+def check_context(ctx, who):
+    """``ctx`` itself when it is a Context (``sg.cpu()``, ``sg.gpu(0)``), else TypeError."""
+    from symgrad.context import Context
+
+    if not isinstance(ctx, Context):
+        raise TypeError(f"{who}: ctx must be a Context such as sg.cpu() or sg.gpu(0), got {ctx!r}")
+    return ctx
+
+
+def _check_tol(value, who, name):
+    import numbers
+
+    if value is None:
+        return
+    if isinstance(value, dict):
+        for v in value.values():
+            _check_tol(v, who, name)
+        return
+    if isinstance(value, bool) or not isinstance(value, (numbers.Real, np.floating, np.integer)):
+        raise TypeError(f"{who}: {name} must be a number, a {{dtype: number}} dict or None, got {value!r}")
+    if not (np.isfinite(value) and value >= 0):
+        raise ValueError(f"{who}: {name} must be a finite number >= 0, got {value!r}")
+
+
+def check_tolerances(rtol, atol, who):
+    """Refuse tolerances that are not finite non-negative numbers (or None, or ``{dtype: number}`` dicts)."""
+    _check_tol(rtol, who, "rtol")
+    _check_tol(atol, who, "atol")

@@ -12,7 +12,7 @@ import numpy as np
 
 from .context import to_numpy
 from .diagnose import Diagnosis, analyze
-from .report import GradientCheckError, format_table
+from .report import GradientCheckError, Report
 from .tolerance import get_tols
 
 __all__ = ["compare", "assert_almost_equal", "almost_equal", "same", "assert_allclose"]
@@ -43,7 +43,8 @@ def _violations(a, e, rtol, atol, equal_nan, noise=None):
 
 def compare(actual, expected, rtol, atol, *, check="assert_almost_equal", arg_name=None, what=None,
             names=("actual", "expected"), equal_nan=False, eps=None, noise=None, max_rows=10,
-            extra_lines=(), facts=None, broadcast=True, context=None, exclude=None):
+            extra_lines=(), facts=None, broadcast=True, context=None, exclude=None, analytic_noise=None,
+            noise_dtype=None):
     """Raise ``GradientCheckError`` unless ``actual`` matches ``expected`` elementwise.
 
     Args:
@@ -57,6 +58,9 @@ def compare(actual, expected, rtol, atol, *, check="assert_almost_equal", arg_na
         eps: description of the finite-difference step, reported when given.
         noise: optional array (or number) added to the allowed error (estimated rounding noise of a
             numeric reference), reported in the message.
+        analytic_noise: optional array (or number) added too: the estimated rounding noise of ``actual`` in
+            ``noise_dtype`` (``harness.analytic_noise``); the diagnosis says when an error is within a few
+            times the two noises (rounding, not a wrong formula).
         max_rows: rows of the worst-element table.
         extra_lines: more lines for the message (context such as dtype or grad_req).
         facts: more attributes for the error.
@@ -71,6 +75,7 @@ def compare(actual, expected, rtol, atol, *, check="assert_almost_equal", arg_na
     facts = dict(facts or {})
     if what is None:
         what = f"{names[0]} and {names[1]} differ" + (f" for {arg_name!r}" if arg_name is not None else "")
+    common = dict(check=check, arg_name=arg_name, rtol=rtol, atol=atol, eps=eps, names=tuple(names), **_seed_fact())
     try:
         if not broadcast and a.shape != e.shape:
             raise ValueError("shapes differ")
@@ -78,19 +83,11 @@ def compare(actual, expected, rtol, atol, *, check="assert_almost_equal", arg_na
         if broadcast == "expected" and a_b.shape != a.shape:
             raise ValueError("expected does not broadcast to the shape of actual")
     except ValueError:
-        about = f" for {arg_name!r}" if arg_name is not None else ""
-        msg = [f"{check}: shapes differ{about}: {names[0]} has shape {a.shape}, {names[1]} has shape {e.shape}"]
-        diag = None
-        if a.ndim == 2 and a.shape == e.shape[::-1]:
-            diag = Diagnosis("the shapes are transposed: the rule swaps the axes", "transposed", axes=(0, 1))
-            msg.append(f"  diagnosis: {diag}")
-        msg += [f"  {line}" for line in extra_lines]
-        raise GradientCheckError(
-            "\n".join(msg), check=check, arg_name=arg_name, index=None, worst=[], mismatch_fraction=1.0,
-            n_mismatch=max(a.size, e.size), size=max(a.size, e.size), rtol=rtol, atol=atol, eps=eps,
-            names=tuple(names), diagnosis=diag, actual=a, expected=e, **_seed_fact(), **facts,
-        ) from None
-    bad, err, allowed = _violations(a_b, e_b, rtol, atol, equal_nan, noise)
+        raise _shape_error(a, e, names, arg_name, extra_lines, common, facts) from None
+    total_noise = noise
+    if analytic_noise is not None:
+        total_noise = analytic_noise if noise is None else np.asarray(noise) + np.asarray(analytic_noise)
+    bad, err, allowed = _violations(a_b, e_b, rtol, atol, equal_nan, total_noise)
     n_excluded = 0
     if exclude is not None:
         exclude = np.broadcast_to(np.asarray(exclude, bool), bad.shape)
@@ -98,6 +95,41 @@ def compare(actual, expected, rtol, atol, *, check="assert_almost_equal", arg_na
         bad = bad & ~exclude
     if not bad.any():
         return
+    rows = _worst_rows(a_b, e_b, bad, err, allowed, max_rows)
+    n_bad, size = int(bad.sum()), int(bad.size)
+    context = dict((context() if callable(context) else context) or {})
+    context.setdefault("mismatch", bad)
+    context.setdefault("arg_name", arg_name)
+    if total_noise is not None:
+        context.setdefault("noise", (np.broadcast_to(np.asarray(total_noise, np.float64), bad.shape), noise_dtype))
+    a_diag, e_diag = a_b, e_b
+    if exclude is not None:  # left-out elements count as zero in both, so they neither fit nor break a pattern
+        a_diag, e_diag = np.where(exclude, 0.0, a_b), np.where(exclude, 0.0, e_b)
+    diag = analyze(a_diag, e_diag, names, context=context)
+    report = Report(check, what, names=tuple(names), rows=rows, diagnosis=diag, context=list(extra_lines))
+    report.summary.append(_summary(n_bad, size, names, rtol, atol, eps, noise, analytic_noise, noise_dtype))
+    if n_excluded:
+        report.summary.append(f"{n_excluded} element{'s' if n_excluded != 1 else ''} left out of the comparison "
+                              "(non-differentiable points)")
+    raise GradientCheckError(
+        report, index=rows[0][0], worst=rows, mismatch_fraction=n_bad / size, n_mismatch=n_bad, size=size,
+        diagnosis=diag, actual=a_b, expected=e_b, n_excluded=n_excluded, **common, **facts,
+    )
+
+
+def _shape_error(a, e, names, arg_name, extra_lines, common, facts):
+    about = f" for {arg_name!r}" if arg_name is not None else ""
+    diag = None
+    if a.ndim == 2 and a.shape == e.shape[::-1]:
+        diag = Diagnosis("the shapes are transposed: the rule swaps the axes", "transposed", axes=(0, 1))
+    report = Report(common["check"], f"shapes differ{about}: {names[0]} has shape {a.shape}, {names[1]} has shape "
+                    f"{e.shape}", diagnosis=diag, context=list(extra_lines))
+    return GradientCheckError(report, index=None, worst=[], mismatch_fraction=1.0, n_mismatch=max(a.size, e.size),
+                              size=max(a.size, e.size), diagnosis=diag, actual=a, expected=e, **common, **facts)
+
+
+def _worst_rows(a_b, e_b, bad, err, allowed, max_rows):
+    """``(index, actual, expected, |error|, tolerance)`` of the worst mismatches (largest error / tolerance)."""
     with np.errstate(divide="ignore", invalid="ignore"):
         ratio = np.where(bad, np.where(allowed > 0, err / np.where(allowed > 0, allowed, 1.0), np.inf), -1.0)
     ratio = np.where(np.isnan(ratio), np.inf, ratio)
@@ -106,18 +138,12 @@ def compare(actual, expected, rtol, atol, *, check="assert_almost_equal", arg_na
     for f in flat:
         if not bad.flat[f]:
             break
-        idx = np.unravel_index(f, bad.shape)
-        idx = tuple(int(i) for i in idx)
+        idx = tuple(int(i) for i in np.unravel_index(f, bad.shape))
         rows.append((idx, float(a_b[idx]), float(e_b[idx]), float(err[idx]), float(allowed[idx])))
-    n_bad, size = int(bad.sum()), int(bad.size)
-    frac = n_bad / size
-    context = dict((context() if callable(context) else context) or {})
-    context.setdefault("mismatch", bad)
-    context.setdefault("arg_name", arg_name)
-    a_diag, e_diag = a_b, e_b
-    if exclude is not None:  # left-out elements count as zero in both, so they neither fit nor break a pattern
-        a_diag, e_diag = np.where(exclude, 0.0, a_b), np.where(exclude, 0.0, e_b)
-    diag = analyze(a_diag, e_diag, names, context=context)
+    return rows
+
+
+def _summary(n_bad, size, names, rtol, atol, eps, noise, analytic_noise, noise_dtype) -> str:
     tol_line = f"rtol={rtol:.3g}, atol={atol:.3g}"
     if eps is not None:
         tol_line += f", eps={eps}"
@@ -125,23 +151,11 @@ def compare(actual, expected, rtol, atol, *, check="assert_almost_equal", arg_na
     if noise is not None:
         rule += " + numeric noise"
         tol_line += f", numeric noise <= {float(np.max(noise)):.3g}"
-    lines = [
-        f"{check}: {what}",
-        f"  {n_bad} of {size} elements ({100 * frac:.3g}%) violate {rule} ({tol_line})",
-    ]
-    if n_excluded:
-        lines.append(f"  {n_excluded} element{'s' if n_excluded != 1 else ''} left out of the comparison "
-                     "(non-differentiable points)")
-    lines += [f"  {line}" for line in extra_lines]
-    lines.append(f"  worst {len(rows)} element{'s' if len(rows) != 1 else ''}:")
-    lines += [f"    {line}" for line in format_table(rows, names)]
-    if diag:
-        lines.append(f"  diagnosis: {diag}")
-    raise GradientCheckError(
-        "\n".join(lines), check=check, arg_name=arg_name, index=rows[0][0], worst=rows, mismatch_fraction=frac,
-        n_mismatch=n_bad, size=size, rtol=rtol, atol=atol, eps=eps, names=tuple(names), diagnosis=diag,
-        actual=a_b, expected=e_b, n_excluded=n_excluded, **_seed_fact(), **facts,
-    )
+    if analytic_noise is not None:
+        what = f"{np.dtype(noise_dtype).name} rounding" if noise_dtype is not None else "analytic noise"
+        rule += f" + {what}"
+        tol_line += f", {what} of {names[0]} <= {float(np.max(analytic_noise)):.3g}"
+    return f"{n_bad} of {size} elements ({100 * n_bad / size:.3g}%) violate {rule} ({tol_line})"
 
 
 def _seed_fact():

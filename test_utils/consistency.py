@@ -8,12 +8,22 @@ caller's ``ground_truth``) at the tolerance of the less precise dtype of the two
 comparison path (``compare``): a failure is a ``GradientCheckError`` naming the entry (device and dtype)
 and the output, argument or auxiliary state that differs, with the worst elements and a diagnosis.
 
-Cost: one simple_bind, two forward passes and one backward pass per entry.
+When a comparison between the most precise entry and an entry of another dtype or device fails, the
+failure may come from a few elementwise *decisions* (a ReLU input within rounding of 0, a max-pool near
+tie) that the two entries took differently: a flipped relu mask moves a whole gradient row. The most
+precise entry is then re-run with the other entry's decisions pinned by value (``test_utils.decisions``):
+if every output, gradient and auxiliary state then agrees, the check passes with a
+``DecisionFlipWarning`` listing the flips; otherwise the failure stands, compared with the pinned run
+(so its diagnosis is about what is left), and its message lists the flips.
+
+Cost: one simple_bind, two forward passes and one backward pass per entry; a failing entry of another
+dtype or device costs two more forward passes of it and of the most precise entry, and one backward.
 """
 
 from __future__ import annotations
 
 import hashlib
+import warnings
 
 import numpy as np
 
@@ -23,12 +33,13 @@ from symgrad.symbol import Symbol
 from ._inputs import check_kind, check_stypes, normalize_grad_req
 from .compare import compare
 from .context import to_device, to_numpy
+from .decisions import DecisionFlipWarning, format_flips, pin_decisions, record_decisions
 from .mxnet_checks import _raise_first
 from .report import GradientCheckError
 from .seed import seeded_check
 from .tolerance import get_tols
 
-__all__ = ["check_consistency"]
+__all__ = ["check_consistency", "DecisionFlipWarning"]
 
 _WHO = "check_consistency"
 
@@ -218,7 +229,14 @@ def check_consistency(sym, ctx_list, scale=1.0, grad_req="write", arg_params=Non
 
     Raises:
         GradientCheckError: an entry differs; the message names the entry (device, dtype), the output,
-            argument or auxiliary state, the reference entry and the dtype whose tolerance applied.
+            argument or auxiliary state, the reference entry and the dtype whose tolerance applied. When the
+            entry's dtype or device differs from the most precise entry's and some decisions (relu masks,
+            max-pool choices) flipped between the two, the comparison is with the most precise entry re-run
+            with those decisions pinned, the message lists the flips and ``err.flips`` holds them.
+
+    Warns:
+        DecisionFlipWarning: such an entry differed only through flipped decisions (pinning them made every
+            output, gradient and auxiliary state agree); the check passes. ``warning.flips`` lists them.
         ValueError / TypeError: malformed ``ctx_list``, symbols, params or ground truth.
 
     Differences from MXNet: the head gradients of ``backward`` are standard-normal arrays rounded to
@@ -278,14 +296,19 @@ def check_consistency(sym, ctx_list, scale=1.0, grad_req="write", arg_params=Non
     grad_names = [k for k in arg_names if reqs[k] != "null"]
     if ground_truth is not None:
         gt = _ground_truth(ground_truth, out_names + (grad_names if training else []), aux_names)
-    failures = []
+    errors: dict = {}  # entry index -> its GradientCheckErrors, settled at the end (re-checked, printed, raised)
 
-    def check(e, values, ref_entry, ref_values, phase, kinds):
-        """Compare ``values`` of entry ``e`` with ``ref_values`` (of ``ref_entry``; None: the ground truth)."""
+    def check(e, values, ref_entry, ref_values, phase, kinds, sink=None, flips=None):
+        """Compare ``values`` of entry ``e`` with ``ref_values`` (of ``ref_entry``; None: the ground truth);
+        failures go to ``sink`` (default: ``errors`` of ``e``). ``flips``: the decision flips pinned in
+        ``ref_values`` (a re-check), listed in the report."""
         if ref_entry is None:
             ref_desc, ref_label, reference = "the ground truth", "ground truth", "ground_truth"
         else:
             ref_desc, ref_label, reference = f"{ref_entry.desc}, the most precise", ref_entry.label, ref_entry.index
+        if flips:
+            ref_desc += f", re-run with {e.desc}'s decisions pinned"
+        sink = errors.setdefault(e.index, []) if sink is None else sink
         for name, got in values.items():
             if name not in ref_values:
                 continue
@@ -299,19 +322,51 @@ def check_consistency(sym, ctx_list, scale=1.0, grad_req="write", arg_params=Non
                      "reference": reference, "phase": phase, "kind": kind}
             if kind == "gradient":
                 facts["grad_req"] = reqs[name]
+            if flips:
+                facts["flips"] = flips
             what = f"{'gradient of' if kind == 'gradient' else kind} {name!r}"
             try:
                 compare(got, want, rt, at, check=_WHO, arg_name=name, names=(e.label, ref_label),
                         what=f"{what} on {e.desc} differs from {ref_desc}",
                         equal_nan=equal_nan, broadcast=False, facts=facts,
                         extra_lines=[f"compared after {phase}, at the tolerance of {looser.name} (the less precise "
-                                     "dtype of the pair)"])
+                                     "dtype of the pair)", *_flip_lines(ref_entry, e, flips)])
             except GradientCheckError as err:
+                sink.append(err)
+
+    def settle(train_values):
+        """Explain failures between entries of different dtypes or devices by decision flips, then report."""
+        failures = []
+        for e in entries:
+            errs = errors.get(e.index)
+            if errs and ground_truth is None and e is not ref and (e.dtype != ref.dtype or e.ctx != ref.ctx):
+                errs = recheck(e, errs, train_values)
+            for err in errs or ():
                 if raise_on_err:
                     failures.append(err)
                 else:
+                    what = f"{'gradient of' if err.kind == 'gradient' else err.kind} {err.arg_name!r}"
                     print(f"{_WHO}: {what} on {e.desc} is inconsistent (raise_on_err=False, continuing):")
                     print(err)
+        _raise_first(failures)
+
+    def recheck(e, errs, train_values):
+        """``e``'s failures against the most precise entry re-run with ``e``'s decisions pinned: none (then
+        warn) when the flips explain every difference; the original ones when nothing flipped."""
+        flips, pinned_infer, pinned_train = _pinned_reference(e, ref, host_args, host_aux, heads, grad_names)
+        if not flips:
+            return errs
+        sink = []
+        check(e, infer_outs[e.index], ref, pinned_infer, "forward(is_train=False)", out_kinds, sink, flips)
+        if train_values is not None:
+            check(e, train_values[e.index], ref, pinned_train, train_phase, kinds, sink, flips)
+        if not sink:
+            # stacklevel 5: recheck <- settle <- check_consistency <- seeded_check's wrapper <- the caller
+            warnings.warn(DecisionFlipWarning("\n".join([
+                f"{_WHO}: not an error: {len(flips)} decision(s) flipped between {e.desc} and {ref.desc} "
+                f"({_legend(ref, e)}); with them pinned, {e.desc} agrees with it in every output, gradient and "
+                "auxiliary state:", *format_flips(flips)]), flips), stacklevel=5)
+        return sink
 
     # inference pass, compared with the most precise entry (or the ground truth when there is no training pass)
     infer_outs = [e.forward(is_train=False) for e in entries]
@@ -324,10 +379,10 @@ def check_consistency(sym, ctx_list, scale=1.0, grad_req="write", arg_params=Non
             check(e, outs, ref, infer_outs[ref.index], "forward(is_train=False)", out_kinds)
 
     if not training:
-        _raise_first(failures)
-        if ground_truth is not None:
-            return ground_truth
-        return {**infer_outs[ref.index], **{k: _host(a) for k, a in ref.exe.aux_dict.items()}}
+        heads = None
+        truth = {**infer_outs[ref.index], **{k: _host(a) for k, a in ref.exe.aux_dict.items()}}
+        settle(None)
+        return ground_truth if ground_truth is not None else truth
 
     # training pass: the same random head gradients everywhere, rounded to float16 so that every dtype holds
     # them exactly (whatever the entries, so a ground truth from another call stays comparable)
@@ -336,8 +391,7 @@ def check_consistency(sym, ctx_list, scale=1.0, grad_req="write", arg_params=Non
     heads = [None if loss else head_rng.standard_normal(train_outs[0][name].shape).astype(np.float16)
              for name, loss in zip(out_names, _loss_heads(syms[0]))]
     for e in entries:
-        e.exe.backward([None if h is None else to_device(h, e.ctx, e.exe.outputs[k].dtype)
-                        for k, h in enumerate(heads)])
+        _backward(e.exe, heads, e.ctx)
 
     results = []
     for e, outs in zip(entries, train_outs):
@@ -345,11 +399,55 @@ def check_consistency(sym, ctx_list, scale=1.0, grad_req="write", arg_params=Non
         aux = {k: _host(a) for k, a in e.exe.aux_dict.items()}
         results.append({**outs, **grads, **aux})
     kinds = {**out_kinds, **dict.fromkeys(grad_names, "gradient"), **dict.fromkeys(aux_names, "auxiliary state")}
-    phase = "forward(is_train=True) + backward with the same random head gradients"
+    train_phase = "forward(is_train=True) + backward with the same random head gradients"
     for e, values in zip(entries, results):
         if ground_truth is not None:
-            check(e, values, None, gt, phase, kinds)
+            check(e, values, None, gt, train_phase, kinds)
         elif e is not ref:
-            check(e, values, ref, results[ref.index], phase, kinds)
-    _raise_first(failures)
+            check(e, values, ref, results[ref.index], train_phase, kinds)
+    settle(results)
     return ground_truth if ground_truth is not None else results[ref.index]
+
+
+def _flip_lines(ref, e, flips):
+    """Report lines of a comparison with ``ref`` re-run with ``e``'s decisions pinned (none without flips)."""
+    if not flips:
+        return []
+    return [f"{ref.desc} was re-run with {len(flips)} decision(s) pinned to {e.desc}'s, so that the two differ only "
+            f"by rounding ({_legend(ref, e)}):", *format_flips(flips)]
+
+
+def _legend(ref, e):
+    """How a flip line reads: ``relu 'r'[0, 3]: True -> False, decided on 3e-08 vs -2e-08``."""
+    a, b = f"#{ref.index}", f"#{e.index}"
+    return f"op node[index]: {a}'s choice -> {b}'s, decided on {a}'s value vs {b}'s"
+
+
+def _backward(exe, heads, ctx):
+    """``exe.backward`` with the float16 head gradients on ``ctx`` in the dtype of each output."""
+    exe.backward([None if h is None else to_device(h, ctx, exe.outputs[k].dtype) for k, h in enumerate(heads)])
+
+
+def _pinned_reference(e, ref, host_args, host_aux, heads, grad_names):
+    """The most precise entry ``ref`` re-run with entry ``e``'s decisions pinned by value.
+
+    Both entries start again from the call's inputs (the training pass moved BatchNorm's running
+    statistics); ``e`` runs its inference and training forward recording its decision ops' inputs, then
+    ``ref`` runs the same passes pinned to them and, when ``heads`` is given (training), its backward,
+    which reads the pinned values. Returns ``(flips, inference outputs, training values or None)``.
+    """
+    e.set_inputs(host_args, host_aux)
+    records = [record_decisions(e.exe, is_train=False)]
+    if heads is not None:
+        records.append(record_decisions(e.exe, is_train=True))
+    ref.set_inputs(host_args, host_aux)
+    flips = pin_decisions(ref.exe, records[0])
+    infer = dict(zip(ref.out_names, (_host(o) for o in ref.exe.outputs)))
+    if heads is None:
+        return flips, infer, None
+    flips += pin_decisions(ref.exe, records[1])
+    outs = dict(zip(ref.out_names, (_host(o) for o in ref.exe.outputs)))
+    _backward(ref.exe, heads, ref.ctx)
+    grads = {k: _host(ref.exe.grad_dict[k]) for k in grad_names}
+    aux = {k: _host(a) for k, a in ref.exe.aux_dict.items()}
+    return flips, infer, {**outs, **grads, **aux}

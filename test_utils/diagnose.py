@@ -67,6 +67,7 @@ PATTERNS = {
     "partial_sign": "sign flipped on part of the elements",
     "broadcast": "one slice taken (or a mean) instead of the sum over a broadcast axis",
     "confined": "error confined to a few elements",
+    "rounding": "every error within a few times the estimated rounding noise",
     "kink": "mismatch at non-differentiable points",
     "spread": "error over many elements with no simple pattern",
     "custom": "a registered rule that returned a plain string",
@@ -132,6 +133,8 @@ def _scaled(actual, expected, context=None):
     """actual = k * expected for one constant k."""
     ee = float(np.vdot(expected, expected))
     if ee == 0.0:
+        if _confined(actual, expected, context):
+            return None  # a few wrong elements of a zero gradient: name them (``_confined``)
         if np.any(actual != 0):
             return Diagnosis("expected is all zeros but actual is not: a gradient where none should flow (a "
                              "constant, an index input or a BlockGrad'ed path got one)", "unexpected")
@@ -278,10 +281,10 @@ def _confined(actual, expected, context):
     idx = [tuple(int(i) for i in ix) for ix in np.argwhere(bad)]
     shown = ", ".join(f"({_fmt_index(ix)}{',' if len(ix) == 1 else ''})" for ix in idx[:8])
     more = f" and {n - 8} more" if n > 8 else ""
-    rel = [abs(actual[ix] - expected[ix]) / max(abs(expected[ix]), 1e-300) for ix in idx[:8]]
-    rel_txt = ", ".join(f"{100 * r:.3g}%" for r in rel)
+    off = [f"{100 * abs(actual[ix] - expected[ix]) / abs(expected[ix]):.3g}%" if expected[ix] != 0 else
+           f"{actual[ix]:.3g} where expected is 0" for ix in idx[:8]]
     return Diagnosis(
-        f"error confined to {n} of {m} elements: indices {shown}{more} (off by {rel_txt}); every other element "
+        f"error confined to {n} of {m} elements: indices {shown}{more} (off by {', '.join(off)}); every other element "
         "agrees: an element-specific mistake (an edge case, a boundary or padding element, a special or tied "
         "value, an indexing error), not a wrong formula", "confined", indices=idx, n_wrong=n, size=m,
     )
@@ -315,10 +318,37 @@ _small_relative.uses_context = True  # type: ignore[attr-defined]
 
 _nonfinite.finite_only = False  # type: ignore[attr-defined]
 
+
+#: an error within this multiple of the estimated rounding noise is described as rounding, not as a bug
+NOISE_EXPLAINS = 4.0
+
+
+def _rounding(actual, expected, context):
+    """Every mismatch within ``NOISE_EXPLAINS`` times the estimated rounding noise (``context["noise"]``:
+    ``(noise array, dtype)``): accumulation noise of the dtype under test, not a wrong formula."""
+    noise, dtype = (context or {}).get("noise", (None, None))
+    if noise is None:
+        return None
+    bad = _mismatch(actual, expected, context)
+    noise = np.broadcast_to(np.asarray(noise, np.float64), actual.shape)
+    if not bad.any() or not np.all(noise[bad] > 0):
+        return None
+    ratio = float(np.max(np.abs(actual - expected)[bad] / noise[bad]))
+    if ratio > NOISE_EXPLAINS:
+        return None
+    what = f"{np.dtype(dtype).name} rounding" if dtype is not None else "rounding"
+    return Diagnosis(
+        f"every mismatch is within {ratio:.2g} x the estimated {what} noise of actual (the size of what its sums "
+        f"accumulate times eps): accumulation noise, not a wrong formula -- loosen atol to the noise "
+        f"({float(np.max(noise[bad])):.3g}), or compare in float64", "rounding", ratio=ratio)
+
+
+_rounding.uses_context = True  # type: ignore[attr-defined]
+
 # one-slice evidence is exact (it comes from re-running the backward), so it goes before the ratio fit,
 # which a 4-element bias gradient can satisfy by chance
-RULES: list[Rule] = [_nonfinite, _broadcast_reduction, _scaled, _offset, _transposed, _sign_partly_flipped,
-                     _confined, _small_relative]
+RULES: list[Rule] = [_nonfinite, _rounding, _broadcast_reduction, _scaled, _offset, _transposed,
+                     _sign_partly_flipped, _confined, _small_relative]
 
 
 def register_rule(rule: Rule, first: bool = False) -> Rule:

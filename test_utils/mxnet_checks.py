@@ -16,11 +16,14 @@ import warnings
 import numpy as np
 
 from ._inputs import (
+    check_context,
     check_dtype,
     check_finite,
     check_kind,
     check_shapes,
     check_stypes,
+    check_symbol,
+    check_tolerances,
     nonfinite_notes,
     normalize_grad_req,
     parse_aux,
@@ -28,26 +31,19 @@ from ._inputs import (
 )
 from .compare import _violations, compare
 from .context import default_context, synchronize, to_device, to_numpy
+from .differencer import COMPLEX_STEP, check_method, default_steps, gradient
+from .harness import Harness, as_array_like, assert_deterministic
+from .harness import analytic_noise as harness_analytic_noise
 from .numeric import (
-    COMPLEX_STEP,
-    _check_method,
-    _complex_dtype,
-    _Evaluator,
-    as_array_like,
-    assert_deterministic,
-    central_differences,
     check_complex_support,
     complex_objective,
-    complex_step_differences,
-    default_steps,
-    find_kinks,
+    element_kinks,
     projected_objective,
     resolve_numeric_eps,
-    rounding_noise,
 )
 from .report import GradientCheckError, NondifferentiablePointWarning, format_index
 from .seed import seeded_check
-from .tolerance import get_tols
+from .tolerance import NOISE_FACTOR, get_tols
 
 __all__ = [
     "check_symbolic_forward",
@@ -178,14 +174,24 @@ def _slice_probe(sym, ctx, loc, aux, heads, names):
     return terms
 
 
-def _diagnosis_context(sym, ctx, loc, aux, heads, name, out_shapes, kinks=()):
-    """What ``diagnose`` may use beyond the two arrays, for argument ``name`` (computed on failure only)."""
+def diagnosis_context(sym, ctx, loc, aux, heads, name, out_shapes, kinks=(), noise=None):
+    """What ``diagnose`` may use beyond the two arrays, for argument ``name`` (computed on failure only).
+
+    ``noise``: the estimated rounding noise of the gradient (an array) when the checker has it; otherwise it is
+    estimated here for float16/float32 gradients (``harness.analytic_noise``), so a report can say that an
+    error is accumulation noise rather than a wrong formula.
+    """
     context = {"broadcast_axes": _broadcast_axes(loc[name].shape, out_shapes, sym.list_outputs()),
                "kinks": list(kinks)}
+    dtype = np.asarray(loc[name]).dtype
     try:
         context["slice_terms"] = _slice_probe(sym, ctx, loc, aux, heads, [name]).get(name, [])
-    except Exception as exc:  # the probe must never hide the real failure
-        warnings.warn(f"diagnosis: the slice probe for {name!r} failed ({type(exc).__name__}: {exc})", stacklevel=3)
+        if noise is None and dtype.kind == "f" and dtype.itemsize < 8:
+            noise = harness_analytic_noise(sym, loc, aux, heads, [name], dtype)[1][name]
+    except Exception as exc:  # the probes must never hide the real failure
+        warnings.warn(f"diagnosis: the probes for {name!r} failed ({type(exc).__name__}: {exc})", stacklevel=3)
+    if noise is not None:
+        context["noise"] = (noise, dtype)
     return context
 
 
@@ -343,7 +349,7 @@ def check_symbolic_backward(sym, location, out_grads, expected, rtol=None, atol=
         facts = {"grad_req": req}
 
         def context(name=name):
-            return _diagnosis_context(sym, ctx, loc, aux, heads, name, out_shapes)
+            return diagnosis_context(sym, ctx, loc, aux, heads, name, out_shapes)
 
         try:
             if req == "null":
@@ -544,184 +550,255 @@ def check_numeric_gradient(sym, location, aux_states=None, numeric_eps=None, rto
     >>> x = sg.sym.Variable("x")
     >>> res = check_numeric_gradient(sg.sym.tanh(x), [np.array([0.1, -0.5, 2.0])])
     """
-    who = "check_numeric_gradient"
-    dtype = check_dtype(dtype, who)
-    ndtype = dtype if numeric_dtype is None else check_dtype(numeric_dtype, who)
-    method = _check_method(method, who)
-    if kinks not in KINK_MODES:
-        raise ValueError(f"{who}: kinks must be one of {KINK_MODES}, got {kinks!r}")
-    ctx = default_context() if ctx is None else ctx
-    check_stypes(grad_stype_dict, who, "grad_stype_dict")
-    arg_names = sym.list_arguments()
-    raw_loc = parse_location(sym, location, who)
-    check_finite(raw_loc, who)
-    if aux_states is not None:
-        check_finite(parse_aux(sym, aux_states, who), who, "auxiliary state")
-    loc, aux, out_shapes = _prepare(sym, raw_loc, aux_states, ctx, dtype, who)
-    reqs = _grad_nodes(grad_nodes, arg_names, who)
-    complex_step = method == "complex_step"
-    if complex_step and numeric_eps is not None:
-        raise ValueError(f"{who}: numeric_eps does not apply to method='complex_step' (its step is "
-                         f"{COMPLEX_STEP:g} * max(|x|, 1)); leave numeric_eps=None")
-    eps = None if complex_step else resolve_numeric_eps(numeric_eps, dtype, ndtype, who)
-    rtol, atol = get_tols(np.empty(0, dtype), np.empty(0, dtype), rtol, atol)
+    setup = _NumericSetup.validate(sym, location, aux_states, numeric_eps, rtol, atol, grad_nodes, use_forward_train,
+                                   ctx, grad_stype_dict, dtype, numeric_dtype, method, kinks)
+    run = _NumericRun(setup, progress)
+    rounds = run.until_no_kinks()
+    if run.redrawn or run.excluded:
+        warnings.warn(NondifferentiablePointWarning(_kink_warning(setup.who, run.first_kinks, run.redrawn,
+                                                                  run.excluded)), stacklevel=2)
+    return run.compare(rounds)
 
-    # random projection (quantised to dtype: both executors see the same weights) and dirty buffers
-    weights = [np.asarray(np.random.rand(*s) + 0.1).astype(dtype) for s in out_shapes]
-    initial = {k: np.random.normal(0, 0.01, size=loc[k].shape).astype(dtype) for k in arg_names if k in reqs}
-    weights64 = [w.astype(np.float64) for w in weights]
-    ref_sym, loss_heads, make_objective = projected_objective(sym, weights64, who)
-    heads = [None if loss else w for w, loss in zip(weights, loss_heads)]
-    checked = [k for k in arg_names if reqs.get(k, "null") != "null"]
-    if complex_step:
-        losses = [n for n, loss in zip(sym.list_outputs(), loss_heads) if loss]
-        if losses:
-            raise NotImplementedError(f"{who}: method='complex_step' cannot differentiate the implied loss of the "
-                                      f"loss head output(s) {losses}; use method='central' or 'richardson'")
-        check_complex_support(sym, loc, aux, names=checked, ctx=ctx, is_train=use_forward_train,
-                              numeric_dtype=ndtype, who=who)
 
-    buffers = _on(ctx, initial)
-    exe = sym.bind(ctx, _on(ctx, loc), args_grad=buffers, grad_req={k: reqs.get(k, "null") for k in arg_names},
-                   aux_states=_on(ctx, aux))
-    ref = ref_sym.bind(ctx, _on(ctx, loc, ndtype), grad_req="null", aux_states=_on(ctx, aux, ndtype))
-    aux_ref = {k: v.astype(ndtype) for k, v in aux.items()}
-    assert_deterministic(exe, True, aux, who, "the forward with is_train=True (that of the analytic gradient)")
-    if not use_forward_train:
-        assert_deterministic(ref, False, aux_ref, who, "the forward with is_train=False (use_forward_train=False)")
-    if complex_step:
-        cdt = _complex_dtype(ndtype)
-        cref = sym.bind(ctx, {k: to_device(v, ctx, cdt if k in checked else ndtype) for k, v in loc.items()},
-                        grad_req="null", aux_states=_on(ctx, aux, cdt))
+class _NumericSetup:
+    """The validated arguments of one ``check_numeric_gradient`` call (phase 1: validate)."""
 
-    def analytic_at(point):
-        for k in arg_names:
-            _write(exe.arg_dict[k], point[k])
-        for k, b in buffers.items():
-            _write(b, initial[k])
-        for k, a in exe.aux_dict.items():
-            _write(a, aux[k])
-        exe.forward(is_train=True)
-        exe.backward([None if h is None else to_device(h, ctx) for h in heads])
-        return {k: np.array(to_numpy(b), copy=True) for k, b in buffers.items()}
+    @classmethod
+    def validate(cls, sym, location, aux_states, numeric_eps, rtol, atol, grad_nodes, use_forward_train, ctx,
+                 grad_stype_dict, dtype, numeric_dtype, method, kinks):
+        s = cls()
+        s.who = who = "check_numeric_gradient"
+        check_symbol(sym, who)
+        s.sym = sym
+        s.dtype = check_dtype(dtype, who)
+        s.ndtype = s.dtype if numeric_dtype is None else check_dtype(numeric_dtype, who)
+        s.method = check_method(method, who)
+        if kinks not in KINK_MODES:
+            raise ValueError(f"{who}: kinks must be one of {KINK_MODES}, got {kinks!r}")
+        s.kinks = kinks
+        s.ctx = check_context(default_context() if ctx is None else ctx, who)
+        check_stypes(grad_stype_dict, who, "grad_stype_dict")
+        s.arg_names = sym.list_arguments()
+        raw_loc = parse_location(sym, location, who)
+        check_finite(raw_loc, who)
+        if aux_states is not None:
+            check_finite(parse_aux(sym, aux_states, who), who, "auxiliary state")
+        s.loc, s.aux, s.out_shapes = _prepare(sym, raw_loc, aux_states, s.ctx, s.dtype, who)
+        s.reqs = _grad_nodes(grad_nodes, s.arg_names, who)
+        s.complex_step = s.method == "complex_step"
+        if s.complex_step and numeric_eps is not None:
+            raise ValueError(f"{who}: numeric_eps does not apply to method='complex_step' (its step is "
+                             f"{COMPLEX_STEP:g} * max(|x|, 1)); leave numeric_eps=None")
+        s.eps = None if s.complex_step else resolve_numeric_eps(numeric_eps, s.dtype, s.ndtype, who)
+        check_tolerances(rtol, atol, who)
+        s.rtol, s.atol = get_tols(np.empty(0, s.dtype), np.empty(0, s.dtype), rtol, atol if atol is not None else 0.0)
+        s.atol = None if atol is None else s.atol  # None: scaled to each argument's gradient (_NumericRun._atol)
+        s.is_train = bool(use_forward_train)
+        s.checked = [k for k in s.arg_names if s.reqs.get(k, "null") != "null"]
+        return s
 
-    def numeric_at(point):
-        for k in arg_names:
-            _write(ref.arg_dict[k], point[k])
-        base = _Evaluator(ref, None, use_forward_train, aux_ref).base()
-        objective = make_objective([np.asarray(b, np.float64) for b in base])
-        magnitude = objective(base)[1]
-        kind = "central" if complex_step else method
-        if eps is None:
-            steps = {k: default_steps(point[k], ndtype, kind) for k in checked}
+    @property
+    def eps_desc(self) -> str:
+        if self.complex_step:
+            text = f"complex step x + i h, h = {COMPLEX_STEP:g} * max(|x|, 1)"
+        elif self.eps is None:
+            text = f"per element x +- h, h = {float(default_steps(0.0, self.ndtype, self.method)):.3g} * max(|x|, 1)"
         else:
-            steps = {k: np.full(point[k].shape, eps / 2.0) for k in checked}
-        if complex_step:
-            for k in arg_names:
-                _write(cref.arg_dict[k], point[k])
-            numeric, widths = complex_step_differences(
-                cref, checked, complex_objective(weights64), {k: default_steps(point[k], ndtype, method)
-                                                              for k in checked},
-                is_train=use_forward_train, aux_initial=aux_ref, progress=progress)
-        else:
-            numeric, widths = central_differences(ref, checked, lambda outs: objective(outs)[0], steps,
-                                                  is_train=use_forward_train, aux_initial=aux_ref, method=method,
-                                                  progress=progress)
-        return numeric, widths, magnitude, (lambda outs: objective(outs)[0]), steps
+            text = f"{self.eps:g} (x +- eps/2)"
+        return text + (", Richardson-extrapolated with h/2" if self.method == "richardson" else "")
 
-    # evaluate; elements at kinks are re-drawn (up to MAX_REDRAWS rounds) or excluded
-    point = {k: v.copy() for k, v in loc.items()}
-    redrawn, excluded, first_kinks, found = {}, {}, None, {}
-    for round_ in range(MAX_REDRAWS + 1):
-        got = analytic_at(point)
-        numeric, widths, magnitude, scalar, steps = numeric_at(point)
+
+class _NumericRun:
+    """Phases 2-5 of ``check_numeric_gradient``: bind, reference, kinks, compare."""
+
+    def __init__(self, s, progress):
+        self.s, self.progress = s, progress
+        # random projection (quantised to dtype: both executors see the same weights) and dirty buffers
+        self.weights = [np.asarray(np.random.rand(*shape) + 0.1).astype(s.dtype) for shape in s.out_shapes]
+        self.initial = {k: np.random.normal(0, 0.01, size=s.loc[k].shape).astype(s.dtype)
+                        for k in s.arg_names if k in s.reqs}
+        self.weights64 = [w.astype(np.float64) for w in self.weights]
+        ref_sym, self.loss_heads, self.make_objective = projected_objective(s.sym, self.weights64, s.who)
+        self.heads = [None if loss else w for w, loss in zip(self.weights, self.loss_heads)]
+        self._bind(ref_sym)
+        self.redrawn, self.excluded, self.first_kinks = {}, {}, None
+
+    # -- phase 2: bind ------------------------------------------------------------------------------------
+    def _bind(self, ref_sym):
+        s = self.s
+        if s.complex_step:
+            losses = [n for n, loss in zip(s.sym.list_outputs(), self.loss_heads) if loss]
+            if losses:
+                raise NotImplementedError(f"{s.who}: method='complex_step' cannot differentiate the implied loss of "
+                                          f"the loss head output(s) {losses}; use method='central' or 'richardson'")
+            check_complex_support(s.sym, s.loc, s.aux, names=s.checked, ctx=s.ctx, is_train=s.is_train,
+                                  numeric_dtype=s.ndtype, who=s.who)
+        self.buffers = _on(s.ctx, self.initial)
+        self.exe = s.sym.bind(s.ctx, _on(s.ctx, s.loc), args_grad=self.buffers,
+                              grad_req={k: s.reqs.get(k, "null") for k in s.arg_names}, aux_states=_on(s.ctx, s.aux))
+        self.ref = Harness.bind(ref_sym, s.loc, s.aux, ctx=s.ctx, dtype=s.ndtype, is_train=s.is_train)
+        assert_deterministic(self.exe, True, s.aux, s.who,
+                             "the forward with is_train=True (that of the analytic gradient)")
+        if not s.is_train:
+            self.ref.assert_deterministic(s.who, "the forward with is_train=False (use_forward_train=False)")
+        if s.complex_step:
+            self.cref = Harness.bind(s.sym, s.loc, s.aux, ctx=s.ctx, dtype=s.ndtype, is_train=s.is_train,
+                                     complex_names=s.checked)
+
+    # -- phase 3: the two sides at a point --------------------------------------------------------------
+    def analytic_at(self, point):
+        s = self.s
+        for k in s.arg_names:
+            _write(self.exe.arg_dict[k], point[k])
+        for k, b in self.buffers.items():
+            _write(b, self.initial[k])
+        for k, a in self.exe.aux_dict.items():
+            _write(a, s.aux[k])
+        self.exe.forward(is_train=True)
+        self.exe.backward([None if h is None else to_device(h, s.ctx) for h in self.heads])
+        got = {k: np.array(to_numpy(b), copy=True) for k, b in self.buffers.items()}
         analytic = {}
-        for k in checked:
+        for k in s.checked:
             analytic[k] = got[k].astype(np.float64)
-            if reqs[k] == "add":
-                analytic[k] = analytic[k] - initial[k].astype(np.float64)
-        found = {}
-        for k in checked:
-            noise = rounding_noise(magnitude, widths[k], ndtype)
-            bad, _, allowed = _violations(analytic[k], numeric[k], rtol, atol, False, noise)
-            if bad.any():
-                ks = find_kinks(ref, k, scalar, np.argwhere(bad), steps[k], analytic[k], allowed, magnitude=magnitude,
-                                numeric_dtype=ndtype, is_train=use_forward_train, aux_initial=aux_ref)
-                if ks:
-                    found[k] = ks
-        if first_kinks is None:
-            first_kinks = [kk for ks in found.values() for kk in ks]
-        valid = {k: [kk for kk in ks if kk.subgradient] for k, ks in found.items()}
-        valid = {k: ks for k, ks in valid.items() if ks}
-        if not valid or kinks == "error":
-            break
-        if kinks == "exclude" or round_ == MAX_REDRAWS:
-            for k, ks in valid.items():
-                excluded[k] = [kk.index for kk in ks]
-            break
-        # distinct distances (KINK_NUDGE + 3 j steps, random side): tied elements moved together stay >= 3 steps
-        # apart, so no central difference straddles their kink again
+            if s.reqs[k] == "add":
+                analytic[k] = analytic[k] - self.initial[k].astype(np.float64)
+        _, noise = harness_analytic_noise(s.sym, point, s.aux, self.heads, s.checked, s.dtype, actual=analytic)
+        return got, analytic, noise
+
+    def numeric_at(self, point):
+        s = self.s
+        self.ref.set_values(point)
+        base = self.ref.base()
+        objective = self.make_objective([np.asarray(b, np.float64) for b in base])
+        scalar = lambda outs: objective(outs)[0]
+        # rounding noise of one evaluation: of the final sum, or of cancellation inside the forward
+        f_noise = max(NOISE_FACTOR * float(np.finfo(s.ndtype).eps) * objective(base)[1],
+                      self.ref.objective_noise(scalar, s.ndtype))
+        kind = "central" if s.complex_step else s.method
+        if s.eps is None:
+            steps = {k: default_steps(point[k], s.ndtype, kind) for k in s.checked}
+        else:
+            steps = {k: np.full(point[k].shape, s.eps / 2.0) for k in s.checked}
+        if s.complex_step:
+            self.cref.set_values(point)
+            numeric, widths = gradient(self.cref, s.checked, complex_objective(self.weights64),
+                                       {k: default_steps(point[k], s.ndtype, "complex_step") for k in s.checked},
+                                       method="complex_step", progress=self.progress,
+                                       desc="numeric gradient (complex step)")
+        else:
+            numeric, widths = gradient(self.ref, s.checked, scalar, steps, method=s.method, progress=self.progress)
+        noise = {k: f_noise / widths[k] for k in s.checked}
+        return numeric, noise, f_noise, scalar, steps
+
+    # -- phase 4: kinks ----------------------------------------------------------------------------------
+    def until_no_kinks(self):
+        """Evaluate both sides; elements at kinks are re-drawn (up to MAX_REDRAWS rounds) or excluded."""
+        s = self.s
+        self.point = {k: v.copy() for k, v in s.loc.items()}
+        for round_ in range(MAX_REDRAWS + 1):
+            got, analytic, a_noise = self.analytic_at(self.point)
+            numeric, n_noise, f_noise, scalar, steps = self.numeric_at(self.point)
+            atol = {k: self._atol(numeric[k]) for k in s.checked}
+            found = {}
+            for k in s.checked:
+                bad, _, allowed = _violations(analytic[k], numeric[k], s.rtol, atol[k], False, n_noise[k] + a_noise[k])
+                if bad.any():
+                    ks = element_kinks(self.ref, k, scalar, np.argwhere(bad), steps[k], analytic[k], allowed,
+                                       f_noise=f_noise)
+                    if ks:
+                        found[k] = ks
+            if self.first_kinks is None:
+                self.first_kinks = [kk for ks in found.values() for kk in ks]
+            valid = {k: [kk for kk in ks if kk.subgradient] for k, ks in found.items()}
+            valid = {k: ks for k, ks in valid.items() if ks}
+            if not valid or s.kinks == "error":
+                break
+            if s.kinks == "exclude" or round_ == MAX_REDRAWS:
+                for k, ks in valid.items():
+                    self.excluded[k] = [kk.index for kk in ks]
+                break
+            self._redraw(valid, steps)
+        return dict(got=got, analytic=analytic, numeric=numeric, n_noise=n_noise, a_noise=a_noise, found=found,
+                    atol=atol)
+
+    def _atol(self, numeric):
+        """The given atol, or (atol=None) the dtype's rtol times the largest |numeric| entry of the argument: an
+        error below that share of the gradient's own scale is at rounding level in the dtype under test."""
+        s = self.s
+        if s.atol is not None:
+            return s.atol
+        return s.rtol * float(np.max(np.abs(numeric), initial=0.0))
+
+    def _redraw(self, valid, steps):
+        # distinct distances (KINK_NUDGE + 3 j steps): tied elements moved together stay >= 3 steps apart, so no
+        # central difference straddles their kink again; on the side of sign(right - left), so elements that share
+        # one kink (the inputs and weights of one ReLU) all push it the same way instead of cancelling
+        dtype = self.s.dtype
         j = 0
         for k, ks in valid.items():
             for kk in ks:
-                x = float(point[k][kk.index])
+                x = float(self.point[k][kk.index])
                 h = max(float(steps[k][kk.index]), float(np.spacing(dtype.type(abs(x)))))
-                delta = (KINK_NUDGE + 3.0 * j) * h * (1.0 if np.random.rand() < 0.5 else -1.0)
-                point[k][kk.index] = dtype.type(x + delta)
-                redrawn.setdefault(k, []).append(kk.index)
+                side = np.sign(kk.right - kk.left) or (1.0 if np.random.rand() < 0.5 else -1.0)
+                delta = (KINK_NUDGE + 3.0 * j) * h * side
+                self.point[k][kk.index] = dtype.type(x + delta)
+                self.redrawn.setdefault(k, []).append(kk.index)
                 j += 1
-    if redrawn or excluded:
-        warnings.warn(NondifferentiablePointWarning(_kink_warning(who, first_kinks, redrawn, excluded)), stacklevel=2)
 
-    if complex_step:
-        eps_desc = f"complex step x + i h, h = {COMPLEX_STEP:g} * max(|x|, 1)"
-    elif eps is None:
-        rel = float(default_steps(0.0, ndtype, method))
-        eps_desc = f"per element x +- h, h = {rel:.3g} * max(|x|, 1)"
-    else:
-        eps_desc = f"{eps:g} (x +- eps/2)"
-    if method == "richardson":
-        eps_desc += ", Richardson-extrapolated with h/2"
-    results, failures = NumericGradientResult(), []
-    results.kinks, results.redrawn, results.excluded = first_kinks or [], redrawn, excluded
-    results.location, results.method = point, method
-    context_line = (f"dtype under test {dtype.name}, numeric reference in {np.dtype(ndtype).name} ({method}), "
-                    f"forward is_train={bool(use_forward_train)}")
-    for name in arg_names:
-        if name not in reqs:
-            continue
-        req = reqs[name]
-        facts = {"grad_req": req, "dtype": dtype, "redrawn": redrawn, "excluded": excluded}
-        extra = [context_line]
-        if redrawn:
-            extra.append(f"checked after re-drawing {sum(len(v) for v in redrawn.values())} element(s) off "
-                         "non-differentiable points (see .redrawn)")
-        try:
-            if req == "null":
-                compare(got[name], initial[name], 0.0, 0.0, check=who, arg_name=name, names=("buffer", "initial"),
-                        what=f"gradient buffer of {name!r} changed although grad_req is 'null'",
-                        extra_lines=[_NULL_HINT], equal_nan=True, facts=facts, broadcast="expected")
+    # -- phase 5: compare and report -------------------------------------------------------------------
+    def compare(self, r):
+        s = self.s
+        results = NumericGradientResult()
+        results.kinks, results.redrawn, results.excluded = self.first_kinks or [], self.redrawn, self.excluded
+        results.location, results.method = self.point, s.method
+        context_line = (f"dtype under test {s.dtype.name}, numeric reference in {np.dtype(s.ndtype).name} "
+                        f"({s.method}), forward is_train={s.is_train}")
+        failures = []
+        for name in s.arg_names:
+            if name not in s.reqs:
                 continue
-            results[name] = (analytic[name], numeric[name])
-            noise = rounding_noise(magnitude, widths[name], ndtype)
-            exclude = None
-            if name in excluded:
-                exclude = np.zeros(analytic[name].shape, bool)
-                for i in excluded[name]:
-                    exclude[i] = True
-            left = [kk for kk in found.get(name, []) if kk.index not in set(excluded.get(name, ()))]
+            try:
+                if s.reqs[name] == "null":
+                    self._compare_null(name, r["got"][name])
+                    continue
+                results[name] = (r["analytic"][name], r["numeric"][name])
+                self._compare_one(name, r, context_line)
+            except GradientCheckError as err:
+                failures.append(err)
+        _raise_first(failures)
+        return results
 
-            def context(name=name, left=left):
-                return _diagnosis_context(sym, ctx, point, aux, heads, name, out_shapes, left)
+    def _compare_null(self, name, got):
+        compare(got, self.initial[name], 0.0, 0.0, check=self.s.who, arg_name=name, names=("buffer", "initial"),
+                what=f"gradient buffer of {name!r} changed although grad_req is 'null'",
+                extra_lines=[_NULL_HINT], equal_nan=True, facts=self._facts(name), broadcast="expected")
 
-            compare(analytic[name], numeric[name], rtol, atol, check=who, arg_name=name,
-                    what=f"analytic gradient of {name!r} does not match the numeric gradient (grad_req {req!r})",
-                    names=("analytic", "numeric"), eps=eps_desc, noise=noise, extra_lines=extra, facts=facts,
-                    broadcast="expected", context=context, exclude=exclude)
-        except GradientCheckError as err:
-            failures.append(err)
-    _raise_first(failures)
-    return results
+    def _facts(self, name):
+        return {"grad_req": self.s.reqs[name], "dtype": self.s.dtype, "redrawn": self.redrawn,
+                "excluded": self.excluded}
+
+    def _compare_one(self, name, r, context_line):
+        s = self.s
+        extra = [context_line]
+        if self.redrawn:
+            extra.append(f"checked after re-drawing {sum(len(v) for v in self.redrawn.values())} element(s) off "
+                         "non-differentiable points (see .redrawn)")
+        exclude = None
+        if name in self.excluded:
+            exclude = np.zeros(r["analytic"][name].shape, bool)
+            for i in self.excluded[name]:
+                exclude[i] = True
+        left = [kk for kk in r["found"].get(name, []) if kk.index not in set(self.excluded.get(name, ()))]
+
+        def context(name=name, left=left):
+            return diagnosis_context(s.sym, s.ctx, self.point, s.aux, self.heads, name, s.out_shapes, left,
+                                     noise=r["n_noise"][name] + r["a_noise"][name])
+
+        compare(r["analytic"][name], r["numeric"][name], s.rtol, r["atol"][name], check=s.who, arg_name=name,
+                what=f"analytic gradient of {name!r} does not match the numeric gradient (grad_req {s.reqs[name]!r})",
+                names=("analytic", "numeric"), eps=s.eps_desc, noise=r["n_noise"][name],
+                analytic_noise=r["a_noise"][name], noise_dtype=s.dtype, extra_lines=extra, facts=self._facts(name),
+                broadcast="expected", context=context, exclude=exclude)
 
 
 # -- speed / convenience ------------------------------------------------------------------------------------

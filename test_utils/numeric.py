@@ -1,60 +1,48 @@
-"""Numeric differentiation: central differences (optionally Richardson-extrapolated) or complex steps over a
-bound executor, with per-element kink detection.
+"""MXNet's ``numeric_grad``, the objectives numeric checks differentiate, and the kink and complex-step helpers.
 
-Methods (``central_differences``, ``complex_step_differences``), for every element ``x_i`` of a checked
-argument:
+The numeric machinery itself is in ``differencer`` (one perturb-evaluate-restore loop, the derivative
+rules and the one kink test), evaluated through ``harness.Harness`` (re-running only the instructions
+downstream of the perturbed argument); the tolerance model is in ``tolerance``. This module holds what
+the MXNet-style checkers add on top:
 
-- ``"central"`` (default): evaluate the scalar objective at ``x_i + h_i`` and ``x_i - h_i`` and take
-  ``(f+ - f-) / (x_i+ - x_i-)``, the denominator being the distance between the two points actually stored
-  (so rounding of the perturbed value does not bias the quotient). Error O(h^2) + O(eps/h). Cost: 2
-  partial forward passes per element.
-- ``"richardson"``: central differences at ``h`` and ``h/2`` combined so the O(h^2) terms cancel
-  (``(4 D(h/2) - D(h)) / 3``, weighted by the exact widths). Error O(h^4) + O(eps/h). Cost: 4 passes.
-- ``"complex_step"``: ``Im f(x_i + i h) / h`` on a complex copy of the graph. No subtraction, so no
-  cancellation: accurate to rounding with a tiny ``h``. Cost: 1 pass per element, but every op on the
-  path must be complex-analytic; ``check_complex_support`` tries a complex forward op by op first and
-  names the op that refuses. Cost of that check: 3 forward passes.
-
-Only the instructions downstream of the perturbed argument are re-run (``Executor.rerun_downstream``).
-
-Default steps (``default_steps``): ``h_i = eps^(1/3) * max(|x_i|, 1)`` (~6.1e-6 for a float64
-reference) for central differences, ``eps^(1/5) * max(|x_i|, 1)`` (~7.4e-4) for Richardson, which
-balance truncation and rounding error; ``1e-20 * max(|x_i|, 1)`` for complex steps.
-
-Kinks (``find_kinks``): where analytic and numeric disagree, the one-sided quotients
-``R = (f(x+s) - f(x)) / s`` and ``L = (f(x) - f(x-s)) / s`` at ``s = h`` and ``s = 4h`` tell a
-non-differentiable point (relu/abs at 0, max ties) from a wrong gradient: at a kink the jump ``R - L``
-stays as large at ``4h`` as at ``h``; on a smooth function it grows like ``s`` (``f'' s``). Cost: 4
-passes per examined element, only for mismatching elements.
-
-A check that runs longer than ``PROGRESS_DELAY`` seconds shows a tqdm progress bar (when tqdm is
-installed; ``progress=False`` turns it off).
-
-``numeric_grad`` is MXNet's function (objective: the sum of every output); ``check_numeric_gradient``
-(in ``mxnet_checks``) evaluates a float64 copy of the symbol with a random projection of its outputs.
+- ``numeric_grad``: MXNet's function (objective: the sum of every output);
+- ``projected_objective``: ``sum_k sum(w_k * out_k)`` over the outputs, a loss head (SoftmaxOutput,
+  MakeLoss, ``register_loss_objective``) contributing its implied loss instead;
+- ``element_kinks``: which mismatching elements sit at a non-differentiable point (relu/abs at 0, max ties),
+  by the one kink test, and whether the analytic value is a subgradient there;
+- ``check_complex_support``: names the op through which complex steps do not give derivatives;
+- the step rules of explicit ``numeric_eps``/``eps`` values (``resolve_numeric_eps``, ``check_step``).
 """
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 
 import numpy as np
 
-from symgrad.symbol import Group, Symbol
+from symgrad.symbol import Group
 
 from ._inputs import check_dtype, check_finite, check_kind, named_arrays
 from .context import to_device, to_numpy
+from .differencer import (
+    COMPLEX_STEP,
+    METHODS,
+    ElementProbe,
+    check_method,
+    default_steps,
+    gradient,
+    kink_test,
+    min_step,
+)
+from .harness import Harness, as_array_like, assert_deterministic, trace_values
 from .report import Kink
-from .tolerance import min_numeric_eps
+from .tolerance import min_numeric_eps, numeric_noise
 
 __all__ = [
     "numeric_grad",
-    "central_differences",
-    "complex_step_differences",
+    "element_kinks",
     "check_complex_support",
     "ComplexStepError",
-    "find_kinks",
     "default_steps",
     "resolve_numeric_eps",
     "min_step",
@@ -64,53 +52,23 @@ __all__ = [
     "register_loss_objective",
     "LOSS_OBJECTIVES",
     "projected_objective",
+    "complex_objective",
     "METHODS",
-    "PROGRESS_DELAY",
+    "COMPLEX_STEP",
 ]
 
 CBRT_EPS64 = float(np.cbrt(np.finfo(np.float64).eps))
 
-#: numeric differentiation methods
-METHODS = ("central", "richardson", "complex_step")
+#: the rounding noise of a difference quotient (the tolerance model's numeric term)
+rounding_noise = numeric_noise
 
-#: half-step of complex-step differentiation, relative to max(|x|, 1)
-COMPLEX_STEP = 1e-20
-
-#: seconds a numeric gradient runs before it shows a progress bar
-PROGRESS_DELAY = 2.0
-
-#: safety factor of the rounding-noise estimate (rounding in the forward ops, not only in the final
-#: sum); 1 already removed every false failure of 900 random float64 checks (6 ops x 150 seeds),
-#: 0 left one (a softmax gradient of 4e-7 off by 2e-11, against float64's atol 1e-20)
-NOISE_FACTOR = 4.0
-
-#: kink test: the jump R - L at step 4h must stay below this multiple of the jump at h (smooth: ~4)
-KINK_GROWTH = 2.5
-#: ... and the jump at h must exceed this multiple of its rounding noise
-KINK_NOISE = 10.0
 #: share of the jump an analytic value may lie beyond the one-sided quotients and still count as a subgradient
 KINK_SLACK = 0.1
 #: mismatching elements examined for kinks before giving up when none of them is one
 KINK_PROBE = 64
 
 
-def _check_method(method, who="numeric gradient"):
-    if method not in METHODS:
-        raise ValueError(f"{who}: method must be one of {METHODS}, got {method!r}")
-    return method
-
-
-def default_steps(x, numeric_dtype=np.float64, method="central") -> np.ndarray:
-    """Half-steps per element, ``eps`` the machine epsilon of the dtype the differences are taken in.
-
-    ``"central"``: ``h = eps^(1/3) * max(|x|, 1)`` (~6.1e-6 for float64) minimises truncation (h^2) plus
-    rounding (eps/h) error; ``"richardson"``: ``eps^(1/5) * max(|x|, 1)`` (truncation h^4);
-    ``"complex_step"``: ``1e-20 * max(|x|, 1)`` (no rounding term).
-    """
-    x = np.asarray(x, dtype=np.float64)
-    eps = float(np.finfo(np.dtype(numeric_dtype)).eps)
-    rel = {"central": eps ** (1.0 / 3.0), "richardson": eps ** 0.2, "complex_step": COMPLEX_STEP}[_check_method(method)]
-    return rel * np.maximum(np.abs(x), 1.0)
+# -- explicit steps ----------------------------------------------------------------------------------------
 
 
 def resolve_numeric_eps(numeric_eps, dtype, numeric_dtype, who):
@@ -167,301 +125,71 @@ def step_too_small(step, dtype, numeric_dtype, floor, full_width=True, name=None
     return text
 
 
-def min_step(numeric_dtype) -> float:
-    """The smallest half-width ``h`` (``x +- h``) accepted for differences taken in ``numeric_dtype``:
-    ``sqrt(machine eps) / 8`` (3.7e-9 for float64, 4.3e-5 for float32, 3.9e-3 for float16), half of
-    ``tolerance.min_numeric_eps``'s full width; below it rounding swamps the quotient."""
-    return float(np.sqrt(np.finfo(np.dtype(numeric_dtype)).eps)) / 8
-
-
 def check_step(eps, numeric_dtype, dtype, who, hint=""):
-    """Refuse an explicit half-width ``eps`` below ``min_step(numeric_dtype)`` (ValueError)."""
+    """Refuse an explicit half-width ``eps`` below ``differencer.min_step(numeric_dtype)`` (ValueError)."""
     floor = min_step(numeric_dtype)
     if eps is not None and eps < floor:
         raise ValueError(f"{who}: {step_too_small(eps, dtype, numeric_dtype, floor, full_width=False)}.{hint}")
 
 
-def rounding_noise(magnitude, widths, numeric_dtype=np.float64) -> np.ndarray:
-    """Estimated rounding noise of a difference quotient: ``NOISE_FACTOR * eps * |f| / width``."""
-    eps = float(np.finfo(np.dtype(numeric_dtype)).eps)
-    return NOISE_FACTOR * eps * float(magnitude) / np.asarray(widths, dtype=np.float64)
-
-
-class _Evaluator:
-    """Evaluates ``objective(outputs)`` at the executor's bound values, resetting aux states each time."""
-
-    def __init__(self, exe, objective, is_train, aux_initial=None):
-        self.exe = exe
-        self.objective = objective
-        self.is_train = bool(is_train)
-        self.aux_initial = {k: as_array_like(exe.aux_dict[k], np.asarray(to_numpy(v)))
-                            for k, v in (aux_initial or {}).items()}
-        self.fast = hasattr(exe, "forward_all") and hasattr(exe, "rerun_downstream")
-
-    def _reset_aux(self):
-        aux = self.exe.aux_dict
-        for name, value in self.aux_initial.items():
-            aux[name][...] = value
-
-    def base(self):
-        self._reset_aux()
-        outs = self.exe.forward_all(self.is_train) if self.fast else self.exe.forward(is_train=self.is_train)
-        return [to_numpy(o) for o in outs]
-
-    def at(self, name):
-        self._reset_aux()
-        if self.fast:
-            outs = self.exe.rerun_downstream([name])
-        else:
-            outs = self.exe.forward(is_train=self.is_train)
-        return self.objective([to_numpy(o) for o in outs])
-
-
-def _same(a, b) -> bool:
-    a, b = np.asarray(to_numpy(a)), np.asarray(to_numpy(b))
-    return a.shape == b.shape and bool(np.array_equal(a, b, equal_nan=True))
-
-
-def _random_node(exe, is_train):
-    """The first node of ``exe``'s plan whose forward gives different results for the same inputs, or None.
-
-    Each instruction runs twice on copies of the values of a first pass (so no bound array or auxiliary
-    state changes).
-    """
-    plan = getattr(exe, "plan", None)
-    if plan is None:
-        return None
-    vals = [None] * plan.n_slots
-    for slots, arrays in ((plan.arg_slots, exe.arg_arrays), (plan.aux_slots, exe.aux_arrays)):
-        for s, a in zip(slots, arrays):
-            if s is not None:
-                vals[s] = a.copy()
-    with np.errstate(all="ignore"):
-        for ins in plan.forward_instrs:
-            results = []
-            for _ in range(2):
-                args = [vals[s].copy() if hasattr(vals[s], "copy") else vals[s] for s in ins.ins]
-                res = ins.fn(*args, is_train=is_train) if ins.train else ins.fn(*args)
-                results.append(res if ins.tuple_out else (res,))
-            if not all(_same(a, b) for a, b in zip(*results)):
-                return ins.node
-            for s, r in zip(ins.outs, results[0]):
-                vals[s] = r
-    return None
-
-
-def assert_deterministic(exe, is_train, aux_initial=None, who="numeric gradient", what="the forward"):
-    """Raise ValueError naming the op when two forwards of ``exe`` at the same point differ.
-
-    Finite differences (and an analytic gradient compared with them) need a deterministic function; a
-    random op such as Dropout in training mode draws new values on every run. Auxiliary states are reset
-    to ``aux_initial`` before each forward. Cost: two forwards (more to name the op when they differ).
-    """
-    ev = _Evaluator(exe, None, is_train, aux_initial)
-    first = [np.array(o, copy=True) for o in ev.base()]
-    second = ev.base()
-    if all(_same(a, b) for a, b in zip(first, second)):
-        return
-    culprit = "an output"
-    try:
-        node = _random_node(exe, bool(is_train))
-    except Exception:  # naming the op is a courtesy: never hide the real problem behind it
-        node = None
-    if node is not None:
-        culprit = f"op {node.op.name} {node.name!r}"
-    ev._reset_aux()
-    aux_hint = ""
-    if node is None and list(getattr(exe, "aux_dict", {}) or ()) and not aux_initial:
-        aux_hint = ("; or the forward reads an auxiliary state it updates: give the auxiliary states (aux_states) "
-                    "so that they are reset before every evaluation")
-    raise ValueError(
-        f"{who}: {what} is not deterministic: {culprit} gives different values in two evaluations at the same "
-        f"point (is_train={bool(is_train)}); finite differences need a deterministic function -- a random op "
-        "such as Dropout in training mode draws new values on every run (use p=0, is_train=False where the "
-        f"check allows it, or take the op out of the checked symbol){aux_hint}")
-
-
-class _Progress:
-    """A tqdm bar that appears only once the work has run ``PROGRESS_DELAY`` seconds (tqdm imported lazily)."""
-
-    def __init__(self, total, enabled=True, desc="numeric gradient"):
-        self.total, self.enabled, self.desc = int(total), bool(enabled), desc
-        self.start = time.perf_counter()
-        self.done = 0
-        self.bar = None
-
-    def update(self, n=1):
-        self.done += n
-        if self.bar is not None:
-            self.bar.update(n)
-        elif self.enabled and time.perf_counter() - self.start > PROGRESS_DELAY:
-            self._open()
-
-    def _open(self):
-        try:
-            from tqdm.auto import tqdm
-        except ImportError:  # optional dependency: no bar, no complaint
-            self.enabled = False
-            return
-        self.bar = tqdm(total=self.total, initial=self.done, desc=self.desc, unit="elem", leave=False)
-
-    def close(self):
-        if self.bar is not None:
-            self.bar.close()
-            self.bar = None
-
-
-def _float_size(exe, names):
-    args = exe.arg_dict
-    return sum(int(np.prod(args[n].shape)) for n in names if np.dtype(args[n].dtype).kind in "fc")
-
-
-def _perturbed(exe, name, x_new, idx, ev):
-    """Objective with element ``idx`` of argument ``name`` set to ``x_new`` (then restored)."""
-    arr = exe.arg_dict[name]
-    old = arr[idx]
-    arr[idx] = x_new
-    try:
-        return ev.at(name)
-    finally:
-        arr[idx] = old
-
-
-def central_differences(exe, names, objective: Callable, steps: dict, *, is_train=True, aux_initial=None,
-                        method="central", progress=True, desc="numeric gradient"):
-    """Central-difference gradients of ``objective(outputs) -> float`` w.r.t. the bound arguments ``names``.
-
-    Args:
-        exe: a bound executor; its argument arrays are perturbed in place and restored.
-        names: arguments to differentiate.
-        objective: maps the list of outputs (numpy arrays) to a float.
-        steps: ``{name: half-step array}`` (float64, the argument's shape).
-        is_train: forward mode of every evaluation.
-        aux_initial: ``{aux name: array}`` written back into the executor before every evaluation.
-        method: ``"central"`` (2 evaluations per element) or ``"richardson"`` (4: steps ``h`` and ``h/2``,
-            extrapolated so the O(h^2) error cancels).
-        progress: show a tqdm bar when the loop runs longer than ``PROGRESS_DELAY`` seconds.
-        desc: label of the progress bar.
-
-    Returns:
-        ``({name: float64 gradient}, {name: float64 width})``: the width of each difference (for Richardson
-        the width whose rounding noise equals that of the extrapolated value; ``rounding_noise`` uses it).
-        Arguments of integer dtype get zero gradients.
-
-    Raises:
-        ValueError: when a step vanishes in the argument's dtype (``x + h == x - h``).
-    """
-    if _check_method(method, "central_differences") == "complex_step":
-        raise ValueError("central_differences: use complex_step_differences for method='complex_step'")
-    ev = _Evaluator(exe, objective, is_train, aux_initial)
-    ev.base()
-    grads, widths = {}, {}
-    args = exe.arg_dict
-    bar = _Progress(_float_size(exe, names), progress, desc)
-    try:
-        for name in names:
-            arr = args[name]
-            g = np.zeros(arr.shape, np.float64)
-            w = np.ones(arr.shape, np.float64)
-            grads[name], widths[name] = g, w
-            if np.dtype(arr.dtype).kind != "f":
-                continue
-            orig = np.array(to_numpy(arr), copy=True)
-            x64 = orig.astype(np.float64)
-            h = np.broadcast_to(np.asarray(steps[name], np.float64), arr.shape)
-            cast = np.dtype(arr.dtype).type
-
-            def quotient(idx, half):
-                x_plus, x_minus = cast(x64[idx] + half), cast(x64[idx] - half)
-                width = float(x_plus) - float(x_minus)
-                if width <= 0:
-                    raise ValueError(
-                        f"numeric gradient: the step {half:.3g} vanishes for argument {name!r} at index {idx} "
-                        f"(value {x64[idx]:.8g}) in {np.dtype(arr.dtype).name}; use a larger eps"
-                    )
-                arr[idx] = x_plus
-                f_plus = ev.at(name)
-                arr[idx] = x_minus
-                f_minus = ev.at(name)
-                arr[idx] = orig[idx]
-                return (f_plus - f_minus) / width, width
-
-            try:
-                for idx in np.ndindex(*arr.shape):
-                    d1, w1 = quotient(idx, h[idx])
-                    if method == "central":
-                        g[idx], w[idx] = d1, w1
-                    else:
-                        d2, w2 = quotient(idx, h[idx] / 2.0)
-                        a2, b2 = (w1 / 2.0) ** 2, (w2 / 2.0) ** 2
-                        c2, c1 = a2 / (a2 - b2), b2 / (a2 - b2)  # D = c2 D(h/2) - c1 D(h): the h^2 terms cancel
-                        g[idx] = c2 * d2 - c1 * d1
-                        w[idx] = 1.0 / (c2 / w2 + c1 / w1)
-                    bar.update()
-            finally:
-                arr[...] = as_array_like(arr, orig)
-    finally:
-        bar.close()
-    ev._reset_aux()
-    return grads, widths
-
-
-def complex_step_differences(exe, names, objective: Callable, steps: dict, *, is_train=True, aux_initial=None,
-                             progress=True, desc="numeric gradient (complex step)"):
-    """Complex-step gradients ``Im objective(x + i h e_i) / h`` w.r.t. the bound arguments ``names``.
-
-    ``exe`` must be bound with complex arrays and ``objective`` must keep the imaginary part (a sum of
-    ``w * output`` over the outputs); every op on the way must be complex-analytic
-    (``check_complex_support``). Arguments and steps as ``central_differences``.
-
-    Returns:
-        ``({name: float64 gradient}, {name: float64 width})``; the widths (``max(|x|, 1)``) make
-        ``rounding_noise`` an estimate of the rounding error of the derivative itself.
-    """
-    ev = _Evaluator(exe, objective, is_train, aux_initial)
-    ev.base()
-    grads, widths = {}, {}
-    args = exe.arg_dict
-    bar = _Progress(_float_size(exe, names), progress, desc)
-    try:
-        for name in names:
-            arr = args[name]
-            g = np.zeros(arr.shape, np.float64)
-            grads[name] = g
-            widths[name] = np.maximum(np.abs(np.asarray(to_numpy(arr)).real.astype(np.float64)), 1.0)
-            if np.dtype(arr.dtype).kind != "c":
-                continue
-            orig = np.array(to_numpy(arr), copy=True)
-            h = np.broadcast_to(np.asarray(steps[name], np.float64), arr.shape)
-            try:
-                for idx in np.ndindex(*arr.shape):
-                    arr[idx] = orig[idx].real + 1j * h[idx]
-                    g[idx] = float(np.imag(ev.at(name))) / h[idx]
-                    arr[idx] = orig[idx]
-                    bar.update()
-            finally:
-                arr[...] = as_array_like(arr, orig)
-    finally:
-        bar.close()
-    ev._reset_aux()
-    return grads, widths
-
-
-def as_array_like(like, host):
-    """``host`` moved to the array module of ``like`` (numpy or CuPy)."""
-    mod = type(like).__module__.split(".")[0]
-    if mod == "numpy":
-        return host
-    import importlib
-
-    return importlib.import_module(mod).asarray(host)
-
-
-# -- objectives -------------------------------------------------------------------------------------
+# -- MXNet's numeric_grad --------------------------------------------------------------------------------
 
 
 def _sum_objective(outputs):
     return float(sum(np.sum(np.asarray(o, np.float64)) for o in outputs))
+
+
+def _fixed_steps(executor, names, eps, who):
+    """``x +- eps/2`` for every element (MXNet's full width), refused below ``min_numeric_eps``."""
+    try:
+        eps = float(eps)
+    except (TypeError, ValueError):
+        raise TypeError(f"{who}: eps must be a number or None, got {eps!r}") from None
+    if not eps > 0:
+        raise ValueError(f"{who}: eps must be positive, got {eps!r}")
+    args = executor.arg_dict
+    for k in names:  # the differences are taken in the executor's dtype
+        dt = np.dtype(args[k].dtype)
+        if dt.kind == "f" and eps < min_numeric_eps(dt, dt):
+            raise ValueError(f"{who}: argument {k!r}: "
+                             f"{step_too_small(eps, dt, dt, min_numeric_eps(dt, dt), True, 'eps')}; "
+                             "use a larger eps, or eps=None for a step chosen per element")
+    return {k: np.full(np.shape(args[k]), eps / 2.0) for k in names}
+
+
+def _numeric_grad_inputs(executor, location, aux_states, dtype, who):
+    """Validated host arrays of ``location`` (written into the executor) and of ``aux_states`` (or None)."""
+    arg_names = list(executor.arg_dict)
+    if isinstance(location, dict):
+        unknown = [k for k in location if k not in arg_names]
+        if unknown:
+            raise ValueError(f"{who}: location names {unknown}, which are not arguments; arguments are {arg_names}")
+        loc = named_arrays(location, list(location), who, "argument")
+    else:
+        loc = named_arrays(location, arg_names, who, "argument")
+    for k, v in loc.items():
+        check_kind(v, who, "argument", k, allow_complex=False)
+    check_finite(loc, who)
+    args = executor.arg_dict
+    for k, v in loc.items():
+        if tuple(v.shape) != tuple(args[k].shape):
+            raise ValueError(f"{who}: argument {k!r} has shape {tuple(v.shape)}, expected {tuple(args[k].shape)}")
+    aux = None
+    if aux_states is not None:
+        aux_names = list(executor.aux_dict)
+        if isinstance(aux_states, dict):
+            unknown = [k for k in aux_states if k not in aux_names]
+            if unknown:
+                raise ValueError(f"{who}: aux_states names {unknown}, which are not auxiliary states; "
+                                 f"auxiliary states are {aux_names}")
+            aux_names = list(aux_states)
+        aux = named_arrays(aux_states, aux_names, who, "auxiliary state", "aux_states")
+        for k, v in aux.items():
+            check_kind(v, who, "auxiliary state", k, allow_complex=False)
+        check_finite(aux, who, "auxiliary state")
+    for k, v in loc.items():
+        args[k][...] = as_array_like(args[k], v.astype(dtype) if v.dtype.kind == "f" else v)
+    return loc, aux
 
 
 def numeric_grad(executor, location, aux_states=None, eps=1e-4, use_forward_train=True, dtype=np.float32, *,
@@ -477,7 +205,7 @@ def numeric_grad(executor, location, aux_states=None, eps=1e-4, use_forward_trai
     computes in its own dtype. Keyword-only (symgrad): ``method="richardson"`` extrapolates two central
     differences (``eps=None`` then picks ``h = eps^(1/5) * max(|x|, 1)``); complex steps need a complex
     copy of the graph, which ``check_numeric_gradient(..., method="complex_step")`` builds. ``progress``:
-    a tqdm bar after ``PROGRESS_DELAY`` seconds.
+    a tqdm bar after ``differencer.PROGRESS_DELAY`` seconds.
 
     Differences from MXNet: the objective is the sum of *every* output (MXNet sums ``outputs[0]`` only;
     the two agree for single-output executors); a dict ``location`` may name only some arguments; the
@@ -499,59 +227,18 @@ def numeric_grad(executor, location, aux_states=None, eps=1e-4, use_forward_trai
     """
     who = "numeric_grad"
     dtype = check_dtype(dtype, who)
-    if _check_method(method, who) == "complex_step":
+    if check_method(method, who) == "complex_step":
         raise ValueError(f"{who}: method='complex_step' needs a complex copy of the symbol; use "
                          "check_numeric_gradient(sym, location, method='complex_step')")
-    arg_names = list(executor.arg_dict)
-    if isinstance(location, dict):
-        unknown = [k for k in location if k not in arg_names]
-        if unknown:
-            raise ValueError(f"{who}: location names {unknown}, which are not arguments; arguments are {arg_names}")
-        loc = named_arrays(location, list(location), who, "argument")
-    else:
-        loc = named_arrays(location, arg_names, who, "argument")
-    for k, v in loc.items():
-        check_kind(v, who, "argument", k, allow_complex=False)
-    check_finite(loc, who)
+    loc, aux = _numeric_grad_inputs(executor, location, aux_states, dtype, who)
     args = executor.arg_dict
-    for k, v in loc.items():
-        if tuple(v.shape) != tuple(args[k].shape):
-            raise ValueError(f"{who}: argument {k!r} has shape {tuple(v.shape)}, expected {tuple(args[k].shape)}")
-    for k, v in loc.items():
-        args[k][...] = as_array_like(args[k], v.astype(dtype) if v.dtype.kind == "f" else v)
-    aux = None
-    if aux_states is not None:
-        aux_names = list(executor.aux_dict)
-        if isinstance(aux_states, dict):
-            unknown = [k for k in aux_states if k not in aux_names]
-            if unknown:
-                raise ValueError(f"{who}: aux_states names {unknown}, which are not auxiliary states; "
-                                 f"auxiliary states are {aux_names}")
-            aux_names = list(aux_states)
-        aux = named_arrays(aux_states, aux_names, who, "auxiliary state", "aux_states")
-        for k, v in aux.items():
-            check_kind(v, who, "auxiliary state", k, allow_complex=False)
-        check_finite(aux, who, "auxiliary state")
-        aux = {k: as_array_like(executor.aux_dict[k], v.astype(executor.aux_dict[k].dtype)) for k, v in aux.items()}
     if eps is None:
         steps = {k: default_steps(to_numpy(args[k]), args[k].dtype, method) for k in loc}
     else:
-        try:
-            eps = float(eps)
-        except (TypeError, ValueError):
-            raise TypeError(f"{who}: eps must be a number or None, got {eps!r}") from None
-        if not eps > 0:
-            raise ValueError(f"{who}: eps must be positive, got {eps!r}")
-        for k in loc:  # the differences are taken in the executor's dtype
-            dt = np.dtype(args[k].dtype)
-            if dt.kind == "f" and eps < min_numeric_eps(dt, dt):
-                raise ValueError(f"{who}: argument {k!r}: "
-                                 f"{step_too_small(eps, dt, dt, min_numeric_eps(dt, dt), True, 'eps')}; "
-                                 "use a larger eps, or eps=None for a step chosen per element")
-        steps = {k: np.full(np.shape(args[k]), eps / 2.0) for k in loc}
-    assert_deterministic(executor, use_forward_train, aux, who)
-    grads, _ = central_differences(executor, list(loc), _sum_objective, steps, is_train=use_forward_train,
-                                   aux_initial=aux, method=method, progress=progress)
+        steps = _fixed_steps(executor, list(loc), eps, who)
+    harness = Harness(executor, is_train=use_forward_train, aux_initial=aux or {})
+    harness.assert_deterministic(who)
+    grads, _ = gradient(harness, list(loc), _sum_objective, steps, method=method, progress=progress)
     return {k: g.astype(dtype) for k, g in grads.items()}
 
 
@@ -651,11 +338,11 @@ def _make_loss_loss(params, inputs, output):
     return loss
 
 
-def _loss_key(node):
-    op_type = node.params.get("op_type") if isinstance(node.params, dict) else None
+def _loss_key(head):
+    op_type = head.params.get("op_type")
     if op_type is not None and op_type in LOSS_OBJECTIVES:
         return op_type
-    return node.op.name
+    return head.op_name
 
 
 def projected_objective(sym, weights, who="check_numeric_gradient"):
@@ -670,27 +357,25 @@ def projected_objective(sym, weights, who="check_numeric_gradient"):
         ``make_objective(base_outputs)`` freezes the loss constants at the base point and returns
         ``objective(outputs) -> (value, magnitude)``.
     """
-    heads = list(sym._outputs)
+    heads = sym.heads()
     n = len(heads)
-    extras, plan = [], []
-    loss_heads = []
-    for k, (node, _) in enumerate(heads):
-        is_loss = node.op is not None and node.op.loss_head(node.params)
-        loss_heads.append(is_loss)
-        if not is_loss:
+    extras, plan, loss_heads = [], [], []
+    for k, head in enumerate(heads):
+        loss_heads.append(head.loss_head)
+        if not head.loss_head:
             plan.append(None)
             continue
-        key = _loss_key(node)
+        key = _loss_key(head)
         if key not in LOSS_OBJECTIVES:
             raise NotImplementedError(
-                f"{who}: output {sym.list_outputs()[k]!r} comes from the loss head {node.op.name} {node.name!r}, "
+                f"{who}: output {sym.list_outputs()[k]!r} comes from the loss head {head.op_name} {head.name!r}, "
                 f"whose backward ignores the head gradient, and its implied loss is unknown; register it with "
                 f"test_utils.numeric.register_loss_objective({key!r}, factory) (known: {sorted(LOSS_OBJECTIVES)})"
             )
         start = n + len(extras)
-        extras.extend(node.inputs)
-        plan.append((key, node.params, slice(start, start + len(node.inputs))))
-    ref_sym = sym if not extras else Group([sym, Symbol(extras)])
+        extras.append(head.inputs)
+        plan.append((key, head.params, slice(start, start + len(head.inputs))))
+    ref_sym = sym if not extras else Group([sym, *extras])
 
     def make_objective(base_outputs):
         losses = []
@@ -733,64 +418,53 @@ def complex_objective(weights):
 # -- kinks ----------------------------------------------------------------------------------------------
 
 
-def find_kinks(exe, name, objective: Callable, indices, steps, analytic, tol, *, magnitude, numeric_dtype=np.float64,
-               is_train=True, aux_initial=None, probe=KINK_PROBE) -> list[Kink]:
+def element_kinks(harness, name, objective: Callable, indices, steps, analytic, tol, *, f_noise,
+                  probe=KINK_PROBE) -> list[Kink]:
     """The elements of ``indices`` that sit at a non-differentiable point of ``objective``.
 
-    For each element, the one-sided quotients ``L = (f(x) - f(x-s)) / s`` and ``R = (f(x+s) - f(x)) / s``
-    at ``s = h`` and ``s = 4h`` (``h = steps[index]``). The element is a kink when the jump ``R - L`` at
-    ``h`` exceeds its rounding noise (x ``KINK_NOISE``) and half the tolerance, and does not grow like
-    ``s`` (at ``4h`` it stays below ``KINK_GROWTH`` x the jump at ``h``; a smooth function's jump is
-    ``f'' s``). Its ``Kink.subgradient`` says whether ``analytic[index]`` lies between ``L`` and ``R``
-    (up to ``tol[index]`` + ``KINK_SLACK`` x the jump): a correct rule picks one side or a value between them.
+    The one kink test (``differencer.kink_test``) per element: one-sided quotients at ``h`` and ``4h``
+    (``h = steps[index]``). The element is a kink when the jump ``R - L`` at ``h`` exceeds its rounding noise
+    (x ``KINK_NOISE``) and half the tolerance, and does not grow like ``h``. Its ``Kink.subgradient`` says
+    whether ``analytic[index]`` lies between ``L`` and ``R`` (up to ``tol[index]`` + ``KINK_SLACK`` x the
+    jump): a correct rule picks one side or a value between them.
 
     Args:
-        exe: executor of the numeric reference (float64), bound at the point checked.
+        harness: the numeric reference (float64), bound at the point checked.
         name: the argument; ``objective(outputs) -> float`` the scalar differentiated.
         indices: candidate elements (usually the mismatching ones).
         steps: half-step array ``h`` of the argument.
         analytic: the analytic gradient of the argument (float64 array).
-        tol: allowed error per element (array), e.g. ``atol + rtol * |numeric| + noise``.
-        magnitude: ``sum |terms|`` of the objective, for the rounding-noise estimate.
-        numeric_dtype, is_train, aux_initial: as for ``central_differences``.
+        tol: allowed error per element (array).
+        f_noise: the rounding noise of one evaluation of the objective.
         probe: when the first ``probe`` candidates hold no kink, stop looking (a wrong formula, not kinks).
 
     Returns:
         ``Kink`` facts, in the order of ``indices``. Cost: 4 partial forward passes per element examined.
     """
-    ev = _Evaluator(exe, objective, is_train, aux_initial)
-    ev.base()
-    arr = exe.arg_dict[name]
-    host = np.asarray(to_numpy(arr))
-    cast = np.dtype(arr.dtype).type
-    eps = float(np.finfo(np.dtype(numeric_dtype)).eps)
-    steps = np.broadcast_to(np.asarray(steps, np.float64), host.shape)
-    tol = np.broadcast_to(np.asarray(tol, np.float64), host.shape)
-    f0 = ev.at(name)
+    f0 = objective(harness.base())
+    arr = harness.array(name)
+    steps = np.broadcast_to(np.asarray(steps, np.float64), arr.shape)
+    tol = np.broadcast_to(np.asarray(tol, np.float64), arr.shape)
+    evaluate = lambda: objective(harness.outputs([name]))
     found = []
     for n_seen, idx in enumerate(indices):
         if n_seen >= probe and not found:
             break
         idx = tuple(int(i) for i in idx)
-        x, h = float(host[idx]), float(steps[idx])
-        sides = []
-        for s in (h, 4.0 * h):
-            x_plus, x_minus = cast(x + s), cast(x - s)
-            f_plus = _perturbed(exe, name, x_plus, idx, ev)
-            f_minus = _perturbed(exe, name, x_minus, idx, ev)
-            sides.append(((f0 - f_minus) / (x - float(x_minus)), (f_plus - f0) / (float(x_plus) - x)))
-        (left, right), (left4, right4) = sides
-        jump, jump4 = right - left, right4 - left4
-        noise = 2.0 * NOISE_FACTOR * eps * float(magnitude) / h
-        if not (abs(jump) > max(KINK_NOISE * noise, 0.5 * tol[idx]) and abs(jump4) < KINK_GROWTH * abs(jump)):
+        h = float(steps[idx])
+        p = ElementProbe(arr, idx)
+        test = kink_test(p, h, evaluate, f0, 2.0 * f_noise / h, 0.5 * tol[idx])
+        if not bool(test.kink):
             continue
         # a kink a little off x (the dtype under test may round the point to the other side) mixes both slopes
         # into the quotients: allow KINK_SLACK of the jump beyond them
-        a = float(analytic[idx])
-        slack = tol[idx] + KINK_SLACK * abs(jump)
+        left, right, a = float(test.left), float(test.right), float(analytic[idx])
+        slack = tol[idx] + KINK_SLACK * abs(float(test.jump))
         lo, hi = min(left, right), max(left, right)
-        found.append(Kink(name, idx, x, float(left), float(right), a, bool(lo - slack <= a <= hi + slack)))
-    ev._reset_aux()
+        # where the function jumps there is no derivative to check: any analytic value is as good as another
+        valid = bool(test.discontinuous) or bool(lo - slack <= a <= hi + slack)
+        found.append(Kink(name, idx, p.x, left, right, a, valid))
+    harness.reset_aux()
     return found
 
 
@@ -812,27 +486,15 @@ def _absmax(a) -> float:
     return float(np.nanmax(np.abs(a), initial=0.0))
 
 
-def _complex_dtype(numeric_dtype):
+def complex_dtype(numeric_dtype):
     return np.dtype(np.complex128) if np.dtype(numeric_dtype).itemsize >= 8 else np.dtype(np.complex64)
 
 
-def check_complex_support(sym, arrays: dict, aux: dict | None = None, *, names=None, ctx=None, is_train=True,
-                          numeric_dtype=np.float64, who="check_numeric_gradient"):
-    """Raise ``ComplexStepError`` naming the first op through which complex steps do not give derivatives.
-
-    Tries a complex forward op by op, at a point near ``arrays`` (each float entry moved by ~1e-3
-    relative, off any exact kink or tie) along a random direction ``d``: every op must accept complex
-    input, keep the imaginary part, and give ``Im op(x + i t d) / t`` equal to the real central
-    difference of the op along ``d`` (a non-analytic op such as ``abs`` or ``|x|^2``-based variance
-    fails that). Only the float arguments in ``names`` (default: all) are made complex. Cost: 3 forward
-    passes.
-    """
-    from symgrad.context import cpu
-
-    ctx = cpu() if ctx is None else ctx
+def _test_points(arrays, names, numeric_dtype):
+    """A complex point ``x + i t d`` and the real points ``x +- s d`` near ``arrays`` (each float entry moved by
+    ~1e-3 relative, off any exact kink or tie), along a random direction ``d``."""
     rng = np.random.default_rng(20240601)
-    cdt = _complex_dtype(numeric_dtype)
-    hc, hr = COMPLEX_STEP, CBRT_EPS64
+    cdt = complex_dtype(numeric_dtype)
     points = {"complex": {}, "plus": {}, "minus": {}}
     for k, v in arrays.items():
         v = np.asarray(v)
@@ -844,64 +506,85 @@ def check_complex_support(sym, arrays: dict, aux: dict | None = None, *, names=N
         u = rng.standard_normal(v.shape)
         xt = np.where(v64 != 0, v64 * (1 + 1e-3 * u), 1e-3 * u)
         d = rng.standard_normal(v.shape) * np.maximum(np.abs(xt), 1.0)
-        points["complex"][k] = (xt + 1j * hc * d).astype(cdt)
-        points["plus"][k] = xt + hr * d
-        points["minus"][k] = xt - hr * d
-    aux = {k: np.asarray(v, np.float64) for k, v in (aux or {}).items()}
-    exe = sym.bind(ctx, {k: to_device(v, ctx) for k, v in points["complex"].items()}, grad_req="null",
+        points["complex"][k] = (xt + 1j * COMPLEX_STEP * d).astype(cdt)
+        points["plus"][k] = xt + CBRT_EPS64 * d
+        points["minus"][k] = xt - CBRT_EPS64 * d
+    return points
+
+
+def _complex_trace(sym, point, aux, ctx, is_train, who):
+    cdt = complex_dtype(np.float64)
+    exe = sym.bind(ctx, {k: to_device(v, ctx) for k, v in point.items()}, grad_req="null",
                    aux_states={k: to_device(v.astype(cdt), ctx) for k, v in aux.items()})
-    plan = exe.plan
-    arg_names, aux_names = list(exe.arg_dict), list(exe.aux_dict)
-    tables = {}
-    for key, point in points.items():
-        vals = [None] * plan.n_slots
-        for s, n in zip(plan.arg_slots, arg_names):
-            if s is not None:
-                vals[s] = to_device(point[n], ctx)
-        for s, n in zip(plan.aux_slots, aux_names):
-            if s is not None:
-                vals[s] = to_device(aux[n].astype(cdt) if key == "complex" else aux[n], ctx)
-        tables[key] = vals
-    for ins in plan.forward_instrs:
-        node = ins.node
-        op = node.op.name
-        where = f"op {op} (node {node.name!r})"
-        for key, vals in tables.items():
-            args = [vals[s] for s in ins.ins]
-            try:
-                with np.errstate(all="ignore"):
-                    res = ins.fn(*args, is_train=is_train) if ins.train else ins.fn(*args)
-            except Exception as exc:
-                if key != "complex":
-                    raise
+    try:
+        with np.errstate(all="ignore"):
+            return trace_values(exe, is_train)
+    except Exception as exc:
+        node = getattr(exc, "symgrad_node", None)
+        if node is None:
+            raise
+        raise ComplexStepError(
+            f"{who}: method='complex_step' needs every op to accept complex input, but op {node.op.name} (node "
+            f"{node.name!r}) refuses it: {type(exc).__name__}: {exc}. Use method='central' or 'richardson'.",
+            node.op.name, node.name) from exc
+
+
+def _compare_complex(node, c, p, m, in_complex, who):
+    """Raise ``ComplexStepError`` when the complex-step derivative ``Im c / t`` of one value differs from the
+    real central difference ``(p - m) / 2s``."""
+    where = f"op {node.op.name} (node {node.name!r})"
+    if p.dtype.kind not in "fc":
+        return  # integer outputs (argmax, indices) carry no derivative
+    with np.errstate(all="ignore"):
+        real_dd = (p.astype(np.float64) - m.astype(np.float64)) / (2 * CBRT_EPS64)
+        if not np.iscomplexobj(c):
+            if in_complex and _absmax(real_dd) > 0:
                 raise ComplexStepError(
-                    f"{who}: method='complex_step' needs every op to accept complex input, but {where} refuses it: "
-                    f"{type(exc).__name__}: {exc}. Use method='central' or 'richardson'.", op, node.name) from exc
-            for s, r in zip(ins.outs, res if ins.tuple_out else (res,)):
-                vals[s] = r
-        in_complex = any(np.iscomplexobj(tables["complex"][s]) for s in ins.ins)
-        for s in ins.outs:
-            c, p, m = (np.asarray(to_numpy(tables[key][s])) for key in ("complex", "plus", "minus"))
-            if p.dtype.kind not in "fc":
-                continue  # integer outputs (argmax, indices) carry no derivative
-            with np.errstate(all="ignore"):
-                real_dd = (p.astype(np.float64) - m.astype(np.float64)) / (2 * hr)
-                if not np.iscomplexobj(c):
-                    if in_complex and _absmax(real_dd) > 0:
-                        raise ComplexStepError(
-                            f"{who}: method='complex_step' needs complex-analytic ops, but {where} returns real values "
-                            f"for complex input (it drops the imaginary part, as abs or a comparison does). Use "
-                            "method='central' or 'richardson'.", op, node.name)
-                    continue
-                cs_dd = np.imag(c).astype(np.float64) / hc
-                err = np.abs(cs_dd - real_dd)
-                scale = max(_absmax(real_dd), _absmax(cs_dd))
-                tol = 1e-5 * (np.abs(real_dd) + np.abs(cs_dd)) + 1e-6 * scale + 1e-8 * _absmax(p) + 1e-300
-            bad = err > tol
-            if bad.any():
-                i = int(np.argmax(np.where(bad, err, -1.0)))
-                raise ComplexStepError(
-                    f"{who}: method='complex_step' needs complex-analytic ops, but {where} is not: along a test "
-                    f"direction its complex-step derivative is {cs_dd.flat[i]:.6g} where the real central difference "
-                    f"gives {real_dd.flat[i]:.6g} (output element {i}). Use method='central' or 'richardson'.",
-                    op, node.name)
+                    f"{who}: method='complex_step' needs complex-analytic ops, but {where} returns real values "
+                    f"for complex input (it drops the imaginary part, as abs or a comparison does). Use "
+                    "method='central' or 'richardson'.", node.op.name, node.name)
+            return
+        cs_dd = np.imag(c).astype(np.float64) / COMPLEX_STEP
+        err = np.abs(cs_dd - real_dd)
+        scale = max(_absmax(real_dd), _absmax(cs_dd))
+        tol = 1e-5 * (np.abs(real_dd) + np.abs(cs_dd)) + 1e-6 * scale + 1e-8 * _absmax(p) + 1e-300
+    bad = err > tol
+    if bad.any():
+        i = int(np.argmax(np.where(bad, err, -1.0)))
+        raise ComplexStepError(
+            f"{who}: method='complex_step' needs complex-analytic ops, but {where} is not: along a test "
+            f"direction its complex-step derivative is {cs_dd.flat[i]:.6g} where the real central difference "
+            f"gives {real_dd.flat[i]:.6g} (output element {i}). Use method='central' or 'richardson'.",
+            node.op.name, node.name)
+
+
+def check_complex_support(sym, arrays: dict, aux: dict | None = None, *, names=None, ctx=None, is_train=True,
+                          numeric_dtype=np.float64, who="check_numeric_gradient"):
+    """Raise ``ComplexStepError`` naming the first op through which complex steps do not give derivatives.
+
+    Runs a complex forward and two real ones at a point near ``arrays`` (each float entry moved by ~1e-3
+    relative, off any exact kink or tie) along a random direction ``d`` and compares them value by value
+    (``Executor.set_value_hook`` traces every op's outputs): every op must accept complex input, keep the
+    imaginary part, and give ``Im op(x + i t d) / t`` equal to the real central difference of the op
+    along ``d`` (a non-analytic op such as ``abs`` or ``|x|^2``-based variance fails that). Only the float
+    arguments in ``names`` (default: all) are made complex. Cost: 3 forward passes.
+    """
+    from symgrad.context import cpu
+
+    ctx = cpu() if ctx is None else ctx
+    points = _test_points(arrays, names, numeric_dtype)
+    aux = {k: np.asarray(v, np.float64) for k, v in (aux or {}).items()}
+    complex_trace = _complex_trace(sym, points["complex"], aux, ctx, is_train, who)
+    real = {}
+    for key in ("plus", "minus"):
+        exe = sym.bind(ctx, {k: to_device(v, ctx) for k, v in points[key].items()}, grad_req="null",
+                       aux_states={k: to_device(v, ctx) for k, v in aux.items()})
+        with np.errstate(all="ignore"):
+            real[key] = trace_values(exe, is_train)
+    complex_ids = set()
+    for (node, _k, c), (_, _, p), (_, _, m) in zip(complex_trace, real["plus"], real["minus"]):
+        in_complex = any(src.id in complex_ids or (src.op is None and (src.name in aux or np.iscomplexobj(
+            points["complex"].get(src.name)))) for src, _ in node.inputs)
+        if np.iscomplexobj(c):
+            complex_ids.add(node.id)
+        _compare_complex(node, c, p, m, in_complex, who)

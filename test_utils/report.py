@@ -8,12 +8,12 @@ the seed with a one-line reproduction; the same facts are attributes, for tests 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from .seed import REPRODUCE_MARK, current_seed, reproduction, reproduction_line
 
-__all__ = ["GradientCheckError", "format_table", "Kink", "NondifferentiablePointWarning", "format_index",
-           "with_reproduction"]
+__all__ = ["Report", "GradientCheckError", "NondifferentiableError", "format_table", "Kink",
+           "NondifferentiablePointWarning", "format_index", "with_reproduction"]
 
 
 class NondifferentiablePointWarning(UserWarning):
@@ -56,6 +56,50 @@ def format_index(index) -> str:
     return ", ".join(str(int(i)) for i in index)
 
 
+@dataclass
+class Report:
+    """What a failed check found, as structure; ``render`` is the one place it becomes text.
+
+    Attributes:
+        check: the checker's name (first word of the headline).
+        headline: what failed, e.g. ``"analytic gradient of 'x' does not match the numeric gradient"``.
+        summary: lines right under the headline (mismatch share and tolerances, directional values).
+        context: lines on the setting (dtypes, grad_req, step, excluded elements).
+        rows: the worst elements ``(index, actual, expected, |error|, tolerance)``; ``names`` label them.
+        diagnosis: one line naming the likely bug (``diagnose``), or None.
+        children: ``(caption, Report)`` pairs: reports this one builds on (per input, per element), rendered
+            under their caption without their own headline.
+        notes: closing lines (other failing arguments, hints).
+    """
+
+    check: str
+    headline: str
+    summary: list = field(default_factory=list)
+    context: list = field(default_factory=list)
+    rows: list = field(default_factory=list)
+    names: tuple = ("actual", "expected")
+    diagnosis: object = None
+    children: list = field(default_factory=list)
+    notes: list = field(default_factory=list)
+
+    def body(self) -> list[str]:
+        """Every line but the headline, indented by two spaces."""
+        lines = [f"  {line}" for line in self.summary + self.context]
+        if self.rows:
+            lines.append(f"  worst {len(self.rows)} element{'s' if len(self.rows) != 1 else ''}:")
+            lines += [f"    {line}" for line in format_table(self.rows, self.names)]
+        if self.diagnosis:
+            lines.append(f"  diagnosis: {self.diagnosis}")
+        for caption, child in self.children:
+            lines.append(f"  {caption}")
+            lines += [f"  {line}" for line in child.body()]
+        lines += [f"  {line}" for line in self.notes]
+        return lines
+
+    def render(self) -> str:
+        return "\n".join([f"{self.check}: {self.headline}"] + self.body())
+
+
 class GradientCheckError(AssertionError):
     """A checker found values that differ from the expected (or numeric) ones.
 
@@ -84,7 +128,10 @@ class GradientCheckError(AssertionError):
             pytest 'tests/test_x.py::test_y'``).
     """
 
-    def __init__(self, message: str, **facts):
+    def __init__(self, message, **facts):
+        self.report = message if isinstance(message, Report) else None
+        if self.report is not None:
+            message = self.report.render()
         seed = facts.get("seed", None)
         seed = current_seed() if seed is None else seed
         facts["seed"] = seed
@@ -116,9 +163,51 @@ class GradientCheckError(AssertionError):
             setattr(self, k, v)
         self._facts = dict(facts)
 
+    def facts(self) -> dict:
+        """Every public attribute (the facts a composite report takes over from the report it builds on)."""
+        return {k: v for k, v in self.__dict__.items() if not k.startswith("_") and k not in ("report", "reproduce")}
+
     def __reduce__(self):  # keep the facts when pickled (pytest-xdist, multiprocessing)
         state = {k: v for k, v in self.__dict__.items() if not k.startswith("_")}
         return (_restore, (type(self), str(self), state))
+
+
+class NondifferentiableError(ValueError):
+    """The function is not differentiable at the sampled point (Chainer's ``NondifferentiableError``).
+
+    Raised by ``numerical_grad`` / ``check_backward`` with ``detect_nondifferentiable=True`` when the
+    one-sided derivatives around the point differ (a kink: relu/abs at 0, max ties) or the outputs change
+    finiteness. A ``ValueError``: the point, not the gradient, is wrong for the check; pick another input.
+
+    Attributes:
+        arg_name: the input (``"x0"``, ``"inputs[1]"``) whose perturbation crossed the kink, or
+            ``"direction"`` when only the random direction is known.
+        index: the element of that input, or None.
+        value: the input value at that element, or None.
+        output_index, output_element: the output and its element whose one-sided derivatives differ.
+        eps: the sampling half-width.
+        offsets: the perturbations actually applied (input units), ``0`` included.
+        samples: the output element's value at each offset (same order).
+        left, right: the one-sided derivatives at the smaller step.
+        residual, threshold: the jump ``right - left`` and the least jump that counts as a kink.
+        nonfinite: True when finiteness changed between the samples.
+        seed, reproduce: the seed of the check and the one-line reproduction (the message's last line).
+    """
+
+    def __init__(self, message, **facts):
+        from .seed import current_seed as _seed
+
+        self.seed = _seed()
+        self.reproduce = reproduction(self.seed)
+        super().__init__(with_reproduction(message, self.seed))
+        for k in ("arg_name", "index", "value", "output_index", "output_element", "eps", "left", "right",
+                  "residual", "threshold"):
+            setattr(self, k, facts.pop(k, None))
+        self.offsets = facts.pop("offsets", ())
+        self.samples = facts.pop("samples", ())
+        self.nonfinite = facts.pop("nonfinite", False)
+        for k, v in facts.items():
+            setattr(self, k, v)
 
 
 def with_reproduction(message, seed) -> str:

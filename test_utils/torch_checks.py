@@ -44,11 +44,14 @@ import numpy as np
 import symgrad as sg
 from symgrad.context import array_context
 
-from .chainer_checks import MAX_LOCALISE, _as_tuple, _Graph, _Reference, _symbols
 from .compare import compare
-from .numeric import NOISE_FACTOR, check_step, default_steps, rounding_noise
-from .report import GradientCheckError
+from .differencer import default_steps
+from .funcgraph import MAX_LOCALISE, FuncGraph, KinkRedraws, OnlyKinks, Reference, as_tuple, only_kinks, symbols_of
+from .harness import RoundingEmulator, analytic_noise, with_measured
+from .numeric import check_step
+from .report import GradientCheckError, Report
 from .seed import seeded_check
+from .tolerance import numeric_noise
 
 __all__ = ["gradcheck", "gradgradcheck"]
 
@@ -116,15 +119,15 @@ def gradgradcheck(func, inputs, grad_outputs=None, *, eps=1e-6, atol=1e-5, rtol=
     """
     who = "gradgradcheck"
     try:
-        tupled = _as_tuple(inputs)
+        tupled = as_tuple(inputs)
         names = _names(tupled, "input")
-        probe = _Graph(who, func, _entries(tupled, names), {}, allow_params=False)
+        probe = FuncGraph(who, func, _entries(tupled, names), {}, allow_params=False)
         diff_out = [k for k, dt in enumerate(probe.out_dtypes) if dt.kind == "f"]
         if grad_outputs is None:
             gos = tuple(_random_grad(probe.out_shapes[k], probe.out_dtypes[k], gen_non_contig_grad_outputs)
                         for k in diff_out)
         else:
-            gos = _as_tuple(grad_outputs)
+            gos = as_tuple(grad_outputs)
             if len(gos) != len(diff_out):
                 raise ValueError(f"{who}: {len(gos)} grad_outputs for {len(diff_out)} differentiable outputs "
                                  f"{[probe.out_names[k] for k in diff_out]}")
@@ -136,7 +139,7 @@ def gradgradcheck(func, inputs, grad_outputs=None, *, eps=1e-6, atol=1e-5, rtol=
         diff_in = [i for i, v in enumerate(tupled) if array_context(v) is not None and np.dtype(v.dtype).kind == "f"]
 
         def vjp(*args):
-            outs = _symbols(func(*args[:n_in]), who)
+            outs = symbols_of(func(*args[:n_in]), who)
             gs = sg.grad([outs[k] for k in diff_out], [args[i] for i in diff_in], grad_outputs=list(args[n_in:]))
             gs = [g for g in gs if g is not None]
             if not gs:
@@ -203,11 +206,11 @@ def _unit(size):
     return v / float(np.linalg.norm(v)) if size else v
 
 
-def _gradcheck(who, func, inputs, names, eps, atol, rtol, nondet_tol, check_undefined_grad, fast_mode,
-               float64_reference, progress=True, wrap=None):
-    tupled = _as_tuple(inputs)
+def _validate(who, func, inputs, names, eps, atol, rtol, nondet_tol):
+    """Phase 1: the graph of ``func`` at ``inputs``, the checked inputs and the validated options."""
+    tupled = as_tuple(inputs)
     names = names or _names(tupled, "input")
-    graph = _Graph(who, func, _entries(tupled, names), {}, allow_params=False)
+    graph = FuncGraph(who, func, _entries(tupled, names), {}, allow_params=False)
     if any(graph.loss_heads):
         heads = [n for n, loss in zip(graph.out_names, graph.loss_heads) if loss]
         raise NotImplementedError(f"{who}: outputs {heads} come from loss heads, whose backward ignores the head "
@@ -218,44 +221,65 @@ def _gradcheck(who, func, inputs, names, eps, atol, rtol, nondet_tol, check_unde
         dtypes = [getattr(v, "dtype", type(v).__name__) for v in tupled]
         raise ValueError(f"{who} expects at least one float input array to check (PyTorch: requires_grad=True); "
                          f"the inputs have dtypes {dtypes}")
-    if eps is not None:
-        eps = float(eps)
-        if not eps > 0:
-            raise ValueError(f"{who}: eps must be positive (or None for a step per element), got {eps!r}")
+    for label, v, positive in (("eps", eps, True), ("atol", atol, False), ("rtol", rtol, False),
+                               ("nondet_tol", nondet_tol, False)):
+        if v is None and label == "eps":
+            continue
+        try:
+            v = float(v)
+        except (TypeError, ValueError):
+            raise TypeError(f"{who}: {label} must be a number, got {v!r}") from None
+        if not (np.isfinite(v) and (v > 0 if positive else v >= 0)):
+            raise ValueError(f"{who}: {label} must be {'positive' if positive else 'a finite number >= 0'}"
+                             f"{' (or None for a step per element)' if label == 'eps' else ''}, got {v!r}")
+    return graph, diff
+
+
+def _gradcheck(who, func, inputs, names, eps, atol, rtol, nondet_tol, check_undefined_grad, fast_mode,
+               float64_reference, progress=True, wrap=None):
+    graph, diff = _validate(who, func, inputs, names, eps, atol, rtol, nondet_tol)
+    eps = None if eps is None else float(eps)
     atol, rtol, nondet_tol = float(atol), float(rtol), float(nondet_tol)
     used = [n for n in diff if n in graph.arg_names]
     out_diff = [k for k, dt in enumerate(graph.out_dtypes) if dt.kind == "f"]
-    ref = _Reference(graph, np.float64 if float64_reference else None, graph.weights([None] * len(graph.out_shapes)),
-                     progress)
-    check_step(eps, ref.dtype, ref.dtype, who, " PyTorch's default eps=1e-6 is meant for float64 differences: keep "
-               "float64_reference=True (the default), or give a larger eps (or eps=None for a step per element).")
-    under_test = ", ".join(sorted({np.dtype(graph.values[n].dtype).name for n in used} or {"-"}))
-    eps_desc = f"{eps:g} (x +- eps)" if eps is not None else f"per element, {ref.step_description}"
-    context = [f"dtype under test {under_test}, numeric reference in {ref.dtype.name}"
-               f"{'' if float64_reference else ' (float64_reference=False)'}, forward is_train=True"]
-    if wrap:
-        context.append(wrap)
-    ctx = _Check(who, graph, ref, used, eps, eps_desc, rtol, atol, nondet_tol, context)
-    if not out_diff:
-        ctx.numeric_is_zero()
-        return True
-    exe, bufs = graph.executor(used)
-    if fast_mode:
-        ctx.fast(exe, bufs, out_diff)
-    else:
-        ctx.slow(exe, bufs, out_diff)
+    ndtype = np.float64 if float64_reference else None
+    kinks = None
+    while True:
+        ref = Reference(graph, ndtype, graph.weights([None] * len(graph.out_shapes)), progress)
+        check_step(eps, ref.dtype, ref.dtype, who, " PyTorch's default eps=1e-6 is meant for float64 differences: "
+                   "keep float64_reference=True (the default), or give a larger eps (or eps=None for a step per "
+                   "element).")
+        kinks = kinks or KinkRedraws(who, graph, ref.dtype)
+        under_test = ", ".join(sorted({np.dtype(graph.values[n].dtype).name for n in used} or {"-"}))
+        eps_desc = f"{eps:g} (x +- eps)" if eps is not None else f"per element, {ref.step_description}"
+        context = [f"dtype under test {under_test}, numeric reference in {ref.dtype.name}"
+                   f"{'' if float64_reference else ' (float64_reference=False)'}, forward is_train=True"]
+        if wrap:
+            context.append(wrap)
+        check = _Check(who, graph, ref, used, eps, eps_desc, rtol, atol, nondet_tol, context, kinks.excluded)
+        if not out_diff:
+            check.numeric_is_zero()
+            return True
+        exe, bufs = graph.executor(used)
+        try:
+            check.fast(exe, bufs, out_diff) if fast_mode else check.slow(exe, bufs, out_diff)
+        except OnlyKinks as only:
+            kinks.handle(only.kinks, (lambda arg, i: eps) if eps is not None else None)
+            continue
+        break
     if check_undefined_grad:
-        ctx.undefined_grad(exe, bufs)
+        check.undefined_grad(exe, bufs)
+    kinks.warn(stacklevel=5)
     return True
 
 
 class _Check:
-    """One gradcheck: the graph, its float64 reference and the settings."""
+    """One gradcheck: the graph, its float64 reference and the settings (phases 3-5)."""
 
-    def __init__(self, who, graph, ref, used, eps, eps_desc, rtol, atol, nondet_tol, context):
+    def __init__(self, who, graph, ref, used, eps, eps_desc, rtol, atol, nondet_tol, context, excluded):
         self.who, self.graph, self.ref, self.used = who, graph, ref, used
         self.eps, self.eps_desc, self.rtol, self.atol, self.nondet_tol = eps, eps_desc, rtol, atol, nondet_tol
-        self.context = context
+        self.context, self.excluded = context, excluded
 
     # -- helpers ---------------------------------------------------------------------------------------
     def _steps(self, name):
@@ -283,6 +307,12 @@ class _Check:
     def _iname(self, n):
         return f"input {self.graph.input_names.index(n)} ({n!r})"
 
+    def _excluded_mask(self, n):
+        mask = np.zeros(self.graph.values[n].shape, bool)
+        for i in self.excluded.get(n, ()):
+            mask[i] = True
+        return mask
+
     def _reentrant(self, first, second, k):
         for n in self.used:
             try:
@@ -297,6 +327,22 @@ class _Check:
             except GradientCheckError as err:
                 err.diagnosis = err.diagnosis or "non-deterministic backward"
                 raise
+
+    def _rows_noise(self, k, size, analytic):
+        """The rounding noise of the analytic Jacobian rows of output ``k`` in the dtypes under test
+        (``harness.RoundingEmulator``, one backward per row; ``harness.with_measured`` against ``analytic``, the
+        rows computed in those dtypes)."""
+        dtype = max((self.graph.values[n].dtype for n in self.used), key=lambda d: np.finfo(d).eps)
+        emulator = RoundingEmulator(self.graph.sym, self.graph.values, self.graph.aux, self.used, dtype)
+        rows = []
+        for e in range(size):
+            onehot = np.zeros(size)
+            onehot[e] = 1.0
+            rows.append(self._heads(k, onehot))
+        exact, noise = emulator.noise(rows)
+        exact = {n: np.stack([r[n].ravel() for r in exact]) for n in self.used}
+        noise = {n: np.stack([r[n].ravel() for r in noise]) for n in self.used}
+        return with_measured(noise, exact, analytic, dtype)
 
     # -- slow mode -------------------------------------------------------------------------------------
     def slow(self, exe, bufs, out_diff):
@@ -315,47 +361,55 @@ class _Check:
                     for n in self.used:
                         run[n][e] = g[n].astype(np.float64).ravel()
             self._reentrant(rows[0], rows[1], k)
+            a_noise = self._rows_noise(k, size, rows[0])
             for n in self.used:
                 a, num = rows[0][n], numeric[n][k]
-                eps_dt = float(np.finfo(self.graph.values[n].dtype).eps)
-                noise = (rounding_noise(1.0, widths[n], self.ref.dtype)[None, :] * np.abs(base[k]).reshape(-1, 1)
-                         + NOISE_FACTOR * eps_dt * np.abs(a))
+                n_noise = numeric_noise(1.0, widths[n], self.ref.dtype)[None, :] * np.abs(base[k]).reshape(-1, 1)
                 try:
                     compare(a, num, self.rtol, self.atol, check=self.who, arg_name=n, names=("analytic", "numeric"),
                             what=f"Jacobian mismatch for {self._oname(k)} with respect to {self._iname(n)}",
-                            eps=self.eps_desc, noise=noise, broadcast=False, max_rows=5,
+                            eps=self.eps_desc, noise=n_noise, analytic_noise=a_noise[n],
+                            noise_dtype=self.graph.values[n].dtype, broadcast=False, max_rows=5,
+                            exclude=np.broadcast_to(self._excluded_mask(n).ravel()[None, :], a.shape),
                             extra_lines=self.context + ["Jacobian entries: index = (output element, input element), "
                                                         "both flattened"])
                 except GradientCheckError as err:
                     raise self._jacobian_failure(err, exe, bufs, k, n, a, num) from None
 
-    def _jacobian_failure(self, err, exe, bufs, k, n, a, num):
-        """Add the gradient view: backward with random head weights u, against per-element differences."""
-        lines = str(err).split("\n")
-        size = int(np.prod(self.graph.out_shapes[k]))
-        u = np.random.uniform(0.5, 1.5, size=size)
+    def _gradient_view(self, exe, bufs, k, n, u):
+        """The failing pair as a gradient: backward with head weights ``u`` on output ``k`` against per-element
+        central differences, as ``(error or None, kinks)``; ``OnlyKinks`` when every mismatch is a kink."""
+        if self.graph.values[n].size > MAX_LOCALISE:
+            return None, []
         weights = [np.zeros(s) for s in self.graph.out_shapes]
-        weights[k] = u.reshape(self.graph.out_shapes[k])
+        weights[k] = np.reshape(u, self.graph.out_shapes[k])
+        g = self.graph.vjp(exe, bufs, self._heads(k, u))[n]
+        err, kinks = self.ref.element_view(self.who, n, g, weights, self.rtol, self.atol)
+        if err is not None and only_kinks([(err, kinks)]):
+            raise OnlyKinks(kinks)
+        return err, kinks
+
+    def _jacobian_failure(self, err, exe, bufs, k, n, a, num):
+        """The Jacobian mismatch with the gradient view as a child report (its diagnosis names the bug)."""
+        u = np.random.uniform(0.5, 1.5, size=int(np.prod(self.graph.out_shapes[k])))
+        gerr, _ = self._gradient_view(exe, bufs, k, n, u)
+        report = err.report
         primary = err
-        if self.graph.values[n].size <= MAX_LOCALISE:
-            g = self.graph.vjp(exe, bufs, self._heads(k, u))[n]
-            gerr = self.ref.element_view(self.who, n, g, weights, self.rtol, self.atol)
-            if gerr is not None:
-                lines.append(f"  as a gradient: sum(u * {self.graph.out_names[k]}) w.r.t. {n!r}, u uniform in "
-                             f"[0.5, 1.5), in the input's shape (central differences {self.ref.step_description}):")
-                lines += ["  " + line for line in str(gerr).split("\n")[1:]]
-                primary = gerr
-        out = GradientCheckError("\n".join(lines))
-        out.__dict__.update({key: v for key, v in primary.__dict__.items() if not key.startswith("_")})
-        out.check = self.who
-        out.output_index, out.input_index = k, self.graph.input_names.index(n)
-        out.jacobian_analytic, out.jacobian_numeric = a, num
-        out.jacobian_mismatch_fraction = err.mismatch_fraction
-        return out
+        if gerr is not None:
+            report.children.append((f"as a gradient: sum(u * {self.graph.out_names[k]}) w.r.t. {n!r}, u uniform in "
+                                    f"[0.5, 1.5), in the input's shape (central differences "
+                                    f"{self.ref.step_description}):", gerr.report))
+            primary = gerr
+        facts = primary.facts()
+        facts.update(check=self.who, output_index=k, input_index=self.graph.input_names.index(n),
+                     jacobian_analytic=a, jacobian_numeric=num, jacobian_mismatch_fraction=err.mismatch_fraction)
+        return GradientCheckError(report, **facts)
 
     # -- fast mode -------------------------------------------------------------------------------------
     def fast(self, exe, bufs, out_diff):
         v = {n: _unit(self.graph.values[n].size).reshape(self.graph.values[n].shape) for n in self.used}
+        for n in self.used:
+            v[n][self._excluded_mask(n)] = 0.0
         for k in out_diff:
             u = _unit(int(np.prod(self.graph.out_shapes[k])))
             heads = self._heads(k, u)
@@ -365,13 +419,14 @@ class _Check:
             weights = [np.zeros(s) for s in self.graph.out_shapes]
             weights[k] = u.reshape(self.graph.out_shapes[k])
             magnitude = float(np.sum(np.abs(weights[k] * self.ref.base[k])))
+            dtype = max((self.graph.values[n].dtype for n in self.used), key=lambda d: np.finfo(d).eps)
+            _, a_noise = analytic_noise(self.graph.sym, self.graph.values, self.graph.aux, heads, self.used, dtype,
+                                        actual=first)
             for n in self.used:
                 g = first[n]
                 analytic = float(np.sum(g.astype(np.float64) * v[n]))
-                numeric, width = self.ref.directional([n], {n: v[n]}, self._dir_step(n), False, weights=weights)
-                eps_dt = float(np.finfo(g.dtype).eps)
-                noise = (rounding_noise(magnitude, width, self.ref.dtype)
-                         + NOISE_FACTOR * eps_dt * float(np.sum(np.abs(g.astype(np.float64) * v[n]))))
+                numeric, width, _ = self.ref.directional({n: v[n]}, self._dir_step(n), weights=weights)
+                noise = numeric_noise(magnitude, width, self.ref.dtype) + float(np.sum(a_noise[n] * np.abs(v[n])))
                 atol = self.atol * fast_atol_scale(u, v[n])
                 try:
                     compare(analytic, numeric, self.rtol, atol, check=self.who, arg_name=n,
@@ -379,35 +434,33 @@ class _Check:
                             what=f"Jacobian mismatch for {self._oname(k)} with respect to {self._iname(n)} (fast mode)",
                             eps=self.eps_desc, noise=noise, extra_lines=self.context)
                 except GradientCheckError as err:
-                    raise self._fast_failure(err, k, n, g, weights, analytic, numeric, atol) from None
+                    raise self._fast_failure(err, exe, bufs, k, n, u, analytic, numeric, atol) from None
 
-    def _fast_failure(self, err, k, n, g, weights, analytic, numeric, atol):
-        lines = [f"{self.who}: Jacobian mismatch for {self._oname(k)} with respect to {self._iname(n)} (fast mode)",
-                 f"  numerical: {numeric:.10g}", f"  analytical: {analytic:.10g}",
-                 f"  |error| = {abs(analytic - numeric):.3g}, allowed atol * min(sum|u| sum|v|, 16 |u| |v|) "
-                 "+ rtol * |numerical| "
-                 f"= {atol + self.rtol * abs(numeric):.3g} (atol={self.atol:.3g}, rtol={self.rtol:.3g}, "
-                 f"eps={self.eps_desc})",
-                 "  the quantities above are u^T J v for random unit vectors u (over the output) and v (over the "
-                 "input) -- fast mode; rerun with fast_mode=False for the full Jacobians"]
-        lines += [f"  {c}" for c in self.context]
-        primary = None
-        if g.size <= MAX_LOCALISE:
-            primary = self.ref.element_view(self.who, n, g, weights, self.rtol, self.atol)
+    def _fast_failure(self, err, exe, bufs, k, n, u, analytic, numeric, atol):
+        primary, _ = self._gradient_view(exe, bufs, k, n, u)
+        report = Report(self.who, f"Jacobian mismatch for {self._oname(k)} with respect to {self._iname(n)} "
+                        "(fast mode)")
+        report.summary += [
+            f"numerical: {numeric:.10g}", f"analytical: {analytic:.10g}",
+            f"|error| = {abs(analytic - numeric):.3g}, allowed atol * min(sum|u| sum|v|, 16 |u| |v|) + rtol * "
+            f"|numerical| = {atol + self.rtol * abs(numeric):.3g} (atol={self.atol:.3g}, rtol={self.rtol:.3g}, "
+            f"eps={self.eps_desc})",
+            "the quantities above are u^T J v for random unit vectors u (over the output) and v (over the input) "
+            "-- fast mode; rerun with fast_mode=False for the full Jacobians"]
+        report.context += self.context
+        size = self.graph.values[n].size
         if primary is not None:
-            lines.append(f"  per-element check of {n!r} (gradient of sum(u * {self.graph.out_names[k]}), central "
-                         f"differences {self.ref.step_description}):")
-            lines += ["  " + line for line in str(primary).split("\n")[1:]]
-        elif g.size > MAX_LOCALISE:
-            lines.append(f"  {n!r} has {g.size} elements (> {MAX_LOCALISE}): no per-element comparison")
+            report.children.append((f"per-element check of {n!r} (gradient of sum(u * {self.graph.out_names[k]}), "
+                                    f"central differences {self.ref.step_description}):", primary.report))
+        elif size > MAX_LOCALISE:
+            report.notes.append(f"{n!r} has {size} elements (> {MAX_LOCALISE}): no per-element comparison")
         else:
-            lines.append(f"  the per-element comparison of {n!r} passes: the error is too small to show per element")
-        out = GradientCheckError("\n".join(lines))
-        out.__dict__.update({key: val for key, val in (primary or err).__dict__.items() if not key.startswith("_")})
-        out.check = self.who
-        out.output_index, out.input_index = k, self.graph.input_names.index(n)
-        out.fast = (analytic, numeric)
-        return out
+            report.notes.append(f"the per-element comparison of {n!r} passes: the error is too small to show per "
+                                "element")
+        facts = (primary or err).facts()
+        facts.update(check=self.who, output_index=k, input_index=self.graph.input_names.index(n),
+                     fast=(analytic, numeric))
+        return GradientCheckError(report, **facts)
 
     # -- other checks ----------------------------------------------------------------------------------
     def undefined_grad(self, exe, bufs):

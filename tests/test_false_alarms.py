@@ -26,7 +26,7 @@ import pytest
 
 import symgrad as sg
 import test_utils as tu
-import test_utils.numeric as numeric
+import test_utils.differencer as differencer
 from test_utils.numeric import ComplexStepError
 from test_utils.report import GradientCheckError, NondifferentiablePointWarning
 
@@ -226,7 +226,7 @@ def test_numeric_grad_richardson_and_default_steps():
     exe = S.exp(x).simple_bind(sg.cpu(), x=(3,), type_dict={"x": np.float64})
     g = tu.numeric_grad(exe, [v], eps=None, dtype=np.float64, method="richardson")["x"]
     np.testing.assert_allclose(g, np.exp(v), rtol=1e-10)  # central differences: ~1e-9
-    np.testing.assert_allclose(numeric.default_steps(np.array([0.5, -4.0]), np.float64, "richardson"),
+    np.testing.assert_allclose(differencer.default_steps(np.array([0.5, -4.0]), np.float64, "richardson"),
                                np.finfo(np.float64).eps ** 0.2 * np.array([1.0, 4.0]))
     with pytest.raises(ValueError, match="complex copy"):
         tu.numeric_grad(exe, [v], method="complex_step")
@@ -328,7 +328,7 @@ def test_progress_bar_only_for_long_checks(fake_tqdm, monkeypatch):
     v = np.random.default_rng(8).standard_normal(50)
     tu.check_numeric_gradient(S.tanh(x), [v])  # milliseconds: no bar
     assert fake_tqdm.instances == []
-    monkeypatch.setattr(numeric, "PROGRESS_DELAY", 0.0)  # every check is "long" now
+    monkeypatch.setattr(differencer, "PROGRESS_DELAY", 0.0)  # every check is "long" now
     tu.check_numeric_gradient(S.tanh(x), [v])
     (bar,) = fake_tqdm.instances
     assert bar.total == 50 and bar.n == 50 and bar.closed and bar.kwargs["desc"] == "numeric gradient"
@@ -341,7 +341,7 @@ def test_progress_bar_only_for_long_checks(fake_tqdm, monkeypatch):
 def test_progress_bar_without_tqdm_is_silent(monkeypatch):
     monkeypatch.setitem(sys.modules, "tqdm", None)  # import tqdm raises ImportError
     monkeypatch.setitem(sys.modules, "tqdm.auto", None)
-    monkeypatch.setattr(numeric, "PROGRESS_DELAY", 0.0)
+    monkeypatch.setattr(differencer, "PROGRESS_DELAY", 0.0)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         tu.check_numeric_gradient(S.tanh(S.Variable("x")), [np.ones(5)])

@@ -314,9 +314,12 @@ def test_report_of_a_planted_bug_has_every_fact():
         tu.check_numeric_gradient(S.Custom(S.Variable("x"), op_type="pb_square", k="2"), [x])
     err = info.value
     text = str(err)
-    for piece in ("'x'", "6 of 6 elements (100%)", "rtol=0.0001", "atol=0.001", "h = 6.06e-06 * max(|x|, 1)",
-                  "index", "analytic", "numeric", "|error|", "tolerance", "diagnosis: analytic = 2 x numeric"):
+    for piece in ("'x'", "6 of 6 elements (100%)", "rtol=0.0001", "atol=", "h = 6.06e-06 * max(|x|, 1)",
+                  "float32 rounding", "index", "analytic", "numeric", "|error|", "tolerance",
+                  "diagnosis: analytic = 2 x numeric"):
         assert piece in text, piece
+    # atol=None: rtol times the largest |numeric| entry of the argument (issue 8: no fixed 1e-3 hiding 1% errors)
+    assert err.atol == pytest.approx(1e-4 * np.abs(err.expected).max())
     assert (err.check, err.arg_name, err.pattern, err.n_mismatch, err.size) == (
         "check_numeric_gradient", "x", "doubled", 6, 6)
     assert err.seed is not None  # with_seed puts the seed on the error

@@ -1,0 +1,390 @@
+"""A Python function of Symbols, as the Chainer- and PyTorch-style checkers take it, and its float64 reference.
+
+``FuncGraph`` applies ``func`` to input Variables (``x0``, ``x1``, ... or ``input0``, ...) and holds the
+values of every argument, the head gradients and the analytic side (one forward + backward in the dtypes
+under test). ``Reference`` binds the same graph on float64 copies as a ``harness.Harness`` and answers
+the numeric questions through the one differencer: the derivative along a direction, a Jacobian column
+per element, and the per-element view of one input (central differences, kinks, the diagnosis), which
+a failing directional or Jacobian check shows as a child report.
+"""
+
+from __future__ import annotations
+
+import numbers
+
+import numpy as np
+
+import symgrad as sg
+from symgrad.base import SymgradError
+from symgrad.context import array_context
+from symgrad.symbol import Group, Symbol
+
+from ._inputs import check_finite, check_kind, check_shapes
+from .compare import _violations, compare
+from .context import default_context, to_device, to_numpy
+from .differencer import default_steps, directional, gradient, jacobian
+from .harness import Harness, analytic_noise
+from .mxnet_checks import diagnosis_context
+from .numeric import element_kinks, projected_objective
+from .report import GradientCheckError
+from .tolerance import NOISE_FACTOR
+
+__all__ = ["FuncGraph", "Reference", "symbols_of", "variable_in", "param_dict", "as_tuple", "MAX_LOCALISE",
+           "KinkRedraws", "OnlyKinks", "only_kinks"]
+
+#: inputs up to this many elements get a per-element comparison when a projected check fails
+MAX_LOCALISE = 5000
+
+
+def as_tuple(x):
+    if isinstance(x, tuple):
+        return x
+    if isinstance(x, list):
+        return tuple(x)
+    return (x,)
+
+
+
+
+def symbols_of(out, who):
+    """The outputs of ``func`` as a list of single-output Symbols."""
+    if isinstance(out, Symbol):
+        return [out[i] for i in range(len(out))] if len(out) > 1 else [out]
+    if isinstance(out, (list, tuple)) and out and all(isinstance(o, Symbol) for o in out):
+        res = []
+        for o in out:
+            res += symbols_of(o, who)
+        return res
+    raise TypeError(f"{who}: func must return a Symbol or a tuple of Symbols, got {type(out).__name__}")
+
+
+def variable_in(outputs, name, who):
+    """The Variable named ``name`` inside the graph of ``outputs``."""
+    internals = Group(outputs).get_internals()
+    try:
+        return internals[name]
+    except Exception:
+        raise ValueError(f"{who}: params names {name!r}, which is not an argument of the graph func built") from None
+
+
+def param_dict(params, who):
+    if params is None or (isinstance(params, (tuple, list)) and len(params) == 0):
+        return {}
+    if not isinstance(params, dict):
+        raise TypeError(f"{who}: params must be a dict name -> array (the values of the arguments func creates), "
+                        f"got {type(params).__name__}")
+    return dict(params)
+
+
+class FuncGraph:
+    """``func`` applied to input Variables: argument values, head gradients and the analytic side.
+
+    ``inputs`` is a list of ``(name, value)``; an array becomes a Variable of that name, anything else
+    (name None) is passed to ``func`` as it is. ``params`` gives the values of the other arguments (and
+    optionally auxiliary states) of the graph ``func`` builds.
+    """
+
+    def __init__(self, who, func, inputs, params, allow_params=True):
+        self.who = who
+        params = param_dict(params, who)
+        variables, values = [], {}
+        for name, value in inputs:
+            if name is None:
+                variables.append(value)
+                continue
+            variables.append(sg.sym.Variable(name))
+            values[name] = value
+        if not callable(func):
+            raise TypeError(f"{who}: func must be callable, got {type(func).__name__}")
+        self.outputs = symbols_of(func(*variables), who)
+        self.sym = Group(self.outputs)
+        self.input_names = [n for n, _ in inputs if n is not None]
+        self.arg_names = self.sym.list_arguments()
+        self.aux_names = self.sym.list_auxiliary_states()
+        self.out_names = self.sym.list_outputs()
+        created = [n for n in self.arg_names if n not in values]
+        clash = [k for k in params if k in values]
+        if clash:
+            raise ValueError(f"{who}: params names {clash}, which are inputs of func")
+        unknown = [k for k in params if k not in self.arg_names and k not in self.aux_names]
+        if unknown:
+            raise ValueError(f"{who}: params names {unknown}, which are not arguments of the graph func built; "
+                             f"its arguments are {self.arg_names}, its auxiliary states {self.aux_names}")
+        missing = [n for n in created if n not in params]
+        if missing:
+            hint = ("pass their values in params (a dict name -> array)" if allow_params else
+                    "pass them as inputs: create the Variables in func from the inputs "
+                    "(e.g. FullyConnected(x, weight=w, bias=b, ...))")
+            raise ValueError(f"{who}: func created arguments {missing} that have no values; {hint}")
+        self.param_names = [n for n in self.arg_names if n in params]
+        host = {}
+        for n in self.arg_names:
+            v = values[n] if n in values else params[n]
+            if array_context(v) is None and not isinstance(v, (numbers.Number, list)):
+                raise TypeError(f"{who}: value of {n!r} must be an array, got {type(v).__name__}")
+            host[n] = check_kind(np.array(to_numpy(v), copy=True), who, "input" if n in values else "param", n,
+                                 allow_complex=False)
+        aux_given = {k: np.array(to_numpy(params[k]), copy=True) for k in self.aux_names if k in params}
+        check_finite(host, who, "input")
+        _, out_shapes, aux_shapes = check_shapes(self.sym, {**host, **aux_given}, who)
+        self.out_shapes = [tuple(s) for s in out_shapes]
+        for n, s in zip(self.aux_names, aux_shapes):
+            if n not in aux_given:
+                aux_given[n] = np.zeros(s, self._float_dtype(host))
+        self.values = host
+        self.aux = aux_given
+        out_types = self.sym.infer_type(**{k: v.dtype for k, v in host.items()})[1] or [None] * len(out_shapes)
+        self.out_dtypes = [np.dtype(np.float64 if t is None else t) for t in out_types]
+        self.loss_heads = [h.loss_head for h in self.sym.heads()]
+        where = next((array_context(v) for _, v in inputs if array_context(v) is not None), None)
+        self.ctx = where if where is not None and where.device_type != "cpu" else default_context()
+
+    @staticmethod
+    def _float_dtype(host):
+        floats = [v.dtype for v in host.values() if v.dtype.kind == "f"]
+        return np.result_type(*floats) if floats else np.float32
+
+    # -- head gradients ----------------------------------------------------------------------------
+    def head_grads(self, y_grad):
+        """Chainer's ``y_grad`` as one host array (output dtype) or None (loss head) per output."""
+        who, n = self.who, len(self.out_shapes)
+        if y_grad is None:
+            heads = []
+            for k, (s, loss) in enumerate(zip(self.out_shapes, self.loss_heads)):
+                if loss:
+                    heads.append(None)
+                elif int(np.prod(s)) == 1:
+                    heads.append(np.ones(s, self.out_dtypes[k]))
+                else:
+                    shapes = ", ".join(str(x) for x in self.out_shapes)
+                    raise ValueError(f"{who}: y_grad can be None only for a loss (outputs of one element or loss "
+                                     f"heads); output {self.out_names[k]!r} has shape {s} (all outputs: {shapes})")
+            return heads
+        gys = list(as_tuple(y_grad))
+        if len(gys) != n:
+            raise ValueError(f"{who}: y_grad has {len(gys)} arrays for {n} outputs {self.out_names}")
+        heads = []
+        for k, g in enumerate(gys):
+            if g is None:
+                heads.append(None if self.loss_heads[k] else np.zeros(self.out_shapes[k], self.out_dtypes[k]))
+                continue
+            g = check_kind(np.asarray(to_numpy(g)), who, "y_grad for output", self.out_names[k], allow_complex=False)
+            if tuple(g.shape) != self.out_shapes[k]:
+                raise ValueError(f"{who}: y_grad for output {self.out_names[k]!r} has shape {tuple(g.shape)}, "
+                                 f"expected {self.out_shapes[k]}")
+            check_finite({self.out_names[k]: g}, who, "y_grad for output")
+            heads.append(g.astype(self.out_dtypes[k]) if self.out_dtypes[k].kind == "f" else g)
+        return heads
+
+    def weights(self, heads):
+        """Float64 projection weights of the numeric objective (ignored for loss heads)."""
+        return [np.zeros(s) if h is None else h.astype(np.float64) for h, s in zip(heads, self.out_shapes)]
+
+    # -- analytic ----------------------------------------------------------------------------------
+    def executor(self, names):
+        """The graph bound in the dtypes under test on ``self.ctx``, gradients for ``names``, after one forward."""
+        ctx = self.ctx
+        args = {k: to_device(v, ctx) for k, v in self.values.items()}
+        bufs = {k: to_device(np.zeros_like(self.values[k]), ctx) for k in names}
+        exe = self.sym.bind(ctx, args, args_grad=bufs, grad_req={k: "write" for k in names},
+                            aux_states={k: to_device(v, ctx) for k, v in self.aux.items()})
+        exe.forward(is_train=True)
+        return exe, bufs
+
+    def vjp(self, exe, bufs, heads):
+        exe.backward([None if h is None else to_device(h, self.ctx) for h in heads])
+        return {k: np.array(to_numpy(b), copy=True) for k, b in bufs.items()}
+
+    def analytic(self, names, heads):
+        exe, bufs = self.executor(names)
+        return self.vjp(exe, bufs, heads)
+
+    def assert_no_gradient(self, names):
+        """Inputs with no_grads: symgrad.grad must find no gradient (None) for them."""
+        names = [n for n in names if n in self.arg_names]
+        if not names:
+            return
+        var = {n: variable_in(self.outputs, n, self.who) for n in names}
+        for n in names:
+            try:
+                (g,) = sg.grad(self.outputs, [var[n]])
+            except SymgradError:
+                continue  # no gradient rule on the path: no gradient flows
+            if g is None:
+                continue
+            msg = (f"{self.who}: input {n!r} (no_grads=True, dtype {self.values[n].dtype}) receives a gradient: "
+                   f"symgrad.grad returns {g.name!r} for it, where Chainer requires the gradient of an integer / "
+                   "no_grads input to be None; an op on its path is differentiated w.r.t. an index input "
+                   "(declare it in no_grad_inputs) or the input should not be in no_grads")
+            raise GradientCheckError(msg, check=self.who, arg_name=n, diagnosis="a gradient where none should flow",
+                                     names=("backward", "expected"))
+
+
+class Reference:
+    """``graph`` bound on host copies in the reference dtype (float64 by default), for finite differences.
+
+    ``ndtype`` None keeps every array's own dtype (no float64 reference). ``weights`` (one float64 array
+    per output) define the objective ``sum(w * y)`` (loss heads: their implied loss).
+    """
+
+    def __init__(self, graph, ndtype, weights, progress=True):
+        self.graph = graph
+        self.dtype = np.dtype(ndtype) if ndtype is not None else np.dtype(
+            np.result_type(*[v.dtype for v in graph.values.values() if v.dtype.kind == "f"] or [np.float64]))
+        self.objective_weights = weights
+        self.progress = progress
+        ref_sym, _, make_objective = projected_objective(graph.sym, weights, graph.who)
+        self.ref_sym = ref_sym
+        self.harness = Harness.bind(ref_sym, graph.values, graph.aux, ctx=sg.cpu(), dtype=ndtype)
+        self.args = {k: self.harness.host(k) for k in graph.values}
+        self.harness.assert_deterministic(graph.who, "the forward of func")
+        self.base = [np.asarray(b, np.float64) for b in self.harness.base()]
+        self.n_out = len(graph.out_shapes)
+        self.objective = make_objective(self.base)
+        self.magnitude = float(self.objective(self.base)[1])
+        self.step_description = (f"h = {float(np.cbrt(np.finfo(self.dtype).eps)):.3g} * max(|x|, 1) "
+                                 f"in {self.dtype.name}")
+
+    def objective_for(self, weights):
+        _, _, make = projected_objective(self.graph.sym, weights, self.graph.who)
+        return make(self.base)
+
+    def directional(self, r: dict, eps, weights=None, rule="central"):
+        """Derivative of ``delta -> objective(x + delta r)`` at 0 (the inputs of ``r`` move along it), with
+        ``weights`` (default: the reference's) projecting the outputs. Returns ``(value, width, kink_test)``."""
+        objective = self.objective if weights is None else self.objective_for(weights)
+        return directional(self.harness, r, eps, lambda outs: objective(outs)[0], rule=rule)
+
+    def jacobian(self, name, steps):
+        """Numeric Jacobian of every output w.r.t. ``name`` (``differencer.jacobian``)."""
+        return jacobian(self.harness, name, steps, self.n_out, progress=self.progress,
+                        desc=f"{self.graph.who}: numeric Jacobian of {name!r}")
+
+    def element_view(self, who, name, analytic, weights, rtol, atol):
+        """Per-element central differences of ``sum(weights * y)`` w.r.t. ``name`` against ``analytic``.
+
+        The allowed error is the tolerance model's (rtol, atol, the numeric noise and the analytic side's
+        rounding noise in its dtype). Mismatching elements are examined for kinks (``numeric.element_kinks``)
+        and the diagnosis gets the same context as the MXNet-style checkers. Returns ``(error, kinks)``: the
+        GradientCheckError of the comparison (None when it passes) and the ``Kink`` facts of the mismatching
+        elements. Cost: 2 partial forwards per element (4 more per mismatching element examined), plus the
+        noise estimate (5 forward and backward passes in float64).
+        """
+        graph = self.graph
+        objective = self.objective_for(weights)
+        scalar = lambda outs: objective(outs)[0]
+        steps = {name: default_steps(self.args[name], self.dtype)}
+        numeric, widths = gradient(self.harness, [name], scalar, steps, progress=self.progress,
+                                   desc=f"{who}: per-element check of {name!r}")
+        a = analytic.astype(np.float64)
+        heads = [None if loss else w.astype(dt) for w, loss, dt in zip(weights, graph.loss_heads, graph.out_dtypes)]
+        _, a_noise = analytic_noise(graph.sym, graph.values, graph.aux, heads, [name], analytic.dtype,
+                                    actual={name: analytic})
+        f_noise = max(NOISE_FACTOR * float(np.finfo(self.dtype).eps) * objective(self.base)[1],
+                      self.harness.objective_noise(scalar, self.dtype))
+        n_noise = f_noise / widths[name]
+        bad, _, allowed = _violations(a, numeric[name], rtol, atol, False, n_noise + a_noise[name])
+        if not bad.any():
+            return None, []
+        kinks = element_kinks(self.harness, name, scalar, np.argwhere(bad), steps[name], a, allowed, f_noise=f_noise)
+
+        def context():
+            return diagnosis_context(graph.sym, graph.ctx, graph.values, graph.aux, heads, name, graph.out_shapes,
+                                     kinks, noise=n_noise + a_noise[name])
+
+        try:
+            compare(a, numeric[name], rtol, atol, check=who, arg_name=name, names=("analytic", "numeric"),
+                    what=f"analytic gradient of {name!r} does not match the numeric gradient",
+                    eps=self.step_description, noise=n_noise, analytic_noise=a_noise[name],
+                    noise_dtype=analytic.dtype, broadcast=False, facts={"dtype": analytic.dtype}, context=context)
+        except GradientCheckError as err:
+            return err, kinks
+        return None, kinks
+
+
+# == kinks: re-drawn off, or left out ==========================================================================
+
+#: re-draw rounds of kink elements before they are left out of the check
+MAX_REDRAWS = 3
+#: the j-th re-drawn element moves by KINK_NUDGE + 3 j of its finite-difference steps (or float ulps)
+KINK_NUDGE = 8.0
+
+
+class OnlyKinks(Exception):
+    """Internal signal of a check whose every mismatch sits at a kink with a valid subgradient."""
+
+    def __init__(self, kinks):
+        super().__init__(f"{len(kinks)} kink(s)")
+        self.kinks = kinks
+
+
+def only_kinks(element_errors) -> list | None:
+    """The kinks when every per-element failure ``(error, kinks)`` consists of valid kinks only, else None."""
+    if not element_errors:
+        return None
+    found = []
+    for err, kinks in element_errors:
+        if err.pattern != "kink" or not kinks or not all(k.subgradient for k in kinks) or len(kinks) < err.n_mismatch:
+            return None
+        found += kinks
+    return found
+
+
+class KinkRedraws:
+    """Moves elements at kinks of ``graph`` off them (``KINK_NUDGE + 3 j`` steps on the side where the function
+    is smooth further out: the sign of ``right - left``, so elements sharing one kink -- the inputs of one ReLU
+    -- all push it the same way), or, after ``MAX_REDRAWS`` rounds, records them as excluded; ``warn`` says
+    what was done, naming the elements (``NondifferentiablePointWarning``)."""
+
+    def __init__(self, who, graph, ref_dtype):
+        self.who, self.graph, self.ref_dtype = who, graph, np.dtype(ref_dtype)
+        self.rounds, self.first, self.redrawn, self.excluded = 0, [], {}, {}
+
+    def handle(self, kinks, excursion=None):
+        """Move ``kinks`` off (or exclude them after MAX_REDRAWS rounds). ``excursion(arg, index)``: how far the
+        check itself moves that element (a directional check: ``eps |r_i|``); the move is measured in the larger
+        of it and the element's finite-difference step, so no later difference straddles the kink again."""
+        self.first = self.first or list(kinks)
+        self.rounds += 1
+        if self.rounds > MAX_REDRAWS:
+            for k in kinks:
+                self.excluded.setdefault(k.arg, []).append(k.index)
+            return
+        for j, k in enumerate(kinks):
+            values = self.graph.values[k.arg]
+            x, dt = float(values[k.index]), values.dtype
+            step = float(np.cbrt(np.finfo(self.ref_dtype).eps)) * max(abs(x), 1.0)
+            if excursion is not None:
+                step = max(step, float(excursion(k.arg, k.index)))
+            h = max(step, float(np.spacing(dt.type(abs(x)))))
+            side = np.sign(k.right - k.left) or (1.0 if np.random.rand() < 0.5 else -1.0)
+            values[k.index] = dt.type(x + (KINK_NUDGE + 3.0 * j) * h * side)
+            self.redrawn.setdefault(k.arg, []).append(k.index)
+
+    def exclude_redrawn(self):
+        """Leave every element moved so far out of the check (the check's own excursion still meets a kink)."""
+        for arg, indices in self.redrawn.items():
+            self.excluded.setdefault(arg, []).extend(i for i in indices if i not in self.excluded.get(arg, []))
+        self.redrawn = {}
+
+    def warn(self, stacklevel=4):
+        if not (self.redrawn or self.excluded):
+            return
+        import warnings
+
+        from .report import NondifferentiablePointWarning, format_index
+
+        more = f" and {len(self.first) - 1} more" if len(self.first) > 1 else ""
+        done = []
+        if self.redrawn:
+            m = sum(len(v) for v in self.redrawn.values())
+            done.append(f"re-drew {m} element{'s' if m != 1 else ''} {KINK_NUDGE:g} or more steps away from the kink "
+                        "and checked there")
+        if self.excluded:
+            spots = "; ".join(f"{a}[{', '.join(format_index(i) for i in v[:4])}{', ...' if len(v) > 4 else ''}]"
+                              for a, v in self.excluded.items())
+            done.append(f"left {spots} out of the check")
+        warnings.warn(NondifferentiablePointWarning(
+            f"{self.who}: {self.first[0]}{more}: not a gradient error -- the one-sided derivatives differ there and "
+            f"the backward lies between them, so finite differences cannot check it; {' and '.join(done)}"),
+            stacklevel=stacklevel)

@@ -1,0 +1,400 @@
+"""A bound symbol seen as a function ``f(arguments) -> outputs``: the one place numeric checks evaluate.
+
+Every checker differentiates through a ``Harness``: it binds (or wraps) an executor with ``grad_req``
+null, takes one full forward as the base (``Executor.forward_all``), and afterwards re-runs only the
+instructions downstream of the arguments that changed (``Executor.rerun_downstream``), resetting the
+auxiliary states before each evaluation so a BatchNorm in training mode evaluates the same function
+every time. It also names the op of a forward that is not deterministic (Dropout in training) through
+the executor's public value hook (``Executor.set_value_hook``), never through the plan's internals.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .context import to_device, to_numpy
+from .tolerance import NOISE_FACTOR
+
+__all__ = ["Harness", "as_array_like", "trace_values", "assert_deterministic", "RoundingEmulator", "analytic_noise",
+           "with_measured"]
+
+
+def as_array_like(like, host):
+    """``host`` moved to the array module of ``like`` (numpy or CuPy)."""
+    mod = type(like).__module__.split(".")[0]
+    if mod == "numpy":
+        return host
+    import importlib
+
+    return importlib.import_module(mod).asarray(host)
+
+
+def _same(a, b) -> bool:
+    a, b = np.asarray(to_numpy(a)), np.asarray(to_numpy(b))
+    return a.shape == b.shape and bool(np.array_equal(a, b, equal_nan=True))
+
+
+class Harness:
+    """Evaluations of a bound executor at its bound argument values.
+
+    Args:
+        exe: the executor (its argument arrays are perturbed in place by the differencer and restored).
+        is_train: ``is_train`` of every evaluation.
+        aux_initial: ``{aux name: array}`` written back into the executor before every evaluation
+            (None: the executor's auxiliary states as they are now; ``{}``: none).
+    """
+
+    def __init__(self, exe, *, is_train=True, aux_initial=None):
+        self.exe = exe
+        self.is_train = bool(is_train)
+        if aux_initial is None:
+            aux_initial = {k: np.array(to_numpy(v), copy=True) for k, v in exe.aux_dict.items()}
+        self.aux_initial = {k: as_array_like(exe.aux_dict[k], np.asarray(to_numpy(v)).astype(exe.aux_dict[k].dtype))
+                            for k, v in aux_initial.items()}
+        self._based = False
+
+    @classmethod
+    def bind(cls, sym, values: dict, aux: dict, *, ctx, dtype=None, is_train=True, complex_names=()):
+        """Bind ``sym`` on copies of ``values``/``aux`` (float arrays cast to ``dtype`` when given; the
+        arguments in ``complex_names`` to its complex counterpart, for complex steps)."""
+        def cast(v, to_complex):
+            v = np.asarray(v)
+            if dtype is None or v.dtype.kind != "f":
+                return np.array(v, copy=True)
+            if to_complex:
+                return v.astype(np.complex128 if np.dtype(dtype).itemsize >= 8 else np.complex64)
+            return v.astype(dtype)
+
+        args = {k: to_device(cast(v, k in complex_names), ctx) for k, v in values.items()}
+        # a complex graph keeps its auxiliary states complex too (they share a dtype with the data)
+        auxs = {k: to_device(cast(v, bool(complex_names)), ctx) for k, v in aux.items()}
+        exe = sym.bind(ctx, args, grad_req="null", aux_states=auxs)
+        return cls(exe, is_train=is_train, aux_initial={k: v.copy() for k, v in auxs.items()})
+
+    # -- values -----------------------------------------------------------------------------------------
+    def array(self, name):
+        """The bound array of argument ``name`` (changed in place by perturbations)."""
+        return self.exe.arg_dict[name]
+
+    def host(self, name) -> np.ndarray:
+        """A host copy of argument ``name``."""
+        return np.array(to_numpy(self.exe.arg_dict[name]), copy=True)
+
+    def set_values(self, values: dict):
+        """Write host values into the bound arguments (cast to their dtypes); the next ``base`` sees them."""
+        for k, v in values.items():
+            arr = self.exe.arg_dict[k]
+            arr[...] = as_array_like(arr, np.asarray(v).astype(arr.dtype, copy=False))
+        self._based = False
+
+    def reset_aux(self):
+        aux = self.exe.aux_dict
+        for name, value in self.aux_initial.items():
+            aux[name][...] = value
+
+    # -- evaluations ------------------------------------------------------------------------------------
+    def base(self) -> list:
+        """Every output at the bound values (one full forward, kept as the base of partial re-runs)."""
+        self.reset_aux()
+        outs = self.exe.forward_all(self.is_train)
+        self._based = True
+        return [np.array(to_numpy(o), copy=True) for o in outs]
+
+    def outputs(self, names) -> list:
+        """Every output after the bound arrays of ``names`` were changed in place (a partial re-run)."""
+        if not self._based:
+            self.base()
+        self.reset_aux()
+        return [to_numpy(o) for o in self.exe.rerun_downstream(list(names))]
+
+    def assert_deterministic(self, who, what="the forward"):
+        assert_deterministic(self.exe, self.is_train, self.aux_initial, who, what)
+        self._based = False
+
+    def objective_noise(self, objective, dtype) -> float:
+        """Rounding noise of ``objective(outputs)`` evaluated in ``dtype``.
+
+        ``EMULATION_SIGMAS`` times the root-mean-square deviation of ``EMULATION_RUNS`` forwards whose every
+        intermediate value is multiplied by ``1 + eps * u`` (``u`` uniform in [-1, 1], independent per element)
+        from the exact one: it sees cancellation inside the forward (``x - mean(x)`` with ``|x| >> |x -
+        mean(x)|``, the sums inside an op) that ``eps * sum|terms|`` of the final sum does not. Capped at
+        ``NOISE_FACTOR * eps * sum |v|`` over every value the forward computes -- the magnitude of all that was
+        summed: a decision the noise flips (a max tie inside a second-order graph) moves the objective by a
+        jump, not by rounding. Cost: ``EMULATION_RUNS + 2`` forwards."""
+        dt = np.dtype(dtype)
+        if dt.kind != "f":
+            return 0.0
+        eps = float(np.finfo(dt).eps)
+        rng = np.random.default_rng(1)
+        total = [0.0]
+
+        def magnitude(node, k, v, phase):
+            if getattr(v, "dtype", None) is not None and v.dtype.kind == "f":
+                total[0] += float(np.sum(np.abs(np.asarray(to_numpy(v), np.float64))))
+            return v
+
+        def noisy(node, k, v, phase):
+            if getattr(v, "dtype", None) is None or v.dtype.kind != "f":
+                return v
+            return (np.asarray(v, np.float64) * (1.0 + eps * rng.uniform(-1.0, 1.0, np.shape(v)))).astype(v.dtype)
+
+        def run(hook):
+            self.reset_aux()
+            self.exe.set_value_hook(hook)
+            try:
+                return objective([np.asarray(to_numpy(o)) for o in self.exe.forward(is_train=self.is_train)])
+            finally:
+                self.exe.set_value_hook(None)
+
+        exact = run(magnitude)
+        square = sum((run(noisy) - exact) ** 2 for _ in range(EMULATION_RUNS))
+        self.reset_aux()
+        self._based = False
+        return min(EMULATION_SIGMAS * float(np.sqrt(square / EMULATION_RUNS)), NOISE_FACTOR * eps * total[0])
+
+
+def trace_values(exe, is_train, aux_initial=None) -> list:
+    """``[(node, k, host copy)]`` of every value one ``forward`` of ``exe`` computes, in execution order.
+
+    Uses the executor's value hook (an identity that records); auxiliary states are reset to
+    ``aux_initial`` before and after.
+    """
+    record = []
+
+    def hook(node, k, value, phase):
+        record.append((node, k, np.array(to_numpy(value), copy=True)))
+        return value
+
+    def reset():
+        for name, value in (aux_initial or {}).items():
+            exe.aux_dict[name][...] = value
+
+    reset()
+    exe.set_value_hook(hook)
+    try:
+        exe.forward(is_train=is_train)
+    finally:
+        exe.set_value_hook(None)
+        reset()
+    return record
+
+
+def _random_node(exe, is_train, aux_initial):
+    """The first node whose output differs between two forwards at the same point, or None."""
+    first, second = (trace_values(exe, is_train, aux_initial) for _ in range(2))
+    for (node, _, a), (_, _, b) in zip(first, second):
+        if not _same(a, b):
+            return node
+    return None
+
+
+def assert_deterministic(exe, is_train, aux_initial=None, who="numeric gradient", what="the forward"):
+    """Raise ValueError naming the op when two forwards of ``exe`` at the same point differ.
+
+    Finite differences (and an analytic gradient compared with them) need a deterministic function; a
+    random op such as Dropout in training mode draws new values on every run. Auxiliary states are reset
+    to ``aux_initial`` before each forward. Cost: two forwards (two more to name the op when they differ).
+    """
+    snapshot = {k: np.array(to_numpy(v), copy=True) for k, v in exe.aux_dict.items()}
+    h = Harness(exe, is_train=is_train, aux_initial=aux_initial or {})  # {}: no reset, as given
+    first = h.base()
+    second = h.base()
+    if all(_same(a, b) for a, b in zip(first, second)):
+        return
+    culprit = "an output"
+    try:
+        # from the same auxiliary states each time: an op that updates a state it reads is not random
+        node = _random_node(exe, bool(is_train), h.aux_initial or snapshot)
+    except Exception:  # naming the op is a courtesy: never hide the real problem behind it
+        node = None
+    if node is not None:
+        culprit = f"op {node.op.name} {node.name!r}"
+    h.reset_aux()
+    aux_hint = ""
+    if node is None and list(getattr(exe, "aux_dict", {}) or ()) and not aux_initial:
+        aux_hint = ("; or the forward reads an auxiliary state it updates: give the auxiliary states (aux_states) "
+                    "so that they are reset before every evaluation")
+    raise ValueError(
+        f"{who}: {what} is not deterministic: {culprit} gives different values in two evaluations at the same "
+        f"point (is_train={bool(is_train)}); finite differences need a deterministic function -- a random op "
+        "such as Dropout in training mode draws new values on every run (use p=0, is_train=False where the "
+        f"check allows it, or take the op out of the checked symbol){aux_hint}")
+
+
+# == rounding emulation: the analytic side's noise ========================================================
+
+#: float64 evaluations with emulated rounding behind one noise estimate
+EMULATION_RUNS = 6
+#: the estimate is this many root-mean-square deviations of the emulated runs. Measured: the real float32 error
+#: of exactly-zero gradients (InstanceNorm's shift, a softmax shift through an opaque custom op) reached 3.5
+#: RMS of 4 runs; a 6-run RMS is itself below 0.5 of the true deviation in ~3% of elements
+EMULATION_SIGMAS = 12.0
+
+
+def round_to_grid(value, bits, run=0):
+    """``value`` rounded to ``bits`` significant bits, up or down at random (stochastic rounding: up with
+    probability equal to the distance from the lower grid point, so the rounding is unbiased and at most one
+    ulp). The random draw is a hash of the value's bits and of ``run``: equal values round alike, values on
+    the grid (constants, float32 inputs, clip bounds) stay exactly where they are, signs and zeros are kept.
+    """
+    if getattr(value, "dtype", None) is None or value.dtype.kind != "f":
+        return value
+    v = np.ascontiguousarray(value, np.float64)
+    m, e = np.frexp(v)
+    q = 2.0 ** (bits + 1)  # m in [0.5, 1): spacing 2^-(bits+1) is the ulp there
+    t = np.abs(m) * q
+    lo = np.floor(t)
+    with np.errstate(over="ignore"):  # splitmix64 of (bits of v, run)
+        h = v.view(np.uint64) + np.uint64(run) * np.uint64(0x9E3779B97F4A7C15)
+        h = (h ^ (h >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        h = (h ^ (h >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        h = h ^ (h >> np.uint64(31))
+    u = (h >> np.uint64(11)).astype(np.float64) / 2.0**53
+    rounded = np.copysign(lo + (u < t - lo), m) / q
+    return np.where(np.isfinite(v), np.ldexp(rounded, e), v).astype(value.dtype, copy=False)
+
+
+def emulation_bits(dtype):
+    """Significant bits whose rounding emulates ``dtype``'s on float64 values (float64 itself: all of them, so
+    rounding leaves every float64 value where it is -- its forward rounding is already in the float64 run)."""
+    dt = np.dtype(dtype)
+    return int(np.finfo(dt).nmant) if dt.kind == "f" else None
+
+
+class RoundingEmulator:
+    """The graph in float64, run exactly or with the rounding of a lower precision emulated.
+
+    Emulated rounding: every intermediate value of the forward is rounded stochastically to ``dtype``'s grid
+    (``round_to_grid``), with a different draw per run, so each run commits errors of the size ``dtype``
+    commits at each operation, at different places. Equal values round
+    alike and values on the grid stay put: signs, exact zeros, exact ties, ``x == max(x)`` and ``x == clip
+    bound`` relations are kept, so a ReLU decision, a max-pool tie or a clip at its bound never flips between
+    runs, as it would not between two correct implementations in ``dtype``. Every value of the backward that
+    carries head gradients is multiplied by ``1 + eps * u`` (``u`` uniform in [-1, 1], independent per
+    element): the backward's sums then show the accumulation noise a ``dtype`` sum has, even over terms that
+    are on the grid. Rounding
+    inside one fused op (a hidden ``_backward_X`` op's internal sums) is seen only through its inputs and
+    output.
+    """
+
+    def __init__(self, sym, values: dict, aux: dict, names, dtype, *, is_train=True, seed=0):
+        from symgrad.context import cpu
+
+        self.bits = emulation_bits(dtype)
+        self.dtype = np.dtype(dtype)
+        host = {k: np.asarray(to_numpy(v)) for k, v in values.items()}
+        self.args = {k: (v.astype(np.float64) if v.dtype.kind == "f" else v.copy()) for k, v in host.items()}
+        self.aux = {k: np.asarray(to_numpy(v)).astype(np.float64) for k, v in aux.items()}
+        self.names = list(names)
+        self.bufs = {k: np.zeros(self.args[k].shape, np.float64) for k in self.names}
+        self.exe = sym.bind(cpu(), {k: v.copy() for k, v in self.args.items()}, args_grad=self.bufs,
+                            grad_req={k: ("write" if k in self.bufs else "null") for k in self.args},
+                            aux_states={k: v.copy() for k, v in self.aux.items()})
+        self.is_train = bool(is_train)
+        self.run = int(seed) * 1000
+        self.rng = np.random.default_rng(seed)
+        self.eps = float(np.finfo(self.dtype).eps) if self.dtype.kind == "f" else 0.0
+        self.bound = set(self.args) | set(self.aux)  # any other variable of the plan is a head gradient
+        self._carry = {}
+
+    def _round(self, value):
+        return round_to_grid(value, self.bits, self.run)
+
+    def _carries(self, node) -> bool:
+        """Whether ``node`` computes from a head gradient (nodes come in execution order, so inputs are known)."""
+        found = self._carry.get(node.id)
+        if found is None:
+            found = any((src.op is None and src.name not in self.bound) or self._carry.get(src.id, False)
+                        for src, _ in node.inputs)
+            self._carry[node.id] = found
+        return found
+
+    def _emulate(self, node, k, value, phase):
+        """Values computed from forward values only (the forward, and the backward's masks such as
+        ``x == broadcast(max)``): rounded, so decisions, ties and bounds are kept. Values that carry head
+        gradients -- the terms the gradient's sums accumulate, read by no decision -- get an independent
+        relative error of up to ``eps`` each, which also stands for the rounding inside the ops that sum them."""
+        if phase == "forward" or not self._carries(node) or getattr(value, "dtype", None) is None \
+                or value.dtype.kind != "f":
+            return self._round(value)
+        u = self.rng.uniform(-1.0, 1.0, np.shape(value))
+        return (np.asarray(value, np.float64) * (1.0 + self.eps * u)).astype(value.dtype, copy=False)
+
+    def gradients(self, rows, rounding: bool) -> list[dict]:
+        """One forward, then one backward per entry of ``rows`` (a list of head-gradient lists)."""
+        exe = self.exe
+        self.run += 1
+        for k, v in self.aux.items():
+            exe.aux_dict[k][...] = v
+        # the arguments and head gradients are given exactly in the dtype under test: only what is computed rounds
+        exe.set_value_hook(self._emulate if rounding else None)
+        try:
+            exe.forward(is_train=self.is_train)
+            out = []
+            for heads in rows:
+                exe.backward([None if h is None else np.asarray(to_numpy(h), np.float64) for h in heads])
+                out.append({k: b.copy() for k, b in self.bufs.items()})
+        finally:
+            exe.set_value_hook(None)
+            for k, v in self.aux.items():
+                exe.aux_dict[k][...] = v
+        return out
+
+    def noise(self, rows) -> tuple[list, list]:
+        """``(exact, noise)``: per row, ``{name: float64 gradient}`` and ``{name: EMULATION_SIGMAS x the RMS
+        deviation of EMULATION_RUNS emulated runs}``. Cost: ``EMULATION_RUNS + 1`` forwards and that many
+        backwards per row."""
+        exact = self.gradients(rows, False)
+        if self.bits is None or not self.names:
+            return exact, [{k: np.zeros_like(g) for k, g in e.items()} for e in exact]
+        square = [{k: np.zeros_like(g) for k, g in e.items()} for e in exact]
+        for _ in range(EMULATION_RUNS):
+            for sq, run, ex in zip(square, self.gradients(rows, True), exact):
+                for k in sq:
+                    sq[k] += (run[k] - ex[k]) ** 2
+        # plus the rounding of the result itself, which a value already on the grid does not show
+        eps = float(np.finfo(self.dtype).eps)
+        return exact, [{k: EMULATION_SIGMAS * np.sqrt(v / EMULATION_RUNS) + NOISE_FACTOR * eps * np.abs(ex[k])
+                        for k, v in sq.items()} for sq, ex in zip(square, exact)]
+
+
+#: the measured difference of a gradient in the dtype under test from float64 is excused up to this share of the
+#: largest gradient entry of the check (rounding inside an opaque op: a custom op's own float32 arithmetic);
+#: a precision bug larger than that is never taken for noise
+MEASURED_CAP = 1e-3
+
+
+def analytic_noise(sym, values: dict, aux: dict, heads: list, names, dtype, *, is_train=True, seed=0, actual=None):
+    """``({name: float64 gradient}, {name: noise})``: the gradient of ``sum(heads * outputs)`` computed in
+    float64, and the rounding noise the same computation has in ``dtype``.
+
+    The noise is estimated by emulation (``RoundingEmulator``): ``EMULATION_SIGMAS`` times the
+    root-mean-square deviation of ``EMULATION_RUNS`` float64 runs with ``dtype``'s rounding emulated from the
+    exact one. This is the magnitude of what was summed times ``eps``, as a running error analysis would
+    give it, including cancellation in the forward and in the backward: a gradient that is exactly zero in
+    exact arithmetic (a mean subtracted before a normalisation) gets the noise its float32 computation
+    really shows, a well-conditioned one gets ``~eps |g|``. Emulation sees an op from outside only; a custom
+    op doing its own float32 arithmetic can round more inside. So with ``actual`` (``{name: the gradient
+    computed in dtype}``), twice the measured ``|actual - float64 gradient|`` counts as noise too, up to
+    ``MEASURED_CAP`` times the largest float64 gradient entry of the check. Cost: ``EMULATION_RUNS + 1``
+    forward and backward passes in float64.
+    """
+    exact, noise = RoundingEmulator(sym, values, aux, names, dtype, is_train=is_train, seed=seed).noise([heads])
+    exact, noise = exact[0], noise[0]
+    if actual is not None:
+        noise = with_measured(noise, exact, actual, dtype)
+    return exact, noise
+
+
+def with_measured(noise: dict, exact: dict, actual: dict, dtype, scale=None) -> dict:
+    """``noise`` raised to twice the measured ``|actual - exact|``, capped at ``MEASURED_CAP`` times ``scale``
+    (default: the largest ``|exact|`` entry of all the arrays); float64 under test: ``noise`` unchanged."""
+    if np.dtype(dtype).itemsize >= 8:
+        return noise
+    if scale is None:
+        scale = max((float(np.max(np.abs(g), initial=0.0)) for g in exact.values()), default=0.0)
+    out = {}
+    for k, v in noise.items():
+        measured = 2.0 * np.abs(np.asarray(to_numpy(actual[k]), np.float64) - exact[k])
+        out[k] = np.maximum(v, np.minimum(measured, MEASURED_CAP * scale))
+    return out
