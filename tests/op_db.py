@@ -3,9 +3,11 @@
 Each ``OpInfo`` says how to build the op from input Variables, how to sample
 inputs (with a domain: positive for log, away from kinks for relu/abs/max),
 a plain-numpy reference written here, the dtypes and tolerances. The generic
-tests check forward against the reference in every dtype, the symbolic
-gradient against float64 finite differences, second-order gradients where the
-rule is differentiable, grad_req add/null, and shape inference.
+tests prove every row with symgrad's own checkers: forward against the
+reference in every dtype, the symbolic gradient against float64 finite
+differences, float32 against float64 gradients, second-order gradients where
+the rule is differentiable, grad_req add/null, shape inference, and cpu
+against gpu(0) (skipped without CuPy).
 
 Family tables live in ``tests/op_db_*.py`` and are concatenated into ``OPS``.
 """

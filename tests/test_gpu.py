@@ -2,6 +2,7 @@
 
 import numpy as np
 import pytest
+from symgrad.test_utils import check_consistency
 
 import symgrad as sg
 
@@ -17,30 +18,15 @@ def _net():
 
 
 def test_forward_backward_gpu_matches_cpu():
-    import cupy
-
     sym = _net()
+    entries = [{"ctx": ctx, "x": (6, 5), "type_dict": {"x": np.float64}} for ctx in (sg.cpu(0), sg.gpu(0))]
+    shapes = dict(zip(sym.list_arguments(), sym.infer_shape(x=(6, 5))[0]))
     rng = np.random.default_rng(0)
-    cpu_exe = sym.simple_bind(sg.cpu(), x=(6, 5), type_dict={"x": np.float64})
-    gpu_exe = sym.simple_bind(sg.gpu(0), x=(6, 5), type_dict={"x": np.float64})
-    for name, arr in cpu_exe.arg_dict.items():
-        v = rng.integers(0, 3, arr.shape) if name == "sm_label" else rng.standard_normal(arr.shape)
-        arr[...] = v
-        gpu_exe.arg_dict[name][...] = cupy.asarray(v)
-    for name, arr in cpu_exe.aux_dict.items():
-        arr[...] = 1.0
-        gpu_exe.aux_dict[name][...] = 1.0
-    for exe in (cpu_exe, gpu_exe):
-        exe.forward(is_train=True)
-        exe.backward()
-    assert isinstance(gpu_exe.outputs[0], cupy.ndarray)
-    np.testing.assert_allclose(cupy.asnumpy(gpu_exe.outputs[0]), cpu_exe.outputs[0], rtol=1e-10)
-    for name in cpu_exe.grad_dict:
-        if cpu_exe.grad_dict[name] is not None:
-            np.testing.assert_allclose(cupy.asnumpy(gpu_exe.grad_dict[name]), cpu_exe.grad_dict[name],
-                                       rtol=1e-8, atol=1e-12, err_msg=name)
-    for name in cpu_exe.aux_dict:
-        np.testing.assert_allclose(cupy.asnumpy(gpu_exe.aux_dict[name]), cpu_exe.aux_dict[name], rtol=1e-10)
+    args = {n: (rng.integers(0, 3, s).astype(np.float64) if n == "sm_label" else rng.standard_normal(s))
+            for n, s in shapes.items()}
+    # outputs of both forwards, every gradient and the moving statistics BatchNorm updates in training
+    check_consistency(sym, entries, arg_params=args, aux_params=dict.fromkeys(sym.list_auxiliary_states(), 1.0),
+                      rtol=1e-8, atol=1e-12)
 
 
 def test_bind_rejects_host_arrays_on_gpu():

@@ -1,15 +1,31 @@
-"""Generic operator tests driven by the table in ``tests/op_db.py``.
+"""Generic operator tests driven by the table in ``tests/op_db.py``, proved with symgrad's own checkers.
 
-For every op: forward against the plain-numpy reference in every dtype; the
-symbolic gradient against float64 central differences (loss heads: against
-their defined gradient); float32 gradients against the proven float64 ones;
-second-order gradients against finite differences of the first; grad_req
-add/null from dirty buffers; shape and dtype inference against the real output.
+For every op (as PyTorch's OpInfo tests call ``gradcheck``), so that a broken op fails with the
+library's report (worst elements, diagnosis, seed) rather than a bare numpy mismatch:
+
+- forward against the plain-numpy reference in every dtype: ``check_symbolic_forward`` (rows whose
+  reference is the training forward, ``is_train=True``: ``assert_almost_equal`` on that forward, since
+  ``check_symbolic_forward`` runs the inference forward);
+- the float64 symbolic gradient against finite differences: ``check_numeric_gradient`` (loss heads:
+  ``check_symbolic_backward`` against their defined gradient ``grad_ref``);
+- float32 gradients against the float64 ones: ``check_symbolic_backward``;
+- second-order gradients: ``check_numeric_gradient`` of ``phi = sum_n <g_n, v_n>``, the first-order
+  gradients ``g_n`` (a symbolic gradient graph with a head-gradient Variable) projected on fixed ``v_n``;
+- grad_req add/null from dirty buffers: ``check_symbolic_backward(grad_req=...)``;
+- shape and dtype inference against the real output;
+- the same rows on gpu(0) against cpu in float64: ``check_consistency`` (gpu-marked: skipped without CuPy).
 """
 
 import numpy as np
 import pytest
 from op_db import OPS
+from symgrad.test_utils import (
+    assert_almost_equal,
+    check_consistency,
+    check_numeric_gradient,
+    check_symbolic_backward,
+    check_symbolic_forward,
+)
 
 import symgrad as sg
 
@@ -17,9 +33,11 @@ S = sg.sym
 
 GRAD_OPS = [o for o in OPS if o.grad]
 SECOND_OPS = [o for o in OPS if o.grad and o.second_order and o.grad_ref is None]
+NAN_INPUTS = "ignore:invalid value encountered in log:RuntimeWarning"  # log(-1) makes the NaN (see _variables)
 
 
 def _cast(op, values, dtype):
+    """Values in ``dtype``; index inputs the OpInfo marks ``integer`` stay int64."""
     return {n: (v.astype(np.int64) if op.inputs.get(n) is not None and op.inputs[n].integer else v.astype(dtype))
             for n, v in values.items()}
 
@@ -28,180 +46,91 @@ def _grad_names(op):
     return [n for n, spec in op.inputs.items() if spec.grad]
 
 
-def _bind(op, sym, args, aux, grads=None, req="write"):
+def _location(op, sym, args):
     names = sym.list_arguments()
     missing = [n for n in names if n not in args]
     assert not missing, f"{op.name}: inputs {missing} not in the OpInfo"
-    return sym.bind(sg.cpu(), {n: args[n] for n in names}, args_grad=grads, grad_req=req,
-                    aux_states={n: aux[n].copy() for n in sym.list_auxiliary_states()} or None)
+    return {n: args[n] for n in names}
+
+
+def _aux(sym, aux):
+    return {n: aux[n].copy() for n in sym.list_auxiliary_states()} or None
 
 
 def _as_tuple(x):
     return tuple(x) if isinstance(x, (tuple, list)) else (x,)
 
 
-def _heads(outs, seed=1):
+def _heads(op, sym, args, seed=1):
+    """float64 head gradients (standard normal, exact in float32), or None for a loss head (its gradient is
+    defined, whatever the head gradient)."""
+    if op.grad_ref is not None:
+        return None
     rng = np.random.default_rng(seed)
-    return [rng.standard_normal(o.shape).astype(o.dtype) for o in outs]
+    out_shapes = sym.infer_shape(**{n: v.shape for n, v in args.items()})[1]
+    return [rng.standard_normal(s).astype(np.float32).astype(np.float64) for s in out_shapes]
 
 
-def _analytic(op, sym, args, aux, heads=None):
+def _variables(op, args):
+    """The inputs of ``op.make``, their Variables and the float64 location for finite differences of the op.
+
+    The checkers refuse non-finite arguments, so an input whose sample holds NaN (nansum & co.) enters as
+    ``x + log(s)``: ``x`` the sample with NaN -> 0 (checked), ``s`` -1 where the sample is NaN and 1 elsewhere
+    (not checked). The op still sees the NaN (log(-1)); the differences of ``x`` there are 0, which is the
+    gradient the op must give there (``+`` passes it through unchanged).
+    """
+    variables = {n: S.Variable(n) for n in op.inputs}
+    xs, loc = dict(variables), {}
+    for n, v in args.items():
+        if v.dtype.kind == "f" and np.isnan(v).any():
+            xs[n] = variables[n] + S.log(S.Variable(f"__nan_sign_{n}"))
+            loc[n], loc[f"__nan_sign_{n}"] = np.where(np.isnan(v), 0.0, v), np.where(np.isnan(v), -1.0, 1.0)
+        else:
+            loc[n] = v
+    return xs, variables, loc
+
+
+def _write_gradients(op, sym, args, aux, heads):
+    """The float64 gradients of one forward(is_train=True) + backward with grad_req 'write': the reference
+    of the float32 and add/null checks (proved against finite differences by the float64 test)."""
     names = _grad_names(op)
     grads = {n: np.zeros_like(args[n]) for n in names}
-    exe = _bind(op, sym, args, aux, grads, {n: "write" for n in names})
-    outs = exe.forward(is_train=True)
-    if heads is None:
-        heads = _heads(outs)
-    exe.backward(None if op.grad_ref is not None else heads)
-    return grads, outs, heads
+    exe = sym.bind(sg.cpu(), _location(op, sym, args), args_grad=grads, grad_req={n: "write" for n in names},
+                   aux_states=_aux(sym, aux))
+    exe.forward(is_train=True)
+    exe.backward(heads)
+    return grads
 
 
-def _numeric(op, sym, args, aux, heads):
-    """Central differences of sum_k <out_k, h_k> w.r.t. every gradient input, re-running only
-    the instructions downstream of the perturbed input."""
-    exe = _bind(op, sym, args, aux)
-    exe.forward_all(is_train=True)
-    result = {}
-    for n in _grad_names(op):
-        x = exe.arg_dict[n]
-        g = np.zeros_like(x)
-        for i in np.ndindex(x.shape):
-            orig = x[i]
-            h = 1e-6 * max(1.0, abs(orig))
-            x[i] = orig + h
-            fp = sum(float((o * w).sum()) for o, w in zip(exe.rerun_downstream([n]), heads))
-            x[i] = orig - h
-            fm = sum(float((o * w).sum()) for o, w in zip(exe.rerun_downstream([n]), heads))
-            x[i] = orig
-            g[i] = (fp - fm) / (2 * h)
-        result[n] = g
-    return result
+# -- forward, shapes, types ---------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("op", OPS, ids=repr)
 def test_forward_matches_numpy_reference(op):
-    if op.ref is None:
-        pytest.fail(f"{op.name} has no reference")
+    assert op.ref is not None, f"{op.name} has no reference"
     values, aux = op.sample()
     sym = op.symbol()
     for dtype in op.dtypes:
         args = _cast(op, values, dtype)
         auxd = _cast(op, aux, dtype)
-        outs = _bind(op, sym, args, auxd).forward(is_train=op.is_train)
         as64 = {n: (v.astype(np.float64) if v.dtype.kind == "f" else v) for n, v in {**args, **auxd}.items()}
-        want = _as_tuple(op.ref(*[as64[n] for n in list(op.inputs) + list(op.aux)]))
-        assert len(outs) == len(want), f"{op.name}: {len(outs)} outputs, reference gives {len(want)}"
+        want = [np.asarray(r) for r in _as_tuple(op.ref(*[as64[n] for n in list(op.inputs) + list(op.aux)]))]
+        assert len(sym.list_outputs()) == len(want), \
+            f"{op.name}: {len(sym.list_outputs())} outputs, reference gives {len(want)}"
         rtol, atol = op.tol(dtype)
+        if op.is_train:  # the reference is the training forward; check_symbolic_forward runs inference
+            exe = sym.bind(sg.cpu(), _location(op, sym, args), aux_states=_aux(sym, auxd))
+            outs = exe.forward(is_train=True)
+            for k, (got, ref) in enumerate(zip(outs, want)):
+                assert_almost_equal(got, ref, rtol=rtol, atol=atol, use_broadcast=False,
+                                    names=(f"{op.name} output {k} ({np.dtype(dtype).name})", "reference"))
+        else:
+            outs = check_symbolic_forward(sym, _location(op, sym, args), want, rtol=rtol, atol=atol,
+                                          aux_states=_aux(sym, auxd), dtype="asnumpy")
         for k, (got, ref) in enumerate(zip(outs, want)):
-            ref = np.asarray(ref)
             assert got.shape == ref.shape, f"{op.name} output {k} {np.dtype(dtype).name}: {got.shape} vs {ref.shape}"
             if ref.dtype.kind == "f":
                 assert got.dtype == dtype, f"{op.name} output {k}: dtype {got.dtype}, expected {np.dtype(dtype)}"
-            np.testing.assert_allclose(got.astype(np.float64), ref, rtol=rtol, atol=atol,
-                                       err_msg=f"{op.name} output {k} in {np.dtype(dtype).name}")
-
-
-@pytest.mark.parametrize("op", GRAD_OPS, ids=repr)
-def test_gradient_matches_finite_differences_float64(op):
-    values, aux = op.sample()
-    sym = op.symbol()
-    args = _cast(op, values, np.float64)
-    grads, outs, heads = _analytic(op, sym, args, aux)
-    if op.grad_ref is not None:  # a loss head: its gradient is defined, not the derivative of its output
-        want = op.grad_ref(*[args[n] for n in op.inputs])
-    else:
-        want = _numeric(op, sym, args, aux, heads)
-    for n in _grad_names(op):
-        np.testing.assert_allclose(grads[n], want[n], rtol=op.grad_rtol, atol=op.grad_atol,
-                                   err_msg=f"{op.name}: d/d{n}")
-
-
-@pytest.mark.parametrize("op", [o for o in GRAD_OPS if np.float32 in o.dtypes], ids=repr)
-def test_gradient_float32_matches_float64(op):
-    values, aux = op.sample()
-    sym = op.symbol()
-    g64, outs, heads = _analytic(op, sym, _cast(op, values, np.float64), aux)
-    g32, _, _ = _analytic(op, sym, _cast(op, values, np.float32), _cast(op, aux, np.float32),
-                          [h.astype(np.float32) for h in heads])
-    for n in _grad_names(op):
-        assert g32[n].dtype == np.float32
-        scale = max(1.0, float(np.abs(g64[n]).max()))
-        np.testing.assert_allclose(g32[n], g64[n], rtol=1e-4, atol=1e-5 * scale, err_msg=f"{op.name}: d/d{n}")
-
-
-@pytest.mark.parametrize("op", SECOND_OPS, ids=repr)
-def test_second_order_matches_finite_differences_of_the_gradient(op):
-    values, aux = op.sample()
-    args = _cast(op, values, np.float64)
-    names = _grad_names(op)
-    xs = {n: S.Variable(n) for n in op.inputs}
-    out = op.make(*xs.values())
-    hs = [S.Variable(f"__h{k}") for k in range(len(out))]
-    firsts = sg.grad(out, [xs[n] for n in names], grad_outputs=hs)
-    rng = np.random.default_rng(2)
-    shapes = dict(zip(out.list_arguments(), out.infer_shape(**{n: v.shape for n, v in args.items()})[0]))
-    out_shapes = out.infer_shape(**{n: v.shape for n, v in args.items()})[1]
-    hv = {f"__h{k}": rng.standard_normal(s) for k, s in enumerate(out_shapes)}
-    vs = {n: rng.standard_normal(shapes[n]) for n in names}
-    connected = [(n, g) for n, g in zip(names, firsts) if g is not None]
-    # phi(x) = sum_n <g_n(x), v_n>; its gradient is the second-order term we check
-    phi = None
-    vvars = {n: S.Variable(f"__v_{n}") for n, _ in connected}
-    for n, g in connected:
-        term = S.sum(g * vvars[n])
-        phi = term if phi is None else phi + term
-    if phi is None:
-        pytest.skip(f"{op.name}: no input has a gradient")
-    feed = {**args, **hv, **{f"__v_{n}": vs[n] for n, _ in connected}}
-    second = sg.grad(phi, [xs[n] for n in names])
-    for n, g2 in zip(names, second):
-        if g2 is None:
-            got = np.zeros_like(args[n])
-        else:
-            got = g2.bind(sg.cpu(), {k: feed[k] for k in g2.list_arguments()},
-                          aux_states={k: aux[k] for k in g2.list_auxiliary_states()} or None
-                          ).forward(is_train=True)[0]
-        if n not in phi.list_arguments():  # the gradient does not depend on n at all
-            np.testing.assert_array_equal(got, 0.0, err_msg=f"{op.name}: second order d/d{n}")
-            continue
-        exe = phi.bind(sg.cpu(), {k: feed[k].copy() for k in phi.list_arguments()},
-                       aux_states={k: aux[k] for k in phi.list_auxiliary_states()} or None)
-        exe.forward_all(is_train=True)
-        x = exe.arg_dict[n]
-        want = np.zeros_like(x)
-        for i in np.ndindex(x.shape):
-            orig = x[i]
-            h = 1e-5 * max(1.0, abs(orig))
-            x[i] = orig + h
-            fp = float(exe.rerun_downstream([n])[0].sum())
-            x[i] = orig - h
-            fm = float(exe.rerun_downstream([n])[0].sum())
-            x[i] = orig
-            want[i] = (fp - fm) / (2 * h)
-        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6, err_msg=f"{op.name}: second order d/d{n}")
-
-
-@pytest.mark.parametrize("op", GRAD_OPS, ids=repr)
-def test_grad_req_add_and_null_from_dirty_buffers(op):
-    values, aux = op.sample()
-    sym = op.symbol()
-    args = _cast(op, values, np.float64)
-    names = _grad_names(op)
-    ref, outs, heads = _analytic(op, sym, args, aux)
-    rng = np.random.default_rng(3)
-    dirty = {n: rng.standard_normal(args[n].shape) for n in names}
-    bufs = {n: d.copy() for n, d in dirty.items()}
-    reqs = {n: ("null" if k == 1 else "add") for k, n in enumerate(names)}
-    exe = _bind(op, sym, args, aux, bufs, reqs)
-    exe.forward(is_train=True)
-    exe.backward(None if op.grad_ref is not None else heads)
-    exe.backward(None if op.grad_ref is not None else heads)
-    for n in names:
-        if reqs[n] == "null":
-            np.testing.assert_array_equal(bufs[n], dirty[n], err_msg=f"{op.name}: null buffer for {n} touched")
-        else:
-            np.testing.assert_allclose(bufs[n], dirty[n] + 2 * ref[n], rtol=1e-10, atol=1e-12,
-                                       err_msg=f"{op.name}: add for {n}")
 
 
 @pytest.mark.parametrize("op", OPS, ids=repr)
@@ -214,8 +143,126 @@ def test_inferred_shapes_and_types_match_the_forward(op):
     assert arg_shapes == [values[n].shape for n in sym.list_arguments()]
     for dtype in op.dtypes:
         args = _cast(op, values, dtype)
-        outs = _bind(op, sym, args, _cast(op, aux, dtype)).forward(is_train=op.is_train)
+        exe = sym.bind(sg.cpu(), _location(op, sym, args), aux_states=_aux(sym, _cast(op, aux, dtype)))
+        outs = exe.forward(is_train=op.is_train)
         assert [o.shape for o in outs] == out_shapes, op.name
         types = {n: v.dtype for n, v in args.items()}
         _, out_types, _ = sym.infer_type(**types)
         assert [np.dtype(t) for t in out_types] == [o.dtype for o in outs], f"{op.name} {np.dtype(dtype).name}"
+
+
+# -- first-order gradients ----------------------------------------------------------------------------------
+
+
+@pytest.mark.filterwarnings(NAN_INPUTS)
+@pytest.mark.parametrize("op", GRAD_OPS, ids=repr)
+def test_gradient_matches_finite_differences_float64(op):
+    values, aux = op.sample()
+    sym = op.symbol()
+    args = _cast(op, values, np.float64)
+    names = _grad_names(op)
+    if op.grad_ref is not None:  # a loss head: its gradient is defined, not the derivative of its output
+        want = op.grad_ref(*[args[n] for n in op.inputs])
+        check_symbolic_backward(sym, _location(op, sym, args), None, {n: want[n] for n in names},
+                                rtol=op.grad_rtol, atol=op.grad_atol, aux_states=_aux(sym, aux), dtype="asnumpy")
+    else:
+        # the check_numeric_gradient location is cast to float64 whole: index inputs are float here (the ops
+        # accept them, as MXNet's); the int64 index path is proved by the float32 and add/null tests below.
+        # kinks="error": the table's domains keep inputs off non-differentiable points, so a mismatch at one
+        # is a failure, not something to re-draw
+        xs, _, loc = _variables(op, args)
+        sym = op.make(*xs.values())
+        check_numeric_gradient(sym, _location(op, sym, loc), aux_states=_aux(sym, aux), grad_nodes=names,
+                               dtype=np.float64, rtol=op.grad_rtol, atol=op.grad_atol, kinks="error", progress=False)
+
+
+@pytest.mark.parametrize("op", [o for o in GRAD_OPS if np.float32 in o.dtypes], ids=repr)
+def test_gradient_float32_matches_float64(op):
+    values, aux = op.sample()
+    sym = op.symbol()
+    args64, args32 = _cast(op, values, np.float64), _cast(op, values, np.float32)
+    heads = _heads(op, sym, args64)
+    g64 = _write_gradients(op, sym, args64, aux, heads)
+    heads32 = None if heads is None else [h.astype(np.float32) for h in heads]
+    for n in _grad_names(op):  # one call per argument: the absolute tolerance scales with that gradient
+        scale = max(1.0, float(np.abs(g64[n]).max()))
+        check_symbolic_backward(sym, _location(op, sym, args32), heads32, {n: g64[n]}, rtol=1e-4,
+                                atol=1e-5 * scale, aux_states=_aux(sym, _cast(op, aux, np.float32)),
+                                dtype="asnumpy")
+
+
+@pytest.mark.parametrize("op", GRAD_OPS, ids=repr)
+def test_grad_req_add_and_null_from_dirty_buffers(op):
+    values, aux = op.sample()
+    sym = op.symbol()
+    args = _cast(op, values, np.float64)
+    names = _grad_names(op)
+    heads = _heads(op, sym, args)
+    ref = _write_gradients(op, sym, args, aux, heads)
+    reqs = {n: ("null" if k == 1 else "add") for k, n in enumerate(names)}
+    # 'add': buffer - dirty initial value == the 'write' gradient; 'null': the dirty buffer compared exactly
+    check_symbolic_backward(sym, _location(op, sym, args), heads, ref, rtol=1e-10, atol=1e-12,
+                            aux_states=_aux(sym, aux), grad_req=reqs, dtype="asnumpy")
+
+
+# -- second order -------------------------------------------------------------------------------------------
+
+
+@pytest.mark.filterwarnings(NAN_INPUTS)
+@pytest.mark.parametrize("op", SECOND_OPS, ids=repr)
+def test_second_order_matches_finite_differences_of_the_gradient(op):
+    values, aux = op.sample()
+    args = _cast(op, values, np.float64)
+    names = _grad_names(op)
+    xs, variables, loc = _variables(op, args)
+    out = op.make(*xs.values())
+    hs = [S.Variable(f"__h{k}") for k in range(len(out))]
+    firsts = sg.grad(out, [variables[n] for n in names], grad_outputs=hs)
+    out_shapes = out.infer_shape(**{n: v.shape for n, v in loc.items()})[1]
+    rng = np.random.default_rng(2)
+    feed = {**loc, **{f"__h{k}": rng.standard_normal(s) for k, s in enumerate(out_shapes)},
+            **{f"__v_{n}": rng.standard_normal(args[n].shape) for n in names}}
+    # phi(x, h) = sum_n <g_n(x, h), v_n>: its gradient in x is the second-order term (a Hessian-vector
+    # product); in h it is the Jacobian-vector product J v, which proves the rules' gradients w.r.t. their
+    # head gradient too (and keeps the check meaningful for ops whose gradient does not depend on x)
+    terms = [S.sum(g * S.Variable(f"__v_{n}")) for n, g in zip(names, firsts) if g is not None]
+    assert terms, f"{op.name}: no input has a gradient"
+    phi = terms[0]
+    for t in terms[1:]:
+        phi = phi + t
+    wrt = [n for n in phi.list_arguments() if n in names or n.startswith("__h")]
+    check_numeric_gradient(phi, {n: feed[n] for n in phi.list_arguments()}, aux_states=_aux(phi, aux),
+                           grad_nodes=wrt, dtype=np.float64, rtol=1e-5, atol=1e-6, kinks="error", progress=False)
+
+
+# -- devices ----------------------------------------------------------------------------------------------
+
+
+def _consistency_entries(op, sym, values, ctxs):
+    """``check_consistency`` entries binding the row's shapes in float64 (index inputs int64) on ``ctxs``."""
+    shapes = {n: values[n].shape for n in sym.list_arguments()}
+    types = {n: (np.int64 if op.inputs[n].integer else np.float64) for n in shapes}
+    types.update(dict.fromkeys(sym.list_auxiliary_states(), np.float64))
+    return [{"ctx": ctx, **shapes, "type_dict": types} for ctx in ctxs]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("op", OPS, ids=repr)
+def test_gpu_matches_cpu(op):
+    """Every row on gpu(0) (CuPy) agrees with cpu (numpy) in float64: outputs of the inference and training
+    forwards, gradients and updated auxiliary states (forwards and gradients use ``xp`` only)."""
+    values, aux = op.sample()
+    sym = op.symbol()
+    names = _grad_names(op) if op.grad else []
+    entries = _consistency_entries(op, sym, values, [sg.cpu(0), sg.gpu(0)])
+    check_consistency(sym, entries, grad_req={n: ("write" if n in names else "null") for n in sym.list_arguments()},
+                      arg_params={n: values[n].copy() for n in sym.list_arguments()},
+                      aux_params={n: aux[n].copy() for n in sym.list_auxiliary_states()},
+                      rtol=1e-10, atol=1e-12, equal_nan=True)
+    # check_consistency compares values; CuPy's type promotion must also give the dtypes numpy's does
+    types = entries[1]["type_dict"]
+    exe = sym.simple_bind(sg.gpu(0), grad_req="null", type_dict=types,
+                          **{n: values[n].shape for n in sym.list_arguments()})
+    outs = exe.forward(is_train=op.is_train, **{n: values[n] for n in sym.list_arguments()})
+    _, out_types, _ = sym.infer_type(**{n: types[n] for n in sym.list_arguments()})
+    assert [o.dtype for o in outs] == [np.dtype(t) for t in out_types], op.name
