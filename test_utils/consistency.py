@@ -30,7 +30,7 @@ import numpy as np
 from symgrad.context import Context
 from symgrad.symbol import Symbol
 
-from ._inputs import check_kind, check_stypes, normalize_grad_req
+from ._inputs import check_kind, check_stypes, check_tolerances, normalize_grad_req
 from .compare import compare
 from .context import to_device, to_numpy
 from .decisions import DecisionFlipWarning, format_flips, pin_decisions, record_decisions
@@ -175,7 +175,7 @@ def _inputs_seed(*arrays: dict) -> int:
 
 def _loss_heads(sym):
     """Outputs whose backward ignores the head gradient (SoftmaxOutput, MakeLoss, need_top_grad=False)."""
-    return [node.op is not None and node.op.loss_head(node.params) for node, _ in sym._outputs]
+    return [head.loss_head for head in sym.heads()]
 
 
 def _ground_truth(ground_truth, required, optional):
@@ -257,50 +257,121 @@ def check_consistency(sym, ctx_list, scale=1.0, grad_req="write", arg_params=Non
     >>> sorted(check_consistency(sym, ctx_list))
     ['fc_bias', 'fc_output', 'fc_weight', 'x']
     """
-    if not isinstance(ctx_list, (list, tuple)):
-        raise TypeError(f"{_WHO}: ctx_list must be a list of dicts, got {type(ctx_list).__name__}")
-    if len(ctx_list) < (1 if ground_truth is not None else 2):
-        raise ValueError(f"{_WHO}: ctx_list has {len(ctx_list)} entries; comparing needs at least two (or one and a "
-                         "ground_truth)")
-    syms = _check_symbols(sym, len(ctx_list))
-    arg_names, out_names = syms[0].list_arguments(), syms[0].list_outputs()
-    aux_names = syms[0].list_auxiliary_states()
-    reqs = normalize_grad_req(grad_req, arg_names, _WHO)
-    entries = [_Entry(i, spec, s, grad_req) for i, (spec, s) in enumerate(zip(ctx_list, syms))]
+    run = _Consistency(sym, ctx_list, grad_req, rtol, atol, raise_on_err, ground_truth, equal_nan)
+    run.inputs(arg_params, aux_params, scale, use_uniform, rand_type)
+    run.inference()
+    if not run.training:
+        run.settle(None)
+        return ground_truth if ground_truth is not None else run.truth_without_training()
+    results = run.train()
+    run.settle(results)
+    return ground_truth if ground_truth is not None else results[run.ref.index]
 
-    first = entries[0].exe
-    arg_shapes = {k: tuple(a.shape) for k, a in first.arg_dict.items()}
-    aux_shapes = {k: tuple(a.shape) for k, a in first.aux_dict.items()}
-    for e in entries[1:]:
-        for what, shapes, arrays in (("argument", arg_shapes, e.exe.arg_dict), ("auxiliary state", aux_shapes,
-                                                                               e.exe.aux_dict)):
-            for k, a in arrays.items():
-                if tuple(a.shape) != shapes[k]:
-                    raise ValueError(f"{_WHO}: {what} {k!r} has shape {tuple(a.shape)} in ctx_list[{e.index}] but "
-                                     f"{shapes[k]} in ctx_list[0]; every entry must bind the same shapes")
 
-    # MXNet fills the caller's dicts in place: random arguments in sorted name order, aux states 0
-    arg_params = _check_params(arg_params, arg_names, arg_shapes, "arg_params", "argument")
-    aux_params = _check_params(aux_params, aux_names, aux_shapes, "aux_params", "auxiliary state")
-    for name in sorted(arg_shapes):
-        if name not in arg_params:
-            arg_params[name] = _random(arg_shapes[name], scale, use_uniform, rand_type)
-    for name in aux_names:
-        aux_params.setdefault(name, 0)
-    host_args = {k: np.asarray(to_numpy(v)) for k, v in arg_params.items()}
-    host_aux = {k: np.asarray(to_numpy(v)) for k, v in aux_params.items()}
-    for e in entries:
-        e.set_inputs(host_args, host_aux)
+_TRAIN_PHASE = "forward(is_train=True) + backward with the same random head gradients"
 
-    training = any(r != "null" for r in reqs.values())
-    grad_names = [k for k in arg_names if reqs[k] != "null"]
-    if ground_truth is not None:
-        gt = _ground_truth(ground_truth, out_names + (grad_names if training else []), aux_names)
-    errors: dict = {}  # entry index -> its GradientCheckErrors, settled at the end (re-checked, printed, raised)
 
-    def check(e, values, ref_entry, ref_values, phase, kinds, sink=None, flips=None):
+class _Consistency:
+    """One ``check_consistency`` call in named phases: validate (``__init__``), ``inputs``, ``inference``,
+    ``train``, then ``settle`` (decision flips explained, failures printed or raised); ``compare`` is the
+    comparison of one entry's values with the reference, shared by every phase."""
+
+    # -- phase 1: validate -------------------------------------------------------------------------------
+    def __init__(self, sym, ctx_list, grad_req, rtol, atol, raise_on_err, ground_truth, equal_nan):
+        if not isinstance(ctx_list, (list, tuple)):
+            raise TypeError(f"{_WHO}: ctx_list must be a list of dicts, got {type(ctx_list).__name__}")
+        if len(ctx_list) < (1 if ground_truth is not None else 2):
+            raise ValueError(f"{_WHO}: ctx_list has {len(ctx_list)} entries; comparing needs at least two (or one "
+                             "and a ground_truth)")
+        check_tolerances(rtol, atol, _WHO)
+        self.syms = _check_symbols(sym, len(ctx_list))
+        self.arg_names, self.out_names = self.syms[0].list_arguments(), self.syms[0].list_outputs()
+        self.aux_names = self.syms[0].list_auxiliary_states()
+        self.reqs = normalize_grad_req(grad_req, self.arg_names, _WHO)
+        self.entries = [_Entry(i, spec, s, grad_req) for i, (spec, s) in enumerate(zip(ctx_list, self.syms))]
+        self.rtol, self.atol, self.raise_on_err, self.equal_nan = rtol, atol, raise_on_err, equal_nan
+        self.training = any(r != "null" for r in self.reqs.values())
+        self.grad_names = [k for k in self.arg_names if self.reqs[k] != "null"]
+        self.ground_truth = ground_truth
+        self.gt = None
+        if ground_truth is not None:
+            self.gt = _ground_truth(ground_truth, self.out_names + (self.grad_names if self.training else []),
+                                    self.aux_names)
+        self.errors: dict = {}  # entry index -> its GradientCheckErrors, settled at the end
+        self.heads = None
+        self.out_kinds = dict.fromkeys(self.out_names, "output")
+        self.kinds = {**self.out_kinds, **dict.fromkeys(self.grad_names, "gradient"),
+                      **dict.fromkeys(self.aux_names, "auxiliary state")}
+        self._same_shapes()
+
+    def _same_shapes(self):
+        first = self.entries[0].exe
+        self.arg_shapes = {k: tuple(a.shape) for k, a in first.arg_dict.items()}
+        self.aux_shapes = {k: tuple(a.shape) for k, a in first.aux_dict.items()}
+        for e in self.entries[1:]:
+            for what, shapes, arrays in (("argument", self.arg_shapes, e.exe.arg_dict),
+                                         ("auxiliary state", self.aux_shapes, e.exe.aux_dict)):
+                for k, a in arrays.items():
+                    if tuple(a.shape) != shapes[k]:
+                        raise ValueError(f"{_WHO}: {what} {k!r} has shape {tuple(a.shape)} in ctx_list[{e.index}] "
+                                         f"but {shapes[k]} in ctx_list[0]; every entry must bind the same shapes")
+
+    # -- phase 2: the same inputs everywhere ----------------------------------------------------------------
+    def inputs(self, arg_params, aux_params, scale, use_uniform, rand_type):
+        """MXNet fills the caller's dicts in place: random arguments in sorted name order, aux states 0."""
+        arg_params = _check_params(arg_params, self.arg_names, self.arg_shapes, "arg_params", "argument")
+        aux_params = _check_params(aux_params, self.aux_names, self.aux_shapes, "aux_params", "auxiliary state")
+        for name in sorted(self.arg_shapes):
+            if name not in arg_params:
+                arg_params[name] = _random(self.arg_shapes[name], scale, use_uniform, rand_type)
+        for name in self.aux_names:
+            aux_params.setdefault(name, 0)
+        self.host_args = {k: np.asarray(to_numpy(v)) for k, v in arg_params.items()}
+        self.host_aux = {k: np.asarray(to_numpy(v)) for k, v in aux_params.items()}
+        for e in self.entries:
+            e.set_inputs(self.host_args, self.host_aux)
+
+    # -- phase 3: inference, compared with the most precise entry (or the ground truth without training) ----
+    def inference(self):
+        self.infer_outs = [e.forward(is_train=False) for e in self.entries]
+        self.ref = max(self.entries, key=lambda e: _precision(e.dtype))  # the first of the most precise
+        for e, outs in zip(self.entries, self.infer_outs):
+            if self.gt is not None and not self.training:
+                self.compare(e, outs, None, self.gt, "forward(is_train=False)", self.out_kinds)
+            elif e is not self.ref:
+                self.compare(e, outs, self.ref, self.infer_outs[self.ref.index], "forward(is_train=False)",
+                             self.out_kinds)
+
+    def truth_without_training(self) -> dict:
+        ref = self.ref
+        return {**self.infer_outs[ref.index], **{k: _host(a) for k, a in ref.exe.aux_dict.items()}}
+
+    # -- phase 4: training -----------------------------------------------------------------------------
+    def train(self) -> list:
+        """Forward in training and backward with the same random head gradients everywhere, rounded to float16
+        so that every dtype holds them exactly (whatever the entries, so a ground truth from another call stays
+        comparable). Returns each entry's outputs, gradients and auxiliary states."""
+        train_outs = [e.forward(is_train=True) for e in self.entries]
+        head_rng = np.random.default_rng(_inputs_seed(self.host_args, self.host_aux))
+        self.heads = [None if loss else head_rng.standard_normal(train_outs[0][name].shape).astype(np.float16)
+                      for name, loss in zip(self.out_names, _loss_heads(self.syms[0]))]
+        results = []
+        for e, outs in zip(self.entries, train_outs):
+            _backward(e.exe, self.heads, e.ctx)
+            grads = {k: _host(e.exe.grad_dict[k]) for k in self.grad_names}
+            aux = {k: _host(a) for k, a in e.exe.aux_dict.items()}
+            results.append({**outs, **grads, **aux})
+        for e, values in zip(self.entries, results):
+            if self.gt is not None:
+                self.compare(e, values, None, self.gt, _TRAIN_PHASE, self.kinds)
+            elif e is not self.ref:
+                self.compare(e, values, self.ref, results[self.ref.index], _TRAIN_PHASE, self.kinds)
+        return results
+
+    # -- comparison ---------------------------------------------------------------------------------------
+    def compare(self, e, values, ref_entry, ref_values, phase, kinds, sink=None, flips=None):
         """Compare ``values`` of entry ``e`` with ``ref_values`` (of ``ref_entry``; None: the ground truth);
-        failures go to ``sink`` (default: ``errors`` of ``e``). ``flips``: the decision flips pinned in
+        failures go to ``sink`` (default: the errors of ``e``). ``flips``: the decision flips pinned in
         ``ref_values`` (a re-check), listed in the report."""
         if ref_entry is None:
             ref_desc, ref_label, reference = "the ground truth", "ground truth", "ground_truth"
@@ -308,41 +379,43 @@ def check_consistency(sym, ctx_list, scale=1.0, grad_req="write", arg_params=Non
             ref_desc, ref_label, reference = f"{ref_entry.desc}, the most precise", ref_entry.label, ref_entry.index
         if flips:
             ref_desc += f", re-run with {e.desc}'s decisions pinned"
-        sink = errors.setdefault(e.index, []) if sink is None else sink
+        sink = self.errors.setdefault(e.index, []) if sink is None else sink
         for name, got in values.items():
             if name not in ref_values:
                 continue
             want = ref_values[name]
             tol_a = _smaller_dtype(got.dtype, e.dtype)
             tol_b = _smaller_dtype(want.dtype, want.dtype if ref_entry is None else ref_entry.dtype)
-            rt, at = get_tols(np.empty(0, tol_a), np.empty(0, tol_b), rtol, atol)
+            rt, at = get_tols(np.empty(0, tol_a), np.empty(0, tol_b), self.rtol, self.atol)
             looser = _smaller_dtype(tol_a, tol_b)
             kind = kinds[name]
             facts = {"entry": e.index, "ctx": e.ctx, "dtype": np.dtype(got.dtype), "entry_dtype": e.dtype,
                      "reference": reference, "phase": phase, "kind": kind}
             if kind == "gradient":
-                facts["grad_req"] = reqs[name]
+                facts["grad_req"] = self.reqs[name]
             if flips:
                 facts["flips"] = flips
             what = f"{'gradient of' if kind == 'gradient' else kind} {name!r}"
             try:
                 compare(got, want, rt, at, check=_WHO, arg_name=name, names=(e.label, ref_label),
                         what=f"{what} on {e.desc} differs from {ref_desc}",
-                        equal_nan=equal_nan, broadcast=False, facts=facts,
+                        equal_nan=self.equal_nan, broadcast=False, facts=facts,
                         extra_lines=[f"compared after {phase}, at the tolerance of {looser.name} (the less precise "
                                      "dtype of the pair)", *_flip_lines(ref_entry, e, flips)])
             except GradientCheckError as err:
                 sink.append(err)
 
-    def settle(train_values):
+    # -- phase 5: settle -----------------------------------------------------------------------------------
+    def settle(self, train_values):
         """Explain failures between entries of different dtypes or devices by decision flips, then report."""
         failures = []
-        for e in entries:
-            errs = errors.get(e.index)
-            if errs and ground_truth is None and e is not ref and (e.dtype != ref.dtype or e.ctx != ref.ctx):
-                errs = recheck(e, errs, train_values)
+        ref = getattr(self, "ref", None)
+        for e in self.entries:
+            errs = self.errors.get(e.index)
+            if errs and self.gt is None and e is not ref and (e.dtype != ref.dtype or e.ctx != ref.ctx):
+                errs = self._recheck(e, errs, train_values)
             for err in errs or ():
-                if raise_on_err:
+                if self.raise_on_err:
                     failures.append(err)
                 else:
                     what = f"{'gradient of' if err.kind == 'gradient' else err.kind} {err.arg_name!r}"
@@ -350,63 +423,26 @@ def check_consistency(sym, ctx_list, scale=1.0, grad_req="write", arg_params=Non
                     print(err)
         _raise_first(failures)
 
-    def recheck(e, errs, train_values):
+    def _recheck(self, e, errs, train_values):
         """``e``'s failures against the most precise entry re-run with ``e``'s decisions pinned: none (then
         warn) when the flips explain every difference; the original ones when nothing flipped."""
-        flips, pinned_infer, pinned_train = _pinned_reference(e, ref, host_args, host_aux, heads, grad_names)
+        ref = self.ref
+        flips, pinned_infer, pinned_train = _pinned_reference(e, ref, self.host_args, self.host_aux, self.heads,
+                                                              self.grad_names)
         if not flips:
             return errs
         sink = []
-        check(e, infer_outs[e.index], ref, pinned_infer, "forward(is_train=False)", out_kinds, sink, flips)
+        self.compare(e, self.infer_outs[e.index], ref, pinned_infer, "forward(is_train=False)", self.out_kinds, sink,
+                     flips)
         if train_values is not None:
-            check(e, train_values[e.index], ref, pinned_train, train_phase, kinds, sink, flips)
+            self.compare(e, train_values[e.index], ref, pinned_train, _TRAIN_PHASE, self.kinds, sink, flips)
         if not sink:
-            # stacklevel 5: recheck <- settle <- check_consistency <- seeded_check's wrapper <- the caller
+            # stacklevel 5: _recheck <- settle <- check_consistency <- seeded_check's wrapper <- the caller
             warnings.warn(DecisionFlipWarning("\n".join([
                 f"{_WHO}: not an error: {len(flips)} decision(s) flipped between {e.desc} and {ref.desc} "
                 f"({_legend(ref, e)}); with them pinned, {e.desc} agrees with it in every output, gradient and "
                 "auxiliary state:", *format_flips(flips)]), flips), stacklevel=5)
         return sink
-
-    # inference pass, compared with the most precise entry (or the ground truth when there is no training pass)
-    infer_outs = [e.forward(is_train=False) for e in entries]
-    ref = max(entries, key=lambda e: _precision(e.dtype))  # the first of the most precise
-    out_kinds = dict.fromkeys(out_names, "output")
-    for e, outs in zip(entries, infer_outs):
-        if ground_truth is not None and not training:
-            check(e, outs, None, gt, "forward(is_train=False)", out_kinds)
-        elif e is not ref:
-            check(e, outs, ref, infer_outs[ref.index], "forward(is_train=False)", out_kinds)
-
-    if not training:
-        heads = None
-        truth = {**infer_outs[ref.index], **{k: _host(a) for k, a in ref.exe.aux_dict.items()}}
-        settle(None)
-        return ground_truth if ground_truth is not None else truth
-
-    # training pass: the same random head gradients everywhere, rounded to float16 so that every dtype holds
-    # them exactly (whatever the entries, so a ground truth from another call stays comparable)
-    train_outs = [e.forward(is_train=True) for e in entries]
-    head_rng = np.random.default_rng(_inputs_seed(host_args, host_aux))
-    heads = [None if loss else head_rng.standard_normal(train_outs[0][name].shape).astype(np.float16)
-             for name, loss in zip(out_names, _loss_heads(syms[0]))]
-    for e in entries:
-        _backward(e.exe, heads, e.ctx)
-
-    results = []
-    for e, outs in zip(entries, train_outs):
-        grads = {k: _host(e.exe.grad_dict[k]) for k in grad_names}
-        aux = {k: _host(a) for k, a in e.exe.aux_dict.items()}
-        results.append({**outs, **grads, **aux})
-    kinds = {**out_kinds, **dict.fromkeys(grad_names, "gradient"), **dict.fromkeys(aux_names, "auxiliary state")}
-    train_phase = "forward(is_train=True) + backward with the same random head gradients"
-    for e, values in zip(entries, results):
-        if ground_truth is not None:
-            check(e, values, None, gt, train_phase, kinds)
-        elif e is not ref:
-            check(e, values, ref, results[ref.index], train_phase, kinds)
-    settle(results)
-    return ground_truth if ground_truth is not None else results[ref.index]
 
 
 def _flip_lines(ref, e, flips):

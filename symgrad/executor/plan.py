@@ -58,28 +58,50 @@ class Plan:
     def __init__(self, heads: Sequence, arg_nodes: Sequence[Node], aux_nodes: Sequence[Node],
                  grad_args: Sequence[bool], xp, pending_aux: dict, grad_like: Sequence | None = None):
         self.heads = list(heads)
-        head_vars = [Node(None, f"__head_grad{i}__", {}, {}, (), 1) for i in range(len(heads))]
-        wrt = [n for n, g in zip(arg_nodes, grad_args) if g]
-        grads = build_gradients(self.heads, [(v, 0) for v in head_vars], wrt) if wrt else []
-        grad_of = dict(zip([n.id for n in wrt], grads))
-        grad_entries = [grad_of.get(n.id) for n in arg_nodes]
+        grad_entries = self._gradient_graph(arg_nodes, grad_args)
+        fwd_nodes, bwd_nodes = self._split(grad_entries)
+        self._assign_slots(arg_nodes, aux_nodes, grad_entries)
+        # per-plan copies of stateful parameters (a CustomOp's operator instances): every executor
+        # gets its own, shared by the forward node and its backward node (MXNet creates the
+        # operator per executor), so two executors of one symbol never see each other's state
+        self._states: dict[int, object] = {}
+        aux_index = {n.id: i for i, n in enumerate(aux_nodes)}
+        self.forward_instrs = [self._instr(n, self.slot_of, xp, aux_index, pending_aux) for n in fwd_nodes if n.op]
+        self.backward_instrs = [self._instr(n, self.slot_of, xp, aux_index, pending_aux) for n in bwd_nodes if n.op]
+        self.mutates_aux = any(ins.node.op.mutates_aux for ins in self.forward_instrs)
+        self._liveness()
+        self._downstream_cache: dict = {}
+        self._gradient_buffers(xp, grad_like)
+        self.run_forward = _generate(self.forward_instrs, self.forward_frees, "forward")
+        self.run_backward = _generate(self.backward_instrs, self.backward_frees, "backward", self.out_buffers)
 
-        all_heads = self.heads + [e for e in grad_entries if e is not None]
-        nodes = topo_order(all_heads)
-        graph = to_networkx(nodes)
-        self.graph = graph
+    # -- phases of __init__ --------------------------------------------------------------------------------
+    def _gradient_graph(self, arg_nodes, grad_args):
+        """The symbolic gradient of every argument that wants one (None for the others), w.r.t. head-gradient
+        variables ``__head_grad{i}__``."""
+        self.head_grad_nodes = [Node(None, f"__head_grad{i}__", {}, {}, (), 1) for i in range(len(self.heads))]
+        wrt = [n for n, g in zip(arg_nodes, grad_args) if g]
+        grads = build_gradients(self.heads, [(v, 0) for v in self.head_grad_nodes], wrt) if wrt else []
+        grad_of = dict(zip([n.id for n in wrt], grads))
+        return [grad_of.get(n.id) for n in arg_nodes]
+
+    def _split(self, grad_entries):
+        """Deterministic topological order of the combined graph, split into the forward (the ancestors of the
+        outputs) and the backward (the rest)."""
+        nodes = topo_order(self.heads + [e for e in grad_entries if e is not None])
+        self.graph = to_networkx(nodes)
         fwd_ids = set()
         for node, _ in self.heads:
             fwd_ids.add(node.id)
-            fwd_ids |= nx.ancestors(graph, node.id)
+            fwd_ids |= nx.ancestors(self.graph, node.id)
         self.nodes = nodes
-        fwd_nodes = [n for n in nodes if n.id in fwd_ids]
-        bwd_nodes = [n for n in nodes if n.id not in fwd_ids]
-        self.backward_nodes = bwd_nodes
+        self.backward_nodes = [n for n in nodes if n.id not in fwd_ids]
+        return [n for n in nodes if n.id in fwd_ids], self.backward_nodes
 
-        # -- slots ------------------------------------------------------------
+    def _assign_slots(self, arg_nodes, aux_nodes, grad_entries):
+        """One integer slot per value; where the arguments, outputs, head gradients and gradients live."""
         slot: dict[tuple, int] = {}
-        for n in nodes:
+        for n in self.nodes:
             for k in range(n.num_outputs):
                 slot[(n.id, k)] = len(slot)
         self.slot_of = slot
@@ -87,21 +109,12 @@ class Plan:
         self.arg_slots = [slot.get((n.id, 0)) for n in arg_nodes]
         self.aux_slots = [slot.get((n.id, 0)) for n in aux_nodes]
         self.head_slots = [slot[(n.id, i)] for n, i in self.heads]
-        self.head_grad_slots = [slot.get((v.id, 0)) for v in head_vars]
+        self.head_grad_slots = [slot.get((v.id, 0)) for v in self.head_grad_nodes]
         self.grad_slots = [None if e is None else slot[(e[0].id, e[1])] for e in grad_entries]
-        self.head_grad_nodes = head_vars
 
-        aux_index = {n.id: i for i, n in enumerate(aux_nodes)}
-        # per-plan copies of stateful parameters (a CustomOp's operator instances): every executor
-        # gets its own, shared by the forward node and its backward node (MXNet creates the
-        # operator per executor), so two executors of one symbol never see each other's state
-        self._states: dict[int, object] = {}
-        self.forward_instrs = [self._instr(n, slot, xp, aux_index, pending_aux) for n in fwd_nodes if n.op]
-        self.backward_instrs = [self._instr(n, slot, xp, aux_index, pending_aux) for n in bwd_nodes if n.op]
-        self.mutates_aux = any(ins.node.op.mutates_aux for ins in self.forward_instrs)
-
-        # -- liveness ---------------------------------------------------------
-        var_slots = {slot[(n.id, 0)] for n in nodes if n.op is None}
+    def _liveness(self):
+        """Free every value after its last use, except what the backward or the caller reads."""
+        var_slots = {self.slot_of[(n.id, 0)] for n in self.nodes if n.op is None}
         keep_fwd = set(self.head_slots) | var_slots
         for ins in self.backward_instrs:
             keep_fwd.update(ins.ins)
@@ -110,23 +123,21 @@ class Plan:
         fwd_slots = {s for ins in self.forward_instrs for s in ins.outs}
         keep_bwd = var_slots | fwd_slots | {s for s in self.grad_slots if s is not None}
         self.backward_frees = _frees(self.backward_instrs, keep_bwd)
-        self._downstream_cache: dict = {}
 
-        # -- persistent gradient buffers ---------------------------------------
-        # An argument's gradient computed by an op that accepts ``out=`` (dot) is written into a
-        # buffer the plan owns and reuses on every backward, instead of a fresh gradient-sized
-        # temporary per call (with glibc those large temporaries go back to the OS and are
-        # page-faulted in again on every step). The executor still copies the buffer into the
-        # caller's array once the whole backward has run.
+    def _gradient_buffers(self, xp, grad_like):
+        """Persistent gradient buffers: an argument's gradient computed by an op that accepts ``out=`` (dot) is
+        written into a buffer the plan owns and reuses on every backward, instead of a fresh gradient-sized
+        temporary per call (with glibc those large temporaries go back to the OS and are page-faulted in
+        again on every step). The executor still copies the buffer into the caller's array once the whole
+        backward has run."""
         self.out_buffers: dict[int, object] = {}  # backward instruction index -> buffer
-        if grad_like is not None:
-            producer = {ins.outs[0]: k for k, ins in enumerate(self.backward_instrs) if len(ins.outs) == 1}
-            for s, like in zip(self.grad_slots, grad_like):
-                k = producer.get(s)
-                if like is not None and k is not None and self.backward_instrs[k].node.op.accepts_out:
-                    self.out_buffers.setdefault(k, xp.empty_like(like))
-        self.run_forward = _generate(self.forward_instrs, self.forward_frees, "forward")
-        self.run_backward = _generate(self.backward_instrs, self.backward_frees, "backward", self.out_buffers)
+        if grad_like is None:
+            return
+        producer = {ins.outs[0]: k for k, ins in enumerate(self.backward_instrs) if len(ins.outs) == 1}
+        for s, like in zip(self.grad_slots, grad_like):
+            k = producer.get(s)
+            if like is not None and k is not None and self.backward_instrs[k].node.op.accepts_out:
+                self.out_buffers.setdefault(k, xp.empty_like(like))
 
     def _instr(self, node, slot, xp, aux_index, pending_aux):
         op = node.op
