@@ -42,7 +42,7 @@ import numpy as np
 import symgrad as sg
 from symgrad.context import array_context
 
-from ._inputs import check_dtype
+from ._inputs import check_callable, check_dtype, check_flag, check_number
 from .compare import compare
 from .differencer import DirectionProbe, ElementProbe, KinkTest, derivative, sweep
 from .funcgraph import (
@@ -61,7 +61,7 @@ from .harness import analytic_noise
 from .numeric import check_step
 from .report import GradientCheckError, NondifferentiableError, Report, format_index
 from .seed import seeded_check
-from .tolerance import NOISE_FACTOR, numeric_noise
+from .tolerance import NOISE_FACTOR
 
 __all__ = ["check_backward", "check_double_backward", "numerical_grad", "NondifferentiableError"]
 
@@ -194,15 +194,22 @@ def numerical_grad(f, inputs, grad_outputs, eps=1e-3, detect_nondifferentiable=F
     >>> np.round(gx, 4)  # central differences: error eps^2 = 1e-6
     array([ 3., 12.])
     """
+    who = "numerical_grad"
+    check_callable(f, who, "f", "a function of no arguments returning the outputs")
+    if not isinstance(inputs, (tuple, list)):
+        raise TypeError(f"{who}: inputs must be a tuple of arrays, got {type(inputs).__name__}")
     inputs = tuple(inputs)
     for i, x in enumerate(inputs):
         if array_context(x) is None:
             raise TypeError(f"numerical_grad: inputs[{i}] must be a numpy or CuPy array, got {type(x).__name__}")
         if np.dtype(x.dtype).kind != "f":
             raise TypeError(f"numerical_grad: inputs[{i}] has dtype {x.dtype}; the inputs must be float arrays")
-    eps = float(eps)
-    if not eps > 0:
-        raise ValueError(f"numerical_grad: eps must be positive, got {eps!r}")
+        if isinstance(x, np.ndarray) and not x.flags.writeable:
+            raise ValueError(f"{who}: inputs[{i}] is read-only; numerical_grad changes each element in place (and "
+                             "restores it), so give a writeable array")
+    eps = check_number(eps, who, "eps", positive=True)
+    detect_nondifferentiable = check_flag(detect_nondifferentiable, who, "detect_nondifferentiable")
+    diff_atol, diff_rtol = check_number(diff_atol, who, "diff_atol"), check_number(diff_rtol, who, "diff_rtol")
     grad_outputs = _as_outputs(grad_outputs)
     evaluate = lambda: _as_outputs(f())
     center = None
@@ -281,8 +288,12 @@ def check_backward(func, x_data, y_grad, params=(), eps=1e-3, atol=1e-5, rtol=1e
                            detect_nondifferentiable, float64_reference, progress)
 
 
-def _validate(who, func, x_data, params, eps, atol, rtol, no_grads, dtype, names):
-    """Phase 1: the graph of ``func`` at ``x_data`` and the validated options."""
+def _validate(who, func, x_data, params, eps, atol, rtol, no_grads, dtype, names, flags=None):
+    """Phase 1: the graph of ``func`` at ``x_data`` and the validated options (``flags``: ``{name: value}`` of the
+    boolean options, which must be True or False)."""
+    check_callable(func, who)
+    for label, v in (flags or {}).items():
+        check_flag(v, who, label)
     xs = as_tuple(x_data)
     for i, x in enumerate(xs):
         if array_context(x) is None:
@@ -301,20 +312,16 @@ def _validate(who, func, x_data, params, eps, atol, rtol, no_grads, dtype, names
     if dtype is not None:
         dtype = check_dtype(dtype, who)
     for label, v in (("eps", eps), ("atol", atol), ("rtol", rtol)):
-        try:
-            v = float(v)
-        except (TypeError, ValueError):
-            raise TypeError(f"{who}: {label} must be a number, got {v!r}") from None
-        if not (np.isfinite(v) and (v > 0 if label == "eps" else v >= 0)):
-            raise ValueError(f"{who}: {label} must be {'positive' if label == 'eps' else 'a finite number >= 0'}, "
-                             f"got {v!r}")
+        check_number(v, who, label, positive=label == "eps")
     graph = FuncGraph(who, func, list(zip(names, xs)), params)
     return graph, names, no_grads, dtype
 
 
 def _check_backward(who, func, x_data, y_grad, params, eps, atol, rtol, no_grads, dtype, detect, float64_reference,
                     progress=True, names=None, wrap=None):
-    graph, names, no_grads, dtype = _validate(who, func, x_data, params, eps, atol, rtol, no_grads, dtype, names)
+    flags = {"detect_nondifferentiable": detect, "float64_reference": float64_reference, "progress": progress}
+    graph, names, no_grads, dtype = _validate(who, func, x_data, params, eps, atol, rtol, no_grads, dtype, names,
+                                              flags)
     eps, rtol, atol = float(eps), float(rtol), float(atol)
     heads = graph.head_grads(y_grad)
     graph.assert_no_gradient([n for n, ng in zip(names, no_grads) if ng])  # no_grads inputs: no gradient flows
@@ -344,6 +351,7 @@ class _Directional:
 
     def _rebuild(self):
         self.ref = Reference(self.graph, self.ndtype, self.weights, self.progress)
+        self.f_noise = self.ref.evaluation_noise()
         self.grads = self.graph.analytic(self.checked, self.heads)
 
     # -- phase 3: both sides along r ---------------------------------------------------------------------
@@ -357,7 +365,7 @@ class _Directional:
         dt = {n: self.grads[n].dtype for n in self.checked}
         _, a_noise = analytic_noise(graph.sym, graph.values, graph.aux, self.heads, self.checked,
                                     max(dt.values(), key=lambda d: np.finfo(d).eps), actual=self.grads)
-        noise = (numeric_noise(ref.magnitude, width, ref.dtype) * (3.0 if self.detect else 1.0)
+        noise = (self.f_noise / width * (3.0 if self.detect else 1.0)
                  + float(sum(np.sum(a_noise[n] * np.abs(r[n])) for n in self.checked)))
         return analytic, value, noise
 
@@ -455,7 +463,7 @@ class _Directional:
             a_n = float(np.sum(self.grads[n].astype(np.float64) * self.r[n]))
             num_n, width_n, _ = self.ref.directional({n: self.r[n]}, self.eps)
             eps_dt = float(np.finfo(self.grads[n].dtype).eps)
-            noise_n = (numeric_noise(self.ref.magnitude, width_n, self.ref.dtype)
+            noise_n = (self.f_noise / width_n
                        + NOISE_FACTOR * eps_dt * float(np.sum(np.abs(self.grads[n].astype(np.float64) * self.r[n]))))
             contributions[n] = (a_n, num_n)
             tol_n = self.atol + self.rtol * abs(num_n) + noise_n
@@ -564,9 +572,17 @@ def check_double_backward(func, x_data, y_grad, x_grad_grad, params=(), params_g
     >>> check_double_backward(lambda x: sg.sym.tanh(x), x, gy, ggx)
     """
     who = "check_double_backward"
+    check_callable(func, who)
     xs = as_tuple(x_data)
+    for i, x in enumerate(xs):
+        if array_context(x) is None:
+            raise TypeError(f"{who}: x_data[{i}] must be a numpy or CuPy array, got {type(x).__name__}")
     n_x = len(xs)
     gys = None if y_grad is None else as_tuple(y_grad)
+    for i, g in enumerate(gys or ()):
+        if array_context(g) is None:
+            raise TypeError(f"{who}: y_grad[{i}] must be a numpy or CuPy array (the head gradients are inputs of "
+                            f"the first-order gradient), got {type(g).__name__}")
     float_x = [np.dtype(x.dtype).kind == "f" for x in xs]
     ggx = list(as_tuple(x_grad_grad))
     if len(ggx) == n_x and len(ggx) != sum(float_x):

@@ -249,6 +249,15 @@ class Reference:
         _, _, make = projected_objective(self.graph.sym, weights, self.graph.who)
         return make(self.base)
 
+    def evaluation_noise(self, weights=None) -> float:
+        """The rounding noise of one evaluation of the objective (``weights``: default the reference's): the
+        larger of ``NOISE_FACTOR * eps * sum|terms|`` and the emulated noise of the forward
+        (``Harness.objective_noise``). Divided by a difference's width it is the numeric noise."""
+        objective = self.objective if weights is None else self.objective_for(weights)
+        eps = float(np.finfo(self.dtype).eps)
+        emulated = self.harness.objective_noise(lambda outs: objective(outs)[0], self.dtype)
+        return max(NOISE_FACTOR * eps * objective(self.base)[1], emulated)
+
     def directional(self, r: dict, eps, weights=None, rule="central"):
         """Derivative of ``delta -> objective(x + delta r)`` at 0 (the inputs of ``r`` move along it), with
         ``weights`` (default: the reference's) projecting the outputs. Returns ``(value, width, kink_test)``."""
@@ -280,8 +289,7 @@ class Reference:
         heads = [None if loss else w.astype(dt) for w, loss, dt in zip(weights, graph.loss_heads, graph.out_dtypes)]
         _, a_noise = analytic_noise(graph.sym, graph.values, graph.aux, heads, [name], analytic.dtype,
                                     actual={name: analytic})
-        f_noise = max(NOISE_FACTOR * float(np.finfo(self.dtype).eps) * objective(self.base)[1],
-                      self.harness.objective_noise(scalar, self.dtype))
+        f_noise = self.evaluation_noise(weights)
         n_noise = f_noise / widths[name]
         bad, _, allowed = _violations(a, numeric[name], rtol, atol, False, n_noise + a_noise[name])
         if not bad.any():

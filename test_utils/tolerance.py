@@ -137,8 +137,9 @@ def get_atol(atol=None, dtype=np.float64):
 #
 # allowed error = atol + rtol * |numeric| + numeric noise + analytic noise
 #
-# numeric noise: the rounding noise of a difference quotient, NOISE_FACTOR * eps * |f| / width (``eps`` of the
-#   dtype the differences are taken in, ``|f|`` the sum of the magnitudes of the objective's terms);
+# numeric noise: the rounding noise of one evaluation of the objective divided by the width of the difference
+#   (the larger of NOISE_FACTOR * eps * sum|terms of the objective| and the emulated noise of the forward,
+#   ``harness.Harness.objective_noise``, which sees cancellation inside the forward);
 # analytic noise: the rounding noise of the gradient in the dtype under test, estimated by emulating that
 #   rounding on a float64 run (``harness.analytic_noise``): what lets an exactly-zero float32 gradient pass
 #   with a tight atol, and a 1% error on any gradient that is not all tiny fail.
@@ -147,37 +148,7 @@ def get_atol(atol=None, dtype=np.float64):
 #: 1 already removed every false failure of 900 random float64 checks (6 ops x 150 seeds), 0 left one
 NOISE_FACTOR = 4.0
 
-#: an error within this multiple of the estimated noise is reported as rounding, not as a wrong formula
-NOISE_EXPLAINS = 4.0
-
-
 def numeric_noise(magnitude, widths, numeric_dtype=np.float64) -> np.ndarray:
     """Estimated rounding noise of a difference quotient: ``NOISE_FACTOR * eps * |f| / width``."""
     eps = float(np.finfo(np.dtype(numeric_dtype)).eps)
     return NOISE_FACTOR * eps * float(magnitude) / np.asarray(widths, dtype=np.float64)
-
-
-class Allowance:
-    """``atol + rtol * |reference| + numeric noise + analytic noise``, elementwise, and its description."""
-
-    def __init__(self, rtol, atol, numeric=0.0, analytic=0.0, dtype=None):
-        self.rtol, self.atol = float(rtol), float(atol)
-        self.numeric = np.asarray(numeric, np.float64)
-        self.analytic = np.asarray(analytic, np.float64)
-        self.dtype = None if dtype is None else np.dtype(dtype)
-
-    @property
-    def noise(self) -> np.ndarray:
-        return self.numeric + self.analytic
-
-    def allowed(self, reference) -> np.ndarray:
-        return self.atol + self.rtol * np.abs(np.asarray(reference, np.float64)) + self.noise
-
-    def describe(self) -> str:
-        parts = [f"rtol={self.rtol:.3g}", f"atol={self.atol:.3g}"]
-        if np.any(self.numeric):
-            parts.append(f"numeric noise <= {float(np.max(self.numeric)):.3g}")
-        if np.any(self.analytic):
-            what = f"{self.dtype.name} rounding of the analytic side" if self.dtype is not None else "analytic noise"
-            parts.append(f"{what} <= {float(np.max(self.analytic)):.3g}")
-        return ", ".join(parts)

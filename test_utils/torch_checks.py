@@ -44,6 +44,7 @@ import numpy as np
 import symgrad as sg
 from symgrad.context import array_context
 
+from ._inputs import check_callable, check_flag, check_number
 from .compare import compare
 from .differencer import default_steps
 from .funcgraph import MAX_LOCALISE, FuncGraph, KinkRedraws, OnlyKinks, Reference, as_tuple, only_kinks, symbols_of
@@ -91,6 +92,7 @@ def gradcheck(func, inputs, *, eps=1e-6, atol=1e-5, rtol=1e-3, raise_exception=T
     >>> gradcheck(lambda x: sg.sym.tanh(x) * x, (x,))
     True
     """
+    check_flag(raise_exception, "gradcheck", "raise_exception")
     try:
         return _gradcheck("gradcheck", func, inputs, None, eps, atol, rtol, nondet_tol, check_undefined_grad,
                           fast_mode, float64_reference, progress)
@@ -118,6 +120,8 @@ def gradgradcheck(func, inputs, grad_outputs=None, *, eps=1e-6, atol=1e-5, rtol=
     True
     """
     who = "gradgradcheck"
+    _check_options(who, func, eps, atol, rtol, nondet_tol,
+                   {"gen_non_contig_grad_outputs": gen_non_contig_grad_outputs, "raise_exception": raise_exception})
     try:
         tupled = as_tuple(inputs)
         names = _names(tupled, "input")
@@ -206,8 +210,19 @@ def _unit(size):
     return v / float(np.linalg.norm(v)) if size else v
 
 
-def _validate(who, func, inputs, names, eps, atol, rtol, nondet_tol):
+def _check_options(who, func, eps, atol, rtol, nondet_tol, flags=None):
+    """The options of gradcheck / gradgradcheck, checked before ``func`` is called (``flags``: the boolean ones)."""
+    check_callable(func, who)
+    check_number(eps, who, "eps", positive=True, allow_none=True)
+    for label, v in (("atol", atol), ("rtol", rtol), ("nondet_tol", nondet_tol)):
+        check_number(v, who, label)
+    for label, v in (flags or {}).items():
+        check_flag(v, who, label)
+
+
+def _validate(who, func, inputs, names, eps, atol, rtol, nondet_tol, flags=None):
     """Phase 1: the graph of ``func`` at ``inputs``, the checked inputs and the validated options."""
+    _check_options(who, func, eps, atol, rtol, nondet_tol, flags)
     tupled = as_tuple(inputs)
     names = names or _names(tupled, "input")
     graph = FuncGraph(who, func, _entries(tupled, names), {}, allow_params=False)
@@ -221,23 +236,14 @@ def _validate(who, func, inputs, names, eps, atol, rtol, nondet_tol):
         dtypes = [getattr(v, "dtype", type(v).__name__) for v in tupled]
         raise ValueError(f"{who} expects at least one float input array to check (PyTorch: requires_grad=True); "
                          f"the inputs have dtypes {dtypes}")
-    for label, v, positive in (("eps", eps, True), ("atol", atol, False), ("rtol", rtol, False),
-                               ("nondet_tol", nondet_tol, False)):
-        if v is None and label == "eps":
-            continue
-        try:
-            v = float(v)
-        except (TypeError, ValueError):
-            raise TypeError(f"{who}: {label} must be a number, got {v!r}") from None
-        if not (np.isfinite(v) and (v > 0 if positive else v >= 0)):
-            raise ValueError(f"{who}: {label} must be {'positive' if positive else 'a finite number >= 0'}"
-                             f"{' (or None for a step per element)' if label == 'eps' else ''}, got {v!r}")
     return graph, diff
 
 
 def _gradcheck(who, func, inputs, names, eps, atol, rtol, nondet_tol, check_undefined_grad, fast_mode,
                float64_reference, progress=True, wrap=None):
-    graph, diff = _validate(who, func, inputs, names, eps, atol, rtol, nondet_tol)
+    flags = {"check_undefined_grad": check_undefined_grad, "fast_mode": fast_mode,
+             "float64_reference": float64_reference, "progress": progress}
+    graph, diff = _validate(who, func, inputs, names, eps, atol, rtol, nondet_tol, flags)
     eps = None if eps is None else float(eps)
     atol, rtol, nondet_tol = float(atol), float(rtol), float(nondet_tol)
     used = [n for n in diff if n in graph.arg_names]
@@ -418,7 +424,7 @@ class _Check:
             self._reentrant(first, second, k)
             weights = [np.zeros(s) for s in self.graph.out_shapes]
             weights[k] = u.reshape(self.graph.out_shapes[k])
-            magnitude = float(np.sum(np.abs(weights[k] * self.ref.base[k])))
+            f_noise = self.ref.evaluation_noise(weights)
             dtype = max((self.graph.values[n].dtype for n in self.used), key=lambda d: np.finfo(d).eps)
             _, a_noise = analytic_noise(self.graph.sym, self.graph.values, self.graph.aux, heads, self.used, dtype,
                                         actual=first)
@@ -426,7 +432,7 @@ class _Check:
                 g = first[n]
                 analytic = float(np.sum(g.astype(np.float64) * v[n]))
                 numeric, width, _ = self.ref.directional({n: v[n]}, self._dir_step(n), weights=weights)
-                noise = numeric_noise(magnitude, width, self.ref.dtype) + float(np.sum(a_noise[n] * np.abs(v[n])))
+                noise = f_noise / width + float(np.sum(a_noise[n] * np.abs(v[n])))
                 atol = self.atol * fast_atol_scale(u, v[n])
                 try:
                     compare(analytic, numeric, self.rtol, atol, check=self.who, arg_name=n,
