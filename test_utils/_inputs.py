@@ -16,17 +16,18 @@ from .context import to_numpy
 _FLOATS = (np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64))
 
 
-def check_dtype(dtype, who, allow_asnumpy=False):
-    """``dtype`` as a numpy dtype (float16/32/64), or the string ``"asnumpy"`` where allowed."""
+def check_dtype(dtype, who, allow_asnumpy=False, name="dtype"):
+    """``dtype`` as a numpy dtype (float16/32/64), or the string ``"asnumpy"`` where allowed; else ValueError
+    naming the option ``name``."""
     if allow_asnumpy and isinstance(dtype, str) and dtype == "asnumpy":
         return "asnumpy"
     try:
-        dt = np.dtype(dtype)
-    except TypeError:
+        dt = None if dtype is None else np.dtype(dtype)  # np.dtype(None) is float64; a float64 == None test is True
+    except (TypeError, ValueError):
         dt = None
-    if dt not in _FLOATS:
+    if dt is None or dt not in _FLOATS:
         allowed = "np.float16, np.float32, np.float64" + (' or "asnumpy"' if allow_asnumpy else "")
-        raise ValueError(f"{who}: dtype must be one of {allowed}, got {dtype!r}")
+        raise ValueError(f"{who}: {name} must be one of {allowed}, got {dtype!r}")
     return dt
 
 
@@ -189,16 +190,26 @@ def check_context(ctx, who):
     return ctx
 
 
-def _check_tol(value, who, name):
+def _is_number(value) -> bool:
     import numbers
 
+    return not isinstance(value, (bool, np.bool_)) and isinstance(value, (numbers.Real, np.floating, np.integer))
+
+
+def _check_tol(value, who, name):
     if value is None:
         return
     if isinstance(value, dict):
-        for v in value.values():
-            _check_tol(v, who, name)
+        for k, v in value.items():
+            try:
+                np.dtype(k)
+            except (TypeError, ValueError):
+                raise TypeError(f"{who}: {name} dict keys must be dtypes (e.g. np.float32), got key {k!r}") from None
+            if v is None:
+                raise TypeError(f"{who}: {name}[{k!r}] must be a number, got None")
+            _check_tol(v, who, f"{name}[{k!r}]")
         return
-    if isinstance(value, bool) or not isinstance(value, (numbers.Real, np.floating, np.integer)):
+    if not _is_number(value):
         raise TypeError(f"{who}: {name} must be a number, a {{dtype: number}} dict or None, got {value!r}")
     if not (np.isfinite(value) and value >= 0):
         raise ValueError(f"{who}: {name} must be a finite number >= 0, got {value!r}")
@@ -208,3 +219,65 @@ def check_tolerances(rtol, atol, who):
     """Refuse tolerances that are not finite non-negative numbers (or None, or ``{dtype: number}`` dicts)."""
     _check_tol(rtol, who, "rtol")
     _check_tol(atol, who, "atol")
+
+
+def check_number(value, who, name, *, positive=False, allow_none=False):
+    """``float(value)`` for a finite real number (> 0 when ``positive``, else >= 0); TypeError / ValueError naming
+    ``name`` otherwise. Booleans are not numbers here (``rtol=True`` is a mistake, not 1.0)."""
+    if value is None and allow_none:
+        return None
+    if not _is_number(value):
+        expected = "a number" + (" or None" if allow_none else "")
+        raise TypeError(f"{who}: {name} must be {expected}, got {value!r} ({type(value).__name__})")
+    v = float(value)
+    if not (np.isfinite(v) and (v > 0 if positive else v >= 0)):
+        expected = "positive (a finite number > 0)" if positive else "a finite number >= 0"
+        raise ValueError(f"{who}: {name} must be {expected}, got {value!r}")
+    return v
+
+
+def check_count(value, who, name, minimum=1):
+    """``int(value)`` for an integer >= ``minimum`` (not a bool), else TypeError / ValueError naming ``name``."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"{who}: {name} must be an integer >= {minimum}, got {value!r} ({type(value).__name__})")
+    if value < minimum:
+        raise ValueError(f"{who}: {name} must be an integer >= {minimum}, got {value!r}")
+    return int(value)
+
+
+def check_flag(value, who, name):
+    """``bool(value)`` for True / False (numpy bools and the integers 0 and 1 too), else TypeError naming ``name``:
+    a string such as ``"no"`` is truthy and would silently mean True."""
+    if isinstance(value, (bool, np.bool_)) or (isinstance(value, (int, np.integer)) and value in (0, 1)):
+        return bool(value)
+    raise TypeError(f"{who}: {name} must be True or False, got {value!r} ({type(value).__name__})")
+
+
+def check_choice(value, choices, who, name):
+    """``value`` when it is one of ``choices`` (strings), else ValueError naming ``name`` and the choices."""
+    if not isinstance(value, str) or value not in choices:
+        raise ValueError(f"{who}: {name} must be one of {tuple(choices)}, got {value!r}")
+    return value
+
+
+def check_callable(func, who, name="func", what="a function of Symbols"):
+    """``func`` when callable, else TypeError naming ``name``."""
+    if not callable(func):
+        raise TypeError(f"{who}: {name} must be callable ({what}), got {func!r} ({type(func).__name__})")
+    return func
+
+
+def check_executor(executor, who):
+    """``executor`` when it is a symgrad Executor (from ``bind`` / ``simple_bind``), else TypeError."""
+    from symgrad.executor import Executor
+
+    if not isinstance(executor, Executor):
+        raise TypeError(f"{who}: executor must be a symgrad Executor (from sym.bind or sym.simple_bind), got "
+                        f"{type(executor).__name__}")
+    return executor
+
+
+def host_array(value, who, what, name, allow_complex=True):
+    """A numeric host (numpy) array of ``value``: TypeError / ValueError naming ``what`` ``name`` otherwise."""
+    arr = _to_host(value, who, what, name)
+    return check_kind(arr, who, what, name, allow_complex=allow_complex)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ._inputs import check_flag, check_tolerances, host_array
 from .context import to_numpy
 from .diagnose import Diagnosis, analyze
 from .report import GradientCheckError, Report
@@ -181,7 +182,17 @@ def assert_almost_equal(a, b, rtol=None, atol=None, names=("a", "b"), equal_nan=
     >>> import numpy as np
     >>> assert_almost_equal(np.float32([1, 2]), np.array([1.00001, 2.0]))
     """
-    a_np, b_np = to_numpy(a), to_numpy(b)
+    who = "assert_almost_equal"
+    if not (isinstance(names, (tuple, list)) and len(names) == 2 and all(isinstance(n, str) for n in names)):
+        raise TypeError(f"{who}: names must be a pair of strings such as ('a', 'b'), got {names!r}")
+    if not (isinstance(mismatches, (tuple, list)) and len(mismatches) == 2
+            and all(isinstance(m, (int, np.integer)) and not isinstance(m, (bool, np.bool_)) and m >= 1
+                    for m in mismatches)):
+        raise TypeError(f"{who}: mismatches must be a pair of integers >= 1 such as (10, 10), got {mismatches!r}")
+    check_tolerances(rtol, atol, who)
+    equal_nan = check_flag(equal_nan, who, "equal_nan")
+    use_broadcast = check_flag(use_broadcast, who, "use_broadcast")
+    a_np, b_np = host_array(a, who, "array", names[0]), host_array(b, who, "array", names[1])
     rtol, atol = get_tols(a_np, b_np, rtol, atol)
     if getattr(a_np, "dtype", None) == np.bool_ and getattr(b_np, "dtype", None) == np.bool_:
         rtol = atol = 0
@@ -195,7 +206,11 @@ def almost_equal(a, b, rtol=None, atol=None, equal_nan=False, use_broadcast=True
     Unlike MXNet 1.9 (whose ``almost_equal`` falls back to float64's tolerances whatever the dtypes),
     ``None`` tolerances come from the dtypes exactly as in ``assert_almost_equal``.
     """
-    a_np, b_np = np.asarray(to_numpy(a)), np.asarray(to_numpy(b))
+    who = "almost_equal"
+    check_tolerances(rtol, atol, who)
+    equal_nan = check_flag(equal_nan, who, "equal_nan")
+    use_broadcast = check_flag(use_broadcast, who, "use_broadcast")
+    a_np, b_np = host_array(a, who, "array", "a"), host_array(b, who, "array", "b")
     if not use_broadcast and a_np.shape != b_np.shape:
         return False
     rtol, atol = get_tols(a_np, b_np, rtol, atol)

@@ -30,7 +30,15 @@ import numpy as np
 from symgrad.context import Context
 from symgrad.symbol import Symbol
 
-from ._inputs import check_kind, check_stypes, check_tolerances, normalize_grad_req
+from ._inputs import (
+    check_dtype,
+    check_flag,
+    check_kind,
+    check_number,
+    check_stypes,
+    check_tolerances,
+    normalize_grad_req,
+)
 from .compare import compare
 from .context import to_device, to_numpy
 from .decisions import DecisionFlipWarning, format_flips, pin_decisions, record_decisions
@@ -257,6 +265,9 @@ def check_consistency(sym, ctx_list, scale=1.0, grad_req="write", arg_params=Non
     >>> sorted(check_consistency(sym, ctx_list))
     ['fc_bias', 'fc_output', 'fc_weight', 'x']
     """
+    scale = check_number(scale, _WHO, "scale")
+    use_uniform = check_flag(use_uniform, _WHO, "use_uniform")
+    rand_type = check_dtype(rand_type, _WHO, name="rand_type")
     run = _Consistency(sym, ctx_list, grad_req, rtol, atol, raise_on_err, ground_truth, equal_nan)
     run.inputs(arg_params, aux_params, scale, use_uniform, rand_type)
     run.inference()
@@ -284,6 +295,8 @@ class _Consistency:
             raise ValueError(f"{_WHO}: ctx_list has {len(ctx_list)} entries; comparing needs at least two (or one "
                              "and a ground_truth)")
         check_tolerances(rtol, atol, _WHO)
+        raise_on_err = check_flag(raise_on_err, _WHO, "raise_on_err")
+        equal_nan = check_flag(equal_nan, _WHO, "equal_nan")
         self.syms = _check_symbols(sym, len(ctx_list))
         self.arg_names, self.out_names = self.syms[0].list_arguments(), self.syms[0].list_outputs()
         self.aux_names = self.syms[0].list_auxiliary_states()

@@ -16,14 +16,18 @@ import warnings
 import numpy as np
 
 from ._inputs import (
+    check_choice,
     check_context,
+    check_count,
     check_dtype,
     check_finite,
+    check_flag,
     check_kind,
     check_shapes,
     check_stypes,
     check_symbol,
     check_tolerances,
+    host_array,
     nonfinite_notes,
     normalize_grad_req,
     parse_aux,
@@ -31,7 +35,7 @@ from ._inputs import (
 )
 from .compare import _violations, compare
 from .context import default_context, synchronize, to_device, to_numpy
-from .differencer import COMPLEX_STEP, check_method, default_steps, gradient
+from .differencer import COMPLEX_STEP, METHODS, default_steps, gradient
 from .harness import Harness, as_array_like, assert_deterministic
 from .harness import analytic_noise as harness_analytic_noise
 from .numeric import (
@@ -225,8 +229,11 @@ def check_symbolic_forward(sym, location, expected, rtol=None, atol=None, aux_st
     >>> out = check_symbolic_forward(sg.sym.dot(a, b), [np.eye(2), np.ones((2, 2))], [np.ones((2, 2))])
     """
     who = "check_symbolic_forward"
+    check_symbol(sym, who)
     dtype = check_dtype(dtype, who, allow_asnumpy=True)
-    ctx = default_context() if ctx is None else ctx
+    ctx = check_context(default_context() if ctx is None else ctx, who)
+    check_tolerances(rtol, atol, who)
+    equal_nan = check_flag(equal_nan, who, "equal_nan")
     loc, aux, out_shapes = _prepare(sym, location, aux_states, ctx, dtype, who)
     names = sym.list_outputs()
     if isinstance(expected, dict):
@@ -305,9 +312,14 @@ def check_symbolic_backward(sym, location, out_grads, expected, rtol=None, atol=
     >>> _ = check_symbolic_backward(lhs + rhs, [mat1, mat2], [ograd], [ograd, ograd])
     """
     who = "check_symbolic_backward"
+    check_symbol(sym, who)
     dtype = check_dtype(dtype, who, allow_asnumpy=True)
-    ctx = default_context() if ctx is None else ctx
+    ctx = check_context(default_context() if ctx is None else ctx, who)
+    check_tolerances(rtol, atol, who)
+    equal_nan = check_flag(equal_nan, who, "equal_nan")
     check_stypes(grad_stypes, who, "grad_stypes")
+    if isinstance(grad_req, str):  # a list / dict is checked against the argument names below
+        check_choice(grad_req, ("write", "add", "null", "inplace"), who, "grad_req")
     arg_names = sym.list_arguments()
     loc, aux, out_shapes = _prepare(sym, location, aux_states, ctx, dtype, who)
     if isinstance(expected, dict):
@@ -552,7 +564,7 @@ def check_numeric_gradient(sym, location, aux_states=None, numeric_eps=None, rto
     """
     setup = _NumericSetup.validate(sym, location, aux_states, numeric_eps, rtol, atol, grad_nodes, use_forward_train,
                                    ctx, grad_stype_dict, dtype, numeric_dtype, method, kinks)
-    run = _NumericRun(setup, progress)
+    run = _NumericRun(setup, check_flag(progress, setup.who, "progress"))
     rounds = run.until_no_kinks()
     if run.redrawn or run.excluded:
         warnings.warn(NondifferentiablePointWarning(_kink_warning(setup.who, run.first_kinks, run.redrawn,
@@ -571,12 +583,12 @@ class _NumericSetup:
         check_symbol(sym, who)
         s.sym = sym
         s.dtype = check_dtype(dtype, who)
-        s.ndtype = s.dtype if numeric_dtype is None else check_dtype(numeric_dtype, who)
-        s.method = check_method(method, who)
-        if kinks not in KINK_MODES:
-            raise ValueError(f"{who}: kinks must be one of {KINK_MODES}, got {kinks!r}")
-        s.kinks = kinks
+        s.ndtype = s.dtype if numeric_dtype is None else check_dtype(numeric_dtype, who, name="numeric_dtype")
+        s.method = check_choice(method, METHODS, who, "method")
+        s.kinks = check_choice(kinks, KINK_MODES, who, "kinks")
         s.ctx = check_context(default_context() if ctx is None else ctx, who)
+        check_tolerances(rtol, atol, who)
+        check_flag(use_forward_train, who, "use_forward_train")
         check_stypes(grad_stype_dict, who, "grad_stype_dict")
         s.arg_names = sym.list_arguments()
         raw_loc = parse_location(sym, location, who)
@@ -810,16 +822,24 @@ def check_speed(sym, location=None, ctx=None, N=20, grad_req=None, typ="whole", 
     ``location`` is a dict of argument values (their shapes bind the symbol); without it the shapes come
     from ``kwargs`` and the values are standard normal. One warm-up run is not timed.
     """
-    ctx = default_context() if ctx is None else ctx
+    who = "check_speed"
+    check_symbol(sym, who)
+    ctx = check_context(default_context() if ctx is None else ctx, who)
+    N = check_count(N, who, "N")
     grad_req = "write" if grad_req is None else grad_req
-    if typ not in ("whole", "forward"):
-        raise ValueError(f'check_speed: typ can only be "whole" or "forward", got {typ!r}')
+    normalize_grad_req(grad_req, sym.list_arguments(), who)
+    check_choice(typ, ("whole", "forward"), who, "typ")
     if location is None:
         exe = sym.simple_bind(ctx, grad_req=grad_req, **kwargs)
         location = {k: np.random.normal(size=a.shape, scale=1.0) for k, a in exe.arg_dict.items()}
     else:
         if not isinstance(location, dict):
             raise TypeError(f"check_speed: location must be a dict of arrays, got {type(location).__name__}")
+        arg_names = sym.list_arguments()
+        unknown = [k for k in location if k not in arg_names]
+        if unknown:
+            raise ValueError(f"{who}: location names {unknown}, which are not arguments; arguments are {arg_names}")
+        location = {k: host_array(v, who, "argument", k, allow_complex=False) for k, v in location.items()}
         exe = sym.simple_bind(ctx, grad_req=grad_req, **{k: np.shape(v) for k, v in location.items()})
     for name, value in location.items():
         exe.arg_dict[name][...] = to_device(value, ctx, exe.arg_dict[name].dtype)
@@ -844,8 +864,15 @@ def check_speed(sym, location=None, ctx=None, N=20, grad_req=None, typ="whole", 
 
 def simple_forward(sym, ctx=None, is_train=False, **inputs):
     """Outputs of one forward with the given argument arrays (one array, or a list for several outputs)."""
-    ctx = default_context() if ctx is None else ctx
-    args = {k: to_device(v, ctx) for k, v in inputs.items()}
+    who = "simple_forward"
+    check_symbol(sym, who)
+    ctx = check_context(default_context() if ctx is None else ctx, who)
+    is_train = check_flag(is_train, who, "is_train")
+    arg_names = sym.list_arguments()
+    unknown = [k for k in inputs if k not in arg_names]
+    if unknown:
+        raise ValueError(f"{who}: inputs {unknown} are not arguments of the symbol; arguments are {arg_names}")
+    args = {k: to_device(host_array(v, who, "argument", k), ctx) for k, v in inputs.items()}
     exe = sym.bind(ctx, args)
     outputs = [to_numpy(o) for o in exe.forward(is_train=is_train)]
     return outputs[0] if len(outputs) == 1 else outputs

@@ -22,13 +22,21 @@ import numpy as np
 
 from symgrad.symbol import Group
 
-from ._inputs import check_dtype, check_finite, check_kind, named_arrays
+from ._inputs import (
+    check_choice,
+    check_dtype,
+    check_executor,
+    check_finite,
+    check_flag,
+    check_kind,
+    check_number,
+    named_arrays,
+)
 from .context import to_device, to_numpy
 from .differencer import (
     COMPLEX_STEP,
     METHODS,
     ElementProbe,
-    check_method,
     default_steps,
     gradient,
     kink_test,
@@ -80,15 +88,28 @@ def resolve_numeric_eps(numeric_eps, dtype, numeric_dtype, who):
     if numeric_eps is None:
         return None
     if isinstance(numeric_eps, dict):
+        for k, v in numeric_eps.items():
+            try:
+                np.dtype(k)
+            except (TypeError, ValueError):
+                raise TypeError(f"{who}: numeric_eps dict keys must be dtypes (e.g. np.float32), "
+                                f"got key {k!r}") from None
+            if v is not None:
+                check_number(v, who, f"numeric_eps[{k!r}]", positive=True)
         table = {np.dtype(k): v for k, v in numeric_eps.items()}
         numeric_eps = table.get(np.dtype(dtype))
         if numeric_eps is None:
             return None
-    try:
-        eps = float(numeric_eps)
-    except (TypeError, ValueError):
+    if isinstance(numeric_eps, (bool, np.bool_, str, bytes)):
+        eps = None
+    else:
+        try:
+            eps = float(numeric_eps)
+        except (TypeError, ValueError):
+            eps = None
+    if eps is None:
         raise TypeError(f"{who}: numeric_eps must be a number, a {{dtype: eps}} dict or None, "
-                        f"got {numeric_eps!r}") from None
+                        f"got {numeric_eps!r}")
     if not np.isfinite(eps) or eps <= 0:
         raise ValueError(f"{who}: numeric_eps must be a positive number, got {numeric_eps!r}")
     floor = min_numeric_eps(dtype, numeric_dtype)
@@ -141,12 +162,7 @@ def _sum_objective(outputs):
 
 def _fixed_steps(executor, names, eps, who):
     """``x +- eps/2`` for every element (MXNet's full width), refused below ``min_numeric_eps``."""
-    try:
-        eps = float(eps)
-    except (TypeError, ValueError):
-        raise TypeError(f"{who}: eps must be a number or None, got {eps!r}") from None
-    if not eps > 0:
-        raise ValueError(f"{who}: eps must be positive, got {eps!r}")
+    eps = check_number(eps, who, "eps", positive=True, allow_none=True)
     args = executor.arg_dict
     for k in names:  # the differences are taken in the executor's dtype
         dt = np.dtype(args[k].dtype)
@@ -187,9 +203,13 @@ def _numeric_grad_inputs(executor, location, aux_states, dtype, who):
         for k, v in aux.items():
             check_kind(v, who, "auxiliary state", k, allow_complex=False)
         check_finite(aux, who, "auxiliary state")
+    return loc, aux
+
+
+def _write_location(executor, loc, dtype):
+    args = executor.arg_dict
     for k, v in loc.items():
         args[k][...] = as_array_like(args[k], v.astype(dtype) if v.dtype.kind == "f" else v)
-    return loc, aux
 
 
 def numeric_grad(executor, location, aux_states=None, eps=1e-4, use_forward_train=True, dtype=np.float32, *,
@@ -226,16 +246,23 @@ def numeric_grad(executor, location, aux_states=None, eps=1e-4, use_forward_trai
     array([2., 4., 6.])
     """
     who = "numeric_grad"
+    check_executor(executor, who)
     dtype = check_dtype(dtype, who)
-    if check_method(method, who) == "complex_step":
+    if check_choice(method, METHODS, who, "method") == "complex_step":
         raise ValueError(f"{who}: method='complex_step' needs a complex copy of the symbol; use "
                          "check_numeric_gradient(sym, location, method='complex_step')")
+    check_number(eps, who, "eps", positive=True, allow_none=True)
+    use_forward_train = check_flag(use_forward_train, who, "use_forward_train")
+    progress = check_flag(progress, who, "progress")
     loc, aux = _numeric_grad_inputs(executor, location, aux_states, dtype, who)
+    # every check passed before the executor's arrays are written
+    fixed = None if eps is None else _fixed_steps(executor, list(loc), eps, who)
+    _write_location(executor, loc, dtype)
     args = executor.arg_dict
     if eps is None:
         steps = {k: default_steps(to_numpy(args[k]), args[k].dtype, method) for k in loc}
     else:
-        steps = _fixed_steps(executor, list(loc), eps, who)
+        steps = fixed
     harness = Harness(executor, is_train=use_forward_train, aux_initial=aux or {})
     harness.assert_deterministic(who)
     grads, _ = gradient(harness, list(loc), _sum_objective, steps, method=method, progress=progress)
