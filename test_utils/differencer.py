@@ -106,10 +106,10 @@ class ElementProbe:
     def __init__(self, array, index, name="the input"):
         self.array, self.index, self.name = array, tuple(int(i) for i in index), name
         self.label = f"{name}[{', '.join(str(i) for i in self.index)}]"
-        self.orig = array[self.index].copy() if hasattr(array[self.index], "copy") else array[self.index]
-        value = complex(to_numpy(self.orig)) if np.dtype(array.dtype).kind == "c" else float(to_numpy(self.orig))
-        self.x = value.real if isinstance(value, complex) else value
-        self._cast = np.dtype(array.dtype).type
+        value = array[self.index]  # numpy: a scalar copy; CuPy: a 0-d array, copied
+        self.orig = value if isinstance(value, np.generic) else value.copy()
+        self.x = complex(value).real if np.iscomplexobj(value) else float(value)
+        self._cast = value.dtype.type
 
     def set(self, delta) -> float:
         """Store ``x + delta`` (complex ``delta``: the imaginary step); return the real step actually stored."""
@@ -145,8 +145,14 @@ class DirectionProbe:
 
 
 def _host64(values) -> list:
-    return [None if v is None else np.asarray(to_numpy(v)).astype(np.complex128 if np.iscomplexobj(v) else np.float64)
-            for v in values]
+    out = []
+    for v in values:
+        if v is None or isinstance(v, float):  # a projected objective: already a float64 number
+            out.append(v)
+        else:
+            v = np.asarray(to_numpy(v))  # a copy: outputs may be views of buffers the next evaluation reuses
+            out.append(v.astype(np.complex128 if v.dtype.kind == "c" else np.float64, copy=True))
+    return out
 
 
 def sweep(probes: Iterable, steps: Iterable, evaluate: Callable, rule: str, progress=None):
