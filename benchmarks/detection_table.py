@@ -38,7 +38,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 import test_planted_bugs as planted  # noqa: E402
 
-from test_utils import GradientCheckError  # noqa: E402
+from symgrad.test_utils import GradientCheckError  # noqa: E402
 
 
 def _named(bug, err) -> bool:
@@ -112,7 +112,7 @@ def measure_issue8(seeds):
 
     import checker_cases as cc
 
-    import test_utils as tu
+    import symgrad.test_utils as tu
 
     rows = []
     for bug, make, inputs, named_ok in _issue8_bugs():

@@ -41,10 +41,10 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import symgrad as sg  # noqa: E402
-import test_utils as tu  # noqa: E402
-from test_utils import GradientCheckError  # noqa: E402
-from test_utils.chainer_checks import check_backward, check_double_backward  # noqa: E402
-from test_utils.torch_checks import gradcheck, gradgradcheck  # noqa: E402
+import symgrad.test_utils as tu  # noqa: E402
+from symgrad.test_utils import GradientCheckError  # noqa: E402
+from symgrad.test_utils.chainer_checks import check_backward, check_double_backward  # noqa: E402
+from symgrad.test_utils.torch_checks import gradcheck, gradgradcheck  # noqa: E402
 
 S = sg.sym
 F32 = np.float32

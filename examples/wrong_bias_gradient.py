@@ -13,7 +13,7 @@ elements and diagnoses the bug ("only the output slice [0, :] term ... wrong bro
 import numpy as np
 
 import symgrad as sg
-from test_utils import GradientCheckError, check_backward, check_numeric_gradient, gradcheck
+from symgrad.test_utils import GradientCheckError, check_backward, check_numeric_gradient, gradcheck
 
 
 class AddBias(sg.operator.CustomOp):

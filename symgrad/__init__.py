@@ -9,27 +9,28 @@
 array([2., 4., 6.], dtype=float32)
 """
 
-import importlib.abc
+import importlib
 import importlib.util
-import sys
+from typing import TYPE_CHECKING
 
-from . import operator, sym
-from .base import (
-    AttrScope,
-    BindError,
-    MXNetError,
-    NameManager,
-    ParamError,
-    Prefix,
-    SerializationError,
-    ShapeError,
-    SymgradError,
-)
-from .context import Context, cpu, current_context, gpu, num_gpus
-from .executor import Executor
-from .gradient import grad
-from .serialization import load_params, nd_load, nd_save, save_params
-from .symbol import Group, Symbol, Variable, var
+if TYPE_CHECKING:  # the names below are imported on first use (PEP 562): `import symgrad` itself is cheap
+    from . import operator, sym, test_utils
+    from .base import (
+        AttrScope,
+        BindError,
+        MXNetError,
+        NameManager,
+        ParamError,
+        Prefix,
+        SerializationError,
+        ShapeError,
+        SymgradError,
+    )
+    from .context import Context, cpu, current_context, gpu, num_gpus
+    from .executor import Executor
+    from .gradient import grad
+    from .serialization import load_params, nd_load, nd_save, save_params
+    from .symbol import Group, Symbol, Variable, var
 
 __version__ = "0.1.0"
 
@@ -64,36 +65,35 @@ __all__ = [
 ]
 
 
+# name -> the submodule that defines it; a submodule itself maps to None
+_EXPORTS = {
+    "sym": None, "operator": None, "test_utils": None,
+    "AttrScope": "base", "BindError": "base", "MXNetError": "base", "NameManager": "base", "ParamError": "base",
+    "Prefix": "base", "SerializationError": "base", "ShapeError": "base", "SymgradError": "base",
+    "Context": "context", "cpu": "context", "current_context": "context", "gpu": "context", "num_gpus": "context",
+    "Executor": "executor", "grad": "gradient",
+    "load_params": "serialization", "nd_load": "serialization", "nd_save": "serialization",
+    "save_params": "serialization",
+    "Group": "symbol", "Symbol": "symbol", "Variable": "symbol", "var": "symbol",
+}
+
+
 def __getattr__(name):
-    # ``symgrad.test_utils`` is the top-level ``test_utils`` package (like mxnet.test_utils),
-    # imported lazily so that importing symgrad stays cheap.
-    if name == "test_utils":
-        import importlib
-
-        return importlib.import_module("test_utils")
-    raise AttributeError(f"module 'symgrad' has no attribute {name!r}")
-
-
-class _TestUtilsAlias(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-    """Makes ``import symgrad.test_utils[.sub]`` give the top-level ``test_utils[.sub]`` module
-    itself (one module object under both names), imported only when asked for."""
-
-    _prefix = __name__ + ".test_utils"
-
-    def find_spec(self, fullname, path=None, target=None):
-        if fullname != self._prefix and not fullname.startswith(self._prefix + "."):
-            return None
-        return importlib.util.spec_from_loader(fullname, self)
-
-    def create_module(self, spec):
-        module = importlib.import_module("test_utils" + spec.name[len(self._prefix):])
-        spec.loader_state = module.__spec__
-        return module
-
-    def exec_module(self, module):
-        # the import system stamped the alias spec on the shared module: give it its own back
-        module.__spec__ = module.__spec__.loader_state
+    # Lazy exports, so that importing a submodule (the pytest plugin, symgrad.base) does not import numpy,
+    # networkx and every op. ``symgrad.test_utils`` is a real subpackage (the repository folder test_utils/,
+    # mapped by setuptools' package_dir); other submodules (``sg.symbol``, ``sg.ops``) load on first access.
+    if name in _EXPORTS:
+        where = _EXPORTS[name]
+        value = importlib.import_module(f"{__name__}.{where or name}")
+        if where is not None:
+            value = getattr(value, name)
+    elif not name.startswith("__") and importlib.util.find_spec(f"{__name__}.{name}") is not None:
+        value = importlib.import_module(f"{__name__}.{name}")
+    else:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    globals()[name] = value
+    return value
 
 
-if not any(isinstance(f, _TestUtilsAlias) for f in sys.meta_path):
-    sys.meta_path.insert(0, _TestUtilsAlias())  # before PathFinder, which would load a duplicate
+def __dir__():
+    return sorted(set(globals()) | set(_EXPORTS))

@@ -1,6 +1,9 @@
 """symgrad's checkers: prove gradients right and explain what is wrong when they are not.
 
-This is ``symgrad.test_utils`` (also importable as the top-level ``test_utils``). The MXNet-compatible
+This is ``symgrad.test_utils``: the repository folder ``test_utils/``, installed under symgrad (never as a
+top-level ``test_utils``, a name many projects' test suites use), as ``mxnet.test_utils`` sits under mxnet.
+Import it as ``from symgrad.test_utils import check_numeric_gradient``. Its names load on first use, so
+importing the package (or its pytest plugin) is cheap. The MXNet-compatible
 part mirrors ``mxnet.test_utils`` 1.9: same names, signatures and per-dtype tolerance tables, on plain
 numpy arrays. Every checker failure raises ``GradientCheckError`` (an ``AssertionError``) whose message
 names the argument, the worst elements, the mismatch share, the tolerances, a diagnosis and, last, the
@@ -15,34 +18,40 @@ the ``rng`` fixture) or, outside a seeded test, by the checker itself (``seed.ch
 >>> res = tu.check_numeric_gradient(y, {"x": np.array([0.5, -1.0]), "w": np.array([2.0, 3.0])})
 """
 
-from .chainer_checks import NondifferentiableError, check_backward, check_double_backward, numerical_grad
-from .compare import almost_equal, assert_allclose, assert_almost_equal, compare, same
-from .consistency import check_consistency
-from .context import default_context, set_default_context
-from .data import rand_ndarray, rand_shape_2d, rand_shape_3d, rand_shape_nd, random_arrays, random_uniform_arrays
-from .decisions import DecisionFlipWarning
-from .diagnose import diagnose, register_rule
-from .mxnet_checks import (
-    check_numeric_gradient,
-    check_speed,
-    check_symbolic_backward,
-    check_symbolic_forward,
-    simple_forward,
-)
-from .numeric import numeric_grad, register_loss_objective
-from .report import GradientCheckError
-from .seed import with_seed
-from .tolerance import (
-    default_atols,
-    default_dtype,
-    default_numeric_eps,
-    default_rtols,
-    get_atol,
-    get_rtol,
-    get_tolerance,
-    get_tols,
-)
-from .torch_checks import gradcheck, gradgradcheck
+import importlib
+import sys
+import types
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # loaded on first use by __getattr__ below
+    from .chainer_checks import NondifferentiableError, check_backward, check_double_backward, numerical_grad
+    from .compare import almost_equal, assert_allclose, assert_almost_equal, compare, same
+    from .consistency import check_consistency
+    from .context import default_context, set_default_context
+    from .data import rand_ndarray, rand_shape_2d, rand_shape_3d, rand_shape_nd, random_arrays, random_uniform_arrays
+    from .decisions import DecisionFlipWarning
+    from .diagnose import diagnose, register_rule
+    from .mxnet_checks import (
+        check_numeric_gradient,
+        check_speed,
+        check_symbolic_backward,
+        check_symbolic_forward,
+        simple_forward,
+    )
+    from .numeric import numeric_grad, register_loss_objective
+    from .report import GradientCheckError
+    from .seed import with_seed
+    from .tolerance import (
+        default_atols,
+        default_dtype,
+        default_numeric_eps,
+        default_rtols,
+        get_atol,
+        get_rtol,
+        get_tolerance,
+        get_tols,
+    )
+    from .torch_checks import gradcheck, gradgradcheck
 
 __all__ = [
     # comparison
@@ -92,3 +101,54 @@ __all__ = [
     "register_rule",
     "register_loss_objective",
 ]
+
+# name -> the module of this package that defines it
+_EXPORTS = {
+    **dict.fromkeys(["NondifferentiableError", "check_backward", "check_double_backward", "numerical_grad"],
+                    "chainer_checks"),
+    **dict.fromkeys(["almost_equal", "assert_allclose", "assert_almost_equal", "compare", "same"], "compare"),
+    "check_consistency": "consistency",
+    **dict.fromkeys(["default_context", "set_default_context"], "context"),
+    **dict.fromkeys(["rand_ndarray", "rand_shape_2d", "rand_shape_3d", "rand_shape_nd", "random_arrays",
+                     "random_uniform_arrays"], "data"),
+    "DecisionFlipWarning": "decisions",
+    **dict.fromkeys(["diagnose", "register_rule"], "diagnose"),
+    **dict.fromkeys(["check_numeric_gradient", "check_speed", "check_symbolic_backward", "check_symbolic_forward",
+                     "simple_forward"], "mxnet_checks"),
+    **dict.fromkeys(["numeric_grad", "register_loss_objective"], "numeric"),
+    "GradientCheckError": "report",
+    "with_seed": "seed",
+    **dict.fromkeys(["default_atols", "default_dtype", "default_numeric_eps", "default_rtols", "get_atol", "get_rtol",
+                     "get_tolerance", "get_tols"], "tolerance"),
+    **dict.fromkeys(["gradcheck", "gradgradcheck"], "torch_checks"),
+}
+
+
+def __getattr__(name):
+    # PEP 562: the checkers (numpy, symgrad's ops) load when a name is first used, not when the package or its
+    # pytest plugin is imported.
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_EXPORTS))
+
+
+class _Package(types.ModuleType):
+    """``compare`` and ``diagnose`` are both a function exported here and a module of this package. Importing
+    the module (from anywhere) makes the import system bind it as an attribute of the package, which would
+    hide the lazily loaded function: the package keeps the function, as an eager ``from .compare import
+    compare`` did (the module itself stays importable as ``symgrad.test_utils.compare``)."""
+
+    def __setattr__(self, name, value):
+        if name in _EXPORTS and isinstance(value, types.ModuleType) and value.__name__ == f"{self.__name__}.{name}":
+            return
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Package

@@ -1,9 +1,14 @@
 """symgrad's pytest plugin: the ``ctx`` and ``rng`` fixtures, the ``gpu`` marker and ``--symgrad-seed``.
 
-Installed with symgrad, it is registered through the ``pytest11`` entry point ``symgrad``; a checkout
-that is not pip-installed loads it with ``pytest_plugins = ["test_utils.pytest_plugin"]`` in its
-top-level conftest.py, or ``-p test_utils.pytest_plugin``. Any mix of these is safe: once registered
-under one name the plugin blocks its other name, so it is never registered twice.
+Installed with symgrad, it is registered in every pytest run through the ``pytest11`` entry point
+``symgrad``; ``pytest_plugins = ["symgrad.test_utils.pytest_plugin"]`` in a conftest.py or
+``-p symgrad.test_utils.pytest_plugin`` name it explicitly (with plugin autoloading off). Any mix of these
+is safe: once registered under one name the plugin blocks its other name, so it is never registered twice.
+
+Because the entry point loads it into other projects' runs too, it stays out of their way: importing it
+imports only pytest and the standard library (not numpy, not symgrad's ops, not the checkers: those load
+when a ``ctx``/``rng`` fixture or a ``gpu`` marker is used), and it prints its session header line only
+when asked for symgrad (``--symgrad-seed``, ``$SYMGRAD_TEST_SEED``, or the plugin named explicitly).
 
 - ``ctx``: parametrised over ``sg.cpu(0)`` (id ``cpu0``) and ``sg.gpu(0)`` (id ``gpu0``, marked ``gpu``);
   the gpu case is deselected when CuPy or a GPU is missing.
@@ -13,7 +18,7 @@ under one name the plugin blocks its other name, so it is never registered twice
   and a ``GradientCheckError`` raised in the test carries it as ``.seed``. A failing test's report gets
   a section ``symgrad seed: N (reproduce with --symgrad-seed=N)``.
 - ``@pytest.mark.gpu``: the test is skipped unless CuPy and a CUDA GPU are present.
-- ``--symgrad-seed=N`` also fixes the seed of ``test_utils.with_seed`` tests (it sets
+- ``--symgrad-seed=N`` also fixes the seed of ``symgrad.test_utils.with_seed`` tests (it sets
   ``SYMGRAD_TEST_SEED`` for the session).
 
 CuPy is imported only when a collected test is gpu-marked (or uses ``ctx``), to see whether a GPU is there.
@@ -21,6 +26,7 @@ CuPy is imported only when a collected test is gpu-marked (or uses ``ctx``), to 
 
 from __future__ import annotations
 
+import importlib
 import os
 import random
 import secrets
@@ -28,13 +34,13 @@ import sys
 
 import pytest
 
-from .seed import SEED_ENV
-
 __all__ = ["gpu_available", "SEED_OPTION", "SEED_ENV", "ENTRY_POINT_NAME"]
 
 SEED_OPTION = "--symgrad-seed"
 ENTRY_POINT_NAME = "symgrad"
-GPU_REASON = "needs CuPy and a CUDA GPU (pip install symgrad[gpu])"
+SEED_ENV = "SYMGRAD_TEST_SEED"  # == seed.SEED_ENV, spelled out so that loading the plugin does not import numpy
+GPU_REASON = ("needs CuPy and a CUDA GPU (pip install 'symgrad[gpu]' for the CUDA 12 wheel cupy-cuda12x, "
+              "or 'symgrad[gpu-cuda11]' for cupy-cuda11x; neither needs a CUDA toolkit)")
 _MAX_SEED = 2**32 - 1  # numpy's legacy seeding accepts [0, 2**32)
 
 _seed_key = pytest.StashKey[int]()
@@ -109,7 +115,11 @@ def pytest_unconfigure(config):
 
 
 def pytest_report_header(config):
+    # The entry point loads the plugin into every pytest run on the machine: stay silent in other projects'
+    # runs (registered as "symgrad", no seed asked for); speak when symgrad is asked for.
     seed, source = _fixed_seed(config)
+    if seed is None and config.pluginmanager.get_name(sys.modules[__name__]) == ENTRY_POINT_NAME:
+        return None
     if seed is None:
         return f"symgrad: random seed per test (fix it with {SEED_OPTION}=N or {SEED_ENV}=N)"
     return f"symgrad: seed {seed} (from {source})"
@@ -135,7 +145,8 @@ def rng(request):
     """
     import numpy as np
 
-    from . import seed as seed_module
+    # the module in sys.modules (the one the checkers use), not a package attribute that may be stale
+    seed_module = importlib.import_module(f"{__package__}.seed")
 
     seed, _ = _fixed_seed(request.config)
     if seed is None:

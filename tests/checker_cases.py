@@ -23,8 +23,8 @@ import warnings
 import numpy as np
 
 import symgrad as sg
-import test_utils as tu
-from test_utils.report import NondifferentiablePointWarning
+import symgrad.test_utils as tu
+from symgrad.test_utils.report import NondifferentiablePointWarning
 
 S = sg.sym
 

@@ -10,10 +10,15 @@ import numpy as np
 import pytest
 
 import symgrad as sg
-import test_utils as tu
+import symgrad.test_utils as tu
 from symgrad.ops.registry import Param, get_op, register, same_shape
-from test_utils.chainer_checks import NondifferentiableError, check_backward, check_double_backward, numerical_grad
-from test_utils.report import GradientCheckError, NondifferentiablePointWarning
+from symgrad.test_utils.chainer_checks import (
+    NondifferentiableError,
+    check_backward,
+    check_double_backward,
+    numerical_grad,
+)
+from symgrad.test_utils.report import GradientCheckError, NondifferentiablePointWarning
 
 S = sg.sym
 F32, F64 = np.float32, np.float64
@@ -567,7 +572,7 @@ def test_signatures_and_defaults_are_chainers():
 
 
 def test_direction_covers_every_input_and_param_with_entries_away_from_zero():
-    from test_utils.chainer_checks import _direction
+    from symgrad.test_utils.chainer_checks import _direction
 
     np.random.seed(0)
     r = _direction([(3, 4), (5,), ()])

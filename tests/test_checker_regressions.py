@@ -40,8 +40,8 @@ from checker_cases import (
 )
 
 import symgrad as sg
-import test_utils as tu
-from test_utils.report import GradientCheckError
+import symgrad.test_utils as tu
+from symgrad.test_utils.report import GradientCheckError
 
 S = sg.sym
 DTYPES = pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=["float32", "float64"])

@@ -12,10 +12,10 @@ import numpy as np
 import pytest
 
 import symgrad as sg
-import test_utils as tu
-from test_utils import with_seed
-from test_utils.consistency import check_consistency
-from test_utils.report import GradientCheckError
+import symgrad.test_utils as tu
+from symgrad.test_utils import with_seed
+from symgrad.test_utils.consistency import check_consistency
+from symgrad.test_utils.report import GradientCheckError
 
 S = sg.sym
 DTYPES = (np.float64, np.float32, np.float16)

@@ -8,28 +8,34 @@ import numpy as np
 import symgrad as sg
 
 
-def test_symgrad_test_utils_imports_in_every_form():
+def test_symgrad_test_utils_imports_in_every_form(tmp_path):
     # a fresh interpreter, so the import machinery itself is exercised (not an already-imported module)
     code = (
         "import symgrad.test_utils as a\n"
-        "import test_utils as b\n"
         "from symgrad.test_utils import check_numeric_gradient\n"
         "import symgrad.test_utils.numeric as n\n"
-        "import test_utils.numeric as m\n"
-        "import symgrad\n"
-        "assert a is b is symgrad.test_utils, (a, b)\n"
-        "assert n is m and m.__name__ == 'test_utils.numeric', m.__name__\n"
-        "assert b.__spec__.name == 'test_utils' and b.__name__ == 'test_utils'\n"
-        "assert check_numeric_gradient is b.check_numeric_gradient\n"
+        "from symgrad import test_utils as c\n"
+        "import symgrad, sys\n"
+        "assert a is c is symgrad.test_utils, (a, c)\n"
+        "assert n.__name__ == 'symgrad.test_utils.numeric' and a.__spec__.name == 'symgrad.test_utils'\n"
+        "assert check_numeric_gradient is a.check_numeric_gradient\n"
+        "assert 'test_utils' not in sys.modules\n"
         "try:\n"
         "    import symgrad.test_utils.no_such_module\n"
         "except ModuleNotFoundError as e:\n"
         "    assert 'no_such_module' in str(e)\n"
         "else:\n"
         "    raise AssertionError('imported a module that does not exist')\n"
+        "try:\n"
+        "    import test_utils\n"
+        "except ModuleNotFoundError:\n"
+        "    pass\n"
+        "else:\n"
+        "    raise AssertionError('symgrad installed a top-level test_utils: ' + test_utils.__file__)\n"
         "print('ok')\n"
     )
-    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    # run from an empty folder: the repository root (which holds the folder test_utils/) is not on sys.path
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert res.returncode == 0, res.stderr
     assert res.stdout.strip() == "ok"
 

@@ -17,12 +17,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import symgrad as sg
-import test_utils as tu
+import symgrad.test_utils as tu
 from symgrad.ops.registry import broadcast_support, get_op
-from test_utils.consistency import check_consistency
-from test_utils.decisions import DecisionFlipWarning, Flip, pin_decisions, record_decisions
-from test_utils.report import GradientCheckError
-from test_utils.tolerance import get_tols
+from symgrad.test_utils.consistency import check_consistency
+from symgrad.test_utils.decisions import DecisionFlipWarning, Flip, pin_decisions, record_decisions
+from symgrad.test_utils.report import GradientCheckError
+from symgrad.test_utils.tolerance import get_tols
 
 S = sg.sym
 N, C, H, W = 2, 4, 6, 6

@@ -25,10 +25,10 @@ import numpy as np
 import pytest
 
 import symgrad as sg
-import test_utils as tu
-import test_utils.differencer as differencer
-from test_utils.numeric import ComplexStepError
-from test_utils.report import GradientCheckError, NondifferentiablePointWarning
+import symgrad.test_utils as tu
+import symgrad.test_utils.differencer as differencer
+from symgrad.test_utils.numeric import ComplexStepError
+from symgrad.test_utils.report import GradientCheckError, NondifferentiablePointWarning
 
 S = sg.sym
 

@@ -2,9 +2,9 @@
 
 import numpy as np
 import pytest
-from symgrad.test_utils import check_consistency
 
 import symgrad as sg
+from symgrad.test_utils import check_consistency
 
 S = sg.sym
 pytestmark = pytest.mark.gpu

@@ -16,8 +16,8 @@ import numpy as np
 import pytest
 
 import symgrad as sg
-import test_utils as tu
-from test_utils.report import GradientCheckError
+import symgrad.test_utils as tu
+from symgrad.test_utils.report import GradientCheckError
 
 pytestmark = pytest.mark.slow
 

@@ -15,10 +15,10 @@ import numpy as np
 import pytest
 
 import symgrad as sg
-import test_utils as tu
-from test_utils.compare import compare
-from test_utils.diagnose import diagnose
-from test_utils.report import GradientCheckError
+import symgrad.test_utils as tu
+from symgrad.test_utils.compare import compare
+from symgrad.test_utils.diagnose import diagnose
+from symgrad.test_utils.report import GradientCheckError
 
 S = sg.sym
 REPO = Path(__file__).resolve().parent.parent
@@ -86,7 +86,7 @@ def _scaled_square(k):
 # == package layout ===================================================================================
 
 
-def test_symgrad_test_utils_is_the_top_level_package():
+def test_symgrad_test_utils_is_the_repository_folder():
     assert sg.test_utils is tu
     assert not (REPO / "symgrad" / "test_utils").exists()
     for name in tu.__all__:
@@ -688,7 +688,7 @@ def test_signatures_and_defaults_are_the_issues(name):
 
 
 def test_default_numeric_step_is_cbrt_eps_times_max_abs_x_1():
-    from test_utils.numeric import default_steps
+    from symgrad.test_utils.numeric import default_steps
 
     x = np.array([0.0, 0.5, -3.0, 1e4])
     want = np.cbrt(np.finfo(np.float64).eps) * np.array([1.0, 1.0, 3.0, 1e4])  # derived here

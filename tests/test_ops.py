@@ -19,6 +19,8 @@ library's report (worst elements, diagnosis, seed) rather than a bare numpy mism
 import numpy as np
 import pytest
 from op_db import OPS
+
+import symgrad as sg
 from symgrad.test_utils import (
     assert_almost_equal,
     check_consistency,
@@ -26,8 +28,6 @@ from symgrad.test_utils import (
     check_symbolic_backward,
     check_symbolic_forward,
 )
-
-import symgrad as sg
 
 S = sg.sym
 

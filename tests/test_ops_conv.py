@@ -4,10 +4,10 @@ second-order behaviour and float16 accumulation. The generic checks are the rows
 import numpy as np
 import pytest
 from op_db_conv import conv_ref, deconv_ref, pool_ref
-from symgrad.test_utils import check_numeric_gradient
 
 import symgrad as sg
 from symgrad.base import ParamError, ShapeError, SymgradError
+from symgrad.test_utils import check_numeric_gradient
 
 S = sg.sym
 

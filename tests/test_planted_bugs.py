@@ -21,9 +21,9 @@ import numpy as np
 import pytest
 
 import symgrad as sg
-import test_utils as tu
-from test_utils.diagnose import RULES, Diagnosis, analyze, diagnose
-from test_utils.report import GradientCheckError, Kink
+import symgrad.test_utils as tu
+from symgrad.test_utils.diagnose import RULES, Diagnosis, analyze, diagnose
+from symgrad.test_utils.report import GradientCheckError, Kink
 
 S = sg.sym
 

@@ -1,4 +1,4 @@
-"""The pytest plugin (test_utils.pytest_plugin), run inside pytest's own ``pytester`` sessions.
+"""The pytest plugin (symgrad.test_utils.pytest_plugin), run inside pytest's own ``pytester`` sessions.
 
 Each test writes a small test file, runs pytest on it in-process with the plugin and checks the outcome:
 the seed line of a failing test, the same rng values for the same seed, the ``ctx`` ids, the ``gpu``
@@ -14,12 +14,12 @@ import re
 import numpy as np
 import pytest
 
-import test_utils.pytest_plugin as plugin
+import symgrad.test_utils.pytest_plugin as plugin
 
 pytest_plugins = ["pytester"]
 
 # in-process runs import the already-imported plugin module: silence the assertion-rewrite notice about it
-PLUGIN = ["-p", "test_utils.pytest_plugin", "-W", "ignore::pytest.PytestAssertRewriteWarning"]
+PLUGIN = ["-p", "symgrad.test_utils.pytest_plugin", "-W", "ignore::pytest.PytestAssertRewriteWarning"]
 
 
 @pytest.fixture(autouse=True)
@@ -127,7 +127,7 @@ def test_rng_restores_global_state_and_tags_check_errors(pytester):
         """
         import numpy as np
         import pytest
-        import test_utils as tu
+        import symgrad.test_utils as tu
 
         def test_error_carries_seed(rng):
             with pytest.raises(tu.GradientCheckError) as info:
@@ -146,7 +146,7 @@ def test_rng_restores_global_state_and_tags_check_errors(pytester):
 CHECK_FAILS = """
     import numpy as np
     import symgrad as sg
-    import test_utils as tu
+    import symgrad.test_utils as tu
 
     class Doubled(sg.operator.CustomOp):  # y = x^2 whose backward is doubled
         def forward(self, is_train, req, in_data, out_data, aux):
@@ -219,7 +219,7 @@ def test_with_seed_honours_the_option_and_env_is_restored(pytester, monkeypatch)
     pytester.makepyfile(
         """
         import numpy as np
-        from test_utils import with_seed
+        from symgrad.test_utils import with_seed
 
         @with_seed()
         def test_seeded():
@@ -296,7 +296,7 @@ def test_a_conftest_ctx_fixture_overrides_the_plugin(pytester, no_gpu):
 
 
 WHO_IS_REGISTERED = """
-    import test_utils.pytest_plugin as plugin
+    import symgrad.test_utils.pytest_plugin as plugin
 
     def test_registered_once(request):
         pm = request.config.pluginmanager
@@ -313,7 +313,7 @@ def _fake_entry_point(pytester, monkeypatch):
     info = site / "fake_symgrad-0.0.dist-info"
     info.mkdir()
     (info / "METADATA").write_text("Metadata-Version: 2.1\nName: fake-symgrad\nVersion: 0.0\n")
-    (info / "entry_points.txt").write_text("[pytest11]\nsymgrad = test_utils.pytest_plugin\n")
+    (info / "entry_points.txt").write_text("[pytest11]\nsymgrad = symgrad.test_utils.pytest_plugin\n")
     pytester.syspathinsert(site)
 
 
@@ -326,8 +326,8 @@ def test_plugin_is_registered_once_however_loaded(pytester, monkeypatch, how):
     if "-p" in how:
         args = PLUGIN + args
     if "conftest" in how:
-        pytester.makeconftest('pytest_plugins = ["test_utils.pytest_plugin"]\n')
-    name = "symgrad" if how.startswith("entry point") and "-p" not in how else "test_utils.pytest_plugin"
+        pytester.makeconftest('pytest_plugins = ["symgrad.test_utils.pytest_plugin"]\n')
+    name = "symgrad" if how.startswith("entry point") and "-p" not in how else "symgrad.test_utils.pytest_plugin"
     pytester.makepyfile(WHO_IS_REGISTERED.replace("NAME", repr(name)))
     result = pytester.runpytest(*args)
     result.assert_outcomes(passed=1)

@@ -9,9 +9,9 @@ import pytest
 from test_chainer_checks import planted, planted_bias, planted_cube, planted_matmul
 
 import symgrad as sg
-import test_utils as tu
-from test_utils.report import GradientCheckError, NondifferentiablePointWarning
-from test_utils.torch_checks import gradcheck, gradgradcheck
+import symgrad.test_utils as tu
+from symgrad.test_utils.report import GradientCheckError, NondifferentiablePointWarning
+from symgrad.test_utils.torch_checks import gradcheck, gradgradcheck
 
 S = sg.sym
 F32, F64 = np.float32, np.float64
@@ -326,7 +326,7 @@ class _TripleOneOffProp(sg.operator.CustomOpProp):
 def test_fast_mode_catches_one_wrong_element_among_a_thousand():
     # the error on u^T J v is 0.75 |u_0 v_0| ~ 1e-3 for unit vectors of 1 000 entries: PyTorch's allowance
     # atol * sum|u| * sum|v| (~1e-2) hides it, fast_atol_scale (16 atol |u| |v| = 1.6e-4) does not
-    from test_utils.torch_checks import fast_atol_scale
+    from symgrad.test_utils.torch_checks import fast_atol_scale
 
     def func(x):
         return S.Custom(x, op_type="tt_triple_one_off")
