@@ -1,4 +1,5 @@
-"""``python -m symgrad`` runs ``symgrad check`` on the shipped example models."""
+"""``python -m symgrad``: the ``symgrad`` command (check / info / plot); without arguments it runs
+``symgrad check --example lenet``."""
 
 import sys
 

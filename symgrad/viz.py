@@ -1,0 +1,301 @@
+"""Look at a model: ``print_summary`` (a layer table) and ``plot_network`` (a graphviz drawing).
+
+Same signatures and look as MXNet 1.9's ``mx.viz``; the graph is drawn with the ``graphviz`` Python package
+(the optional extra ``symgrad[viz]``, imported only by ``plot_network``), whose ``dot`` program renders it.
+
+Differences from MXNet: parameter counts come from the inferred shapes of each op's parameter inputs (weight,
+bias, gamma, beta, ...), so they are right for any op and input layout; without ``shape``, the shapes the
+symbol's ``__shape__`` attributes determine are used when they make every shape known; an edge carries the
+shape of the output it really comes from (MXNet labels every edge out of a multi-output op with its last
+output); with ``hide_weights=False`` parameter inputs are drawn (as small ovals).
+
+>>> import symgrad as sg
+>>> net = sg.sym.FullyConnected(sg.sym.Variable("data"), num_hidden=4, name="fc")
+>>> sg.viz.print_summary(net, shape={"data": (2, 3)}, line_length=80)
+________________________________________________________________________________
+Layer (type)                       Output Shape    Param # Previous Layer
+================================================================================
+data(null)                         3               0
+________________________________________________________________________________
+fc(FullyConnected)                 4               16      data
+================================================================================
+Total params: 16
+________________________________________________________________________________
+>>> dot = sg.viz.plot_network(net, shape={"data": (2, 3)})  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+
+__all__ = ["print_summary", "plot_network", "render", "FORMATS", "PARAM_SLOTS"]
+
+#: formats ``render`` writes; all but "dot" need graphviz's ``dot`` program
+FORMATS = ("svg", "png", "pdf", "dot")
+#: op input slots holding learned parameters (counted, hidden with ``hide_weights``)
+PARAM_SLOTS = ("weight", "bias", "gamma", "beta", "parameters", "alpha")
+_WEIGHT_LIKE = ("_weight", "_bias", "_beta", "_gamma", "_moving_var", "_moving_mean", "_running_var", "_running_mean")
+# MXNet's colour map: inputs, conv/dense, activations, BatchNorm, pooling, shape ops, softmax, the rest
+_COLORS = ("#8dd3c7", "#fb8072", "#ffffb3", "#bebada", "#80b1d3", "#fdb462", "#b3de69", "#fccde5")
+_SOFTMAX = ("Softmax", "SoftmaxOutput", "softmax", "log_softmax", "SoftmaxActivation")
+_SHAPE_OPS = ("Concat", "Flatten", "Reshape", "concat", "flatten", "reshape", "transpose", "expand_dims", "stack")
+_INSTALL = ("install graphviz: the Python package with 'pip install graphviz' (or pip install 'symgrad[viz]') and "
+            "the 'dot' program with 'apt-get install graphviz' (macOS: 'brew install graphviz', conda: "
+            "'conda install graphviz')")
+
+
+def _check_symbol(symbol, who):
+    from .symbol import Symbol
+
+    if not isinstance(symbol, Symbol):
+        raise TypeError(f"{who}: symbol must be a Symbol, got {type(symbol).__name__}")
+
+
+def _dims(text) -> list[str]:
+    return re.findall(r"\d+", str(text))
+
+
+def _shapes(symbol, shape, who):
+    """``{output or variable name: shape}`` of every internal output, or None when unknown.
+
+    With ``shape`` given every shape must infer (ValueError naming what does not); without it the symbol's
+    ``__shape__`` attributes are used when they determine everything, else None (no shapes shown)."""
+    internals = symbol.get_internals()
+    names = internals.list_outputs()
+    if shape is None:
+        try:
+            _, out_shapes, _ = internals.infer_shape()
+        except Exception:  # attributes that contradict each other: draw without shapes
+            return None
+        return None if out_shapes is None else dict(zip(names, out_shapes))
+    if not isinstance(shape, dict):
+        raise TypeError(f"{who}: shape must be a dict name -> shape tuple, got {type(shape).__name__}")
+    _, out_shapes, _ = internals.infer_shape_partial(**shape)
+    unknown = [n for n, s in zip(names, out_shapes) if s is None]
+    if unknown:
+        raise ValueError(f"{who}: input shape is incomplete: the shape of {', '.join(unknown[:4])}"
+                         f"{', ...' if len(unknown) > 4 else ''} is unknown; give the shapes of the inputs")
+    return dict(zip(names, out_shapes))
+
+
+def _graph(symbol):
+    """The nodes in topological order, the variables fed into parameter slots, the auxiliary-state names and
+    the index inputs (labels, indices: variables that only feed inputs their op never differentiates)."""
+    nodes = symbol._nodes()
+    params, aux = set(), set(symbol.list_auxiliary_states())
+    uses: dict = {}
+    for node in nodes:
+        if node.op is None:
+            continue
+        for (src, _), slot in zip(node.inputs, node.input_names()):
+            if src.op is None:
+                if slot in PARAM_SLOTS:
+                    params.add(src.name)
+                uses.setdefault(src.name, []).append(slot in tuple(node.op.no_grad_inputs))
+    labels = {name for name, index in uses.items() if all(index) and name not in aux}
+    return nodes, params, aux, labels
+
+
+def _fmt_shape(shape) -> str:
+    return "x".join(str(int(d)) for d in shape)
+
+
+def print_summary(symbol, shape=None, line_length=120, positions=[.44, .64, .74, 1.]):  # noqa: B006 (MXNet's)
+    """Print a table of the layers of ``symbol``: name (op), output shape (batch axis left out, as MXNet),
+    parameter count and the layers it reads; then the total parameter count.
+
+    Args:
+        symbol: the Symbol.
+        shape: ``{input name: shape tuple}`` (None: the ``__shape__`` attributes when they determine every
+            shape, else no shapes and only the counts that need none).
+        line_length: width of the table.
+        positions: where each column ends, as fractions of ``line_length`` (or absolute when the last is > 1).
+
+    Returns:
+        None (the table is printed), as MXNet.
+    """
+    _check_symbol(symbol, "print_summary")
+    shapes = _shapes(symbol, shape, "print_summary")
+    nodes, params, aux, labels = _graph(symbol)
+    line_length = int(line_length)
+    if positions[-1] <= 1:
+        positions = [int(line_length * p) for p in positions]
+    hidden = params | aux | labels  # as MXNet: the rows are the data inputs and the ops
+
+    def print_row(fields):
+        line = ""
+        for field, end in zip(fields, positions):
+            line += str(field)
+            line = line[:end]
+            line += " " * (end - len(line))
+        print(line.rstrip())
+
+    def out_shape(node, k=0):
+        if shapes is None:
+            return None
+        key = node.name if node.op is None else node.output_name(k)
+        return shapes.get(key)
+
+    def var_shape(name):
+        return None if shapes is None else shapes.get(name)
+
+    print("_" * line_length)
+    print_row(["Layer (type)", "Output Shape", "Param #", "Previous Layer"])
+    print("=" * line_length)
+    rows = [n for n in nodes if not (n.op is None and n.name in hidden)]
+    total, unknown, n_aux = 0, False, 0
+    for i, node in enumerate(rows):
+        count, prev = 0, []
+        if node.op is not None:
+            for src, _ in node.inputs:
+                if src.op is None and src.name in params:
+                    s = var_shape(src.name)
+                    if s is None:
+                        unknown = True
+                    else:
+                        count += int(np.prod(s))
+                elif src.op is None and src.name in aux:
+                    s = var_shape(src.name)
+                    n_aux += int(np.prod(s)) if s is not None else 0
+                elif src.name not in labels:
+                    prev.append(src.name)
+        s = out_shape(node)
+        fields = [f"{node.name}({node.op_name})", _fmt_shape(s[1:]) if s is not None else "",
+                  count if (node.op is None or shapes is not None or count) else "?", prev[0] if prev else ""]
+        print_row(fields)
+        for p in prev[1:]:
+            print_row(["", "", "", p])
+        total += count
+        print(("=" if i == len(rows) - 1 else "_") * line_length)
+    print(f"Total params: {total}{' (shapes unknown: give shape= to count every parameter)' if unknown else ''}")
+    if n_aux:
+        print(f"Auxiliary states: {n_aux} (not in the total)")
+    print("_" * line_length)
+
+
+def _label(node) -> str:
+    p, op = node.params, node.op_name
+    if op == "Convolution" or op == "Deconvolution":
+        stride = "x".join(_dims(p.get("stride"))) if p.get("stride") else "1"
+        return f"{op}\n{'x'.join(_dims(p.get('kernel')))}/{stride or '1'}, {p.get('num_filter')}"
+    if op == "FullyConnected":
+        return f"FullyConnected\n{p.get('num_hidden')}"
+    if op == "Activation":
+        return f"Activation\n{p.get('act_type')}"
+    if op == "LeakyReLU":
+        return f"LeakyReLU\n{p.get('act_type', 'leaky')}"
+    if op == "Pooling":
+        kernel = "x".join(_dims(p.get("kernel"))) if p.get("kernel") and not p.get("global_pool") else "global"
+        stride = "x".join(_dims(p.get("stride"))) if p.get("stride") else "1"
+        return f"Pooling\n{p.get('pool_type')}, {kernel}/{stride or '1'}"
+    if op == "Custom":
+        return str(p.get("op_type", "Custom"))
+    return op
+
+
+def _color(op) -> str:
+    if op in ("Convolution", "Deconvolution", "FullyConnected"):
+        return _COLORS[1]
+    if op in ("Activation", "LeakyReLU", "relu", "sigmoid", "tanh"):
+        return _COLORS[2]
+    if op in ("BatchNorm", "LayerNorm", "InstanceNorm", "GroupNorm"):
+        return _COLORS[3]
+    if op == "Pooling":
+        return _COLORS[4]
+    if op in _SHAPE_OPS:
+        return _COLORS[5]
+    if op in _SOFTMAX:
+        return _COLORS[6]
+    return _COLORS[7]
+
+
+def plot_network(symbol, shape=None, title="plot", save_format="pdf", node_attrs={},  # noqa: B006 (MXNet's)
+                 hide_weights=True):
+    """The graph of ``symbol`` as a ``graphviz.Digraph`` (MXNet's ``plot_network`` look).
+
+    Ops are boxes coloured by kind (convolution/dense, activation, normalisation, pooling, shape ops, softmax,
+    the rest), inputs are ovals; an edge carries the shape (batch axis left out) of the value it carries when
+    the shapes are known.
+
+    Args:
+        symbol: the Symbol.
+        shape: ``{input name: shape tuple}``; None: the ``__shape__`` attributes when they determine every
+            shape, else no shapes on the edges. Shapes that do not infer: ValueError.
+        title: the graph's name.
+        save_format: the Digraph's format (``render``/``pipe`` use it): "pdf", "svg", "png", ...
+        node_attrs: graphviz node attributes over the defaults (box, 1.3 x 0.8034, filled).
+        hide_weights: leave parameter inputs (weights, biases, BatchNorm's gamma/beta and moving statistics) out.
+
+    Returns:
+        A ``graphviz.Digraph``; ``.source`` is the DOT text, ``render``/``pipe`` need graphviz's ``dot`` program.
+
+    Raises:
+        ImportError: the graphviz Python package is missing (the message says how to install it).
+    """
+    try:
+        from graphviz import Digraph
+    except ImportError:
+        raise ImportError(f"plot_network needs the graphviz Python package: {_INSTALL}") from None
+    _check_symbol(symbol, "plot_network")
+    shapes = _shapes(symbol, shape, "plot_network")
+    nodes, params, aux, _ = _graph(symbol)
+    hidden = {n.name for n in nodes if n.op is None and (n.name in params or n.name in aux
+                                                            or n.name.endswith(_WEIGHT_LIKE))}
+    node_attr = {"shape": "box", "fixedsize": "false", "width": "1.3", "height": "0.8034", "style": "filled"}
+    node_attr.update(node_attrs)
+    dot = Digraph(name=title, format=save_format)
+    drawn = set()
+    for node in nodes:
+        attr = dict(node_attr)
+        if node.op is None:
+            if node.name in hidden:
+                if hide_weights:
+                    continue
+                attr.update(shape="oval", width="0.9", height="0.5", fixedsize="false", fillcolor="#eeeeee")
+            else:
+                attr.update(shape="oval", fillcolor=_COLORS[0])
+            label = node.name
+        else:
+            label = _label(node)
+            attr["fillcolor"] = _color(node.op_name)
+            attr["tooltip"] = f"{node.name} ({node.op_name})"
+        drawn.add(node.name)
+        dot.node(name=node.name, label=label, **attr)
+    for node in nodes:
+        if node.op is None:
+            continue
+        for src, k in node.inputs:
+            if src.name not in drawn:
+                continue
+            attr = {"dir": "back", "arrowtail": "open", "label": ""}
+            if shapes is not None:
+                s = shapes.get(src.name if src.op is None else src.output_name(k))
+                if s is not None:
+                    attr["label"] = _fmt_shape(s[1:])
+            dot.edge(tail_name=node.name, head_name=src.name, **attr)
+    return dot
+
+
+def render(dot, path):
+    """Write ``dot`` (a Digraph) to ``path``; the format is the extension (``FORMATS``). ``.dot`` writes the
+    DOT text and needs no ``dot`` program; the others raise RuntimeError saying how to install graphviz when
+    it is missing."""
+    import os
+
+    fmt = os.path.splitext(str(path))[1].lower().lstrip(".")
+    if fmt not in FORMATS:
+        raise ValueError(f"render: {path}: the extension must be one of {', '.join('.' + f for f in FORMATS)}")
+    if fmt == "dot":
+        data = dot.source.encode("utf-8")
+    else:
+        import graphviz
+
+        try:
+            data = dot.pipe(format=fmt)
+        except graphviz.ExecutableNotFound:
+            raise RuntimeError(f"writing {path} needs graphviz's 'dot' program, which is not installed: {_INSTALL}; "
+                               "or write a .dot file, which needs neither") from None
+    with open(path, "wb") as f:
+        f.write(data)
