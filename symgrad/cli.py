@@ -206,6 +206,15 @@ def _index_bound(op, slot, params, in_shapes, own_shape):
     return None
 
 
+def _given(value, name, shape, what):
+    """A value from the --params file, refused (CLIError) unless it has the shape the model needs."""
+    value = np.asarray(value)
+    if tuple(value.shape) != tuple(shape):
+        raise CLIError(f"--params: {what}{name!r} has shape {tuple(value.shape)} in the file but the model needs "
+                       f"{tuple(shape)}")
+    return value
+
+
 def random_values(sym, arg_shapes: dict, aux_shapes: dict, given_args: dict, given_aux: dict, seed: int):
     """Seeded values for every argument and auxiliary state not given: indices/labels as valid integers, weights
     uniform with a fan-in scale (so deep networks neither explode nor vanish), the rest uniform in [-1, 1]."""
@@ -214,10 +223,7 @@ def random_values(sym, arg_shapes: dict, aux_shapes: dict, given_args: dict, giv
     args, aux = {}, {}
     for name, shape in arg_shapes.items():
         if name in given_args:
-            value = np.asarray(given_args[name])
-            if tuple(value.shape) != tuple(shape):
-                raise CLIError(f"--params: {name!r} has shape {tuple(value.shape)} in the file but the model needs "
-                               f"{tuple(shape)}")
+            value = _given(given_args[name], name, shape, "")
             args[name] = value.astype(np.float64) if value.dtype.kind == "f" else value
             continue
         role, bound = roles[name]
@@ -236,11 +242,7 @@ def random_values(sym, arg_shapes: dict, aux_shapes: dict, given_args: dict, giv
             args[name] = rng.uniform(-1.0, 1.0, size=shape)
     for name, shape in aux_shapes.items():
         if name in given_aux:
-            value = np.asarray(given_aux[name])
-            if tuple(value.shape) != tuple(shape):
-                raise CLIError(f"--params: auxiliary state {name!r} has shape {tuple(value.shape)} in the file but "
-                               f"the model needs {tuple(shape)}")
-            aux[name] = value.astype(np.float64)
+            aux[name] = _given(given_aux[name], name, shape, "auxiliary state ").astype(np.float64)
         elif name.endswith("var"):
             aux[name] = rng.uniform(0.5, 1.5, size=shape)
         else:

@@ -111,16 +111,17 @@ def test_gradcheck_instance_norm_shift_gradient_is_rounding_noise(seed):
     assert _seeded(seed, tu.gradcheck, lambda x, c, g, b: S.InstanceNorm(S.broadcast_sub(x, c), g, b), (x, c, g, b))
 
 
-def _zero_params():
-    for name in ZERO_NAMES:
+def _case_params(names, no_second_order):
+    """(case, checker) pairs, the second-order checkers left out for the cases in ``no_second_order``."""
+    for name in names:
         for checker in CHECKERS:
-            if checker in SECOND_ORDER and name in ZERO_NO_SECOND_ORDER:
+            if checker in SECOND_ORDER and name in no_second_order:
                 continue
             yield pytest.param(name, checker, id=f"{name}-{checker}")
 
 
 @DTYPES
-@pytest.mark.parametrize("case, checker", list(_zero_params()))
+@pytest.mark.parametrize("case, checker", list(_case_params(ZERO_NAMES, ZERO_NO_SECOND_ORDER)))
 def test_exact_zero_gradients_never_false_alarm(case, checker, dtype):
     # today: check_numeric_gradient float64 fails sum(x - mean(x)) in every seed (atol 1e-20, the numeric noise
     # estimate scales with |output| ~ 1e-15 while the quotient's rounding scales with |x| ~ 10: 1e-11 observed) and
@@ -138,16 +139,8 @@ def test_exact_zero_gradients_never_false_alarm(case, checker, dtype):
 # == (c) exact kinks: every checker passes and names the element ============================================
 
 
-def _kink_params():
-    for name in KINK_NAMES:
-        for checker in CHECKERS:
-            if checker in SECOND_ORDER and name in NO_SECOND_ORDER:
-                continue
-            yield pytest.param(name, checker, id=f"{name}-{checker}")
-
-
 @DTYPES
-@pytest.mark.parametrize("case, checker", list(_kink_params()))
+@pytest.mark.parametrize("case, checker", list(_case_params(KINK_NAMES, NO_SECOND_ORDER)))
 def test_every_checker_passes_at_exact_kinks_and_names_them(case, checker, dtype):
     for seed in range(3):
         func, inputs, kinks, must_warn = kink_cases(np.random.default_rng(seed), dtype)[case]

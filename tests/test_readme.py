@@ -2,7 +2,8 @@
 
 ``python`` blocks run each in a fresh interpreter (so each block's own imports must suffice); ``bash`` blocks
 run their commands except package installs (``pip install ...`` parts of a ``&&`` chain), which CI's own
-set-up command already did, and the test-suite command itself (``pytest``), which is what is running. Blocks fenced without a language are output shown to the reader, not code.
+set-up command already did, and the test-suite command itself (``pytest``), which is what is running.
+Blocks fenced without a language are output shown to the reader, not code.
 """
 
 from __future__ import annotations
