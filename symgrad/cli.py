@@ -435,7 +435,7 @@ class _SampledCheck:
         r = r / float(np.sqrt(np.sum(r * r)))
         x = self.point[k].astype(np.float64)
         h = float(default_steps(float(np.max(np.abs(x), initial=0.0)), np.float64, "central"))
-        numeric, width, _ = directional(self.ref, {k: r}, h, self.scalar)
+        numeric, width = directional(self.ref, {k: r}, h, self.scalar)
         analytic = float(np.sum(self.analytic[k] * r))
         noise = self.f_noise / width + float(np.sum(self.a_noise[k] * np.abs(r)))
         atol = self.rtol * float(np.sum(np.abs(self.analytic[k] * r)))

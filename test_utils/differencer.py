@@ -13,9 +13,10 @@ derivative:
   (``(4 D(h/2) - D(h)) / 3`` with the exact widths). Error O(h^4) + O(eps/h). Cost: 4 evaluations.
 - ``"complex_step"``: ``Im f(x + i h) / h`` on a complex copy of the graph: no subtraction, no
   cancellation, exact to rounding with a tiny ``h``. Cost: 1 evaluation; every op must be complex-analytic.
-- ``"kink"``: samples at ``x +- s`` and ``x +- 4s`` around the base point give one-sided quotients
-  ``L = (f(x) - f(x-s)) / s`` and ``R = (f(x+s) - f(x)) / s`` at two sizes (``kink_test``), and a
-  Richardson derivative from the same samples (Chainer's ``detect_nondifferentiable``). Cost: 4.
+- ``"kink"``: samples at ``x +- s/4``, ``x +- s`` and ``x +- 4s`` around the base point give one-sided
+  quotients ``L = (f(x) - f(x-s)) / s`` and ``R = (f(x+s) - f(x)) / s`` at three sizes (``kink_test``); Chainer's
+  ``detect_nondifferentiable`` uses ``"kink2"``, ``x +- s`` and ``x +- 2s``, and a Richardson derivative from the
+  same samples. Cost: 6 (4).
 
 Default steps (``default_steps``): ``h = eps^(1/3) * max(|x|, 1)`` (~6.1e-6 for a float64 reference) for
 central differences, ``eps^(1/5) * max(|x|, 1)`` (~7.4e-4) for Richardson, which balance truncation and
@@ -64,7 +65,7 @@ PROGRESS_DELAY = 2.0
 
 #: sample offsets (multiples of the step) of each rule; the kink rule's base point is given, not sampled
 OFFSETS = {"central": (-1.0, 1.0), "richardson": (-1.0, -0.5, 0.5, 1.0), "complex_step": (1.0,),
-           "kink": (-4.0, -1.0, 1.0, 4.0), "kink2": (-2.0, -1.0, 1.0, 2.0)}
+           "kink": (-4.0, -1.0, -0.25, 0.25, 1.0, 4.0), "kink2": (-2.0, -1.0, 1.0, 2.0)}
 
 #: ... and the jump at s must exceed this multiple of its rounding noise
 KINK_NOISE = 10.0
@@ -213,42 +214,56 @@ def derivative(rule, deltas, samples, label="the input"):
 
 
 class KinkTest:
-    """One-sided quotients of one probe, per output element (float64 arrays) and the verdict.
+    """One-sided quotients of one probe at two or three step sizes, per output element, and the verdict.
 
-    ``left``/``right`` at the small step ``s``; ``jump = right - left`` at ``s`` and ``jump4`` at the large
-    step ``c s`` (``c`` = 4, or 2 for Chainer's sample layout); ``kink`` (bool array) where the jump is
-    significant and does not grow like the step (a smooth function's jump is ``f'' s``: ``c`` times larger at
-    ``c s``; a kink's stays the same, so the verdict's threshold is halfway, ``(1 + c) / 2``);
+    Samples come in symmetric pairs ``x +- s_i`` (``s_0 < s_1 < ...``, each ``c`` times the last: ``c`` = 4, or 2
+    for Chainer's layout). ``left``/``right`` are the one-sided quotients at the *reference* step (``s_1`` with
+    three sizes, else ``s_0``), ``jump = right - left`` there and ``jump4`` at the largest step. For a smooth
+    function the jump is ``f'' s``: it grows *linearly* with the step (``c`` times per size). ``kink`` (bool
+    array) where a significant jump does not: it stays flat from one size to the next (a kink at the point:
+    growth below ``(1 + c) / 2``), or grows super-linearly (a kink between two sizes -- off the point by less
+    than the larger step, where a central difference still straddles it: growth above ``1.6 c``);
     ``discontinuous`` where a one-sided quotient shrinks like ``1/s`` (the function jumps: no derivative at all);
     ``nonfinite`` where the samples change between finite and non-finite values.
     """
 
     def __init__(self, deltas, samples, center, noise, floor=0.0):
-        # samples at offsets (-c, -1, +1, +c) s, center at 0
-        d_m4, d_m1, d_p1, d_p4 = deltas
-        y_m4, y_m1, y_p1, y_p4 = (np.asarray(s, np.float64) for s in samples)
+        # deltas/samples at offsets (-s_k, ..., -s_0, +s_0, ..., +s_k); center at 0; noise is that of a
+        # one-sided quotient at the reference step (it scales like 1/s)
+        k = len(deltas) // 2
         y0 = np.asarray(center, np.float64)
+        ys = [np.asarray(v, np.float64) for v in samples]
         with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
-            self.left, self.right = (y0 - y_m1) / -d_m1, (y_p1 - y0) / d_p1
-            left4, right4 = (y0 - y_m4) / -d_m4, (y_p4 - y0) / d_p4
-            self.jump, self.jump4 = self.right - self.left, right4 - left4
-            finite = np.isfinite(np.stack([y_m4, y_m1, y0, y_p1, y_p4]))
+            lefts = [(y0 - ys[k - 1 - i]) / -deltas[k - 1 - i] for i in range(k)]
+            rights = [(ys[k + i] - y0) / deltas[k + i] for i in range(k)]
+            jumps = [r - l for l, r in zip(lefts, rights)]
+            ref = 1 if k == 3 else 0
+            self.left, self.right, self.jump, self.jump4 = lefts[ref], rights[ref], jumps[ref], jumps[-1]
+            finite = np.isfinite(np.stack(ys + [y0]))
             self.nonfinite = finite.any(axis=0) & ~finite.all(axis=0)
             self.threshold = np.maximum(KINK_NOISE * np.asarray(noise, np.float64), floor)
-            growth = (1.0 + d_p4 / d_p1) / 2.0
-            self.kink = (np.abs(self.jump) > self.threshold) & (np.abs(self.jump4) < growth * np.abs(self.jump))
-            # a jump of the function itself (the first-order gradient of abs at 0, seen by a second-order check):
-            # a one-sided quotient shrinks like 1/s, where a smooth function's stays (f') or grows (f'' s)
-            shrinks = lambda q, q4: (np.abs(q) > self.threshold) & (np.abs(q4) * growth < np.abs(q))
-            self.discontinuous = shrinks(self.left, left4) | shrinks(self.right, right4)
+            c = deltas[k + 1] / deltas[k]
+            scale = [deltas[k + ref] / deltas[k + i] for i in range(k)]  # noise of size i relative to the reference
+            self.kink = np.zeros(np.shape(self.jump), bool)
+            self.discontinuous = np.zeros(np.shape(self.jump), bool)
+            for i in range(k - 1):
+                small, large = np.abs(jumps[i]), np.abs(jumps[i + 1])
+                big = large > self.threshold * scale[i + 1]
+                flat = (small > self.threshold * scale[i]) & (large < (1.0 + c) / 2.0 * small)
+                self.kink |= flat | (big & (large > 1.6 * c * small))
+                # a jump of the function itself (the first-order gradient of abs at 0, seen by a second-order
+                # check): a one-sided quotient shrinks like 1/s, where a smooth function's stays (f') or grows
+                for q, q4 in ((lefts[i], lefts[i + 1]), (rights[i], rights[i + 1])):
+                    self.discontinuous |= (np.abs(q) > self.threshold * scale[i]) & (np.abs(q4) * (1.0 + c) / 2.0
+                                                                                     < np.abs(q))
         self.kink = self.kink | self.nonfinite | self.discontinuous
 
 
 def kink_test(probe, h, evaluate, center, noise, floor=0.0, rule="kink") -> KinkTest:
-    """The one kink test: samples ``x +- h`` and ``x +- 4h`` (``rule="kink2"``: ``x +- 2h``) of ``probe``
-    (outputs of ``evaluate``: one array), one-sided quotients and the verdict (``KinkTest``). ``center`` is
-    the output at ``x``; ``noise`` the rounding noise of a one-sided quotient at ``h``; ``floor`` a jump any
-    kink must exceed. Cost: 4 evaluations."""
+    """The one kink test: samples ``x +- h/4``, ``x +- h`` and ``x +- 4h`` (``rule="kink2"``: ``x +- h``,
+    ``x +- 2h``) of ``probe`` (outputs of ``evaluate``: one array), one-sided quotients and the verdict
+    (``KinkTest``). ``center`` is the output at ``x``; ``noise`` the rounding noise of a one-sided quotient at
+    ``h``; ``floor`` a jump any kink must exceed. Cost: 6 (4) evaluations."""
     ((_, deltas, samples),) = list(sweep([probe], [h], lambda: [evaluate()], rule))
     return KinkTest(deltas, [s[0] for s in samples], center, noise, floor)
 
@@ -355,23 +370,16 @@ def jacobian(harness, name, steps, n_out, *, progress=True, desc="numeric Jacobi
     return blocks, widths
 
 
-def directional(harness, r: dict, eps, objective: Callable, *, rule="central"):
-    """Derivative of ``delta -> objective(outputs at x + delta r)`` at 0 (the arguments of ``r`` move).
-
-    ``rule`` ``"central"`` (2 evaluations) or ``"kink"`` (4, with the one-sided quotients: returns the
-    ``KinkTest`` too). Returns ``(value, width, kink_test_or_None)``.
-    """
-    base_out = harness.base()
+def directional(harness, r: dict, eps, objective: Callable):
+    """Derivative of ``delta -> objective(outputs at x + delta r)`` at 0 by central differences (the arguments of
+    ``r`` move along it). Returns ``(value, width)``. Cost: 2 partial forward passes."""
+    harness.base()
     names = list(r)
     arrays = {n: harness.array(n) for n in names}
     base = {n: harness.host(n).astype(np.float64) for n in names}
     probe = DirectionProbe(arrays, base, r)
     evaluate = lambda: [objective(harness.outputs(names))]
-    ((_, deltas, samples),) = list(sweep([probe], [eps], evaluate, rule))
+    ((_, deltas, samples),) = list(sweep([probe], [eps], evaluate, "central"))
     harness.reset_aux()
-    if rule == "central":
-        (d,), width = derivative("central", deltas, samples)
-        return float(d), width, None
-    (d,), width = derivative("richardson", deltas, samples)
-    test = KinkTest(deltas, [s[0] for s in samples], objective(base_out), 0.0)
-    return float(d), width, test
+    (d,), width = derivative("central", deltas, samples)
+    return float(d), width

@@ -25,7 +25,7 @@ from .context import default_context, to_device, to_numpy
 from .differencer import default_steps, directional, gradient, jacobian
 from .harness import Harness, analytic_noise
 from .mxnet_checks import diagnosis_context
-from .numeric import element_kinks, projected_objective
+from .numeric import element_kinks, kink_side, projected_objective
 from .report import GradientCheckError
 from .tolerance import NOISE_FACTOR
 
@@ -258,11 +258,11 @@ class Reference:
         emulated = self.harness.objective_noise(lambda outs: objective(outs)[0], self.dtype)
         return max(NOISE_FACTOR * eps * objective(self.base)[1], emulated)
 
-    def directional(self, r: dict, eps, weights=None, rule="central"):
+    def directional(self, r: dict, eps, weights=None):
         """Derivative of ``delta -> objective(x + delta r)`` at 0 (the inputs of ``r`` move along it), with
-        ``weights`` (default: the reference's) projecting the outputs. Returns ``(value, width, kink_test)``."""
+        ``weights`` (default: the reference's) projecting the outputs. Returns ``(value, width)``."""
         objective = self.objective if weights is None else self.objective_for(weights)
-        return directional(self.harness, r, eps, lambda outs: objective(outs)[0], rule=rule)
+        return directional(self.harness, r, eps, lambda outs: objective(outs)[0])
 
     def jacobian(self, name, steps):
         """Numeric Jacobian of every output w.r.t. ``name`` (``differencer.jacobian``)."""
@@ -339,10 +339,10 @@ def only_kinks(element_errors) -> list | None:
 
 
 class KinkRedraws:
-    """Moves elements at kinks of ``graph`` off them (``KINK_NUDGE + 3 j`` steps on the side where the function
-    is smooth further out: the sign of ``right - left``, so elements sharing one kink -- the inputs of one ReLU
-    -- all push it the same way), or, after ``MAX_REDRAWS`` rounds, records them as excluded; ``warn`` says
-    what was done, naming the elements (``NondifferentiablePointWarning``)."""
+    """Moves elements at kinks of ``graph`` off them (``KINK_NUDGE + 3 j`` steps to the side their analytic value
+    belongs to, ``numeric.kink_side``, so elements sharing one kink -- the inputs of one ReLU -- all push it the
+    same way), or, after ``MAX_REDRAWS`` rounds, records them as excluded; ``warn`` says what was done, naming
+    the elements (``NondifferentiablePointWarning``)."""
 
     def __init__(self, who, graph, ref_dtype):
         self.who, self.graph, self.ref_dtype = who, graph, np.dtype(ref_dtype)
@@ -354,6 +354,7 @@ class KinkRedraws:
         of it and the element's finite-difference step, so no later difference straddles the kink again."""
         self.first = self.first or list(kinks)
         self.rounds += 1
+        kinks = self.new(kinks)
         if self.rounds > MAX_REDRAWS:
             for k in kinks:
                 self.excluded.setdefault(k.arg, []).append(k.index)
@@ -365,9 +366,18 @@ class KinkRedraws:
             if excursion is not None:
                 step = max(step, float(excursion(k.arg, k.index)))
             h = max(step, float(np.spacing(dt.type(abs(x)))))
-            side = np.sign(k.right - k.left) or (1.0 if np.random.rand() < 0.5 else -1.0)
+            side = kink_side(k)
             values[k.index] = dt.type(x + (KINK_NUDGE + 3.0 * j) * h * side)
             self.redrawn.setdefault(k.arg, []).append(k.index)
+
+    def new(self, kinks) -> list:
+        """The kinks not left out already (an element left out cannot explain a mismatch any more)."""
+        return [k for k in kinks if k.index not in self.excluded.get(k.arg, ())]
+
+    @property
+    def exhausted(self) -> bool:
+        """No more rounds: every kink has had its re-draws and its exclusion."""
+        return self.rounds > 2 * MAX_REDRAWS + 2
 
     def exclude_redrawn(self):
         """Leave every element moved so far out of the check (the check's own excursion still meets a kink)."""

@@ -42,6 +42,7 @@ from .numeric import (
     check_complex_support,
     complex_objective,
     element_kinks,
+    kink_side,
     projected_objective,
     resolve_numeric_eps,
 )
@@ -743,15 +744,15 @@ class _NumericRun:
 
     def _redraw(self, valid, steps):
         # distinct distances (KINK_NUDGE + 3 j steps): tied elements moved together stay >= 3 steps apart, so no
-        # central difference straddles their kink again; on the side of sign(right - left), so elements that share
-        # one kink (the inputs and weights of one ReLU) all push it the same way instead of cancelling
+        # central difference straddles their kink again; to the side each analytic value belongs to (kink_side),
+        # so elements that share one kink (the inputs and weights of one ReLU) all push it the same way
         dtype = self.s.dtype
         j = 0
         for k, ks in valid.items():
             for kk in ks:
                 x = float(self.point[k][kk.index])
                 h = max(float(steps[k][kk.index]), float(np.spacing(dtype.type(abs(x)))))
-                side = np.sign(kk.right - kk.left) or (1.0 if np.random.rand() < 0.5 else -1.0)
+                side = kink_side(kk)
                 delta = (KINK_NUDGE + 3.0 * j) * h * side
                 self.point[k][kk.index] = dtype.type(x + delta)
                 self.redrawn.setdefault(k, []).append(kk.index)

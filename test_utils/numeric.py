@@ -49,6 +49,7 @@ from .tolerance import min_numeric_eps, numeric_noise
 __all__ = [
     "numeric_grad",
     "element_kinks",
+    "kink_side",
     "check_complex_support",
     "ComplexStepError",
     "default_steps",
@@ -493,6 +494,23 @@ def element_kinks(harness, name, objective: Callable, indices, steps, analytic, 
         found.append(Kink(name, idx, p.x, left, right, a, valid))
     harness.reset_aux()
     return found
+
+
+def kink_side(kink) -> float:
+    """The side to move an element off its kink: the side whose one-sided derivative the analytic value matches.
+
+    Every element sharing one kink (the inputs and weights of one ReLU, ``z = sum_j w_j x_j = 0``) has its analytic
+    gradient computed with the *same* decision there (relu'(0) = 0: the ReLU off), so moving each element to the
+    side its analytic value belongs to moves all of them into the region where that decision holds: they push the
+    shared ``z`` the same way and never cancel, and the analytic value stays right where the check then runs.
+    (Neither the sign of ``right - left`` -- the sign of the factor downstream of the kink -- nor the steeper
+    side -- other units add the same slope to both sides -- tells which way an element moves ``z``.) An analytic
+    value as far from both sides (``abs`` at 0 with slope 0): a random side.
+    """
+    to_right, to_left = abs(kink.analytic - kink.right), abs(kink.analytic - kink.left)
+    if to_right != to_left:
+        return 1.0 if to_right < to_left else -1.0
+    return 1.0 if np.random.rand() < 0.5 else -1.0
 
 
 # -- complex steps ----------------------------------------------------------------------------------------

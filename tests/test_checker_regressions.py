@@ -239,3 +239,32 @@ def test_layernorm_gamma_real_confined_error_is_still_named():
     with pytest.raises(GradientCheckError) as info:
         _seeded(1, tu.check_symbolic_backward, sym, loc, [dy], {"gamma": wrong}, 1e-5, 1e-4)
     assert info.value.pattern == "confined" and info.value.indices == [(133,)], str(info.value)
+
+
+@DTYPES
+def test_check_backward_terminates_and_passes_when_moved_ties_stay_nearly_tied(dtype):
+    # seed 56: the two tied maxima of row 0 were moved off the tie by 8 and 11 steps of eps |r_i| on the same
+    # side, with |r_1| / |r_3| ~ 11 / 8, so they stayed within one finite-difference step of each other; the
+    # re-draw loop then handled the same kinks again and again (it never ended), and once bounded it failed
+    # with "no simple pattern". The moved elements are now left out of the direction instead.
+    func, inputs = kink_cases(np.random.default_rng(56), dtype)["max (ties)"][:2]
+    texts = _seeded(56, run_checker, "check_backward", func, inputs)  # the kink warnings it emitted
+    assert any("non-differentiable point at x0" in str(t) for t in texts), texts
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("seed", [222, 239, 269, 304])
+def test_relu_fully_connected_elements_sharing_a_kink_move_it_the_same_way(seed, dtype):
+    # the elements of one ReLU's kink (x[0, :] and fc_weight[1, :]) must all push its pre-activation z the same way
+    # when re-drawn. Moving each one by the sign of right - left (the downstream factor's sign) or towards its
+    # steeper side (other units add the same slope to both) let the moves cancel in these seeds: z stayed within
+    # one step of 0, the check failed ("no simple pattern", "gradient missing") or left elements out. Each now
+    # moves to the side its analytic value belongs to.
+    from test_false_alarms import _kink_cases
+
+    np.random.seed(seed)
+    sym, loc, _ = _kink_cases(np.random.default_rng(np.random.randint(1 << 30)))["relu(FullyConnected) at 0"]
+    with pytest.warns(tu.report.NondifferentiablePointWarning, match="non-differentiable point at"):
+        res = _seeded(seed, tu.check_numeric_gradient, sym, loc, None, None, None, None, None, True, None, None,
+                      np.dtype(dtype))
+    assert res.kinks and res.redrawn and not res.excluded
