@@ -42,6 +42,7 @@ from ._inputs import (
 from .compare import compare
 from .context import to_device, to_numpy
 from .decisions import DecisionFlipWarning, format_flips, pin_decisions, record_decisions
+from .harness import RoundingEmulator
 from .mxnet_checks import _raise_first
 from .report import GradientCheckError
 from .seed import seeded_check
@@ -311,6 +312,7 @@ class _Consistency:
             self.gt = _ground_truth(ground_truth, self.out_names + (self.grad_names if self.training else []),
                                     self.aux_names)
         self.errors: dict = {}  # entry index -> its GradientCheckErrors, settled at the end
+        self._noise: dict = {}  # (entry index, phase) -> {name: estimated rounding noise in the entry's dtype}
         self.heads = None
         self.out_kinds = dict.fromkeys(self.out_names, "output")
         self.kinds = {**self.out_kinds, **dict.fromkeys(self.grad_names, "gradient"),
@@ -409,14 +411,37 @@ class _Consistency:
             if flips:
                 facts["flips"] = flips
             what = f"{'gradient of' if kind == 'gradient' else kind} {name!r}"
+            noise = self.rounding_noise(e, ref_entry, phase).get(name)
             try:
                 compare(got, want, rt, at, check=_WHO, arg_name=name, names=(e.label, ref_label),
-                        what=f"{what} on {e.desc} differs from {ref_desc}",
+                        what=f"{what} on {e.desc} differs from {ref_desc}", analytic_noise=noise,
+                        noise_dtype=e.dtype if noise is not None else None,
                         equal_nan=self.equal_nan, broadcast=False, facts=facts,
                         extra_lines=[f"compared after {phase}, at the tolerance of {looser.name} (the less precise "
                                      "dtype of the pair)", *_flip_lines(ref_entry, e, flips)])
             except GradientCheckError as err:
                 sink.append(err)
+
+    def rounding_noise(self, e, ref_entry, phase) -> dict:
+        """``{name: noise}`` of entry ``e``'s outputs and gradients when it is less precise than ``ref_entry``:
+        the rounding its dtype commits, emulated on the float64 graph (``harness.RoundingEmulator``), so that a
+        float32 entry is allowed the accumulation noise a correct float32 computation has -- the tolerance model
+        of every other checker -- on top of the dtype's rtol/atol. Empty otherwise, and for auxiliary states."""
+        if ref_entry is None or np.dtype(e.dtype).kind != "f" or np.dtype(e.dtype).itemsize >= np.dtype(
+                ref_entry.dtype).itemsize:
+            return {}
+        key = (e.index, phase)
+        if key not in self._noise:
+            train = phase == _TRAIN_PHASE
+            values = {k: np.asarray(to_numpy(v)) for k, v in self.host_args.items()}
+            values = {k: v.astype(e.exe.arg_dict[k].dtype) for k, v in values.items()}
+            aux = {k: np.broadcast_to(np.asarray(to_numpy(v), np.float64), e.exe.aux_dict[k].shape)
+                   for k, v in self.host_aux.items()}
+            emulator = RoundingEmulator(self.syms[e.index], values, aux, self.grad_names if train else [], e.dtype,
+                                        is_train=train, outputs=True)
+            _, (noise,) = emulator.noise([self.heads] if train else [])
+            self._noise[key] = noise
+        return self._noise[key]
 
     # -- phase 5: settle -----------------------------------------------------------------------------------
     def settle(self, train_values):

@@ -277,9 +277,10 @@ class RoundingEmulator:
     output.
     """
 
-    def __init__(self, sym, values: dict, aux: dict, names, dtype, *, is_train=True, seed=0):
+    def __init__(self, sym, values: dict, aux: dict, names, dtype, *, is_train=True, seed=0, outputs=False):
         from symgrad.context import cpu
 
+        self.out_names = sym.list_outputs() if outputs else []
         self.bits = emulation_bits(dtype)
         self.dtype = np.dtype(dtype)
         host = {k: np.asarray(to_numpy(v)) for k, v in values.items()}
@@ -321,7 +322,8 @@ class RoundingEmulator:
         return (np.asarray(value, np.float64) * (1.0 + self.eps * u)).astype(value.dtype, copy=False)
 
     def gradients(self, rows, rounding: bool) -> list[dict]:
-        """One forward, then one backward per entry of ``rows`` (a list of head-gradient lists)."""
+        """One forward, then one backward per entry of ``rows`` (a list of head-gradient lists); each row's dict
+        also holds the outputs when the emulator was made with ``outputs=True`` (no rows: the outputs alone)."""
         exe = self.exe
         self.run += 1
         for k, v in self.aux.items():
@@ -329,11 +331,12 @@ class RoundingEmulator:
         # the arguments and head gradients are given exactly in the dtype under test: only what is computed rounds
         exe.set_value_hook(self._emulate if rounding else None)
         try:
-            exe.forward(is_train=self.is_train)
-            out = []
+            outs = exe.forward(is_train=self.is_train)
+            values = {n: np.array(to_numpy(o), np.float64, copy=True) for n, o in zip(self.out_names, outs)}
+            out = [] if rows else [dict(values)]
             for heads in rows:
                 exe.backward([None if h is None else np.asarray(to_numpy(h), np.float64) for h in heads])
-                out.append({k: b.copy() for k, b in self.bufs.items()})
+                out.append({**values, **{k: b.copy() for k, b in self.bufs.items()}})
         finally:
             exe.set_value_hook(None)
             for k, v in self.aux.items():
@@ -346,7 +349,7 @@ class RoundingEmulator:
         backwards per row."""
         exact = self.gradients(rows, False)
         eps = float(np.finfo(self.dtype).eps) if self.dtype.kind == "f" else 0.0
-        if self.bits is None or not self.names or self.dtype.itemsize >= 8:
+        if self.bits is None or not (self.names or self.out_names) or self.dtype.itemsize >= 8:
             # float64 under test: its forward rounding is the run itself, and its backward's (~1e-16 relative)
             # is far below the numeric reference's noise; only the rounding of the result is counted
             return exact, [{k: NOISE_FACTOR * eps * np.abs(g) for k, g in e.items()} for e in exact]

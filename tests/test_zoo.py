@@ -16,12 +16,12 @@ float32 (``test_float32_as_accurate_as_mxnet``): symgrad's float32 step against 
 float32 run's ReLU / max-pool / clip decisions pinned (``symgrad.test_utils.decisions``, as
 ``check_consistency`` does), so that only rounding separates them; per kind, the worst and the median
 relative L2 error must be within twice MXNet's own float32-vs-float64 error on the same net (recorded as
-``err_vs_float64``). ``check_consistency`` float32 vs float64 on the whole of resnet18_v1 does not pass, and
-should not be made to: no decision flips there (0 of them), but the first layers' weight gradients (sums
-over every pixel of values that went through 20 layers of float32 rounding) have a few dozen elements
-outside its elementwise float32 tolerance (rtol 1e-4, atol 1e-3): MXNet's own float32 run misses that
-tolerance on the same arrays (resnetv10_conv0_weight: 60 of 9408 elements for symgrad, 59 for MXNet);
-make_zoo.py prints those counts for every net, and errors.json keeps them.
+``err_vs_float64``). ``check_consistency`` float32 vs float64 on the whole of resnet18_v1 passes too
+(``test_check_consistency_float32_vs_float64_resnet18_v1``): no decision flips there, and the first layers'
+weight gradients (sums over every pixel of values that went through 20 layers of float32 rounding), whose few
+dozen elements miss the fixed float32 table (rtol 1e-4, atol 1e-3) -- MXNet's own float32 run misses it on the
+same arrays (resnetv10_conv0_weight: 60 of 9408 elements for symgrad, 59 for MXNet, counted by make_zoo.py in
+errors.json) -- are within the rounding noise it now allows a float32 entry.
 """
 
 import importlib.util
@@ -32,6 +32,7 @@ import numpy as np
 import pytest
 
 import symgrad as sg
+from symgrad.test_utils import GradientCheckError, check_consistency
 
 ZOO = Path(__file__).parent / "fixtures" / "zoo"
 _spec = importlib.util.spec_from_file_location("make_zoo", ZOO.parent / "make_zoo.py")
@@ -149,3 +150,20 @@ def test_float32_as_accurate_as_mxnet(net):
             f"worst {max(theirs):.3g}"
         assert np.median(list(ours.values())) <= 2 * np.median(theirs), (kind, np.median(list(ours.values())),
                                                                           np.median(theirs))
+
+
+def test_check_consistency_float32_vs_float64_resnet18_v1():
+    """check_consistency allows a float32 entry the rounding noise a correct float32 computation has (emulated on
+    the float64 graph). Without it, 21 of 9 408 elements of conv0's weight gradient -- sums over the whole batch and
+    image -- exceed the fixed float32 table (rtol 1e-4, atol 1e-3) by rounding alone, and the report called them
+    "an element-specific mistake"; MXNet's own float32 fails the same array. A real 1% difference still fails."""
+    _, sym = _load("resnet18_v1")
+    args, aux = _values("resnet18_v1", sym)[:2]
+    names = list(args) + list(aux)  # the Gluon file pins every dtype with __dtype__: name them all
+    ctx_list = [{"ctx": sg.cpu(0), "data": args["data"].shape, "type_dict": dict.fromkeys(names, dt)}
+                for dt in (np.float64, np.float32)]
+    check_consistency(sym, ctx_list, arg_params=dict(args), aux_params=dict(aux))
+    w = sg.sym.Variable("resnetv10_conv0_weight")
+    planted = sym(resnetv10_conv0_weight=w * 1.01)  # the float32 entry's conv0 weights 1% too large
+    with pytest.raises(GradientCheckError):
+        check_consistency([sym, planted], ctx_list, arg_params=dict(args), aux_params=dict(aux))
