@@ -29,7 +29,7 @@ if TYPE_CHECKING:  # the names below are imported on first use (PEP 562): `impor
     from .context import Context, cpu, current_context, gpu, num_gpus
     from .executor import Executor
     from .gradient import grad
-    from .serialization import load_params, nd_load, nd_save, save_params
+    from .serialization import load_params, nd_load, nd_load_frombuffer, nd_save, save_params
     from .symbol import Group, Symbol, Variable, var
 
 __version__ = "0.1.0"
@@ -60,6 +60,7 @@ __all__ = [
     "load_params",
     "save_params",
     "nd_load",
+    "nd_load_frombuffer",
     "nd_save",
     "test_utils",
 ]
@@ -72,7 +73,8 @@ _EXPORTS = {
     "Prefix": "base", "SerializationError": "base", "ShapeError": "base", "SymgradError": "base",
     "Context": "context", "cpu": "context", "current_context": "context", "gpu": "context", "num_gpus": "context",
     "Executor": "executor", "grad": "gradient",
-    "load_params": "serialization", "nd_load": "serialization", "nd_save": "serialization",
+    "load_params": "serialization", "nd_load": "serialization", "nd_load_frombuffer": "serialization",
+    "nd_save": "serialization",
     "save_params": "serialization",
     "Group": "symbol", "Symbol": "symbol", "Variable": "symbol", "var": "symbol",
 }

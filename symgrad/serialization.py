@@ -49,6 +49,7 @@ __all__ = [
     "fromjson",
     "nd_save",
     "nd_load",
+    "nd_load_frombuffer",
     "save_params",
     "load_params",
 ]
@@ -630,6 +631,11 @@ def nd_load(fname):
     V3 (NumPy shapes), V1 and pre-V1 layouts; a sparse or bfloat16 array is a ``SerializationError``.
     """
     return _parse_nd_list(_read_file(fname), os.fspath(fname))
+
+
+def nd_load_frombuffer(data: bytes):
+    """``nd_load`` of the bytes of an NDArray file already in memory (``mx.nd.load_frombuffer``)."""
+    return _parse_nd_list(bytes(data), "buffer")
 
 
 # -- .npz, read with the same care ----------------------------------------------------------------

@@ -247,10 +247,12 @@ def test_random_bad_inputs_raise_a_named_builtin_error_and_change_nothing(scenar
     rng = np.random.default_rng(seed)
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # no ComplexWarning / RuntimeWarning on the way to the error
-        _run_scenario(where, rng, name, aux_name, kind, extra)
+        err = _run_scenario(where, rng, name, aux_name, kind, extra)
+    assert isinstance(err, _BUILTIN) and str(err)
 
 
 def _run_scenario(where, rng, name, aux_name, kind, extra):
+    """Run one bad-input scenario; returns the named built-in exception it raised (checked here)."""
     if where.startswith("bind"):
         args = {k: _good(k, rng) for k in _ARGS}
         grads = {k: rng.random(_SHAPES[k]) for k in _ARGS}
@@ -273,14 +275,14 @@ def _run_scenario(where, rng, name, aux_name, kind, extra):
             _NET.bind(sg.cpu(), args, args_grad=grads, grad_req="add", aux_states=aux)
         _assert_named(info.value, culprit)
         _assert_unchanged(snap)
-        return
+        return info.value
     if where == "simple_bind":
         value = {"shape": "(2, 3)", "rank": (2.0, 3), "object": (True, 3), "string": "23", "bytes": (2, -3),
                  "datetime": (2, 3.5), "str": "x", "list_of_str": ("2", "3")}[kind]
         with pytest.raises(_BUILTIN) as info:
             _NET.simple_bind(sg.cpu(), **{"x": value})
         _assert_named(info.value, "x")
-        return
+        return info.value
     if where == "forward_nan_int":
         # NaN / inf cannot be stored in an integer argument: an error, not INT_MIN
         xi, yi = rng.integers(-5, 5, (2, 3)), rng.integers(-5, 5, (2, 3))
@@ -293,7 +295,7 @@ def _run_scenario(where, rng, name, aux_name, kind, extra):
             exe.forward(**{name if name in ("x", "y") else "x": value})
         _assert_named(info.value, name if name in ("x", "y") else "x")
         _assert_unchanged(snap)
-        return
+        return info.value
     if where == "forward_readonly":
         readonly = name
         other = next(k for k in _ARGS if k != name)
@@ -305,7 +307,7 @@ def _run_scenario(where, rng, name, aux_name, kind, extra):
             exe.forward(is_train=True, **new)
         _assert_named(info.value, readonly)
         _assert_unchanged(snap)
-        return
+        return info.value
     exe, args, grads, aux = _bound(rng)
     exe.forward(is_train=True)
     snap = _snapshot(list(args.values()) + list(grads.values()) + list(aux.values()))
@@ -325,7 +327,7 @@ def _run_scenario(where, rng, name, aux_name, kind, extra):
             exe.forward(is_train=True, **{name + "_typo": _good(name, rng)})
         _assert_named(info.value, name + "_typo")
     elif where == "backward":
-        out = exe._output_names[0]
+        out = list(exe.output_dict)[0]
         value = _bad_array(kind, np.zeros((2, 3)), rng)
         if extra == "dtype":
             value = np.ones((2, 3)) * 1j
@@ -357,6 +359,7 @@ def _run_scenario(where, rng, name, aux_name, kind, extra):
     else:
         raise AssertionError(where)
     _assert_unchanged(snap)
+    return info.value
 
 
 def test_symgrad_errors_are_builtin_subclasses():
