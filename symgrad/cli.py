@@ -355,7 +355,7 @@ class _SampledCheck:
     def __init__(self, sym, args, aux, rows, checked, dt, ctx, samples, seed, progress):
         from .test_utils.harness import Harness, analytic_noise, assert_deterministic
         from .test_utils.numeric import projected_objective
-        from .test_utils.tolerance import NOISE_FACTOR, get_rtol
+        from .test_utils.tolerance import get_rtol
 
         self.sym, self.rows, self.checked, self.dt, self.ctx = sym, rows, checked, dt, ctx
         self.samples, self.progress = int(samples), progress
@@ -389,11 +389,9 @@ class _SampledCheck:
                                          actual={k: self.analytic[k] for k in live})
         # the numeric side: a float64 copy of the graph, re-running only what depends on the moved argument
         self.ref = Harness.bind(ref_sym, self.point, self.aux, ctx=ctx, dtype=np.float64, is_train=True)
-        base = self.ref.base()
-        objective = make_objective([np.asarray(b, np.float64) for b in base])
+        objective = make_objective([np.asarray(b, np.float64) for b in self.ref.base()])
         self.scalar = lambda outs: objective(outs)[0]
-        eps64 = float(np.finfo(np.float64).eps)
-        self.f_noise = max(NOISE_FACTOR * eps64 * objective(base)[1], self.ref.objective_noise(self.scalar, np.float64))
+        self.f_noise = self.ref.evaluation_noise(objective, np.float64)
 
     def run(self, mode):
         from .test_utils.differencer import Progress
@@ -428,6 +426,7 @@ class _SampledCheck:
 
     def _directional(self, k) -> bool:
         from .test_utils.differencer import default_steps, directional
+        from .test_utils.tolerance import scaled_atol
 
         row = self.rows[k]
         shape = self.point[k].shape
@@ -438,7 +437,7 @@ class _SampledCheck:
         numeric, width = directional(self.ref, {k: r}, h, self.scalar)
         analytic = float(np.sum(self.analytic[k] * r))
         noise = self.f_noise / width + float(np.sum(self.a_noise[k] * np.abs(r)))
-        atol = self.rtol * float(np.sum(np.abs(self.analytic[k] * r)))
+        atol = scaled_atol(self.rtol, np.sum(np.abs(self.analytic[k] * r)))
         allowed = atol + self.rtol * abs(numeric) + noise
         err = abs(analytic - numeric)
         row.update(method="directional (1 random direction)", checked=row["size"], max_error=err,
@@ -451,6 +450,7 @@ class _SampledCheck:
         from .test_utils.mxnet_checks import diagnosis_context
         from .test_utils.numeric import element_kinks
         from .test_utils.report import GradientCheckError
+        from .test_utils.tolerance import scaled_atol
 
         row = self.rows[k]
         indices, whole = self._indices(k)
@@ -468,7 +468,7 @@ class _SampledCheck:
         analytic = self.analytic[k][pick] if pick else self.analytic[k].reshape(-1)
         a_noise = np.asarray(self.a_noise[k], np.float64)[pick] if pick else np.asarray(self.a_noise[k]).reshape(-1)
         n_noise = self.f_noise / widths
-        atol = self.rtol * float(np.max(np.abs(numeric), initial=0.0))
+        atol = scaled_atol(self.rtol, numeric)
         err = np.abs(analytic - numeric)
         allowed = atol + self.rtol * np.abs(numeric) + n_noise + a_noise
         bad = ~(err <= allowed)

@@ -25,9 +25,8 @@ from .context import default_context, to_device, to_numpy
 from .differencer import default_steps, directional, gradient, jacobian
 from .harness import Harness, analytic_noise
 from .mxnet_checks import diagnosis_context
-from .numeric import element_kinks, kink_side, projected_objective
+from .numeric import MAX_REDRAWS, element_kinks, kink_warning, move_off_kink, projected_objective
 from .report import GradientCheckError
-from .tolerance import NOISE_FACTOR
 
 __all__ = ["FuncGraph", "Reference", "symbols_of", "variable_in", "param_dict", "as_tuple", "MAX_LOCALISE",
            "KinkRedraws", "OnlyKinks", "only_kinks"]
@@ -250,13 +249,9 @@ class Reference:
         return make(self.base)
 
     def evaluation_noise(self, weights=None) -> float:
-        """The rounding noise of one evaluation of the objective (``weights``: default the reference's): the
-        larger of ``NOISE_FACTOR * eps * sum|terms|`` and the emulated noise of the forward
-        (``Harness.objective_noise``). Divided by a difference's width it is the numeric noise."""
-        objective = self.objective if weights is None else self.objective_for(weights)
-        eps = float(np.finfo(self.dtype).eps)
-        emulated = self.harness.objective_noise(lambda outs: objective(outs)[0], self.dtype)
-        return max(NOISE_FACTOR * eps * objective(self.base)[1], emulated)
+        """``Harness.evaluation_noise`` of the objective (``weights``: default the reference's)."""
+        return self.harness.evaluation_noise(self.objective if weights is None else self.objective_for(weights),
+                                             self.dtype)
 
     def directional(self, r: dict, eps, weights=None):
         """Derivative of ``delta -> objective(x + delta r)`` at 0 (the inputs of ``r`` move along it), with
@@ -312,10 +307,6 @@ class Reference:
 
 # == kinks: re-drawn off, or left out ==========================================================================
 
-#: re-draw rounds of kink elements before they are left out of the check
-MAX_REDRAWS = 3
-#: the j-th re-drawn element moves by KINK_NUDGE + 3 j of its finite-difference steps (or float ulps)
-KINK_NUDGE = 8.0
 
 
 class OnlyKinks(Exception):
@@ -361,13 +352,10 @@ class KinkRedraws:
             return
         for j, k in enumerate(kinks):
             values = self.graph.values[k.arg]
-            x, dt = float(values[k.index]), values.dtype
-            step = float(np.cbrt(np.finfo(self.ref_dtype).eps)) * max(abs(x), 1.0)
+            step = float(np.cbrt(np.finfo(self.ref_dtype).eps)) * max(abs(float(values[k.index])), 1.0)
             if excursion is not None:
                 step = max(step, float(excursion(k.arg, k.index)))
-            h = max(step, float(np.spacing(dt.type(abs(x)))))
-            side = kink_side(k)
-            values[k.index] = dt.type(x + (KINK_NUDGE + 3.0 * j) * h * side)
+            move_off_kink(values, k, j, step)
             self.redrawn.setdefault(k.arg, []).append(k.index)
 
     def new(self, kinks) -> list:
@@ -390,19 +378,7 @@ class KinkRedraws:
             return
         import warnings
 
-        from .report import NondifferentiablePointWarning, format_index
+        from .report import NondifferentiablePointWarning
 
-        more = f" and {len(self.first) - 1} more" if len(self.first) > 1 else ""
-        done = []
-        if self.redrawn:
-            m = sum(len(v) for v in self.redrawn.values())
-            done.append(f"re-drew {m} element{'s' if m != 1 else ''} {KINK_NUDGE:g} or more steps away from the kink "
-                        "and checked there")
-        if self.excluded:
-            spots = "; ".join(f"{a}[{', '.join(format_index(i) for i in v[:4])}{', ...' if len(v) > 4 else ''}]"
-                              for a, v in self.excluded.items())
-            done.append(f"left {spots} out of the check")
-        warnings.warn(NondifferentiablePointWarning(
-            f"{self.who}: {self.first[0]}{more}: not a gradient error -- the one-sided derivatives differ there and "
-            f"the backward lies between them, so finite differences cannot check it; {' and '.join(done)}"),
-            stacklevel=stacklevel)
+        text = kink_warning(self.who, self.first, self.redrawn, self.excluded, excluded_as="the check")
+        warnings.warn(NondifferentiablePointWarning(text), stacklevel=stacklevel)

@@ -111,6 +111,14 @@ class Harness:
         assert_deterministic(self.exe, self.is_train, self.aux_initial, who, what)
         self._based = False
 
+    def evaluation_noise(self, objective, dtype) -> float:
+        """The rounding noise of one evaluation of ``objective(outputs) -> (value, magnitude)`` in ``dtype`` --
+        divided by a difference's width, the numeric noise of the tolerance model: the larger of ``NOISE_FACTOR *
+        eps * magnitude`` (the final sum) and ``objective_noise`` (cancellation inside the forward)."""
+        eps = float(np.finfo(np.dtype(dtype)).eps)
+        magnitude = objective(self.base())[1]
+        return max(NOISE_FACTOR * eps * magnitude, self.objective_noise(lambda outs: objective(outs)[0], dtype))
+
     def objective_noise(self, objective, dtype) -> float:
         """Rounding noise of ``objective(outputs)`` evaluated in ``dtype``.
 
@@ -134,9 +142,7 @@ class Harness:
             return v
 
         def noisy(node, k, v, phase):
-            if getattr(v, "dtype", None) is None or v.dtype.kind != "f":
-                return v
-            return (np.asarray(v, np.float64) * (1.0 + eps * rng.uniform(-1.0, 1.0, np.shape(v)))).astype(v.dtype)
+            return perturb_relative(v, eps, rng)
 
         def run(hook):
             self.reset_aux()
@@ -254,6 +260,14 @@ def round_to_grid(value, bits, run=0):
     return np.where(np.isfinite(v), np.ldexp(rounded, e), v).astype(value.dtype, copy=False)
 
 
+def perturb_relative(value, eps, rng):
+    """``value * (1 + eps * u)``, ``u`` uniform in [-1, 1] independently per element (float values only)."""
+    if getattr(value, "dtype", None) is None or value.dtype.kind != "f":
+        return value
+    u = rng.uniform(-1.0, 1.0, np.shape(value))
+    return (np.asarray(value, np.float64) * (1.0 + eps * u)).astype(value.dtype, copy=False)
+
+
 def emulation_bits(dtype):
     """Significant bits whose rounding emulates ``dtype``'s on float64 values (float64 itself: all of them, so
     rounding leaves every float64 value where it is -- its forward rounding is already in the float64 run)."""
@@ -315,11 +329,9 @@ class RoundingEmulator:
         ``x == broadcast(max)``): rounded, so decisions, ties and bounds are kept. Values that carry head
         gradients -- the terms the gradient's sums accumulate, read by no decision -- get an independent
         relative error of up to ``eps`` each, which also stands for the rounding inside the ops that sum them."""
-        if phase == "forward" or not self._carries(node) or getattr(value, "dtype", None) is None \
-                or value.dtype.kind != "f":
+        if phase == "forward" or not self._carries(node):
             return self._round(value)
-        u = self.rng.uniform(-1.0, 1.0, np.shape(value))
-        return (np.asarray(value, np.float64) * (1.0 + self.eps * u)).astype(value.dtype, copy=False)
+        return perturb_relative(value, self.eps, self.rng)
 
     def gradients(self, rows, rounding: bool) -> list[dict]:
         """One forward, then one backward per entry of ``rows`` (a list of head-gradient lists); each row's dict

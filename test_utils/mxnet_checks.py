@@ -39,16 +39,18 @@ from .differencer import COMPLEX_STEP, METHODS, default_steps, gradient
 from .harness import Harness, as_array_like, assert_deterministic
 from .harness import analytic_noise as harness_analytic_noise
 from .numeric import (
+    MAX_REDRAWS,
     check_complex_support,
     complex_objective,
     element_kinks,
-    kink_side,
+    kink_warning,
+    move_off_kink,
     projected_objective,
     resolve_numeric_eps,
 )
-from .report import GradientCheckError, NondifferentiablePointWarning, format_index
+from .report import GradientCheckError, NondifferentiablePointWarning
 from .seed import seeded_check
-from .tolerance import NOISE_FACTOR, get_tols
+from .tolerance import get_tols, scaled_atol
 
 __all__ = [
     "check_symbolic_forward",
@@ -453,10 +455,6 @@ def _grad_nodes(grad_nodes, arg_names, who):
 
 #: what ``check_numeric_gradient`` does with a mismatch at a non-differentiable point
 KINK_MODES = ("redraw", "exclude", "error")
-#: re-draw rounds before the kinks still left are excluded
-MAX_REDRAWS = 3
-#: the j-th re-drawn element moves by KINK_NUDGE + 3 j of its finite-difference steps (or float ulps)
-KINK_NUDGE = 8.0
 
 
 class NumericGradientResult(dict):
@@ -476,27 +474,6 @@ class NumericGradientResult(dict):
     excluded: dict
     location: dict
     method: str
-
-
-def _kink_warning(who, kinks, redrawn, excluded):
-    n = len(kinks)
-    per_arg = {}
-    for k in kinks:
-        per_arg[k.arg] = per_arg.get(k.arg, 0) + 1
-    where = ", ".join(f"{a!r}: {c}" for a, c in per_arg.items())
-    more = f" and {n - 1} more ({where})" if n > 1 else ""
-    done = []
-    if redrawn:
-        m = sum(len(v) for v in redrawn.values())
-        done.append(f"re-drew {m} element{'s' if m != 1 else ''} {KINK_NUDGE:g} or more finite-difference steps away "
-                    "from the kink and checked the gradient there (result.redrawn, result.location)")
-    if excluded:
-        m = sum(len(v) for v in excluded.values())
-        spots = "; ".join(f"{a}[{', '.join(format_index(i) for i in v[:4])}{', ...' if len(v) > 4 else ''}]"
-                          for a, v in excluded.items())
-        done.append(f"left {m} element{'s' if m != 1 else ''} out of the comparison ({spots}; result.excluded)")
-    return (f"{who}: {kinks[0]}{more}: not a gradient error -- the one-sided derivatives differ there and the "
-            f"analytic value lies between them, so finite differences cannot check it; {' and '.join(done)}")
 
 
 @seeded_check
@@ -568,8 +545,9 @@ def check_numeric_gradient(sym, location, aux_states=None, numeric_eps=None, rto
     run = _NumericRun(setup, check_flag(progress, setup.who, "progress"))
     rounds = run.until_no_kinks()
     if run.redrawn or run.excluded:
-        warnings.warn(NondifferentiablePointWarning(_kink_warning(setup.who, run.first_kinks, run.redrawn,
-                                                                  run.excluded)), stacklevel=2)
+        text = kink_warning(setup.who, run.first_kinks, run.redrawn, run.excluded,
+                            redrawn_note=" (result.redrawn, result.location)", excluded_note="; result.excluded")
+        warnings.warn(NondifferentiablePointWarning(text), stacklevel=2)
     return run.compare(rounds)
 
 
@@ -684,9 +662,7 @@ class _NumericRun:
         base = self.ref.base()
         objective = self.make_objective([np.asarray(b, np.float64) for b in base])
         scalar = lambda outs: objective(outs)[0]
-        # rounding noise of one evaluation: of the final sum, or of cancellation inside the forward
-        f_noise = max(NOISE_FACTOR * float(np.finfo(s.ndtype).eps) * objective(base)[1],
-                      self.ref.objective_noise(scalar, s.ndtype))
+        f_noise = self.ref.evaluation_noise(objective, s.ndtype)
         kind = "central" if s.complex_step else s.method
         if s.eps is None:
             steps = {k: default_steps(point[k], s.ndtype, kind) for k in s.checked}
@@ -738,23 +714,13 @@ class _NumericRun:
         """The given atol, or (atol=None) the dtype's rtol times the largest |numeric| entry of the argument: an
         error below that share of the gradient's own scale is at rounding level in the dtype under test."""
         s = self.s
-        if s.atol is not None:
-            return s.atol
-        return s.rtol * float(np.max(np.abs(numeric), initial=0.0))
+        return s.atol if s.atol is not None else scaled_atol(s.rtol, numeric)
 
     def _redraw(self, valid, steps):
-        # distinct distances (KINK_NUDGE + 3 j steps): tied elements moved together stay >= 3 steps apart, so no
-        # central difference straddles their kink again; to the side each analytic value belongs to (kink_side),
-        # so elements that share one kink (the inputs and weights of one ReLU) all push it the same way
-        dtype = self.s.dtype
         j = 0
         for k, ks in valid.items():
             for kk in ks:
-                x = float(self.point[k][kk.index])
-                h = max(float(steps[k][kk.index]), float(np.spacing(dtype.type(abs(x)))))
-                side = kink_side(kk)
-                delta = (KINK_NUDGE + 3.0 * j) * h * side
-                self.point[k][kk.index] = dtype.type(x + delta)
+                move_off_kink(self.point[k], kk, j, steps[k][kk.index])
                 self.redrawn.setdefault(k, []).append(kk.index)
                 j += 1
 

@@ -43,13 +43,17 @@ from .differencer import (
     min_step,
 )
 from .harness import Harness, as_array_like, assert_deterministic, trace_values
-from .report import Kink
+from .report import Kink, format_index
 from .tolerance import min_numeric_eps, numeric_noise
 
 __all__ = [
     "numeric_grad",
     "element_kinks",
     "kink_side",
+    "move_off_kink",
+    "kink_warning",
+    "MAX_REDRAWS",
+    "KINK_NUDGE",
     "check_complex_support",
     "ComplexStepError",
     "default_steps",
@@ -511,6 +515,44 @@ def kink_side(kink) -> float:
     if to_right != to_left:
         return 1.0 if to_right < to_left else -1.0
     return 1.0 if np.random.rand() < 0.5 else -1.0
+
+
+#: re-draw rounds of kink elements before the kinks still left are excluded
+MAX_REDRAWS = 3
+#: the j-th re-drawn element moves by KINK_NUDGE + 3 j of its step (or float ulps)
+KINK_NUDGE = 8.0
+
+
+def move_off_kink(values, kink, j, step) -> None:
+    """Move element ``kink.index`` of ``values`` (in place, in its dtype) ``KINK_NUDGE + 3 j`` times ``step`` (at
+    least one ulp) to ``kink_side(kink)``. Distinct distances keep tied elements moved together >= 3 steps apart,
+    so no later difference straddles their kink again."""
+    dt = values.dtype
+    x = float(values[kink.index])
+    h = max(float(step), float(np.spacing(dt.type(abs(x)))))
+    values[kink.index] = dt.type(x + (KINK_NUDGE + 3.0 * j) * h * kink_side(kink))
+
+
+def kink_warning(who, kinks, redrawn, excluded, *, redrawn_note="", excluded_as="the comparison",
+                 excluded_note="") -> str:
+    """The text of the ``NondifferentiablePointWarning`` of a check that re-drew or excluded kink elements."""
+    per_arg = {}
+    for k in kinks:
+        per_arg[k.arg] = per_arg.get(k.arg, 0) + 1
+    where = ", ".join(f"{a!r}: {c}" for a, c in per_arg.items())
+    more = f" and {len(kinks) - 1} more ({where})" if len(kinks) > 1 else ""
+    done = []
+    if redrawn:
+        m = sum(len(v) for v in redrawn.values())
+        done.append(f"re-drew {m} element{'s' if m != 1 else ''} {KINK_NUDGE:g} or more finite-difference steps away "
+                    f"from the kink and checked the gradient there{redrawn_note}")
+    if excluded:
+        m = sum(len(v) for v in excluded.values())
+        spots = "; ".join(f"{a}[{', '.join(format_index(i) for i in v[:4])}{', ...' if len(v) > 4 else ''}]"
+                          for a, v in excluded.items())
+        done.append(f"left {m} element{'s' if m != 1 else ''} out of {excluded_as} ({spots}{excluded_note})")
+    return (f"{who}: {kinks[0]}{more}: not a gradient error -- the one-sided derivatives differ there and the "
+            f"analytic value lies between them, so finite differences cannot check it; {' and '.join(done)}")
 
 
 # -- complex steps ----------------------------------------------------------------------------------------

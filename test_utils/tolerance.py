@@ -28,6 +28,8 @@ __all__ = [
     "get_rtol",
     "get_atol",
     "min_numeric_eps",
+    "numeric_noise",
+    "scaled_atol",
 ]
 
 _INT_TYPES = (np.bool_, np.int8, np.uint8, np.int32, np.uint32, np.int64, np.uint64)
@@ -152,3 +154,10 @@ def numeric_noise(magnitude, widths, numeric_dtype=np.float64) -> np.ndarray:
     """Estimated rounding noise of a difference quotient: ``NOISE_FACTOR * eps * |f| / width``."""
     eps = float(np.finfo(np.dtype(numeric_dtype)).eps)
     return NOISE_FACTOR * eps * float(magnitude) / np.asarray(widths, dtype=np.float64)
+
+
+def scaled_atol(rtol, reference) -> float:
+    """``check_numeric_gradient``'s atol when none is given: ``rtol`` times the largest ``|reference|`` entry of the
+    argument. An error below that share of the gradient's own scale is at rounding level in the dtype under test;
+    a fixed atol (MXNet's 1e-3 for float32) hides 1% errors of gradients smaller than 0.1."""
+    return float(rtol) * float(np.max(np.abs(np.asarray(reference, np.float64)), initial=0.0))

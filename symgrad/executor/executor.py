@@ -256,6 +256,7 @@ class Executor:
         self._monitor = None
         self._monitor_all = False
         self._value_hook = None
+        self._input_hook = None  # set only while forward_with_hook runs
         self.outputs = []
 
     # -- views ------------------------------------------------------------------
@@ -478,7 +479,7 @@ class Executor:
 
     def _run(self, phase, vals, is_train):
         plan = self._plan
-        if self._monitor is not None or self._value_hook is not None:
+        if self._monitor is not None or self._value_hook is not None or self._input_hook is not None:
             return self._run_monitored(phase, vals, is_train)
         run = plan.run_forward if phase == "forward" else plan.run_backward
         try:
@@ -494,7 +495,8 @@ class Executor:
         plan = self._plan
         instrs = plan.forward_instrs if phase == "forward" else plan.backward_instrs
         with self._ctx.device_scope():
-            run_instrs(instrs, vals, is_train, phase, self._monitor, self._monitor_all, self._value_hook)
+            run_instrs(instrs, vals, is_train, phase, self._monitor, self._monitor_all, self._value_hook,
+                       input_hook=self._input_hook if phase == "forward" else None)
 
     # -- partial re-runs (numeric differentiation) -------------------------------
     def forward_all(self, is_train=False):
@@ -559,19 +561,11 @@ class Executor:
         """
         if not callable(hook):
             raise TypeError(f"forward_with_hook: hook must be callable, got {type(hook).__name__}")
-        with self._ctx.device_scope():
-            vals = self._initial_vals()
-            self._pending_aux.clear()
-            run_instrs(self._plan.forward_instrs, vals, is_train, "forward", self._monitor, self._monitor_all,
-                       self._value_hook, input_hook=hook)
-            if is_train:  # auxiliary states change only once the whole forward has run (as forward)
-                for i, new in self._pending_aux.items():
-                    self.aux_arrays[i][...] = new
-            self._pending_aux.clear()
-            self._vals = vals
-            self._last_is_train = bool(is_train)
-            self.outputs = [self._detached(vals[s]) for s in self._plan.head_slots]
-        return self.outputs
+        self._input_hook = hook
+        try:
+            return self.forward(is_train=is_train)
+        finally:
+            self._input_hook = None
 
     # -- management ---------------------------------------------------------------
     def set_monitor_callback(self, callback, monitor_all=False):
