@@ -1,6 +1,26 @@
 """Operator families. Importing this package registers every operator."""
 
-from . import conv, elemwise, indexing, loss, matrix, nn, pool, reduce, shape, softmax  # noqa: F401
+from . import (  # noqa: F401
+    conv,
+    contrib,
+    creation,
+    elemwise,
+    indexing,
+    linalg,
+    loss,
+    matrix,
+    nn,
+    norm,
+    pool,
+    random,
+    reduce,
+    rnn,
+    roi,
+    sequence,
+    shape,
+    softmax,
+    vision,
+)
 from .registry import OpDef, Param, get_op, list_ops, register
 
 __all__ = ["OpDef", "Param", "get_op", "list_ops", "register"]
