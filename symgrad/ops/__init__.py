@@ -1,8 +1,8 @@
 """Operator families. Importing this package registers every operator."""
 
 from . import (  # noqa: F401
-    conv,
     contrib,
+    conv,
     creation,
     elemwise,
     indexing,
