@@ -5,6 +5,7 @@ from . import (  # noqa: F401
     conv,
     creation,
     elemwise,
+    image,
     indexing,
     linalg,
     loss,

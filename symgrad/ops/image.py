@@ -1,0 +1,375 @@
+"""Image operators of MXNet's ``mx.sym.image`` namespace (``_image_*``): layout conversion, per-channel
+normalisation, flips, crop, resize and PCA lighting on (H, W, C) / (N, H, W, C) images.
+
+MXNet registers most of these with the gradient ``_copy`` (the head gradient passed through unchanged),
+which is not their derivative (a flip's gradient is the flipped head gradient; ``to_tensor`` even changes
+the shape). symgrad gives each its true gradient, so they can sit inside a checked graph; they are
+linear in the image, so their gradients are themselves linear ops of this family and twice
+differentiable (the second derivative is zero).
+
+The random augmentations (``_image_random_*``) are not here: their gradients in MXNet are ``_copy`` of
+a randomly transformed image.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..base import ParamError, ShapeError
+from .registry import Param, register
+
+# -- shared shape rules --------------------------------------------------------------------------------
+
+
+def _hwc(shape, where, channels=None):
+    """(H, W, C) of an (H, W, C) or (N, H, W, C) image shape, with MXNet's checks."""
+    if len(shape) not in (3, 4):
+        raise ShapeError(f"{where}: input 'data' must be (H, W, C) or (N, H, W, C), got {tuple(shape)}")
+    h, w, c = shape[-3:]
+    if channels is not None and c not in channels:
+        raise ShapeError(f"{where}: input 'data' must have {' or '.join(map(str, channels))} channels "
+                         f"(last axis), got {tuple(shape)}")
+    return h, w, c
+
+
+def _same_type(params, in_types, out_types, where):
+    t = in_types[0] if in_types[0] is not None else out_types[0]
+    return [t], [t]
+
+
+# -- to_tensor --------------------------------------------------------------------------------------------
+
+
+def _to_tensor_perm(ndim):
+    return (2, 0, 1) if ndim == 3 else (0, 3, 1, 2)
+
+
+def _to_tensor_shape(params, in_shapes, out_shapes, where):
+    x = in_shapes[0]
+    if x is None:
+        return in_shapes, out_shapes
+    _hwc(x, where)
+    return in_shapes, [tuple(x[i] for i in _to_tensor_perm(len(x)))]
+
+
+def _from_tensor_fwd(xp, g, like):
+    perm = (1, 2, 0) if g.ndim == 3 else (0, 2, 3, 1)
+    return (xp.transpose(g, perm) / g.dtype.type(255.0)).astype(like.dtype)
+
+
+register(
+    "_image_to_tensor",
+    aliases=("_npx__image_to_tensor",),
+    forward=lambda xp, x: (xp.transpose(x, _to_tensor_perm(x.ndim)).astype(np.float32)) / np.float32(255.0),
+    infer_shape=_to_tensor_shape,
+    infer_type=lambda params, it, ot, where: (it, [np.dtype(np.float32)]),
+    # y = transpose(x, perm) / 255 (float32): dx = transpose(g, perm^-1) / 255 in x's dtype
+    gradient=lambda F, n, g: [F._image_to_tensor_adjoint(g[0], n.inputs[0])],
+    doc="(H, W, C) or (N, H, W, C) image in [0, 255] -> float32 (C, H, W) or (N, C, H, W) in [0, 1].",
+)
+
+register(
+    "_image_to_tensor_adjoint",
+    inputs=("ograd", "data"),
+    forward=_from_tensor_fwd,
+    infer_shape=lambda params, in_shapes, out_shapes, where: (in_shapes, [in_shapes[1]]),
+    infer_type=lambda params, it, ot, where: (it, [it[1]]),
+    no_grad_inputs=("data",),
+    # linear in g; its adjoint is to_tensor again (in g's dtype)
+    gradient=lambda F, n, g: [F._cast_like(F._image_to_tensor(g[0]), n.inputs[0]), None],
+    doc="_image_to_tensor's gradient: transpose back to (.., H, W, C) and divide by 255 (hidden).",
+)
+
+
+# -- normalize ---------------------------------------------------------------------------------------------
+
+
+def _channel_axis(ndim):
+    return 0 if ndim == 3 else 1
+
+
+def _normalize_shape(params, in_shapes, out_shapes, where):
+    x = in_shapes[0]
+    if x is None:
+        return in_shapes, out_shapes
+    if len(x) not in (3, 4):
+        raise ShapeError(f"{where}: input 'data' must be (C, H, W) or (N, C, H, W), got {tuple(x)}")
+    c = x[_channel_axis(len(x))]
+    if c not in (1, 3):
+        raise ShapeError(f"{where}: the channel axis of 'data' must have 1 or 3 elements, got {tuple(x)}")
+    for k in ("mean", "std"):
+        if len(params[k]) not in (1, c):
+            raise ShapeError(f"{where}: parameter {k!r} must have 1 or {c} elements for input {tuple(x)}, "
+                             f"got {params[k]}")
+    return in_shapes, [tuple(x)]
+
+
+def _per_channel(xp, values, ndim, c, dtype):
+    # MXNet keeps mean/std as float32 tuples; one value applies to every channel
+    v = np.asarray(values, dtype=np.float32)[:c] if len(values) > 1 else np.full(c, values[0], np.float32)
+    shape = (c, 1, 1) if ndim == 3 else (1, c, 1, 1)
+    return xp.asarray(v.astype(dtype).reshape(shape))
+
+
+def _normalize_fwd(xp, x, mean, std):
+    c = x.shape[_channel_axis(x.ndim)]
+    return ((x - _per_channel(xp, mean, x.ndim, c, x.dtype)) / _per_channel(xp, std, x.ndim, c, x.dtype)).astype(
+        x.dtype, copy=False)
+
+
+def _float_tuple(name, op="_image_normalize"):
+    def check(params, node):
+        v = params[name]
+        v = (v,) if isinstance(v, (int, float)) else v
+        if not isinstance(v, (tuple, list)) or not v or not all(isinstance(e, (int, float)) for e in v):
+            raise ParamError(f"{op} {node!r}: parameter {name!r} expects a number or a tuple of "
+                             f"numbers, got {params[name]!r}")
+        return tuple(float(e) for e in v)
+    return check
+
+
+def _normalize_prepare(params, node):
+    return {"mean": _float_tuple("mean")(params, node), "std": _float_tuple("std")(params, node)}
+
+
+register(
+    "_image_normalize",
+    aliases=("_npx__image_normalize",),
+    params={"mean": Param("any", (0.0, 0.0, 0.0, 0.0)), "std": Param("any", (1.0, 1.0, 1.0, 1.0))},
+    prepare=_normalize_prepare,
+    forward=_normalize_fwd,
+    infer_shape=_normalize_shape,
+    infer_type=_same_type,
+    # y_c = (x_c - m_c) / s_c: dx_c = g_c / s_c, which is normalize(g) with mean 0
+    gradient=lambda F, n, g: [F._image_normalize(g[0], mean=(0.0,), std=n.params["std"])],
+    doc="Per-channel (x - mean) / std of a (C, H, W) or (N, C, H, W) tensor.",
+)
+
+
+# -- flips, crop, lighting ---------------------------------------------------------------------------------
+
+
+def _image_shape(params, in_shapes, out_shapes, where):
+    x = in_shapes[0] if in_shapes[0] is not None else out_shapes[0]
+    if x is None:
+        return in_shapes, out_shapes
+    _hwc(x, where)
+    return [tuple(x)], [tuple(x)]
+
+
+def _register_flip(name, axis_from_end, what):
+    # a flip is a permutation P with P^T = P: dx = flip(g)
+    register(
+        name,
+        aliases=(f"_npx_{name}",),
+        forward=lambda xp, x: xp.flip(x, axis=x.ndim - axis_from_end).copy(),
+        infer_shape=_image_shape,
+        infer_type=_same_type,
+        gradient=lambda F, n, g: [getattr(F, name)(g[0])],
+        doc=f"Flip an (H, W, C) or (N, H, W, C) image {what}.",
+    )
+
+
+_register_flip("_image_flip_left_right", 2, "left to right (the W axis)")
+_register_flip("_image_flip_top_bottom", 3, "top to bottom (the H axis)")
+
+
+def _crop_window(params, shape, where):
+    h, w, _ = _hwc(shape, where, channels=(1, 3))
+    x, y, width, height = (params[k] for k in ("x", "y", "width", "height"))
+    if width <= 0 or height <= 0:
+        raise ParamError(f"{where}: parameters 'width' and 'height' must be > 0, got {width} and {height}")
+    if x < 0 or y < 0 or x + width > w or y + height > h:
+        raise ShapeError(f"{where}: the window x={x}, y={y}, width={width}, height={height} does not fit an "
+                         f"image of height {h} and width {w} (input shape {tuple(shape)})")
+
+
+def _crop_shape(params, in_shapes, out_shapes, where):
+    x = in_shapes[0]
+    if x is None:
+        return in_shapes, out_shapes
+    _crop_window(params, x, where)
+    return in_shapes, [tuple(x[:-3]) + (params["height"], params["width"], x[-1])]
+
+
+def _crop_fwd(xp, img, x, y, width, height):
+    return img[..., y:y + height, x:x + width, :].copy()
+
+
+def _crop_adjoint_fwd(xp, g, like, x, y, width, height):
+    out = xp.zeros(like.shape, dtype=g.dtype)
+    out[..., y:y + height, x:x + width, :] = g
+    return out
+
+
+_CROP_PARAMS = {"x": Param("int"), "y": Param("int"), "width": Param("int"), "height": Param("int")}
+
+register(
+    "_image_crop",
+    aliases=("_npx__image_crop",),
+    params=_CROP_PARAMS,
+    forward=_crop_fwd,
+    infer_shape=_crop_shape,
+    infer_type=_same_type,
+    # y = x[.., y:y+h, x:x+w, :]: dx is g written into zeros of x's shape at that window
+    gradient=lambda F, n, g: [F._image_crop_adjoint(g[0], n.inputs[0], **n.params)],
+    doc="Crop the window [y, y+height) x [x, x+width) of an (H, W, C) or (N, H, W, C) image.",
+)
+
+register(
+    "_image_crop_adjoint",
+    inputs=("ograd", "data"),
+    params=_CROP_PARAMS,
+    forward=_crop_adjoint_fwd,
+    infer_shape=lambda params, in_shapes, out_shapes, where: (in_shapes, [in_shapes[1]]),
+    infer_type=lambda params, it, ot, where: (it, [it[0]]),
+    no_grad_inputs=("data",),
+    # linear in g; its adjoint reads the window back: the crop
+    gradient=lambda F, n, g: [F._image_crop(g[0], **n.params), None],
+    doc="_image_crop's gradient: zeros shaped like ``data`` with ``ograd`` in the window (hidden).",
+)
+
+
+# eigenvectors of ImageNet's RGB covariance scaled by their eigenvalues (AlexNet's PCA lighting), as MXNet
+_EIG = np.array([[55.46 * -0.5675, 4.794 * 0.7192, 1.148 * 0.4009],
+                 [55.46 * -0.5808, 4.794 * -0.0045, 1.148 * -0.8140],
+                 [55.46 * -0.5836, 4.794 * -0.6948, 1.148 * 0.4203]], dtype=np.float32)
+
+
+def _lighting_shape(params, in_shapes, out_shapes, where):
+    x = in_shapes[0]
+    if x is None:
+        return in_shapes, out_shapes
+    if len(x) != 3:
+        raise ShapeError(f"{where}: input 'data' must be an (H, W, C) image, got {tuple(x)}")
+    if len(params["alpha"]) != 3:
+        raise ParamError(f"{where}: parameter 'alpha' must have 3 values (R, G, B), got {params['alpha']}")
+    return in_shapes, [tuple(x)]
+
+
+def _lighting_fwd(xp, x, alpha):
+    if x.shape[-1] == 1:  # MXNet leaves grey images unchanged
+        return x.copy()
+    # the offsets in float32, as MXNet; the sum in the image's dtype (MXNet 1.9.1 adds in float32 even for
+    # float64 images, which makes a float64 result a step function of x at float32 resolution)
+    offset = (_EIG * np.asarray(alpha, dtype=np.float32)).sum(axis=1, dtype=np.float32)
+    return (x + xp.asarray(offset.astype(x.dtype))).astype(x.dtype, copy=False)
+
+
+register(
+    "_image_adjust_lighting",
+    aliases=("_npx__image_adjust_lighting",),
+    params={"alpha": Param("any")},
+    prepare=lambda params, node: {"alpha": _float_tuple("alpha", "_image_adjust_lighting")(params, node)},
+    forward=_lighting_fwd,
+    infer_shape=_lighting_shape,
+    infer_type=_same_type,
+    gradient=lambda F, n, g: [F.identity(g[0])],  # y = x + a constant offset per channel (rounded to float32)
+    doc="AlexNet-style PCA lighting: add eig @ alpha to the R, G, B channels of an (H, W, 3) image.",
+)
+
+
+# -- resize ---------------------------------------------------------------------------------------------
+# A resize is linear: y[.., i, j, c] = sum_{p, q} Rh[i, p] Rw[j, q] x[.., p, q, c] with interpolation matrices
+# built from the sizes alone, so its gradient is the adjoint dx = Rh^T g Rw (``_image_resize_adjoint``),
+# whose own gradient is the resize again.
+
+
+def _resize_hw(params, h, w, where):
+    size, keep = params["size"], params["keep_ratio"]
+    if len(size) not in (1, 2) or any(s <= 0 for s in size):
+        raise ParamError(f"{where}: parameter 'size' must be (size,) or (width, height) of positive ints, "
+                         f"got {size}")
+    if len(size) == 2:
+        return size[1], size[0]
+    if not keep:
+        return size[0], size[0]
+    if h > w:  # the short edge becomes size (integer arithmetic, as MXNet)
+        return h * size[0] // w, size[0]
+    return size[0], w * size[0] // h
+
+
+def _interp_matrix(n_out, n_in, interp):
+    """OpenCV's 1-D interpolation weights (cv::resize on float images): INTER_NEAREST reads
+    floor(i * n_in / n_out); INTER_LINEAR samples at (i + 0.5) * n_in / n_out - 0.5, clamped to the edges."""
+    m = np.zeros((n_out, n_in))
+    scale = n_in / n_out
+    for i in range(n_out):
+        if interp == 0:
+            m[i, min(int(math.floor(i * scale)), n_in - 1)] = 1.0
+            continue
+        f = (i + 0.5) * scale - 0.5
+        s = math.floor(f)
+        f -= s
+        if s < 0:
+            s, f = 0, 0.0
+        if s >= n_in - 1:
+            s, f = n_in - 1, 0.0
+        m[i, s] += 1.0 - f
+        m[i, min(s + 1, n_in - 1)] += f
+    return m
+
+
+def _resize_apply(xp, x, rows, cols):
+    rh, rw = (xp.asarray(m.astype(x.dtype)) for m in (rows, cols))
+    return xp.einsum("ip,...pqc,jq->...ijc", rh, x, rw).astype(x.dtype, copy=False)
+
+
+def _resize_prepare(params, node):
+    if params["interp"] not in (0, 1):
+        raise ParamError(f"_image_resize {node!r}: parameter 'interp' must be 0 (nearest) or 1 (bilinear), "
+                         f"got {params['interp']}; OpenCV's area, cubic and Lanczos modes are not implemented")
+    return params
+
+
+def _resize_shape(params, in_shapes, out_shapes, where):
+    x = in_shapes[0]
+    if x is None:
+        return in_shapes, out_shapes
+    h, w, c = _hwc(x, where)
+    oh, ow = _resize_hw(params, h, w, where)
+    return in_shapes, [tuple(x[:-3]) + (oh, ow, c)]
+
+
+def _resize_fwd(xp, x, size, keep_ratio, interp):
+    h, w = x.shape[-3:-1]
+    oh, ow = _resize_hw({"size": size, "keep_ratio": keep_ratio}, h, w, "_image_resize")
+    return _resize_apply(xp, x, _interp_matrix(oh, h, interp), _interp_matrix(ow, w, interp))
+
+
+_RESIZE_PARAMS = {"size": Param("shape", ()), "keep_ratio": Param("bool", False), "interp": Param("int", 1)}
+
+register(
+    "_image_resize",
+    aliases=("_npx__image_resize",),
+    params=_RESIZE_PARAMS,
+    prepare=_resize_prepare,
+    forward=_resize_fwd,
+    infer_shape=_resize_shape,
+    infer_type=_same_type,
+    gradient=lambda F, n, g: [F._image_resize_adjoint(g[0], n.inputs[0], **n.params)],
+    doc="Resize an (H, W, C) or (N, H, W, C) image to size (width, height), or its edges (short edge with "
+    "keep_ratio) to size; interp 0 nearest, 1 bilinear (OpenCV's sampling).",
+)
+
+
+def _adjoint_fwd(xp, g, like, size, keep_ratio, interp):
+    h, w = like.shape[-3:-1]
+    oh, ow = g.shape[-3:-1]
+    return _resize_apply(xp, g, _interp_matrix(oh, h, interp).T, _interp_matrix(ow, w, interp).T)
+
+
+register(
+    "_image_resize_adjoint",
+    inputs=("ograd", "data"),
+    params=_RESIZE_PARAMS,
+    forward=_adjoint_fwd,
+    infer_shape=lambda params, in_shapes, out_shapes, where: (in_shapes, [in_shapes[1]]),
+    infer_type=lambda params, it, ot, where: (it, [it[0]]),
+    no_grad_inputs=("data",),
+    # linear in g with the transposed matrices: its adjoint is the resize
+    gradient=lambda F, n, g: [F._image_resize(g[0], **n.params), None],
+    doc="_image_resize's gradient: Rh^T g Rw, shaped like ``data`` (hidden).",
+)
