@@ -16,7 +16,52 @@ from .context import to_device, to_numpy
 from .tolerance import NOISE_FACTOR
 
 __all__ = ["Harness", "as_array_like", "trace_values", "assert_deterministic", "RoundingEmulator", "analytic_noise",
-           "with_measured"]
+           "with_measured", "RandomOpError", "refuse_random_ops"]
+
+
+class RandomOpError(ValueError):
+    """A numeric checker was handed a graph holding a random sampling op (``_random_uniform``, ``_sample_normal``,
+    ``_shuffle``, ... -- every op whose ``OpDef.is_random`` is set). Its output is a fresh draw on every
+    evaluation, so finite differences of it (and of anything computed from it) are meaningless; the checker
+    refuses it up front instead of reporting noise as a gradient error. A ``ValueError``: the input, not the
+    gradient, is wrong for the check. Dropout is not flagged: it is deterministic in inference, and the
+    checkers detect a non-deterministic forward at run time (``assert_deterministic``).
+
+    Attributes:
+        op_name: the registered name of the random op.
+        node_name: the name of its node in the graph.
+    """
+
+    def __init__(self, message, op_name=None, node_name=None):
+        super().__init__(message)
+        self.op_name = op_name
+        self.node_name = node_name
+
+
+def _graph_nodes(graph) -> list:
+    """The operator nodes of a Symbol (or list of Symbols) or of a bound Executor (forward and backward)."""
+    if isinstance(graph, (list, tuple)):
+        return [n for g in graph for n in _graph_nodes(g)]
+    plan = getattr(graph, "plan", None)
+    if plan is not None:
+        return [ins.node for ins in list(plan.forward_instrs) + list(plan.backward_instrs)]
+    if hasattr(graph, "to_networkx"):
+        return [node for _, node in graph.to_networkx().nodes(data="node")]
+    return []
+
+
+def refuse_random_ops(graph, who) -> None:
+    """Raise ``RandomOpError`` naming the first random sampling op node of ``graph`` (a Symbol, a list of
+    Symbols or an Executor), if it holds one; see ``RandomOpError``."""
+    for node in _graph_nodes(graph):
+        op = getattr(node, "op", None)
+        if op is not None and getattr(op, "is_random", False):
+            raise RandomOpError(
+                f"{who}: the graph holds the random sampling op {op.name} {node.name!r}: its output is a fresh "
+                "random draw on every evaluation, so finite differences of it (and of anything computed from it) "
+                "are meaningless and cannot prove a gradient. Check the deterministic part of the graph: replace "
+                f"the sample by a Variable and feed it a fixed array (e.g. one drawn once by {op.name})",
+                op_name=op.name, node_name=node.name)
 
 
 def as_array_like(like, host):
@@ -45,6 +90,7 @@ class Harness:
     """
 
     def __init__(self, exe, *, is_train=True, aux_initial=None):
+        refuse_random_ops(exe, "numeric differentiation")  # the entry points refuse earlier, naming themselves
         self.exe = exe
         self.is_train = bool(is_train)
         if aux_initial is None:
@@ -136,13 +182,20 @@ class Harness:
         rng = np.random.default_rng(1)
         total = [0.0]
 
+        def eps_of(v):
+            # a value the graph itself holds in a lower precision (a Cast to float32, an op with a float32
+            # output such as image.to_tensor) rounds to its own grid even in a float64 evaluation
+            return max(eps, float(np.finfo(v.dtype).eps))
+
         def magnitude(node, k, v, phase):
             if getattr(v, "dtype", None) is not None and v.dtype.kind == "f":
-                total[0] += float(np.sum(np.abs(np.asarray(to_numpy(v), np.float64))))
+                total[0] += eps_of(v) * float(np.sum(np.abs(np.asarray(to_numpy(v), np.float64))))
             return v
 
         def noisy(node, k, v, phase):
-            return perturb_relative(v, eps, rng)
+            if getattr(v, "dtype", None) is None or v.dtype.kind != "f":
+                return v
+            return perturb_relative(v, eps_of(v), rng)
 
         def run(hook):
             self.reset_aux()
@@ -156,7 +209,7 @@ class Harness:
         square = sum((run(noisy) - exact) ** 2 for _ in range(EMULATION_RUNS))
         self.reset_aux()
         self._based = False
-        return min(EMULATION_SIGMAS * float(np.sqrt(square / EMULATION_RUNS)), NOISE_FACTOR * eps * total[0])
+        return min(EMULATION_SIGMAS * float(np.sqrt(square / EMULATION_RUNS)), NOISE_FACTOR * total[0])
 
 
 def trace_values(exe, is_train, aux_initial=None) -> list:

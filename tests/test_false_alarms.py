@@ -208,6 +208,48 @@ def _numeric_error(sym, loc, method):
     return float(np.max(np.abs(analytic - num) / np.maximum(np.abs(analytic), 1e-300)))
 
 
+@pytest.mark.parametrize("low", ["float32", "float16"])
+def test_lower_precision_values_inside_a_float64_check_are_counted_as_noise(low):
+    """A float64 check of a graph that holds a value in float32/float16 (a Cast, an op with a float32 output
+    such as image.to_tensor): its finite differences carry that dtype's rounding, which the numeric noise
+    must count (before: 6 of 6 elements "wrong" by ~0.7% for Cast(x, float32) * 3). The default step (sized
+    for float64) then leaves a wide tolerance (~20% here); a step sized for the float32 values (numeric_eps=1,
+    for values up to 255) catches a 10% error."""
+    x = S.Variable("x")
+    y = S.Cast(x, dtype=low) * 3.0
+    for seed in range(10):
+        values = {"x": np.random.default_rng(seed).uniform(0, 255, (2, 3))}
+        tu.check_numeric_gradient(y, values, dtype=np.float64)
+        tu.check_numeric_gradient(y, values, dtype=np.float64, numeric_eps=1.0)
+    if low == "float32":
+        wrong = S.Custom(x, op_type="lower_precision_scaled_copy")
+        with pytest.raises(GradientCheckError):
+            tu.check_numeric_gradient(S.Cast(wrong, dtype=low) * 3.0, {"x": np.linspace(1, 255, 6).reshape(2, 3)},
+                                      dtype=np.float64, numeric_eps=1.0)
+
+
+class _ScaledCopy(sg.operator.CustomOp):
+    """Identity forward with a gradient 10% too large (a planted bug)."""
+
+    def forward(self, is_train, req, in_data, out_data, aux):
+        self.assign(out_data[0], req[0], in_data[0])
+
+    def backward(self, req, out_grad, in_data, out_data, in_grad, aux):
+        self.assign(in_grad[0], req[0], out_grad[0] * 1.1)
+
+
+@sg.operator.register("lower_precision_scaled_copy")
+class _ScaledCopyProp(sg.operator.CustomOpProp):
+    def __init__(self):
+        super().__init__(need_top_grad=True)
+
+    def infer_shape(self, in_shape):
+        return in_shape, in_shape, []
+
+    def create_operator(self, ctx, shapes, dtypes):
+        return _ScaledCopy()
+
+
 def test_richardson_and_complex_step_beat_central_differences():
     x = S.Variable("x")
     v = np.random.default_rng(4).uniform(-2, 2, (3, 4))
