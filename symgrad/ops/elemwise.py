@@ -639,10 +639,12 @@ _scalar("_maximum_scalar", lambda xp, x, s: xp.maximum(x, s), lambda F, x, y, g,
 _scalar("_minimum_scalar", lambda xp, x, s: xp.minimum(x, s), lambda F, x, y, g, s: g * (x <= s),
         aliases=("_MinimumScalar",), choice=lambda xp, x, s: (x <= s, x - s))
 # x mod s has slope 1 almost everywhere; s mod x = s - x floor(s/x) has slope -floor(s/x)
-_scalar("_mod_scalar", lambda xp, x, s: xp.zeros_like(x) if s == 0 else xp.mod(x, s), lambda F, x, y, g, s: g,
-        aliases=("_ModScalar",))
+# (integer operands: MXNet's mod gradient is 0, as for every integer-valued op; _zero_grad_if_int)
+_scalar("_mod_scalar", lambda xp, x, s: xp.zeros_like(x) if s == 0 else xp.mod(x, s),
+        lambda F, x, y, g, s: F._zero_grad_if_int(g, x), aliases=("_ModScalar",))
 _scalar("_rmod_scalar", lambda xp, x, s: _mod(xp, s, x),
-        lambda F, x, y, g, s: -g * F.floor(F._rdiv_scalar(x, scalar=s)), aliases=("_RModScalar",))
+        lambda F, x, y, g, s: F._zero_grad_if_int(-g * F.floor(F._rdiv_scalar(x, scalar=s)), x),
+        aliases=("_RModScalar",))
 for _name, _alias, _f in [
     ("_equal_scalar", "_EqualScalar", lambda xp, x, s: x == s),
     ("_not_equal_scalar", "_NotEqualScalar", lambda xp, x, s: x != s),
@@ -791,11 +793,11 @@ _binary(
     aliases=(("_Minimum",), ()),
     choice=lambda xp, a, b: (a <= b, a - b),
 )
-# a mod b = a - b floor(a/b): (1, -floor(a/b)) almost everywhere
+# a mod b = a - b floor(a/b): (1, -floor(a/b)) almost everywhere; 0 for integer operands (MXNet)
 _binary(
     ("_mod", "broadcast_mod"),
     _mod,
-    lambda F, o, a, b, y, g: (g, -o.mul(g, F.floor(o.div(a, b)))),
+    lambda F, o, a, b, y, g: (F._zero_grad_if_int(g, a), F._zero_grad_if_int(-o.mul(g, F.floor(o.div(a, b))), b)),
     aliases=(("_Mod",), ()),
 )
 # hypot = sqrt(a^2 + b^2): (a/y, b/y)
@@ -956,4 +958,103 @@ register(
     infer_shape=_like_shape,
     gradient=lambda F, n, g: [F._sum_to_like(g[0], n.inputs[0]), None],
     doc="numpy-broadcast ``data`` to ``like``'s shape (adjoint of _sum_to_like).",
+)
+
+
+# -- straight-through estimators, gradient scaling, mixed-precision casts ------------------------------
+# y = round(x) / sign(x), but the gradient passes straight through (the straight-through estimator of
+# quantisation-aware training): dx = g. Not the derivative (0 almost everywhere): MXNet's definition.
+_unary("_contrib_round_ste", _float_in(_round_half_away), lambda F, x, y, g: F.identity(g),
+       doc="round(x) forward, identity gradient (straight-through estimator).")
+_unary("_contrib_sign_ste", lambda xp, x: xp.sign(x), lambda F, x, y, g: F.identity(g),
+       doc="sign(x) forward, identity gradient (straight-through estimator).")
+# y = x; dx = scalar * g (a gradient reversal layer with scalar=-1)
+_unary("_contrib_gradientmultiplier", lambda xp, x, scalar, is_int: x.copy(),
+       lambda F, x, y, g, scalar, is_int: F._mul_scalar(g, scalar=scalar),
+       params={"scalar": Param("float", 1.0), "is_int": Param("bool", True)},
+       doc="Identity forward; the gradient is multiplied by ``scalar``.")
+
+
+# MXNet's AMP casts touch float16 and float32 values only; float64 and integers pass through unchanged
+_AMP_FLOATS = (np.dtype(np.float16), np.dtype(np.float32))
+
+
+def _amp_cast_type(params, in_types, out_types, where):
+    t = in_types[0]
+    if t is None:
+        return in_types, out_types
+    return in_types, [params["dtype"] if np.dtype(t) in _AMP_FLOATS else t]
+
+
+register(
+    "amp_cast",
+    params={"dtype": Param("dtype")},
+    forward=lambda xp, x, dtype: x.astype(dtype) if x.dtype in _AMP_FLOATS else x,
+    infer_shape=same_shape,
+    infer_type=_amp_cast_type,
+    # a cast is the identity on values: the gradient is cast back to the input's dtype
+    gradient=lambda F, n, g: [F._cast_like(g[0], n.inputs[0])],
+    doc="Automatic-mixed-precision cast of a float16/float32 input to ``dtype`` (other dtypes pass through).",
+)
+
+
+def _amp_multicast_target(types, narrow):
+    """MXNet's rule: float32 if any input is float32 (else the first input's dtype); with cast_narrow,
+    float16 if any input is float16 (else float32)."""
+    types = [np.dtype(t) for t in types]
+    if narrow:
+        return np.dtype(np.float16) if np.dtype(np.float16) in types else np.dtype(np.float32)
+    return np.dtype(np.float32) if np.dtype(np.float32) in types else types[0]
+
+
+def _amp_multicast_type(params, in_types, out_types, where):
+    if any(t is None for t in in_types):
+        return in_types, out_types
+    target = _amp_multicast_target(in_types, params["cast_narrow"])
+    return in_types, [target if np.dtype(t) in _AMP_FLOATS else t for t in in_types]
+
+
+def _amp_multicast_fwd(xp, *xs, num_outputs, cast_narrow):
+    target = _amp_multicast_target([x.dtype for x in xs], cast_narrow)
+    return tuple(x.astype(target) if x.dtype in _AMP_FLOATS else x for x in xs)
+
+
+def _amp_multicast_shape(params, in_shapes, out_shapes, where):
+    if len(in_shapes) != params["num_outputs"]:
+        raise ShapeError(f"{where}: num_outputs={params['num_outputs']} but {len(in_shapes)} inputs")
+    return in_shapes, list(in_shapes)
+
+
+register(
+    "amp_multicast",
+    variadic="num_outputs",
+    params={"num_outputs": Param("int"), "cast_narrow": Param("bool", False)},
+    num_outputs=lambda p: p["num_outputs"],
+    forward=_amp_multicast_fwd,
+    infer_shape=_amp_multicast_shape,
+    infer_type=_amp_multicast_type,
+    # each output is its input cast: each gradient is its head gradient cast back
+    gradient=lambda F, n, g: [F._cast_like(gi, x) for gi, x in zip(g, n.inputs)],
+    doc="Cast the float16/float32 inputs to float32 if any is float32 (with cast_narrow: to float16 if any is "
+    "float16); other dtypes pass through.",
+)
+
+register(
+    "_grad_add",
+    inputs=("lhs", "rhs"),
+    forward=lambda xp, a, b: a + b,
+    infer_shape=same_shape,
+    gradient=lambda F, n, g: [F.identity(g[0]), F.identity(g[0])],  # d(a + b) = da + db
+    doc="a + b of equal shapes (MXNet's gradient accumulation).",
+)
+
+register(
+    "_identity_with_attr_like_rhs",
+    inputs=("lhs", "rhs"),
+    forward=lambda xp, a, b: a.copy(),
+    infer_shape=lambda params, in_shapes, out_shapes, where: (in_shapes, [in_shapes[0]]),
+    infer_type=lambda params, in_types, out_types, where: (in_types, [in_types[0]]),
+    no_grad_inputs=("rhs",),
+    gradient=lambda F, n, g: [F.identity(g[0]), None],  # y = lhs; rhs only lends its attributes
+    doc="lhs unchanged (MXNet uses it to give lhs rhs's storage attributes).",
 )

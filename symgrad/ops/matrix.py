@@ -419,3 +419,83 @@ register(
     gradient=_fc_grad,
     doc="y = x W^T + b (x flattened to 2-d unless flatten=False).",
 )
+
+
+# ----------------------------------------------------------------------------
+# khatri_rao: the column-wise Kronecker product
+# ----------------------------------------------------------------------------
+# C[(i_1, ..., i_n), j] = prod_m A_m[i_m, j] (rows in row-major order of (i_1, ..., i_n)). C is linear in
+# each A_k, so dA_k[i_k, j] = sum over the other indices of G[(i_1..i_n), j] prod_{m != k} A_m[i_m, j]
+# =: T_k(G, A) (``_khatri_rao_adjoint``, index k). T_k is linear in G and in each A_m (m != k), so its own
+# gradients are again these two ops: for a head V on T_k's output,
+#   d/dG  <T_k(G, A), V> = khatri_rao(A with A_k := V),
+#   d/dA_m <T_k(G, A), V> = T_m(G, A with A_k := V)   (m != k),
+# and A_k itself only lends its row count. MXNet 1.9.1 registers no gradient for khatri_rao.
+
+
+def _kr_letters(n):
+    return [chr(ord("a") + i) for i in range(n)]
+
+
+def _khatri_rao_fwd(xp, *mats, num_args):
+    letters = _kr_letters(len(mats))
+    spec = ",".join(f"{c}z" for c in letters) + "->" + "".join(letters) + "z"
+    out = xp.einsum(spec, *mats)
+    return out.reshape(-1, mats[0].shape[1])
+
+
+def _khatri_rao_shape(params, in_shapes, out_shapes, where):
+    if any(s is None for s in in_shapes):
+        return in_shapes, out_shapes
+    for k, s in enumerate(in_shapes):
+        if len(s) != 2:
+            raise ShapeError(f"{where}: input 'arg{k}' must be a matrix, got shape {tuple(s)}")
+        if s[1] != in_shapes[0][1]:
+            raise ShapeError(f"{where}: every input needs {in_shapes[0][1]} columns (those of 'arg0'), "
+                             f"'arg{k}' has shape {tuple(s)}")
+    return in_shapes, [(int(np.prod([s[0] for s in in_shapes])), in_shapes[0][1])]
+
+
+def _khatri_rao_grad(F, n, g):
+    mats = n.inputs
+    return [F._khatri_rao_adjoint(g[0], *mats, index=k, num_args=len(mats)) for k in range(len(mats))]
+
+
+register(
+    "khatri_rao",
+    variadic="num_args",
+    params={"num_args": Param("int")},
+    forward=_khatri_rao_fwd,
+    infer_shape=_khatri_rao_shape,
+    infer_type=float_inputs(),
+    gradient=_khatri_rao_grad,
+    doc="Column-wise Kronecker product of matrices with the same number of columns.",
+)
+
+
+def _kr_adjoint_fwd(xp, g, *mats, index, num_args):
+    letters = _kr_letters(len(mats))
+    others = [(c, m) for k, (c, m) in enumerate(zip(letters, mats)) if k != index]
+    grid = g.reshape(tuple(m.shape[0] for m in mats) + (g.shape[-1],))
+    spec = "".join(letters) + "z," + ",".join(f"{c}z" for c, _ in others) + f"->{letters[index]}z"
+    return xp.einsum(spec, grid, *[m for _, m in others])
+
+
+def _kr_adjoint_grad(F, n, g):
+    grad_out, mats, k = n.inputs[0], list(n.inputs[1:]), n.params["index"]
+    swapped = mats[:k] + [g[0]] + mats[k + 1:]
+    d_mats = [None if m == k else F._khatri_rao_adjoint(grad_out, *swapped, index=m, num_args=len(mats))
+              for m in range(len(mats))]
+    return [F.khatri_rao(*swapped, num_args=len(mats))] + d_mats
+
+
+register(
+    "_khatri_rao_adjoint",
+    inputs=lambda p: ["ograd"] + [f"arg{i}" for i in range(p["num_args"])],
+    params={"index": Param("int"), "num_args": Param("int")},
+    forward=_kr_adjoint_fwd,
+    infer_shape=lambda params, in_shapes, out_shapes, where: (in_shapes, [in_shapes[1 + params["index"]]]),
+    infer_type=lambda params, in_types, out_types, where: (in_types, [in_types[0]]),
+    gradient=_kr_adjoint_grad,
+    doc="khatri_rao's gradient for input ``index`` (hidden).",
+)

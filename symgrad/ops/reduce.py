@@ -444,3 +444,57 @@ register(
     ],
     doc="Gradient of a reduction: broadcast over the reduced axes of ``like`` (/count for mean).",
 )
+
+
+# ----------------------------------------------------------------------------
+# cumsum
+# ----------------------------------------------------------------------------
+
+
+def _cumsum_shape(params, in_shapes, out_shapes, where):
+    (a,) = in_shapes
+    if a is None:
+        return in_shapes, out_shapes
+    if params["axis"] is None:
+        return in_shapes, [(int(np.prod(a)),)]
+    normalize_axis(params["axis"], len(a), where)
+    return in_shapes, [tuple(a)]
+
+
+def _cumsum_type(params, in_types, out_types, where):
+    t = in_types[0]
+    if params["dtype"] is not None:
+        return in_types, [params["dtype"]]
+    return in_types, [t]
+
+
+def _cumsum_fwd(xp, a, axis, dtype):
+    out = xp.cumsum(a.reshape(-1) if axis is None else a, axis=0 if axis is None else axis)
+    return out.astype(dtype if dtype is not None else a.dtype, copy=False)
+
+
+def _reverse_cumsum(F, g, axis):
+    # the adjoint of a running sum y_i = sum_{j<=i} x_j is dx_j = sum_{i>=j} g_i: a running sum from the end
+    return F.reverse(F.cumsum(F.reverse(g, axis=axis), axis=axis), axis=axis)
+
+
+def _cumsum_grad(F, n, g):
+    a, axis = n.inputs[0], n.params["axis"]
+    if axis is None:
+        dx = F.reshape_like(_reverse_cumsum(F, g[0], 0), a)
+    else:
+        dx = _reverse_cumsum(F, g[0], axis)
+    return [F._cast_like(dx, a)]
+
+
+register(
+    "cumsum",
+    aliases=("_np_cumsum",),
+    inputs=("a",),
+    params={"axis": Param("int", None), "dtype": Param("dtype", None)},
+    forward=_cumsum_fwd,
+    infer_shape=_cumsum_shape,
+    infer_type=_cumsum_type,
+    gradient=_cumsum_grad,
+    doc="Running sum along ``axis`` (of the flattened input when axis is None), in ``dtype`` if given.",
+)

@@ -20,7 +20,7 @@ import math
 import numpy as np
 
 from ..base import ParamError, ShapeError
-from .registry import Param, normalize_axis, register
+from .registry import Param, normalize_axis, register, same_shape
 
 
 def _prod(dims):
@@ -1195,4 +1195,148 @@ register(
     # the inverse permutation of depth_to_space
     gradient=lambda F, n, g: [F.depth_to_space(g[0], block_size=n.params["block_size"])],
     doc="Move (block_size x block_size) spatial blocks into channels (inverse of depth_to_space).",
+)
+
+
+# ----------------------------------------------------------------------------
+# _slice_assign, _slice_assign_scalar: x with a slice replaced (``x[b:e:s] = v`` as an op)
+# ----------------------------------------------------------------------------
+
+
+def _slice_assign_shape(params, in_shapes, out_shapes, where):
+    lhs, rhs = in_shapes
+    if lhs is None:
+        return in_shapes, out_shapes
+    want = slice_index(lhs, params["begin"], params["end"], params["step"], where)[1]
+    if rhs is not None and tuple(rhs) != tuple(want):
+        raise ShapeError(f"{where}: input 'rhs' has shape {tuple(rhs)}, the slice of 'lhs' {tuple(lhs)} is {want}")
+    return [tuple(lhs), want], [tuple(lhs)]
+
+
+def _slice_assign_fwd(xp, lhs, rhs, begin, end, step):
+    out = lhs.copy()
+    out[slice_index(lhs.shape, begin, end, step)[0]] = rhs
+    return out
+
+
+_ASSIGN_PARAMS = {"begin": Param("any"), "end": Param("any"), "step": Param("any", ())}
+
+register(
+    "_slice_assign",
+    aliases=("_crop_assign",),
+    inputs=("lhs", "rhs"),
+    params=_ASSIGN_PARAMS,
+    prepare=_slice_prepare,
+    forward=_slice_assign_fwd,
+    infer_shape=_slice_assign_shape,
+    infer_type=_keep_first_type,
+    # y = lhs outside the slice, rhs inside: d lhs = g with the slice zeroed, d rhs = g[slice]
+    gradient=lambda F, n, g: [F._slice_assign_scalar(g[0], scalar=0.0, **n.params), F.slice(g[0], **n.params)],
+    doc="``lhs`` with ``lhs[begin:end:step]`` replaced by ``rhs``.",
+)
+
+
+def _slice_assign_scalar_fwd(xp, x, scalar, begin, end, step):
+    out = x.copy()
+    out[slice_index(x.shape, begin, end, step)[0]] = scalar
+    return out
+
+
+register(
+    "_slice_assign_scalar",
+    aliases=("_crop_assign_scalar",),
+    params={"scalar": Param("float", 0.0), **_ASSIGN_PARAMS},
+    prepare=lambda params, name: {"scalar": params["scalar"], **_slice_prepare(
+        {k: v for k, v in params.items() if k != "scalar"}, name)},
+    forward=_slice_assign_scalar_fwd,
+    infer_shape=same_shape,
+    infer_type=_keep_first_type,
+    # y = x outside the slice, a constant inside: dx = g with the slice zeroed
+    gradient=lambda F, n, g: [F._slice_assign_scalar(g[0], **{**n.params, "scalar": 0.0})],
+    doc="``data`` with ``data[begin:end:step]`` set to ``scalar``.",
+)
+
+
+# ----------------------------------------------------------------------------
+# Crop (legacy, NCHW): crop data to h_w or to crop_like's spatial size, at offset or centred
+# ----------------------------------------------------------------------------
+
+
+def _crop_offset(params, dshape, oh, ow, where):
+    h, w = dshape[2], dshape[3]
+    if oh > h or ow > w:
+        raise ShapeError(f"{where}: the crop ({oh}, {ow}) is larger than the input's spatial size ({h}, {w})")
+    if params["center_crop"]:
+        return (h - oh) // 2, (w - ow) // 2
+    oy, ox = (tuple(params["offset"]) + (0, 0))[:2]
+    if not (0 <= oy <= h - oh and 0 <= ox <= w - ow):
+        raise ShapeError(f"{where}: offset ({oy}, {ox}) leaves the input ({h}, {w}) for a crop of ({oh}, {ow})")
+    return oy, ox
+
+
+def _crop_legacy_shape(params, in_shapes, out_shapes, where):
+    data = in_shapes[0]
+    if data is None or (params["num_args"] == 2 and in_shapes[1] is None):
+        return in_shapes, out_shapes
+    if len(data) != 4:
+        raise ShapeError(f"{where}: input 'data' must be 4-d (N, C, H, W), got {tuple(data)}")
+    if params["num_args"] == 2:
+        oh, ow = in_shapes[1][2:4] if len(in_shapes[1]) == 4 else (None, None)
+        if oh is None:
+            raise ShapeError(f"{where}: input 'crop_like' must be 4-d (N, C, H, W), got {tuple(in_shapes[1])}")
+    else:
+        oh, ow = (tuple(params["h_w"]) + (0, 0))[:2]
+        if oh <= 0 or ow <= 0:
+            raise ParamError(f"{where}: parameter 'h_w' must be two positive sizes with one input, got {params['h_w']}")
+    _crop_offset(params, data, oh, ow, where)
+    return in_shapes, [(data[0], data[1], oh, ow)]
+
+
+def _crop_legacy_fwd(xp, data, *like, num_args, offset, h_w, center_crop):
+    p = {"offset": offset, "center_crop": center_crop}
+    oh, ow = like[0].shape[2:4] if like else h_w[:2]
+    oy, ox = _crop_offset(p, data.shape, oh, ow, "Crop")
+    return data[:, :, oy:oy + oh, ox:ox + ow].copy()
+
+
+def _crop_scatter_fwd(xp, g, data, offset, center_crop):
+    oh, ow = g.shape[2:4]
+    oy, ox = _crop_offset({"offset": offset, "center_crop": center_crop}, data.shape, oh, ow, "Crop")
+    out = xp.zeros(data.shape, dtype=g.dtype)
+    out[:, :, oy:oy + oh, ox:ox + ow] = g
+    return out
+
+
+def _crop_legacy_grad(F, n, g):
+    # y = data[:, :, oy:oy+h, ox:ox+w]: d data = g written into zeros at that window; crop_like only
+    # lends its shape (MXNet writes it a zero gradient)
+    p = {"offset": n.params["offset"], "center_crop": n.params["center_crop"]}
+    return [F._crop_scatter(g[0], n.inputs[0], **p)] + [None] * (len(n.inputs) - 1)
+
+
+register(
+    "Crop",
+    variadic="num_args",
+    inputs=lambda p: ["data", "crop_like"][:p["num_args"]],
+    params={"num_args": Param("int"), "offset": Param("shape", (0, 0)), "h_w": Param("shape", (0, 0)),
+            "center_crop": Param("bool", False)},
+    forward=_crop_legacy_fwd,
+    infer_shape=_crop_legacy_shape,
+    infer_type=_keep_first_type,
+    no_grad_inputs=("crop_like",),
+    gradient=_crop_legacy_grad,
+    doc="Legacy NCHW crop: to ``h_w`` (one input) or to ``crop_like``'s spatial size, at ``offset`` or centred.",
+)
+
+register(
+    "_crop_scatter",
+    inputs=("ograd", "data"),
+    params={"offset": Param("shape", (0, 0)), "center_crop": Param("bool", False)},
+    forward=_crop_scatter_fwd,
+    infer_shape=_scatter_shape,
+    infer_type=_keep_first_type,
+    no_grad_inputs=("data",),
+    # linear in g; its adjoint crops the window back out, to g's own spatial size
+    gradient=lambda F, n, g: [F.Crop(g[0], n.inputs[0], num_args=2, **n.params), None],
+    doc="Crop's gradient: zeros shaped like ``data`` with ``ograd`` in the crop window (hidden).",
 )

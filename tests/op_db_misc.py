@@ -1,0 +1,57 @@
+"""OpInfo rows for smaller MXNet operators added with issue 11: cumsum, khatri_rao, _slice_assign(_scalar),
+the legacy Crop, _grad_add, _identity_with_attr_like_rhs, amp_cast and amp_multicast. References are plain
+numpy written here; the straight-through estimators and gradientmultiplier (whose gradients are not their
+derivatives, by definition) are tested in tests/test_ops_misc.py."""
+
+import numpy as np
+from op_info import In, OpInfo
+
+import symgrad as sg
+
+S = sg.sym
+
+F16 = {np.float16: (2e-2, 2e-2)}
+
+
+def _khatri_rao(*mats):
+    return np.stack([_kron_all([m[:, j] for m in mats]) for j in range(mats[0].shape[1])], axis=1)
+
+
+def _kron_all(vectors):
+    out = np.ones(1)
+    for v in vectors:
+        out = np.kron(out, v)
+    return out
+
+
+def _assign(x, index, value):
+    out = x.copy()
+    out[index] = value
+    return out
+
+
+OPS = [
+    OpInfo("cumsum_axis1", lambda a: S.cumsum(a, axis=1), {"a": In((2, 4))}, lambda a: np.cumsum(a, axis=1),
+           fwd_tol=F16),
+    OpInfo("cumsum_flat", S.cumsum, {"a": In((2, 3))}, lambda a: np.cumsum(a.ravel()), fwd_tol=F16),
+    OpInfo("cumsum_negative_axis", lambda a: S.cumsum(a, axis=-3), {"a": In((3, 2, 2))},
+           lambda a: np.cumsum(a, axis=0), fwd_tol=F16),
+    OpInfo("khatri_rao_two", S.khatri_rao, {"a": In((2, 3)), "b": In((3, 3))}, _khatri_rao, fwd_tol=F16),
+    OpInfo("khatri_rao_three", S.khatri_rao, {"a": In((2, 2)), "b": In((1, 2)), "c": In((3, 2))}, _khatri_rao,
+           fwd_tol=F16),
+    OpInfo("_slice_assign", lambda a, b: S._slice_assign(a, b, begin=(1, None), end=(3, None), step=(1, 2)),
+           {"a": In((4, 3)), "b": In((2, 2))}, lambda a, b: _assign(a, (slice(1, 3), slice(None, None, 2)), b)),
+    OpInfo("_crop_assign_negative", lambda a, b: S._crop_assign(a, b, begin=(-2,), end=(None,)),
+           {"a": In((3, 2)), "b": In((2, 2))}, lambda a, b: _assign(a, slice(1, 3), b)),
+    OpInfo("_slice_assign_scalar", lambda a: S._slice_assign_scalar(a, scalar=0.5, begin=(None, 1), end=(None, 3)),
+           {"a": In((2, 4))}, lambda a: _assign(a, (slice(None), slice(1, 3)), 0.5)),
+    OpInfo("Crop_h_w_offset", lambda a: S.Crop(a, h_w=(2, 3), offset=(1, 1)), {"a": In((1, 2, 4, 5))},
+           lambda a: a[:, :, 1:3, 1:4]),
+    OpInfo("Crop_like_center", lambda a, b: S.Crop(a, b, center_crop=True),
+           {"a": In((2, 1, 5, 4)), "b": In((1, 1, 2, 1), grad=False)}, lambda a, b: a[:, :, 1:3, 1:2]),
+    OpInfo("_grad_add", S._grad_add, {"a": In((2, 3)), "b": In((2, 3))}, lambda a, b: a + b),
+    OpInfo("_identity_with_attr_like_rhs", S._identity_with_attr_like_rhs,
+           {"a": In((2, 3)), "b": In((2, 3), grad=False)}, lambda a, b: a),
+    OpInfo("amp_multicast_same_dtype", lambda a, b: S.amp_multicast(a, b, num_outputs=2),
+           {"a": In((2, 3)), "b": In((3,))}, lambda a, b: (a, b)),
+]
