@@ -49,6 +49,8 @@ OPS = [
            lambda a: a[:, :, 1:3, 1:4]),
     OpInfo("Crop_like_center", lambda a, b: S.Crop(a, b, center_crop=True),
            {"a": In((2, 1, 5, 4)), "b": In((1, 1, 2, 1), grad=False)}, lambda a, b: a[:, :, 1:3, 1:2]),
+    OpInfo("_rnn_param_concat", lambda a, b: S._rnn_param_concat(a, b, dim=0), {"a": In((3,)), "b": In((2,))},
+           lambda a, b: np.concatenate([a, b])),
     OpInfo("_grad_add", S._grad_add, {"a": In((2, 3)), "b": In((2, 3))}, lambda a, b: a + b),
     OpInfo("_identity_with_attr_like_rhs", S._identity_with_attr_like_rhs,
            {"a": In((2, 3)), "b": In((2, 3), grad=False)}, lambda a, b: a),

@@ -1,6 +1,7 @@
 """Operator families. Importing this package registers every operator."""
 
 from . import (  # noqa: F401
+    bbox,
     contrib,
     conv,
     creation,

@@ -551,6 +551,18 @@ register(
     doc="Concatenate inputs along ``dim``.",
 )
 
+# Gluon's RNN layers pack their parameters with it: Concat whose shape rule may also fill an input's
+# unknown shape from the output's (symgrad's Concat rule already fills what it can)
+register(
+    "_rnn_param_concat",
+    variadic="num_args",
+    params={"num_args": Param("int"), "dim": Param("int", 1)},
+    forward=_concat_fwd,
+    infer_shape=_concat_shape,
+    gradient=lambda F, n, g: list(F._split_like(g[0], *n.inputs, dim=n.params["dim"])),
+    doc="Concat as Gluon's RNN layers use it to pack their parameters into RNN's ``parameters`` vector.",
+)
+
 
 def _split_like_shape(params, in_shapes, out_shapes, where):
     return in_shapes, list(in_shapes[1:])
