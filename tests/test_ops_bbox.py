@@ -62,3 +62,18 @@ def test_bipartite_matching_gradient_is_zero():
     exe.forward(is_train=True, s=np.arange(6.0).reshape(2, 3) / 6)
     exe.backward([np.ones((2,)), np.ones((3,))])
     np.testing.assert_array_equal(exe.grad_dict["s"], 0.0)
+
+
+def test_multibox_prior_anchor_layout():
+    # a 2 x 3 map, sizes (0.5, 0.2), ratios (1, 4): per cell (0.5, r1), (0.2, r1), (0.5, r4)
+    prior = S._contrib_MultiBoxPrior(S.Variable("d"), sizes=(0.5, 0.2), ratios=(1, 4))
+    (anchors,) = prior.eval(d=np.zeros((1, 1, 2, 3)))
+    assert anchors.shape == (1, 2 * 3 * 3, 4)
+    want = []
+    for r in range(2):
+        for c in range(3):
+            cy, cx = (r + 0.5) / 2, (c + 0.5) / 3
+            for size, ratio in ((0.5, 1.0), (0.2, 1.0), (0.5, 2.0)):  # sqrt of the ratio
+                hw, hh = size * 2 / 3 * ratio / 2, size / ratio / 2
+                want.append([cx - hw, cy - hh, cx + hw, cy + hh])
+    np.testing.assert_allclose(anchors[0], want, rtol=1e-6, atol=1e-7)

@@ -383,3 +383,70 @@ register(
     grad_undefined_reason="box_nms's gradient routing is first-order only in symgrad",
     doc="box_nms's gradient: each kept row's head gradient back to its input row (hidden).",
 )
+
+
+# -- MultiBoxPrior ------------------------------------------------------------------------------------------
+
+
+def _float_tuple(params, name, node):
+    v = params[name]
+    v = (v,) if isinstance(v, (int, float)) else v
+    if not isinstance(v, (tuple, list)) or not all(isinstance(e, (int, float)) for e in v):
+        raise ParamError(f"_contrib_MultiBoxPrior {node!r}: parameter {name!r} expects a tuple of numbers, got {v!r}")
+    return tuple(float(e) for e in v)
+
+
+def _prior_prepare(params, node):
+    p = dict(params)
+    for k in ("sizes", "ratios", "steps", "offsets"):
+        p[k] = _float_tuple(params, k, node)
+    if not p["sizes"] or not p["ratios"]:
+        raise ParamError(f"_contrib_MultiBoxPrior {node!r}: 'sizes' and 'ratios' need at least one value each")
+    if len(p["steps"]) != 2 or len(p["offsets"]) != 2 or not all(0 <= o <= 1 for o in p["offsets"]):
+        raise ParamError(f"_contrib_MultiBoxPrior {node!r}: 'steps' must be (step_y, step_x) and 'offsets' two "
+                         f"values in [0, 1], got {p['steps']} and {p['offsets']}")
+    return p
+
+
+def _prior_shape(params, in_shapes, out_shapes, where):
+    (d,) = in_shapes
+    if d is None:
+        return in_shapes, out_shapes
+    if len(d) != 4:
+        raise ShapeError(f"{where}: input 'data' must be (N, C, H, W), got {tuple(d)}")
+    per_cell = len(params["sizes"]) + len(params["ratios"]) - 1
+    return in_shapes, [(1, d[2] * d[3] * per_cell, 4)]
+
+
+def _prior_fwd(xp, data, sizes, ratios, clip, steps, offsets):
+    """SSD anchors per feature-map cell, in float32 arithmetic in MXNet's order: every size at the first
+    ratio, then every further ratio at the first size; centres at (cell + offset) * step (step 1/H, 1/W by
+    default)."""
+    f = np.float32
+    h, w = data.shape[2:4]
+    step_y, step_x = (f(steps[0]), f(steps[1])) if steps[0] > 0 and steps[1] > 0 else (f(1) / f(h), f(1) / f(w))
+    shapes = [(f(s), np.sqrt(f(ratios[0]))) for s in sizes] + [(f(sizes[0]), np.sqrt(f(r))) for r in ratios[1:]]
+    half = [(s * f(h) / f(w) * r / f(2), s / r / f(2)) for s, r in shapes]
+    out = []
+    for r in range(h):
+        cy = (f(r) + f(offsets[0])) * step_y
+        for c in range(w):
+            cx = (f(c) + f(offsets[1])) * step_x
+            out.extend([cx - hw, cy - hh, cx + hw, cy + hh] for hw, hh in half)
+    anchors = np.asarray(out, dtype=np.float32)
+    if clip:
+        anchors = np.clip(anchors, 0, 1)
+    return xp.asarray(anchors.astype(data.dtype).reshape(1, -1, 4))
+
+
+register(
+    "_contrib_MultiBoxPrior",
+    params={"sizes": Param("any", (1.0,)), "ratios": Param("any", (1.0,)), "clip": Param("bool", False),
+            "steps": Param("any", (-1.0, -1.0)), "offsets": Param("any", (0.5, 0.5))},
+    prepare=_prior_prepare,
+    forward=_prior_fwd,
+    infer_shape=_prior_shape,
+    # data only lends its spatial shape: the anchors do not depend on its values
+    gradient=lambda F, n, g: [F.zeros_like(n.inputs[0])],
+    doc="SSD prior (anchor) boxes for every cell of an (N, C, H, W) feature map, as corners in [0, 1].",
+)
