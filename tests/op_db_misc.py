@@ -24,6 +24,16 @@ def _kron_all(vectors):
     return out
 
 
+def _bn_train(x, g, b, mm, mv):
+    """Training-mode BatchNorm over axes (0, 2), eps 1e-3."""
+    return (x - x.mean((0, 2), keepdims=True)) / np.sqrt(x.var((0, 2), keepdims=True) + 1e-3) * g[None, :, None] \
+        + b[None, :, None]
+
+
+_BN_IN = {"x": In((4, 3, 2)), "g": In((3,), 0.5, 1.5), "b": In((3,))}
+_BN_AUX = {"bn_moving_mean": In((3,)), "bn_moving_var": In((3,), 0.5, 1.5)}
+
+
 def _assign(x, index, value):
     out = x.copy()
     out[index] = value
@@ -51,6 +61,14 @@ OPS = [
            {"a": In((2, 1, 5, 4)), "b": In((1, 1, 2, 1), grad=False)}, lambda a, b: a[:, :, 1:3, 1:2]),
     OpInfo("_rnn_param_concat", lambda a, b: S._rnn_param_concat(a, b, dim=0), {"a": In((3,)), "b": In((2,))},
            lambda a, b: np.concatenate([a, b])),
+    OpInfo("_contrib_SyncBatchNorm", lambda x, g, b: S._contrib_SyncBatchNorm(x, g, b, key="k", fix_gamma=False,
+                                                                             name="bn"),
+           _BN_IN, _bn_train, aux=_BN_AUX, is_train=True, second_order=False, fwd_tol={np.float16: (2e-2, 2e-2)}),
+    # relu at exact zeros cannot happen: the normalised values are continuous draws
+    OpInfo("_contrib_BatchNormWithReLU", lambda x, g, b: S._contrib_BatchNormWithReLU(x, g, b, fix_gamma=False,
+                                                                                      name="bn"),
+           _BN_IN, lambda *a: np.maximum(_bn_train(*a), 0), aux=_BN_AUX, is_train=True, second_order=False,
+           fwd_tol={np.float16: (2e-2, 2e-2)}),
     OpInfo("_grad_add", S._grad_add, {"a": In((2, 3)), "b": In((2, 3))}, lambda a, b: a + b),
     OpInfo("_identity_with_attr_like_rhs", S._identity_with_attr_like_rhs,
            {"a": In((2, 3)), "b": In((2, 3), grad=False)}, lambda a, b: a),

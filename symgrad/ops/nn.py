@@ -409,6 +409,76 @@ register(
 )
 
 
+def _bn_relu_fwd(xp, x, gamma, beta, mmean, mvar, **p):
+    (y, mean, invstd), updates = _bn_fwd(xp, x, gamma, beta, mmean, mvar, **p)
+    return (xp.maximum(y, 0).astype(y.dtype, copy=False), mean, invstd), updates
+
+
+def _bn_relu_grad(F, n, g):
+    # y = relu(bn(x)): the head gradient passes where y > 0 (bn's output > 0), then BatchNorm's rule
+    masked = F._backward_relu(g[0], n.outputs[0])
+    return _bn_grad(F, n, [masked] + list(g[1:]))
+
+
+register(
+    "_contrib_BatchNormWithReLU",
+    inputs=("data", "gamma", "beta"),
+    aux=("moving_mean", "moving_var"),
+    params=_BN_PARAMS,
+    num_outputs=3,
+    num_visible=lambda p: 3 if p["output_mean_var"] else 1,
+    output_names=("output", "mean", "var"),
+    forward=_bn_relu_fwd,
+    infer_shape=_bn_shape,
+    infer_type=_bn_type,
+    gradient=_bn_relu_grad,
+    needs_is_train=True,
+    mutates_aux=True,
+    doc="relu(BatchNorm(x)) in one op (MXNet's oneDNN fusion; the statistics outputs are BatchNorm's).",
+)
+
+
+def _sync_bn_prepare(params, name):
+    if params["ndev"] != 1:
+        raise ParamError(f"_contrib_SyncBatchNorm {name!r}: parameter 'ndev'={params['ndev']}: symgrad runs one "
+                         "device per executor, so statistics can only be synchronised over ndev=1 (plain BatchNorm)")
+    return params
+
+
+def _with_channel_axis(rule):
+    """A BatchNorm rule for SyncBatchNorm, whose channels are always on axis 1."""
+    def wrapped(params, *args, **kwargs):
+        return rule({**params, "axis": 1}, *args, **kwargs)
+    return wrapped
+
+
+def _sync_bn_grad(F, n, g):
+    x, gamma = n.inputs[0], n.inputs[1]
+    p = {k: n.params[k] for k in ("eps", "fix_gamma", "use_global_stats")}
+    dx, dgamma, dbeta = F._backward_BatchNorm(g[0], x, gamma, n.outputs[1], n.outputs[2], axis=1, **p)
+    return [dx, dgamma, dbeta, None, None]
+
+
+register(
+    "_contrib_SyncBatchNorm",
+    inputs=("data", "gamma", "beta"),
+    aux=("moving_mean", "moving_var"),
+    params={k: _BN_PARAMS[k] for k in ("eps", "momentum", "fix_gamma", "use_global_stats", "output_mean_var")}
+    | {"ndev": Param("int", 1), "key": Param("str")},
+    prepare=_sync_bn_prepare,
+    num_outputs=3,
+    num_visible=lambda p: 3 if p["output_mean_var"] else 1,
+    output_names=("output", "mean", "var"),
+    forward=lambda xp, *arrays, ndev, key, **p: _bn_fwd(xp, *arrays, axis=1, **p),
+    infer_shape=_with_channel_axis(_bn_shape),
+    infer_type=_bn_type,
+    gradient=_sync_bn_grad,
+    needs_is_train=True,
+    mutates_aux=True,
+    doc="Cross-device BatchNorm; with symgrad's one device per executor (ndev=1) it is BatchNorm on axis 1.",
+)
+
+
 def _bn_backward_fwd(xp, gy, x, gamma, mean, invstd, *, is_train, eps, fix_gamma, use_global_stats, axis):
     """Fused VJP of BatchNorm.
 
