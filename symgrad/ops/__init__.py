@@ -8,6 +8,7 @@ from . import (  # noqa: F401
     elemwise,
     image,
     indexing,
+    legacy,
     linalg,
     loss,
     matrix,
