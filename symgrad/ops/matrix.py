@@ -184,7 +184,7 @@ register(
 # ----------------------------------------------------------------------------
 
 
-def _matmul_grads(make, a, b, ta, tb, g):
+def matmul_grads(make, a, b, ta, tb, g):
     """Gradients of Y = op(A) op(B) per matrix, each again a product ``make(x, y, ta, tb)``.
 
     none:  dA = G B^T          dB = A^T G
@@ -239,7 +239,7 @@ def _batch_dot_grad(F, n, g):
         return F.batch_dot(x, y, transpose_a=ta, transpose_b=tb)
 
     a, b = n.inputs
-    return list(_matmul_grads(make, a, b, n.params["transpose_a"], n.params["transpose_b"], g[0]))
+    return list(matmul_grads(make, a, b, n.params["transpose_a"], n.params["transpose_b"], g[0]))
 
 
 register(
@@ -255,7 +255,7 @@ register(
 )
 
 
-def _gemm2_out(params, a, b, where):
+def gemm2_out(params, a, b, where):
     ta, tb = params["transpose_a"], params["transpose_b"]
     nd = len(a)
     if nd < 2 or len(b) != nd:
@@ -286,12 +286,12 @@ def _gemm2_shape(params, in_shapes, out_shapes, where):
     a, b = in_shapes
     if a is None or b is None:
         return in_shapes, out_shapes
-    return in_shapes, [_gemm2_out(params, a, b, where)[1]]
+    return in_shapes, [gemm2_out(params, a, b, where)[1]]
 
 
-def _gemm2_fwd(xp, a, b, transpose_a, transpose_b, alpha, axis):
+def gemm2_fwd(xp, a, b, transpose_a, transpose_b, alpha, axis):
     p = {"transpose_a": transpose_a, "transpose_b": transpose_b, "axis": axis}
-    ax, _ = _gemm2_out(p, a.shape, b.shape, "linalg_gemm2")
+    ax, _ = gemm2_out(p, a.shape, b.shape, "linalg_gemm2")
     # rows along ``axis``, columns along the last axis: move the rows next to the columns,
     # multiply the batch of matrices, and move them back (MXNet: swapaxes/gemm/swapaxes)
     a2 = xp.swapaxes(a, ax, -2)
@@ -310,7 +310,7 @@ def _gemm2_grad(F, n, g):
         return F.linalg_gemm2(x, y, transpose_a=ta, transpose_b=tb, alpha=p["alpha"], axis=p["axis"])
 
     a, b = n.inputs
-    return list(_matmul_grads(make, a, b, p["transpose_a"], p["transpose_b"], g[0]))
+    return list(matmul_grads(make, a, b, p["transpose_a"], p["transpose_b"], g[0]))
 
 
 register(
@@ -323,7 +323,7 @@ register(
         "alpha": Param("float", 1.0),
         "axis": Param("int", -2),
     },
-    forward=_gemm2_fwd,
+    forward=gemm2_fwd,
     infer_shape=_gemm2_shape,
     infer_type=float_inputs("A", "B"),
     gradient=_gemm2_grad,
