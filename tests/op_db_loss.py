@@ -137,3 +137,114 @@ OPS = [
            {"x": In((2, 3), sample=_lab([[0.1, -0.9, 0.7], [0.3, 0.2, -0.6]]))}, np.square,
            grad_ref=lambda x: {"x": 2 * x / 3}),
 ]
+
+
+# -- SVMOutput, softmax_cross_entropy, CTCLoss ----------------------------------------------------------------
+
+
+def _svm_grad(x, label, margin=1.0, reg=1.0, linear=False):
+    """MXNet's SVMOutput gradient, element by element: the hinge derivative of the true class k (pushed above
+    margin) and of every other class j (pushed below -margin); L2 squares the hinge."""
+    o = x.reshape(-1, x.shape[-1])
+    lab = label.reshape(-1)
+    g = np.zeros_like(o)
+    for r in range(o.shape[0]):
+        k = int(lab[r])
+        for j in range(o.shape[1]):
+            if j == k:
+                if margin > o[r, j]:
+                    g[r, j] = -reg if linear else -2 * reg * (margin - o[r, j])
+            elif margin > -o[r, j]:
+                g[r, j] = reg if linear else 2 * reg * (margin + o[r, j])
+    return g.reshape(x.shape)
+
+
+def _sce(x, label):
+    p = _softmax(x, 1)
+    return np.array([-sum(np.log(p[r, int(label[r])]) for r in range(x.shape[0]))])
+
+
+def _ctc_brute(x, label, blank):
+    """-log of the total probability of every alignment (one class per step of x (T, A), softmax over A) that
+    collapses to ``label`` (merge repeats, then drop blanks); 0 when none does (MXNet's convention)."""
+    import itertools
+
+    p = _softmax(x, 1)
+    total = 0.0
+    for path in itertools.product(range(x.shape[1]), repeat=x.shape[0]):
+        merged = [k for t, k in enumerate(path) if t == 0 or path[t - 1] != k]
+        if [k for k in merged if k != blank] == list(label):
+            total += np.prod([p[t, k] for t, k in enumerate(path)])
+    return -np.log(total) if total > 0 else 0.0
+
+
+def _ctc_ref(blank="first", data_lengths=False, label_lengths=False):
+    """Reference of a CTCLoss row: per sample, the label cut at its length (or its first padding value: 0 with
+    blank 'first', -1 with 'last') and the data cut at its length, scored by ``_ctc_brute``."""
+
+    def ref(x, label, *lengths):
+        lengths = list(lengths)
+        dl = lengths.pop(0) if data_lengths else [x.shape[0]] * x.shape[1]
+        b_id = 0 if blank == "first" else x.shape[2] - 1
+        out = []
+        for b in range(x.shape[1]):
+            row = [int(v) for v in label[b]]
+            if label_lengths:
+                row = row[:int(lengths[0][b])]
+            else:
+                pad = 0 if blank == "first" else -1
+                row = row[:row.index(pad)] if pad in row else row
+            out.append(_ctc_brute(x[:int(dl[b]), b], row, b_id))
+        return np.array(out)
+
+    return ref
+
+
+def _int_in(values):
+    values = np.array(values)
+    return In(values.shape, sample=_lab(values), grad=False, integer=True)
+
+
+def _ctc_row(name, make, x_shape, label, ref, **lengths):
+    inputs = {"x": In(x_shape, -1.5, 1.5), "label": _int_in(label)}
+    inputs.update({n: _int_in(v) for n, v in lengths.items()})
+    return OpInfo(name, make, inputs, ref, second_order=False)
+
+
+_SVM_IN = In((4, 3), -2, 2, away=0.05, kinks=(1.0, -1.0))
+
+OPS += [
+    # -- SVMOutput: identity forward, hinge gradient (head gradient ignored) --------------------------------------
+    _row("SVMOutput_l2", lambda x, label: S.SVMOutput(x, label), _SVM_IN, _so_label([2, 0, 1, 1], integer=True),
+         lambda x, label: x, lambda x, label: {"x": _svm_grad(x, label)}),
+    _row("SVMOutput_l1_margin_reg",
+         lambda x, label: S.SVMOutput(x, label, margin=0.5, regularization_coefficient=2.5, use_linear=True),
+         In((4, 3), -2, 2, away=0.05, kinks=(0.5, -0.5)), _so_label([1, 2, 0, 2]),
+         lambda x, label: x, lambda x, label: {"x": _svm_grad(x, label, 0.5, 2.5, linear=True)}),
+    # rows = every position but the last (class) axis: label (2, 3) for data (2, 3, 4)
+    _row("SVMOutput_l2_3d_margin", lambda x, label: S.SVMOutput(x, label, margin=1.5, regularization_coefficient=0.5),
+         In((2, 3, 4), -2.5, 2.5, away=0.05, kinks=(1.5, -1.5)),
+         In((2, 3), sample=_lab([[3, 0, 1], [2, 2, 0]]), grad=False, integer=True),
+         lambda x, label: x, lambda x, label: {"x": _svm_grad(x, label, 1.5, 0.5)}),
+    # -- softmax_cross_entropy: an ordinary op (gradient (softmax - one_hot) * head, twice differentiable) --------
+    OpInfo("softmax_cross_entropy", S.softmax_cross_entropy, {"x": In((3, 4)), "label": _int_in([2, 0, 3])}, _sce),
+    OpInfo("softmax_cross_entropy_float_label", S.softmax_cross_entropy,
+           {"x": In((4, 2), -2, 2), "label": In((4,), sample=_lab([1.0, 0.0, 0.0, 1.0]), grad=False)}, _sce),
+    # -- CTCLoss: loss per sample, gradient fused in the forward (no second order) -------------------------------
+    _ctc_row("CTCLoss_blank_first_padded", lambda x, label: S.CTCLoss(x, label), (4, 3, 3),
+             [[1, 2], [1, 0], [2, 2]], _ctc_ref()),
+    _ctc_row("CTCLoss_blank_last_padded", lambda x, label: S.ctc_loss(x, label, blank_label="last"), (4, 3, 3),
+             [[1, 0], [0, -1], [-1, -1]], _ctc_ref("last")),
+    _ctc_row("CTCLoss_data_lengths",
+             lambda x, label, dl: S._contrib_CTCLoss(x, label, dl, use_data_lengths=True), (4, 2, 3),
+             [[1, 2], [2, 0]], _ctc_ref(data_lengths=True), dl=[2, 3]),
+    _ctc_row("CTCLoss_label_lengths",
+             lambda x, label, ll: S._contrib_ctc_loss(x, label, ll, use_label_lengths=True, blank_label="last"),
+             (3, 2, 3), [[1, 1], [0, 1]], _ctc_ref("last", label_lengths=True), ll=[1, 2]),
+    _ctc_row("CTCLoss_both_lengths",
+             lambda x, label, dl, ll: S.CTCLoss(x, label, dl, ll, use_data_lengths=True, use_label_lengths=True),
+             (4, 2, 3), [[2, 2], [1, 2]], _ctc_ref(data_lengths=True, label_lengths=True), dl=[4, 3], ll=[2, 0]),
+    # sample 0 (1, 1 needs 3 steps) has 2: loss 0 and gradient 0, as MXNet
+    _ctc_row("CTCLoss_infeasible_sample", lambda x, label: S.CTCLoss(x, label), (2, 2, 3),
+             [[1, 1], [2, 1]], _ctc_ref()),
+]

@@ -314,3 +314,324 @@ register(
     gradient=lambda F, n, g: [None],
 )
 
+
+
+# ----------------------------------------------------------------------------
+# SVMOutput
+# ----------------------------------------------------------------------------
+
+_SVM_PARAMS = {
+    "margin": Param("float", 1.0),
+    "regularization_coefficient": Param("float", 1.0),
+    "use_linear": Param("bool", False),
+}
+
+
+def _svm_shape(params, in_shapes, out_shapes, where):
+    """label: data's shape without its last (class) axis."""
+    data, label = in_shapes
+    if data is None:
+        return in_shapes, out_shapes
+    data = tuple(data)
+    if len(data) == 0:
+        raise ShapeError(f"{where}: input 'data' must be at least 1-d (..., classes), got ()")
+    want = data[:-1]
+    if label is not None and tuple(label) != want:
+        raise ShapeError(f"{where}: input 'label' has shape {tuple(label)}, expected {want} for data {data}")
+    return [data, want], [data]
+
+
+def _svm_bwd(xp, out, label, *, margin, regularization_coefficient, use_linear):
+    """The hinge-loss gradient MXNet's SVMOutput sends to data (head gradient ignored).
+
+    Rows r of the output seen as (rows, classes) with class k = int(label[r]) (truncated), o = output:
+    L1 (use_linear), loss sum_{j != k} max(0, m + o_j) + max(0, m - o_k):
+        d/do_k = -c [m > o_k],  d/do_j = c [m > -o_j];
+    L2, loss sum_{j != k} max(0, m + o_j)^2 + max(0, m - o_k)^2:
+        d/do_k = -2c (m - o_k) [m > o_k],  d/do_j = 2c (m + o_j) [m > -o_j];
+    with m = margin, c = regularization_coefficient (strict comparisons, as MXNet).
+    """
+    o = out.reshape(-1, out.shape[-1])
+    k = label.reshape(-1).astype(np.int64)
+    is_k = xp.arange(o.shape[1]).reshape(1, -1) == k.reshape(-1, 1)
+    # MXNet's parameters are C++ floats: margin 0.3 is float32(0.3) even for float64 data
+    m, c = out.dtype.type(np.float32(margin)), out.dtype.type(np.float32(regularization_coefficient))
+    zero = xp.zeros((), dtype=out.dtype)
+    if use_linear:
+        g_k = xp.where(m > o, -c, zero)
+        g_j = xp.where(m > -o, c, zero)
+    else:
+        g_k = xp.where(m > o, -2 * c * (m - o), zero)
+        g_j = xp.where(m > -o, 2 * c * (m + o), zero)
+    return xp.where(is_k, g_k, g_j).reshape(out.shape).astype(out.dtype, copy=False)
+
+
+register(
+    "SVMOutput",
+    inputs=("data", "label"),
+    params=dict(_SVM_PARAMS),
+    forward=lambda xp, data, label, **_: data,
+    infer_shape=_svm_shape,
+    infer_type=_label_type,
+    gradient=lambda F, n, g: [F._backward_SVMOutput(n.outputs[0], n.inputs[1], **n.params), None],
+    is_loss=True,
+    no_grad_inputs=("label",),
+    doc="Identity forward; backward the L2 (default) or L1 (use_linear) multi-class hinge-loss gradient "
+    "(head gradient ignored).",
+)
+
+register(
+    "_backward_SVMOutput",
+    inputs=("out", "label"),
+    params=dict(_SVM_PARAMS),
+    forward=_svm_bwd,
+    infer_shape=lambda p, i, o, w: (i, [i[0]]),
+    infer_type=_grad_type,
+    gradient=None,
+    grad_undefined_reason="SVMOutput is a loss head whose backward is the fused hidden op _backward_SVMOutput: "
+    "second-order gradients through it are not defined",
+)
+
+
+# ----------------------------------------------------------------------------
+# softmax_cross_entropy
+# ----------------------------------------------------------------------------
+
+
+def _sce_shape(params, in_shapes, out_shapes, where):
+    data, label = in_shapes
+    if data is None:
+        return in_shapes, out_shapes
+    data = tuple(data)
+    if len(data) != 2:
+        raise ShapeError(f"{where}: input 'data' must be 2-d (batch, classes), got {data}")
+    if label is not None and tuple(label) != data[:1]:
+        raise ShapeError(f"{where}: input 'label' has shape {tuple(label)}, expected {data[:1]} for data {data}")
+    return [data, data[:1]], [(1,)]
+
+
+def _class_labels(xp, label, n_classes, op):
+    """Integer class labels (truncated), each in [0, n_classes): MXNet reads out of bounds otherwise."""
+    lab = label.astype(np.int64)
+    if bool(((lab < 0) | (lab >= n_classes)).any()):
+        raise ValueError(f"{op}: input 'label' must hold classes in [0, {n_classes}), got {label.reshape(-1).tolist()}")
+    return lab
+
+
+def _sce_fwd(xp, data, label):
+    """sum_r -log(max(softmax(x)[r, l_r], 1e-8)) as a (1,) array (MXNet clamps the probability at 1e-8)."""
+    lab = _class_labels(xp, label, data.shape[1], "softmax_cross_entropy")
+    p = _softmax(xp, data.astype(np.float32 if data.dtype == np.float16 else data.dtype, copy=False), 1)
+    picked = p[xp.arange(data.shape[0]), lab]
+    return (-xp.log(xp.maximum(picked, 1e-8)).sum()).reshape(1).astype(data.dtype)
+
+
+def _sce_grad(F, n, g):
+    # loss = -sum_r log softmax(x)[r, l_r]  ->  dx[r] = (softmax(x)[r] - one_hot(l_r)) * g  (g of shape (1,));
+    # like MXNet's, this ignores the forward's 1e-8 clamp. one_hot(l) * g is pick's adjoint applied to g
+    # repeated once per row (broadcast like the (batch,) picked values).
+    x, label = n.inputs
+    g_rows = F.broadcast_like(g[0], F.pick(x, label, axis=1))
+    onehot_g = F._pick_scatter(g_rows, label, x, axis=1, keepdims=False, mode="clip")
+    return [F.broadcast_mul(F.softmax(x, axis=1), g[0]) - onehot_g, None]
+
+
+register(
+    "softmax_cross_entropy",
+    inputs=("data", "label"),
+    forward=_sce_fwd,
+    infer_shape=_sce_shape,
+    infer_type=_label_type,
+    gradient=_sce_grad,
+    no_grad_inputs=("label",),
+    doc="Summed cross entropy of softmax(data) (rows = samples) and integer class labels; output shape (1,).",
+)
+
+
+# ----------------------------------------------------------------------------
+# CTCLoss
+# ----------------------------------------------------------------------------
+
+_CTC_PARAMS = {
+    "use_data_lengths": Param("bool", False),
+    "use_label_lengths": Param("bool", False),
+    "blank_label": Param("str", "first", choices=("first", "last")),
+}
+
+
+def _ctc_inputs(params):
+    names = ["data", "label"]
+    if params["use_data_lengths"]:
+        names.append("data_lengths")
+    if params["use_label_lengths"]:
+        names.append("label_lengths")
+    return names
+
+
+def _ctc_shape(params, in_shapes, out_shapes, where):
+    """data (T, N, alphabet), label (N, L) with L <= T, lengths (N,); outputs loss (N,) and the
+    hidden gradient (T, N, alphabet)."""
+    data, label = in_shapes[0], in_shapes[1]
+    if data is None:
+        return in_shapes, out_shapes
+    data = tuple(data)
+    if len(data) != 3:
+        raise ShapeError(f"{where}: input 'data' must be 3-d (sequence, batch, alphabet), got {data}")
+    ins = list(in_shapes)
+    if label is not None:
+        label = tuple(label)
+        if len(label) != 2 or label[0] != data[1]:
+            raise ShapeError(f"{where}: input 'label' has shape {label}, expected ({data[1]}, label_length) "
+                             f"for data {data}")
+        if label[1] > data[0]:
+            raise ShapeError(f"{where}: the label length {label[1]} exceeds the sequence length {data[0]} of data "
+                             f"{data}")
+    for k, name in enumerate(_ctc_inputs(params)[2:], start=2):
+        if ins[k] is not None and tuple(ins[k]) != (data[1],):
+            raise ShapeError(f"{where}: input {name!r} has shape {tuple(ins[k])}, expected ({data[1]},)")
+        ins[k] = (data[1],)
+    return ins, [(data[1],), data]
+
+
+def _ctc_type(params, in_types, out_types, where):
+    dt = in_types[0] if in_types[0] is not None else out_types[0]
+    check_float(where, "data", dt)
+    return [dt] + [t if t is not None else dt for t in in_types[1:]], [dt, dt]
+
+
+def _ctc_lengths(xp, values, low, high, op, name):
+    lengths = values.astype(np.int64)
+    if bool(((lengths < low) | (lengths > high)).any()):
+        raise ValueError(f"{op}: input {name!r} must hold lengths in [{low}, {high}], "
+                         f"got {values.reshape(-1).tolist()}")
+    return lengths
+
+
+def _shift(xp, a, k, fill):
+    """``a`` shifted by ``k`` along its last axis (k > 0: towards higher indices), ``fill`` entering."""
+    out = xp.full(a.shape, fill, dtype=a.dtype)
+    if k > 0:
+        out[..., k:] = a[..., :-k]
+    else:
+        out[..., :k] = a[..., -k:]
+    return out
+
+
+def _ctc_fwd(xp, data, label, *lengths, use_data_lengths, use_label_lengths, blank_label):
+    """Per sample b, loss_b = -log p(l_b | x_b) and d loss_b / d x[:, b] (softmax applied inside).
+
+    The label l (length L) is extended with blanks, l' = (blank, l_1, blank, ..., l_L, blank), S = 2L + 1.
+    With y_t = softmax(x_t) and log-space forward/backward variables (both including the emission at t)
+        alpha_0(s) = y_0(l'_s) for s < 2,
+        alpha_t(s) = (alpha_{t-1}(s) + alpha_{t-1}(s-1) + [skip_s] alpha_{t-1}(s-2)) y_t(l'_s),
+        beta_{T-1}(s) = y_{T-1}(l'_s) for s >= S - 2,
+        beta_t(s) = (beta_{t+1}(s) + beta_{t+1}(s+1) + [skip_{s+2}] beta_{t+1}(s+2)) y_t(l'_s),
+    skip_s = l'_s != blank and l'_s != l'_{s-2}, p = alpha_{T-1}(S-1) + alpha_{T-1}(S-2), and
+        d(-log p)/d x_t(k) = y_t(k) - (1/p) sum_{s: l'_s = k} alpha_t(s) beta_t(s) / y_t(l'_s).
+    Steps at and beyond a sample's data length get gradient 0. A sample no alignment can produce
+    (L + #repeated neighbours > T) gets loss 0 and gradient 0, as MXNet's (warp-ctc's) CPU kernel.
+    Computed in float64 whatever the input dtype.
+    """
+    op = "CTCLoss"
+    steps, batch, alphabet = data.shape
+    acc = np.float64
+    x = data.astype(acc)
+    x = x - x.max(axis=2, keepdims=True)
+    logp = x - xp.log(xp.exp(x).sum(axis=2, keepdims=True))  # (T, N, A)
+    k = 0
+    if use_data_lengths:
+        t_len = _ctc_lengths(xp, lengths[0], 0, steps, op, "data_lengths")
+        k = 1
+    else:
+        t_len = xp.full((batch,), steps, dtype=np.int64)
+    lab = label.astype(np.int64)
+    lmax = lab.shape[1]
+    blank = 0 if blank_label == "first" else alphabet - 1
+    if use_label_lengths:
+        l_len = _ctc_lengths(xp, lengths[k], 0, lmax, op, "label_lengths")
+    elif lmax == 0:
+        l_len = xp.zeros((batch,), dtype=np.int64)
+    else:  # the first padding value (0 with blank 'first', -1 with 'last') ends the label
+        is_pad = lab == (0 if blank_label == "first" else -1)
+        l_len = xp.where(is_pad.any(axis=1), xp.argmax(is_pad, axis=1), lmax)
+    valid = xp.arange(lmax).reshape(1, -1) < l_len.reshape(-1, 1)  # (N, L)
+    if bool((valid & ((lab < 0) | (lab >= alphabet) | (lab == blank))).any()):
+        # MXNet reads out of bounds for classes outside the alphabet, and warp-ctc's gradient is inconsistent
+        # with its loss when a label is the blank itself (MXNet's docs: the blank "should not be passed")
+        raise ValueError(f"{op}: input 'label' must hold classes in [0, {alphabet}) other than the blank "
+                         f"{blank} (blank_label={blank_label!r}) within each label's length, "
+                         f"got {label.tolist()}")
+    n_ext = 2 * lmax + 1
+    ext = xp.full((batch, n_ext), blank, dtype=np.int64)
+    ext[:, 1::2] = xp.where(valid, lab, blank)
+    s_len = 2 * l_len + 1
+    s_idx = xp.arange(n_ext).reshape(1, -1)
+    s_valid = s_idx < s_len.reshape(-1, 1)  # (N, S)
+    skip = xp.zeros((batch, n_ext), dtype=bool)
+    skip[:, 2:] = (ext[:, 2:] != blank) & (ext[:, 2:] != ext[:, :-2])
+    repeats = ((lab[:, 1:] == lab[:, :-1]) & valid[:, 1:]).sum(axis=1) if lmax > 1 else xp.zeros(batch, np.int64)
+    feasible = (l_len + repeats <= t_len) & (t_len > 0)
+    neg_inf = -np.inf
+    em = xp.take_along_axis(logp, xp.broadcast_to(ext.reshape(1, batch, n_ext), (steps, batch, n_ext)), axis=2)
+    em = xp.where(s_valid.reshape(1, batch, n_ext), em, neg_inf)  # (T, N, S) log emissions
+    alpha = xp.full((steps, batch, n_ext), neg_inf, dtype=acc)
+    alpha[0] = xp.where(s_idx < 2, em[0], neg_inf)
+    skip_in = xp.where(skip, 0.0, neg_inf)  # log [skip_s]
+    for t in range(1, steps):
+        a = alpha[t - 1]
+        alpha[t] = xp.logaddexp(xp.logaddexp(a, _shift(xp, a, 1, neg_inf)), _shift(xp, a, 2, neg_inf) + skip_in) + em[t]
+    bidx = xp.arange(batch)
+    last = alpha[xp.maximum(t_len - 1, 0), bidx]  # (N, S): alpha at each sample's last step
+    end1 = xp.take_along_axis(last, (s_len - 1).reshape(-1, 1), axis=1)[:, 0]
+    end2 = xp.take_along_axis(last, xp.maximum(s_len - 2, 0).reshape(-1, 1), axis=1)[:, 0]
+    loglike = xp.where(l_len > 0, xp.logaddexp(end1, end2), end1)
+    beta = xp.full((steps, batch, n_ext), neg_inf, dtype=acc)
+    skip_out = _shift(xp, skip_in, -2, neg_inf)  # log [skip_{s+2}]
+    at_end = s_idx >= (s_len - 2).reshape(-1, 1)
+    for t in range(steps - 1, -1, -1):
+        b = beta[t + 1] if t + 1 < steps else xp.full((batch, n_ext), neg_inf, dtype=acc)
+        rec = xp.logaddexp(xp.logaddexp(b, _shift(xp, b, -1, neg_inf)), _shift(xp, b, -2, neg_inf) + skip_out) + em[t]
+        start = xp.where(at_end, em[t], neg_inf)
+        tt = t_len.reshape(-1, 1)
+        beta[t] = xp.where(t == tt - 1, start, xp.where(t < tt - 1, rec, neg_inf))
+    with np.errstate(invalid="ignore"):
+        gamma = xp.where(xp.isfinite(em), alpha + beta - em, neg_inf)  # log alpha beta / y
+    ok = feasible.reshape(1, batch, 1)
+    post = xp.where(ok, xp.exp(gamma - xp.where(feasible, loglike, 0.0).reshape(1, batch, 1)), 0.0)
+    onehot = ((ext.reshape(batch, n_ext, 1) == xp.arange(alphabet).reshape(1, 1, -1)) & s_valid[:, :, None]).astype(acc)
+    occupancy = xp.einsum("tns,nsa->tna", post, onehot)
+    active = (xp.arange(steps).reshape(-1, 1) < t_len.reshape(1, -1)) & feasible.reshape(1, -1)  # (T, N)
+    grad = xp.where(active[:, :, None], xp.exp(logp) - occupancy, 0.0)
+    loss = xp.where(feasible, -loglike, 0.0)
+    return loss.astype(data.dtype), grad.astype(data.dtype)
+
+
+register(
+    "CTCLoss",
+    aliases=("ctc_loss", "_contrib_CTCLoss", "_contrib_ctc_loss"),
+    inputs=_ctc_inputs,
+    params=dict(_CTC_PARAMS),
+    num_outputs=2,
+    num_visible=1,
+    forward=_ctc_fwd,
+    infer_shape=_ctc_shape,
+    infer_type=_ctc_type,
+    # the forward also returns d loss_b / d data[:, b] (hidden output 1); the head gradient g (N,) scales
+    # each sample's block: d data[t, b, k] = g[b] * grad[t, b, k] (MXNet's _backward_ctc_loss)
+    gradient=lambda F, n, g: [F._backward_ctc_loss(g[0], n.outputs[1])] + [None] * (len(n.inputs) - 1),
+    no_grad_inputs=("label", "data_lengths", "label_lengths"),
+    doc="Connectionist Temporal Classification loss per sample of (T, N, alphabet) activations (softmax "
+    "applied inside); blank is class 0 ('first') or alphabet - 1 ('last').",
+)
+
+register(
+    "_backward_ctc_loss",
+    inputs=("ograd", "grad"),
+    forward=lambda xp, ograd, grad: (grad * ograd.reshape(1, -1, 1)).astype(grad.dtype, copy=False),
+    infer_shape=lambda p, i, o, w: (i, [i[1]]),
+    infer_type=lambda p, i, o, w: (i, [i[1]]),
+    gradient=None,
+    grad_undefined_reason="CTCLoss computes its gradient in the forward pass (alpha-beta recursion) and "
+    "scales it in the hidden op _backward_ctc_loss, which has no gradient rule: second-order gradients "
+    "through CTCLoss are not defined",
+)
