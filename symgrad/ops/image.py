@@ -373,3 +373,114 @@ register(
     gradient=lambda F, n, g: [F._image_resize(g[0], **n.params), None],
     doc="_image_resize's gradient: Rh^T g Rw, shaped like ``data`` (hidden).",
 )
+
+
+# -- random augmentations -----------------------------------------------------------------------------------
+# One random choice per call (MXNet draws once for the whole image), from symgrad's seeded generator
+# (``sg.random.seed``); the choice is kept as a hidden output so the gradient is the derivative of what the
+# forward did (MXNet's gradient of these ops is ``_copy``): a flip's is the same flip of the head gradient,
+# a brightness factor's the head gradient times the factor, a lighting offset's the head gradient itself.
+# ``is_random``: the numeric checkers refuse them (their output changes from run to run).
+
+
+def _flip_if_fwd(xp, g, flag, axis_from_end):
+    return xp.flip(g, axis=g.ndim - axis_from_end).copy() if float(flag.reshape(-1)[0]) else g.copy()
+
+
+register(
+    "_image_flip_if",
+    inputs=("data", "flag"),
+    params={"axis_from_end": Param("int")},
+    forward=_flip_if_fwd,
+    infer_shape=lambda params, in_shapes, out_shapes, where: (in_shapes, [in_shapes[0]]),
+    infer_type=lambda params, in_types, out_types, where: (in_types, [in_types[0]]),
+    no_grad_inputs=("flag",),
+    # a flip or the identity, chosen by flag: symmetric permutations, each its own adjoint
+    gradient=lambda F, n, g: [F._image_flip_if(g[0], n.inputs[1], **n.params), None],
+    doc="Flip ``data`` along axis ndim - axis_from_end when ``flag`` is nonzero (hidden).",
+)
+
+
+def _register_random_flip(name, axis_from_end, what):
+    def forward(xp, x):
+        from .random import generator
+
+        flip = generator(xp).uniform(()) >= 0.5  # MXNet: bernoulli(0.5) true keeps the image
+        flag = xp.full((1,), 1.0 if flip else 0.0, dtype=x.dtype)
+        return (xp.flip(x, axis=x.ndim - axis_from_end).copy() if flip else x.copy()), flag
+
+    register(
+        name,
+        aliases=(f"_npx_{name}",),
+        num_outputs=2,
+        num_visible=1,
+        output_names=("output", "flag"),
+        forward=forward,
+        infer_shape=lambda params, in_shapes, out_shapes, where: (
+            _image_shape(params, in_shapes, out_shapes[:1], where)[0],
+            [in_shapes[0], (1,)] if in_shapes[0] is not None else out_shapes),
+        infer_type=lambda params, in_types, out_types, where: (in_types, [in_types[0], in_types[0]]),
+        gradient=lambda F, n, g: [F._image_flip_if(g[0], n.outputs[1], axis_from_end=axis_from_end)],
+        is_random=True,
+        doc=f"Flip an image {what} with probability 1/2.",
+    )
+
+
+_register_random_flip("_image_random_flip_left_right", 2, "left to right")
+_register_random_flip("_image_random_flip_top_bottom", 3, "top to bottom")
+
+
+def _brightness_fwd(xp, x, min_factor, max_factor):
+    from .random import generator
+
+    # MXNet draws a float32 factor in [min_factor, max_factor)
+    alpha = np.float32(min_factor + (max_factor - min_factor) * float(generator(xp).uniform(())))
+    factor = xp.full((1,), alpha, dtype=x.dtype)
+    return (x * factor).astype(x.dtype, copy=False), factor
+
+
+def _enhance_prepare(params, node):
+    lo, hi = params["min_factor"], params["max_factor"]
+    if lo < 0 or hi < lo:
+        raise ParamError(f"_image_random_brightness {node!r}: need 0 <= min_factor <= max_factor, got {lo}, {hi}")
+    return params
+
+
+register(
+    "_image_random_brightness",
+    aliases=("_npx__image_random_brightness",),
+    params={"min_factor": Param("float"), "max_factor": Param("float")},
+    prepare=_enhance_prepare,
+    num_outputs=2,
+    num_visible=1,
+    output_names=("output", "factor"),
+    forward=_brightness_fwd,
+    infer_shape=lambda params, in_shapes, out_shapes, where: (
+        in_shapes, [_image_shape(params, in_shapes, out_shapes[:1], where)[1][0], (1,)]),
+    infer_type=lambda params, in_types, out_types, where: (in_types, [in_types[0], in_types[0]]),
+    # y = alpha x with the drawn alpha: dx = alpha g
+    gradient=lambda F, n, g: [F.broadcast_mul(g[0], n.outputs[1])],
+    is_random=True,
+    doc="Scale an image by a factor drawn uniformly from [min_factor, max_factor).",
+)
+
+
+def _random_lighting_fwd(xp, x, alpha_std):
+    from .random import generator
+
+    alpha = (np.float32(alpha_std) * generator(xp).normal((3,)).astype(np.float32)).tolist()
+    return _lighting_fwd(xp, x, alpha)
+
+
+register(
+    "_image_random_lighting",
+    aliases=("_npx__image_random_lighting",),
+    params={"alpha_std": Param("float", 0.05)},
+    forward=_random_lighting_fwd,
+    infer_shape=lambda params, in_shapes, out_shapes, where: _lighting_shape(
+        {"alpha": (0.0, 0.0, 0.0)}, in_shapes, out_shapes, where),
+    infer_type=_same_type,
+    gradient=lambda F, n, g: [F.identity(g[0])],  # y = x + a drawn constant offset per channel
+    is_random=True,
+    doc="AlexNet PCA lighting with alphas drawn from N(0, alpha_std^2).",
+)

@@ -82,6 +82,7 @@ def reshape_target(shape, dshape, reverse, where="Reshape"):
     src_idx = 0
     inf_idx = -1
     i = 0
+    copied_zeros = 0  # 0 dimensions copied through by 0 / -2 (unknown in MXNet's legacy shape mode)
 
     def take():
         nonlocal src_idx
@@ -94,6 +95,7 @@ def reshape_target(shape, dshape, reverse, where="Reshape"):
         d = spec[i]
         if d == 0:
             out.append(take())
+            copied_zeros += out[-1] == 0
         elif d == -1:
             if inf_idx >= 0:
                 raise ShapeError(f"{where}: shape={tuple(shape)} has more than one -1")
@@ -101,6 +103,7 @@ def reshape_target(shape, dshape, reverse, where="Reshape"):
             out.append(1)
             src_idx += 1
         elif d == -2:
+            copied_zeros += src[src_idx:].count(0)
             out.extend(src[src_idx:])
             src_idx = len(src)
         elif d == -3:
@@ -127,10 +130,14 @@ def reshape_target(shape, dshape, reverse, where="Reshape"):
             raise ShapeError(f"{where}: invalid value {d} in shape={tuple(shape)}")
         i += 1
     if inf_idx >= 0:
-        rest = _prod(out)
-        if rest == 0 or _prod(dshape) % rest:
+        rest, total = _prod(out), _prod(dshape)
+        if rest == 0 and copied_zeros == out.count(0) == list(dshape).count(0):
+            # every 0 dimension is copied through as it is (an unknown batch size: (0, 3, 4) with
+            # shape=(0, -1)): those factors cancel, so -1 is still determined
+            rest, total = _prod([d for d in out if d]), _prod([d for d in dshape if d])
+        if rest == 0 or total % rest:
             raise ShapeError(f"{where}: cannot infer -1 in shape={tuple(shape)} for input {tuple(dshape)}")
-        out[inf_idx] = _prod(dshape) // rest
+        out[inf_idx] = total // rest
     if reverse:
         out.reverse()
     out = tuple(out)
@@ -555,6 +562,7 @@ register(
 # unknown shape from the output's (symgrad's Concat rule already fills what it can)
 register(
     "_rnn_param_concat",
+    aliases=("_npi_rnn_param_concat",),
     variadic="num_args",
     params={"num_args": Param("int"), "dim": Param("int", 1)},
     forward=_concat_fwd,
