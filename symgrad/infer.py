@@ -32,10 +32,82 @@ def _describe(value, kind):
     return str(tuple(value)) if kind == "shape" else str(np.dtype(value))
 
 
-def _run(nodes: Sequence[Node], known: dict, kind: str) -> dict:
-    """Fill ``known`` ((node id, output index) -> value) in place and return it."""
+def _apply_rule(node, rule, ins, outs, kind, unknown_dims):
+    """``rule``'s answer for ``node``.
+
+    With unknown dimensions, a rule that fails on shapes holding a 0 (an unknown dimension: ``(0, 3) + (2, 0)``,
+    a Reshape of an unknown size) is asked again with those shapes unknown altogether, and once more with
+    each of them alone kept; the answers that do not fail are merged (dimension by dimension), so the rule
+    still fills in what the known parts determine. If every retry fails, the first error stands.
+    """
+    try:
+        try:
+            return rule(node.params, list(ins), list(outs), where(node))
+        except Exception as first:
+            if not unknown_dims:
+                raise
+            values = list(ins) + list(outs)
+            partial = [j for j, v in enumerate(values) if _partial(v)]
+            if not partial:
+                raise
+            answers = []
+            for keep in [None, *partial] if len(partial) > 1 else [None]:
+                trial = [None if j in partial and j != keep else v for j, v in enumerate(values)]
+                try:
+                    answers.append(rule(node.params, trial[:len(ins)], trial[len(ins):], where(node)))
+                except Exception:
+                    continue
+            if not answers:
+                raise first from None
+            return _merge_answers(answers, len(ins), len(outs))
+    except (ShapeError, TypeError, ValueError):
+        raise
+    except Exception as exc:  # a rule crashing on odd input is still the op's error
+        raise ShapeError(f"{where(node)}: {kind} inference failed: {exc}") from exc
+
+
+def _merge_answers(answers, n_in, n_out):
+    """Slot by slot, the merge of the rule's answers (a slot two answers disagree on keeps the first)."""
+    merged = [None] * (n_in + n_out)
+    for new_ins, new_outs in answers:
+        for j, v in enumerate(list(new_ins) + list(new_outs)):
+            if v is None:
+                continue
+            v = tuple(int(d) for d in v)
+            if merged[j] is None:
+                merged[j] = v
+            else:
+                m = _merge(merged[j], v, "shape", True)
+                if m is not None:
+                    merged[j] = m
+    return merged[:n_in], merged[n_in:]
+
+
+def _partial(shape) -> bool:
+    """A shape with an unknown dimension (a 0, in MXNet's legacy shape semantics)."""
+    return shape is not None and 0 in tuple(shape)
+
+
+def _merge(old, new, kind, unknown_dims):
+    """``new`` checked against the known ``old``: the value to keep, or None on a conflict. With unknown
+    dimensions two shapes of one rank whose dimensions agree wherever both are known merge into one."""
+    if not _differs(old, new, kind):
+        return tuple(old) if kind == "shape" else old
+    if kind == "shape" and unknown_dims and len(old) == len(new) and all(a == b or 0 in (a, b)
+                                                                          for a, b in zip(old, new)):
+        return tuple(a or b for a, b in zip(old, new))
+    return None
+
+
+def _run(nodes: Sequence[Node], known: dict, kind: str, unknown_dims: bool = False) -> dict:
+    """Fill ``known`` ((node id, output index) -> value) in place and return it.
+
+    ``unknown_dims`` (shapes only): a 0 in a shape is an unknown dimension (MXNet's legacy shape mode, used by
+    ``infer_shape``/``infer_shape_partial``/``simple_bind``); otherwise it is a zero-size dimension (``bind``).
+    """
     done: set[int] = set()
     ops = [n for n in nodes if n.op is not None]
+    unknown_dims = unknown_dims and kind == "shape"
     for pass_no in range(len(ops) + 2):
         changed = False
         seq = ops if pass_no % 2 == 0 else reversed(ops)
@@ -45,24 +117,21 @@ def _run(nodes: Sequence[Node], known: dict, kind: str) -> dict:
             ins = [known.get((s.id, i)) for s, i in node.inputs]
             outs = [known.get((node.id, k)) for k in range(node.num_outputs)]
             rule = node.op.infer_shape if kind == "shape" else (node.op.infer_type or same_type)
-            try:
-                new_ins, new_outs = rule(node.params, list(ins), list(outs), where(node))
-            except (ShapeError, TypeError, ValueError):
-                raise
-            except Exception as exc:  # a rule crashing on odd input is still the op's error
-                raise ShapeError(f"{where(node)}: {kind} inference failed: {exc}") from exc
+            new_ins, new_outs = _apply_rule(node, rule, ins, outs, kind, unknown_dims)
             for slot, (old, new) in enumerate(zip(ins, new_ins)):
                 if new is None:
                     continue
                 if kind == "shape":
                     new = tuple(int(d) for d in new)
-                if old is not None and _differs(old, new, kind):
-                    src, idx = node.inputs[slot]
-                    names = node.input_names()
-                    what = names[slot] if slot < len(names) else f"input {slot}"
-                    raise _conflict(node, f"input {what!r} (from {src.output_name(idx)!r})", old, new, kind)
-                if old is None:
-                    src, idx = node.inputs[slot]
+                src, idx = node.inputs[slot]
+                if old is not None:
+                    merged = _merge(old, new, kind, unknown_dims)
+                    if merged is None:
+                        names = node.input_names()
+                        what = names[slot] if slot < len(names) else f"input {slot}"
+                        raise _conflict(node, f"input {what!r} (from {src.output_name(idx)!r})", old, new, kind)
+                    new = merged
+                if old is None or (kind == "shape" and new != tuple(old)):
                     known[(src.id, idx)] = new
                     changed = True
             for k, (old, new) in enumerate(zip(outs, new_outs)):
@@ -70,12 +139,17 @@ def _run(nodes: Sequence[Node], known: dict, kind: str) -> dict:
                     continue
                 if kind == "shape":
                     new = tuple(int(d) for d in new)
-                if old is not None and _differs(old, new, kind):
-                    raise _conflict(node, f"output {k}", old, new, kind)
-                if old is None:
+                if old is not None:
+                    merged = _merge(old, new, kind, unknown_dims)
+                    if merged is None:
+                        raise _conflict(node, f"output {k}", old, new, kind)
+                    new = merged
+                if old is None or (kind == "shape" and new != tuple(old)):
                     known[(node.id, k)] = new
                     changed = True
-            if all(v is not None for v in new_ins) and all(v is not None for v in new_outs):
+            final = [known.get((s.id, i)) for s, i in node.inputs] + \
+                [known.get((node.id, k)) for k in range(node.num_outputs)]
+            if all(v is not None and not (unknown_dims and _partial(v)) for v in final):
                 done.add(node.id)
         if not changed or len(done) == len(ops):
             break
@@ -96,8 +170,9 @@ def _conflict(node, what, old, new, kind):
     )
 
 
-def infer_shapes(nodes: Sequence[Node], known: dict) -> dict:
-    return _run(nodes, known, "shape")
+def infer_shapes(nodes: Sequence[Node], known: dict, unknown_dims: bool = False) -> dict:
+    """Shape inference; ``unknown_dims=True``: a 0 dimension is unknown (MXNet's legacy mode), else zero-size."""
+    return _run(nodes, known, "shape", unknown_dims)
 
 
 def infer_types(nodes: Sequence[Node], known: dict) -> dict:

@@ -9,8 +9,12 @@ An MXNet user's custom op runs unchanged apart from the import::
 
     y = sg.sym.Custom(x, op_type="sigmoid2")
 
-Arrays handed to ``forward``/``backward`` are numpy arrays on cpu (a subclass
-that also answers ``asnumpy()``) and CuPy arrays on gpu. Keyword arguments of
+Arrays handed to ``forward``/``backward`` are numpy arrays on cpu (views of
+symgrad's arrays, of a subclass that also answers MXNet's ``asnumpy()``,
+``stype == 'default'`` and ``context``; writes go through) and CuPy arrays on
+gpu. An exception raised inside a custom op's code surfaces as a
+``CustomOpError`` naming the node and its ``op_type`` (the original exception
+is its ``__cause__``). Keyword arguments of
 ``sg.sym.Custom`` reach the prop's constructor as strings, as in MXNet. The
 gradient is the hidden node ``_backward_Custom`` calling ``backward``; it has
 no gradient of its own, so second order through a custom op is a clear error.
@@ -23,14 +27,151 @@ in several threads by several executors, keeps one state per executor.
 
 from __future__ import annotations
 
+from collections import namedtuple
+
 import numpy as np
 
-from .base import ParamError, ShapeError
+from .base import ParamError, ShapeError, SymgradError
 from .context import cpu, gpu
-from .ops.registry import Param
+from .ops.registry import REQUIRED, Param
+from .ops.registry import get_op as _get_op
+from .ops.registry import list_ops as _list_ops
 from .ops.registry import register as _register_op
 
-__all__ = ["CustomOp", "CustomOpProp", "register", "get_registered"]
+__all__ = ["CustomOp", "CustomOpProp", "CustomOpError", "register", "get_registered",
+           "get_all_registered_operators", "get_operator_arguments", "OperatorArguments"]
+
+
+class CustomOpError(SymgradError):
+    """An exception raised by a custom op's Python code (``forward``, ``backward``, ``infer_shape``, ...).
+
+    The message names the node and its ``op_type``; the original exception is ``__cause__``. The error is
+    also an instance of the original exception's type where Python allows it (``except RuntimeError``
+    keeps working), and carries ``symgrad_node`` like every error raised while running a plan.
+    """
+
+
+_ERROR_TYPES: dict = {}
+
+
+def _custom_op_error_type(original: type) -> type:
+    """``CustomOpError`` combined with ``original`` (plain ``CustomOpError`` where the two cannot be combined)."""
+    cls = _ERROR_TYPES.get(original)
+    if cls is None:
+        cls = CustomOpError
+        if not issubclass(CustomOpError, original):
+            try:
+                cls = type(f"CustomOpError[{original.__name__}]", (CustomOpError, original),
+                           {"__module__": __name__, "__str__": Exception.__str__})
+            except TypeError:  # an exception type with its own instance layout (OSError, SyntaxError...)
+                cls = CustomOpError
+        _ERROR_TYPES[original] = cls
+    return cls
+
+
+# -- the operator registry, as MXNet's ``mx.operator`` exposes it ---------------------------------------
+
+OperatorArguments = namedtuple("OperatorArguments", ["narg", "names", "types"])
+OperatorArguments.__doc__ = "``get_operator_arguments``' answer: argument count, names and type strings (MXNet)."
+
+#: what MXNet calls a variadic op's input list (``add_n(*args)``, ``Concat(*data)``)
+_VARIADIC_INPUT = {"add_n": "args", "ElementWiseSum": "args"}
+
+
+def get_all_registered_operators() -> list[str]:
+    """Every registered operator name, aliases included, sorted (``mx.operator.get_all_registered_operators``).
+
+    >>> "FullyConnected" in get_all_registered_operators()
+    True
+    """
+    import symgrad.ops  # noqa: F401  (registers every operator)
+
+    return sorted(_list_ops())
+
+
+def get_operator_arguments(op_name: str) -> OperatorArguments:
+    """The inputs and parameters of ``op_name`` in the order its creator takes them positionally
+    (``mx.operator.get_operator_arguments``): inputs first (type ``'NDArray-or-Symbol'``, or
+    ``'NDArray-or-Symbol[]'`` for a variadic op's inputs), then the parameters, typed as MXNet spells them
+    (``'int, required'``, ``"float, optional, default=0.5"``, ``"{'always', 'training'},optional, default=..."``).
+    An op whose inputs depend on its parameters lists those of its default parameters.
+
+    >>> get_operator_arguments("repeat")
+    OperatorArguments(narg=3, names=['data', 'repeats', 'axis'], types=['NDArray-or-Symbol', 'int, required', \
+"int or None, optional, default='None'"])
+    """
+    import symgrad.ops  # noqa: F401
+
+    from .symbol import positional_params
+
+    op = _get_op(op_name)
+    if op.variadic or op.extra_params:
+        names, types = [_VARIADIC_INPUT.get(op.name, "data")], ["NDArray-or-Symbol[]"]
+    else:
+        names = _default_inputs(op)
+        types = ["NDArray-or-Symbol"] * len(names)
+    pnames = positional_params(op) if not (op.variadic or op.extra_params) else \
+        [p for p in op.params if not p.startswith("_")]
+    for p in pnames:
+        names.append(p)
+        types.append(_type_string(op.params[p]))
+    return OperatorArguments(len(names), names, types)
+
+
+def _default_inputs(op) -> list[str]:
+    """The input names of ``op``: where they depend on a flag (``no_bias``, ``use_length``), the longest list
+    its default parameters or one flipped flag give, as MXNet lists every optional input."""
+    params = {k: (None if v.default is REQUIRED else v.default) for k, v in op.params.items()}
+    candidates = [params] + [{**params, k: not v} for k, v in params.items() if isinstance(v, bool)]
+    best = None
+    for p in candidates:
+        try:
+            names = list(op.list_inputs(p)) + list(op.list_aux(p))
+        except Exception:  # inputs that need a required parameter to be named
+            continue
+        if best is None or len(names) > len(best):
+            best = names
+    return best if best is not None else ["data"]
+
+
+_KIND_NAMES = {"int": "int", "float": "float", "bool": "boolean", "shape": "Shape(tuple)", "axis": "Shape or None",
+               "str": "string", "any": "string"}
+
+
+def _type_string(spec: Param) -> str:
+    """MXNet's type string of a parameter: ``'int, required'``, ``"int or None, optional, default='None'"``."""
+    default = spec.default
+    if spec.choices or spec.kind == "dtype":
+        if spec.choices:
+            options = sorted(repr(c) for c in spec.choices)
+        else:
+            options = sorted(f"'{name}'" for name in ("float16", "float32", "float64", "uint8", "int8", "int32",
+                                                      "int64", "bool"))
+        if spec.optional:
+            options.insert(0, "None")
+        head = "{" + ", ".join(options) + "}"
+        if default is REQUIRED:
+            return f"{head}, required"
+        shown = "None" if default is None else getattr(default, "name", default)
+        return f"{head},optional, default='{shown}'"
+    kind = _KIND_NAMES.get(spec.kind, "string")
+    if spec.optional and spec.kind not in ("axis", "str", "any"):
+        kind += " or None"
+    if default is REQUIRED:
+        return f"{kind}, required"
+    if default is None:
+        shown = "'None'" if spec.kind == "int" else "None"
+    elif isinstance(default, bool):
+        shown = str(int(default))
+    elif isinstance(default, tuple):
+        shown = "[" + ",".join(str(v) for v in default) + "]"
+    elif isinstance(default, str):
+        shown = f"'{default}'"
+    elif isinstance(default, float) and default.is_integer():
+        shown = str(int(default))
+    else:
+        shown = str(default)
+    return f"{kind}, optional, default={shown}"
 
 _PROPS: dict[str, type] = {}
 
@@ -115,7 +256,17 @@ def get_registered(reg_name):
 
 
 class _HostArray(np.ndarray):
-    """A numpy array that also answers MXNet's ``asnumpy()`` (returns a plain copy)."""
+    """What a custom op's code gets on cpu: a view of symgrad's numpy array (writes go through) that also
+    answers MXNet's NDArray API a custom op typically uses: ``asnumpy()`` (a plain copy), ``stype``
+    (always ``'default'``: symgrad has dense storage only) and ``context`` (``cpu(0)``)."""
+
+    stype = "default"
+
+    @property
+    def context(self):
+        return cpu()
+
+    ctx = context
 
     def asnumpy(self):
         return np.array(self, copy=True)
@@ -168,12 +319,9 @@ def _call(state, what, fn):
     try:
         return fn()
     except Exception as exc:
-        msg = f"{state.where()}: error in {what}: {exc}"
-        try:
-            new = type(exc)(msg)
-        except Exception:
-            exc.args = (msg,)
-            raise
+        msg = f"{state.where()}: error in {what}: {type(exc).__name__}: {exc}"
+        new = _custom_op_error_type(type(exc)).__new__(_custom_op_error_type(type(exc)), msg)
+        Exception.__init__(new, msg)
         raise new from exc
 
 

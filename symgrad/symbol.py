@@ -216,11 +216,9 @@ class Symbol:
         for node in arg_nodes + aux_nodes:
             raw = node.attrs.get(attr_key)
             if raw is not None:
-                value = parse(raw)
                 # MXNet 1.x: a 0 in ``__shape__`` is an unknown dimension (Gluon export writes (64, 0, 3, 3)
-                # for deferred-init weights): such a shape is left to inference
-                if not (attr_key == "__shape__" and 0 in value):
-                    known[(node.id, 0)] = value
+                # for deferred-init weights): shape inference fills it in
+                known[(node.id, 0)] = parse(raw)
         arg_names = [n.name for n in arg_nodes]
         if len(args) > len(arg_names):
             raise SymgradError(f"{what}: got {len(args)} positional values for {len(arg_names)} arguments {arg_names}")
@@ -236,13 +234,22 @@ class Symbol:
         return nodes, arg_nodes, aux_nodes, known
 
     def infer_shape_partial(self, *args, **kwargs):
-        """Like ``infer_shape`` but unknown shapes come back as None instead of failing."""
+        """Like ``infer_shape`` but what stays unknown comes back as such instead of failing: a shape
+        nothing determines is None, a dimension nothing determines is 0 (MXNet's legacy shape mode).
+
+        >>> import symgrad as sg
+        >>> fc = sg.sym.FullyConnected(sg.sym.Variable("data"), num_hidden=5, name="fc")
+        >>> fc.infer_shape_partial(data=(0, 3))
+        ([(0, 3), (5, 3), (5,)], [(0, 5)], [])
+        """
         return self._infer_shape(args, kwargs, partial=True)
 
     def infer_shape(self, *args, **kwargs):
         """Infer ``(arg_shapes, out_shapes, aux_shapes)`` from some argument shapes.
 
-        Returns ``(None, None, None)`` when some shape stays unknown (as MXNet does).
+        A 0 in a given shape is an unknown dimension (MXNet's legacy shape semantics); inference fills it
+        in where the rest of the graph determines it. Returns ``(None, None, None)`` when some shape or
+        dimension stays unknown (as MXNet does).
         """
         return self._infer_shape(args, kwargs, partial=False)
 
@@ -250,9 +257,12 @@ class Symbol:
         args = tuple(None if a is None else _as_shape(a, "infer_shape") for a in args)
         kwargs = {k: None if v is None else _as_shape(v, f"infer_shape {k!r}") for k, v in kwargs.items()}
         nodes, arg_nodes, aux_nodes, known = self._known(args, kwargs, "infer_shape", "__shape__", _parse_shape)
-        infer_shapes(nodes, known)
+        infer_shapes(nodes, known, unknown_dims=True)
         res = _collect(known, arg_nodes, self._outputs, aux_nodes)
-        if not partial and any(v is None for part in res for v in part):
+        # an argument with a 0 dimension is unknown; an output computed from fully known arguments may
+        # be genuinely empty (a slice that selects nothing)
+        if not partial and (any(v is None for part in res for v in part)
+                            or any(0 in v for part in (res[0], res[2]) for v in part)):
             return None, None, None
         return res
 
@@ -432,6 +442,86 @@ class Symbol:
         return self._binary(o, "_lesser_equal", "_lesser_equal_scalar", strict=False)
 
 
+# -- fluent methods ------------------------------------------------------------------
+# MXNet 1.9.1's fluent methods on Symbol (python/mxnet/symbol/symbol.py): ``x.sum(axis=1)`` is
+# ``sym.sum(x, axis=1)``. Method name -> the name looked up in ``symgrad.sym`` when it is called, so a
+# method works as soon as its operator (or Python-level function, ``split_v2``) exists.
+_FLUENT = {name: name for name in (
+    "reshape", "reshape_like", "zeros_like", "ones_like", "broadcast_axes", "repeat", "pad", "swapaxes",
+    "split", "split_v2", "slice", "slice_axis", "slice_like", "take", "one_hot", "pick", "sort", "topk",
+    "argsort", "argmax", "argmax_channel", "argmin", "clip", "abs", "sign", "shape_array", "size_array",
+    "broadcast_to", "broadcast_like", "tile", "transpose", "flip", "depth_to_space", "space_to_depth",
+    "sum", "nansum", "prod", "nanprod", "mean", "max", "min", "norm", "round", "rint", "fix", "floor", "ceil",
+    "trunc", "sin", "cos", "tan", "arcsin", "arccos", "arctan", "degrees", "radians", "sinh", "cosh", "tanh",
+    "arcsinh", "arccosh", "arctanh", "exp", "expm1", "log", "log10", "log2", "log1p", "sqrt", "rsqrt", "cbrt",
+    "rcbrt", "square", "reciprocal", "relu", "sigmoid", "softmax", "log_softmax", "softmin")}
+_FLUENT["astype"] = "cast"
+
+
+def _fluent_target(method, opname):
+    from . import sym
+
+    func = getattr(sym, opname, None)
+    if not callable(func) or isinstance(func, types.ModuleType):
+        raise NotImplementedError(f"Symbol.{method}: the operator {opname!r} it calls is not available in symgrad")
+    return func
+
+
+def _make_fluent(method, opname):
+    def fluent(self, *args, **kwargs):
+        return _fluent_target(method, opname)(self, *args, **kwargs)
+
+    fluent.__name__ = fluent.__qualname__ = method
+    fluent.__doc__ = f"Fluent form of ``sym.{opname}`` with this symbol as data (MXNet's ``Symbol.{method}``)."
+    return fluent
+
+
+def _fluent_flatten(self, inplace=False, **kwargs):
+    """Fluent form of ``sym.flatten`` (MXNet's ``Symbol.flatten``; ``inplace`` is ignored, as there)."""
+    return _fluent_target("flatten", "flatten")(self, **kwargs)
+
+
+def _fluent_expand_dims(self, axis, inplace=False, **kwargs):
+    """Fluent form of ``sym.expand_dims`` (MXNet's ``Symbol.expand_dims``; ``inplace`` is ignored)."""
+    return _fluent_target("expand_dims", "expand_dims")(self, axis=axis, **kwargs)
+
+
+def _fluent_squeeze(self, axis=None, inplace=False, **kwargs):
+    """Fluent form of ``sym.squeeze`` (MXNet's ``Symbol.squeeze``; ``inplace`` is ignored)."""
+    return _fluent_target("squeeze", "squeeze")(self, axis=axis, **kwargs)
+
+
+def _fluent_diag(self, k=0, **kwargs):
+    """Fluent form of ``sym.diag`` (MXNet's ``Symbol.diag``)."""
+    return _fluent_target("diag", "diag")(self, k, **kwargs)
+
+
+def _eval(self, ctx=None, **kwargs):
+    """Bind ``kwargs`` (every argument, by name) on ``ctx`` and run one forward (MXNet's ``Symbol.eval``).
+
+    Returns the list of outputs. Binding each time is slow: bind once and call ``forward`` to repeat.
+
+    >>> import numpy as np, symgrad as sg
+    >>> a, b = sg.sym.Variable("a"), sg.sym.Variable("b")
+    >>> (a + b).eval(a=np.ones(2), b=np.ones(2))[0].tolist()
+    [2.0, 2.0]
+    """
+    from .context import current_context
+
+    return self.bind(current_context() if ctx is None else ctx, kwargs).forward()
+
+
+for _method, _opname in _FLUENT.items():
+    setattr(Symbol, _method, _make_fluent(_method, _opname))
+for _method, _fn in (("flatten", _fluent_flatten), ("expand_dims", _fluent_expand_dims),
+                     ("squeeze", _fluent_squeeze), ("diag", _fluent_diag), ("eval", _eval)):
+    _fn.__name__ = _fn.__qualname__ = _method
+    setattr(Symbol, _method, _fn)
+del _method, _opname, _fn
+
+FLUENT_METHODS = tuple(sorted([*_FLUENT, "flatten", "expand_dims", "squeeze", "diag"]))
+
+
 class OutputNameError(KeyError, ValueError):
     """``sym["name"]`` names no output (a ``KeyError``, and a ``ValueError`` as in MXNet)."""
 
@@ -568,18 +658,19 @@ def _create(op, args, kwargs, name=None, attr=None, hint=None):
     where = f"{op.name} {node_name!r}"
     sym_kwargs = {k: v for k, v in kwargs.items() if isinstance(v, Symbol)}
     param_kwargs = {k: v for k, v in kwargs.items() if not isinstance(v, Symbol)}
-    for i, a in enumerate(args):
-        if not isinstance(a, Symbol):
-            raise TypeError(f"{where}: positional input {i} must be a Symbol, got {type(a).__name__}")
+    args, positional_params = _split_positional(op, args, param_kwargs, where)
+    param_kwargs.update(positional_params)
     if op.variadic and op.variadic not in param_kwargs and op.variadic in op.params:
         param_kwargs[op.variadic] = len(args)
     params = op.parse_params(param_kwargs, where)
     if op.prepare is not None:
         params = op.prepare(params, node_name)
     names = op.list_inputs(params) + op.list_aux(params)
+    if len(args) > len(names) and all(a is None for a in args[len(names):]):
+        args = args[:len(names)]  # ``Convolution(x, w, None, no_bias=True)``: an absent trailing input
     if len(args) > len(names):
         raise ParamError(f"{where}: got {len(args)} inputs, {op.name} takes {len(names)} {names}")
-    given = dict(zip(names, args))
+    given = {n: a for n, a in zip(names, args) if a is not None}
     for k, v in sym_kwargs.items():
         if k not in names:
             raise ParamError(f"{where}: {k!r} is not an input of {op.name}; inputs are {names}")
@@ -604,6 +695,46 @@ def _create(op, args, kwargs, name=None, attr=None, hint=None):
     return Symbol([(node, i) for i in range(op.n_visible(params))])
 
 
+def positional_params(op) -> list[str]:
+    """The parameters ``op`` takes positionally after its inputs, in MXNet's order (its
+    ``get_operator_arguments`` order): every public parameter but a variadic op's input count.
+    Variadic ops (``add_n``, ``Concat``, ``Custom``) take no positional parameters, as in MXNet."""
+    if op.variadic or op.extra_params:
+        return []
+    return [p for p in op.params if not p.startswith("_")]
+
+
+def _split_positional(op, args, param_kwargs, where):
+    """Positional values -> (inputs, {param: value}), as MXNet's generated ``op(in1, ..., p1, p2, ...)``.
+
+    Symbols (and ``None``, meaning an absent input) fill the inputs; the first other value starts the
+    parameters, which follow in ``positional_params(op)`` order. A Symbol after a parameter, more values
+    than parameters, or a parameter also given by keyword is an error naming the op.
+    """
+    k = 0
+    while k < len(args) and (args[k] is None or isinstance(args[k], Symbol)):
+        k += 1
+    inputs, rest = list(args[:k]), args[k:]
+    if op.variadic and any(a is None for a in inputs):
+        raise ParamError(f"{where}: positional input {inputs.index(None)} must be a Symbol, got None")
+    if not rest:
+        return inputs, {}
+    names = positional_params(op)
+    for j, value in enumerate(rest):
+        if isinstance(value, Symbol):
+            raise ParamError(f"{where}: positional argument {k + j} is a Symbol after the parameter values "
+                            f"{list(rest[:j])!r}; inputs come first")
+    if len(rest) > len(names):
+        what = f"parameters {names}" if names else "no parameters"
+        raise ParamError(f"{where}: positional input {k + len(names)} must be a Symbol, got "
+                        f"{type(rest[len(names)]).__name__} ({op.name} takes {what} after its inputs)")
+    given = dict(zip(names, rest))
+    twice = [n for n in given if n in param_kwargs]
+    if twice:
+        raise ParamError(f"{where}: parameter {twice[0]!r} given both positionally and by keyword")
+    return inputs, given
+
+
 def _make_op_func(op, func_name=None):
     """The creator ``sg.sym.<func_name>``; automatic names are ``<func_name lowercase><i>`` (MXNet)."""
     func_name = func_name or op.name
@@ -626,10 +757,93 @@ def _op_func(name):
     return _FUNCS[name]
 
 
+#: MXNet's op-name prefixes and the ``sym`` submodule each goes to (``_init_op_module``):
+#: ``_linalg_potrf`` is ``sym.linalg.potrf``; ``_random_*`` and ``_sample_*`` are ``sym.random.*``.
+NAMESPACE_PREFIXES = {"_contrib_": "contrib", "_linalg_": "linalg", "_image_": "image",
+                      "_random_": "random", "_sample_": "random"}
+_NS_FUNCS: dict = {}
+
+
+def _namespace_module(qualname: str, doc: str) -> types.ModuleType:
+    module = sys.modules.get(qualname)
+    if module is None:
+        module = types.ModuleType(qualname, doc)
+        module.__all__ = []
+        sys.modules[qualname] = module
+    return module
+
+
+def _namespace_entries() -> dict:
+    """``{submodule: {function name: creator}}`` from the registered op names (``_linalg_gemm2`` ->
+    ``linalg.gemm2``). A ``_random_X`` wins over a ``_sample_X`` of the same name. A creator's automatic
+    names use the short name (``gemm20``), as MXNet's do."""
+    entries: dict = {}
+    ops = _registry.list_ops()
+    for opname in sorted(ops, key=lambda n: (n.startswith("_sample_"), n)):
+        prefix = next((p for p in NAMESPACE_PREFIXES if opname.startswith(p)), None)
+        if prefix is None or len(opname) == len(prefix):
+            continue
+        short = opname[len(prefix):]
+        funcs = entries.setdefault(NAMESPACE_PREFIXES[prefix], {})
+        if short in funcs:
+            continue
+        op = ops[opname]
+        func = _NS_FUNCS.get(opname)
+        if func is None or func._op is not op:
+            func = _NS_FUNCS[opname] = _make_op_func(op, short)
+            func._op = op
+        funcs[short] = func
+    return entries
+
+
+def _random_wrappers() -> dict:
+    """The public functions of ``symgrad.sym_random`` (MXNet's ``mx.sym.random.uniform`` & co., which pick
+    ``_random_uniform`` or ``_sample_uniform``), or nothing while that module does not exist."""
+    import importlib
+
+    try:
+        module = importlib.import_module(f"{__package__}.sym_random")
+    except ModuleNotFoundError as exc:
+        if exc.name != f"{__package__}.sym_random":
+            raise
+        return {}
+    names = getattr(module, "__all__", None)
+    if names is None:
+        names = [n for n, v in vars(module).items()
+                 if not n.startswith("_") and callable(v) and getattr(v, "__module__", None) == module.__name__]
+    return {n: getattr(module, n) for n in names}
+
+
+class _LazyRandom(types.ModuleType):
+    """``sym.random``: filled on first use, so that ``symgrad.sym_random`` (which builds on ``sym``) is
+    imported only once ``sym`` itself is complete."""
+
+    def _fill(self):
+        funcs = dict(object.__getattribute__(self, "_pending"))
+        funcs.update(_random_wrappers())  # MXNet's Python wrappers override the raw creators
+        for k, v in funcs.items():
+            setattr(self, k, v)
+        self.__all__ = sorted(funcs)
+        self._pending = None
+
+    def __getattr__(self, name):
+        if name.startswith("__") or self.__dict__.get("_pending") is None:
+            raise AttributeError(f"module {self.__name__!r} has no attribute {name!r}")
+        self._fill()
+        return getattr(self, name)
+
+    def __dir__(self):
+        if self.__dict__.get("_pending") is not None:
+            self._fill()
+        return sorted(self.__dict__)
+
+
 def populate(namespace: dict, internal_name: str = "symgrad.sym._internal") -> dict:
     """Put one creator function per registered operator into ``namespace``.
 
-    Also fills a ``_internal`` module (MXNet keeps ``_plus_scalar`` & co. there).
+    Also fills a ``_internal`` module (MXNet keeps ``_plus_scalar`` & co. there) and the submodules
+    ``contrib``, ``linalg``, ``image`` and ``random`` (``sym.linalg.gemm2`` is ``_linalg_gemm2``), registered
+    in ``sys.modules`` under ``<package of internal_name>.<submodule>``.
     """
     from . import operator, ops  # noqa: F401  (importing them registers every operator)
 
@@ -643,4 +857,21 @@ def populate(namespace: dict, internal_name: str = "symgrad.sym._internal") -> d
         namespace[opname] = func
     namespace["_internal"] = internal
     sys.modules[internal_name] = internal
+    base = internal_name.rsplit(".", 1)[0]
+    entries = _namespace_entries()
+    for sub in sorted(set(NAMESPACE_PREFIXES.values())):
+        qualname = f"{base}.{sub}"
+        funcs = entries.get(sub, {})
+        doc = f"MXNet's ``mx.sym.{sub}``: the operators registered as ``_{sub}_*``."
+        if sub == "random":
+            module = sys.modules.get(qualname)
+            if not isinstance(module, _LazyRandom):
+                module = sys.modules[qualname] = _LazyRandom(qualname, doc)
+            module._pending = funcs
+        else:
+            module = _namespace_module(qualname, doc)
+            for k, v in funcs.items():
+                setattr(module, k, v)
+            module.__all__ = sorted(funcs)
+        namespace[sub] = module
     return namespace

@@ -257,7 +257,12 @@ class Executor:
         self._monitor_all = False
         self._value_hook = None
         self._input_hook = None  # set only while forward_with_hook runs
-        self.outputs = []
+        # MXNet allocates the outputs at bind: ``exe.outputs`` may be read before the first forward (zeros
+        # here), and every forward writes into these same arrays (a reference taken earlier sees new values).
+        # An output whose shape depends on the data (boolean_mask) is None until the first forward.
+        with ctx.device_scope():
+            self.outputs = [None if s is None or t is None else self._xp.zeros(s, t)
+                            for s, t in zip(self._head_shapes, self._head_types)]
 
     # -- views ------------------------------------------------------------------
     @property
@@ -327,7 +332,7 @@ class Executor:
                 self._pending_aux.clear()
             # every check passed and the forward ran: only now write into the user's arrays;
             # these copies cannot fail (values checked and converted, destinations writeable)
-            outs = [self._detached(o, [src for _, src in staged]) for o in outs]
+            outs = self._store_outputs(outs, [src for _, src in staged])
             for i, src in staged:
                 self.arg_arrays[i][...] = src
                 if plan.arg_slots[i] is not None:
@@ -379,6 +384,22 @@ class Executor:
             return to_numpy(value)
         with self._ctx.device_scope():  # host -> this gpu, or another gpu -> this one
             return self._xp.asarray(value) if dev.device_type == "cpu" else value.copy()
+
+    def _store_outputs(self, outs, others=()):
+        """Copy freshly computed outputs into the arrays ``exe.outputs`` holds since bind (MXNet keeps its
+        output arrays); an output whose shape or dtype differs from its array's (a data-dependent shape)
+        replaces that array instead. Returns the new ``exe.outputs`` list."""
+        xp = self._xp
+        stored = []
+        for buf, out in zip(self.outputs, outs):
+            if not isinstance(out, xp.ndarray):
+                out = xp.asarray(out)
+            if buf is not None and buf.shape == out.shape and buf.dtype == out.dtype:
+                buf[...] = out  # a copy: never a view of an argument or of a value the plan keeps
+            else:
+                buf = self._detached(out, others)
+            stored.append(buf)
+        return stored
 
     def _detached(self, out, others=()):
         """The output itself, or a copy if it is a view of a bound array (reshape, slice, BlockGrad...)
@@ -469,11 +490,22 @@ class Executor:
             if np.dtype(g.dtype).kind == "c" and head_type is not None and np.dtype(head_type).kind != "c":
                 raise DTypeError(f"backward: out_grad for {names[i]!r} is complex ({g.dtype}) but the output is "
                                  f"{np.dtype(head_type)}: the imaginary part would be dropped")
-            if tuple(g.shape) != tuple(self._head_shapes[i]):
+            want = self._head_shapes[i]
+            if want is None:  # a data-dependent output shape (boolean_mask): known from the last forward
+                want = self.outputs[i].shape
+            if tuple(g.shape) != tuple(want):
                 raise ShapeError(
                     f"backward: out_grad for {names[i]!r} has shape {tuple(g.shape)}, "
-                    f"expected {tuple(self._head_shapes[i])}"
+                    f"expected {tuple(want)}"
                 )
+            if head_type is not None and np.dtype(head_type).kind in "iu" and g.dtype != head_type:
+                # MXNet: the head gradient of an integer output is an array of that dtype, so a float one is
+                # truncated toward zero (0.75 -> 0, -2.5 -> -2) before it flows back
+                if np.dtype(g.dtype).kind in "fc" and g.size and not bool(self._xp.isfinite(g).all()):
+                    raise BindError(f"backward: out_grad for {names[i]!r} holds NaN or infinity, which the "
+                                    f"{np.dtype(head_type)} output cannot represent")
+                with self._ctx.device_scope():
+                    g = g.astype(head_type)
             result.append(g if needed else None)
         return result
 
@@ -514,8 +546,10 @@ class Executor:
         # a backward() after forward_all() uses these values, as after forward()
         self._vals = list(vals)
         self._last_is_train = bool(is_train)
-        self.outputs = [self._scalar_free(vals[s]) for s in self._plan.head_slots]
-        return self.outputs
+        outs = [self._scalar_free(vals[s]) for s in self._plan.head_slots]
+        with self._ctx.device_scope():
+            self.outputs = self._store_outputs(outs)
+        return outs  # the computed values themselves: a later forward() does not overwrite them
 
     def rerun_downstream(self, names):
         """Outputs after re-running only the instructions that depend on the arguments ``names``.
@@ -669,11 +703,13 @@ def simple_bind(symbol, ctx, grad_req="write", type_dict=None, shapes=None, **_)
     nodes, arg_nodes, aux_nodes = symbol._arg_and_aux_nodes()
     shapes = _bind_shapes(shapes or {}, [n.name for n in arg_nodes + aux_nodes])
     arg_shapes, _, aux_shapes = symbol.infer_shape_partial(**shapes)
-    unknown = [n.name for n, s in zip(arg_nodes + aux_nodes, list(arg_shapes) + list(aux_shapes)) if s is None]
+    # a 0 dimension is unknown (MXNet's legacy shape mode): inference must determine it
+    unknown = [n.name for n, s in zip(arg_nodes + aux_nodes, list(arg_shapes) + list(aux_shapes))
+               if s is None or 0 in s]
     if unknown:
         raise ShapeError(
-            f"simple_bind: cannot infer the shapes of {unknown} from the given shapes {shapes}; "
-            "pass them as keyword arguments (name=shape)"
+            f"simple_bind: cannot infer the shapes of {unknown} from the given shapes {shapes} (a 0 dimension "
+            "is unknown); pass them as keyword arguments (name=shape)"
         )
     names = [n.name for n in arg_nodes + aux_nodes]
     type_dict = dict(type_dict or {})

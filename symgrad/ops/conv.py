@@ -458,6 +458,9 @@ def _deconv_grad(F, n, g):
 _DECONV_PARAMS = _conv_params(512, True)
 _DECONV_PARAMS["adj"] = Param("shape", ())
 _DECONV_PARAMS["target_shape"] = Param("shape", ())
+# MXNet's field order (parameters may be given positionally): adj and target_shape come right after pad
+_DECONV_PARAMS = {k: _DECONV_PARAMS[k] for k in ("kernel", "stride", "dilate", "pad", "adj", "target_shape")} | \
+    _DECONV_PARAMS
 
 register(
     "Deconvolution",
