@@ -14,7 +14,7 @@ import importlib.util
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # the names below are imported on first use (PEP 562): `import symgrad` itself is cheap
-    from . import operator, sym, test_utils
+    from . import operator, random, sym, test_utils
     from .base import (
         AttrScope,
         BindError,
@@ -37,6 +37,7 @@ __version__ = "0.1.0"
 __all__ = [
     "sym",
     "operator",
+    "random",
     "Symbol",
     "Variable",
     "var",
@@ -68,7 +69,7 @@ __all__ = [
 
 # name -> the submodule that defines it; a submodule itself maps to None
 _EXPORTS = {
-    "sym": None, "operator": None, "test_utils": None,
+    "sym": None, "operator": None, "random": None, "test_utils": None,
     "AttrScope": "base", "BindError": "base", "MXNetError": "base", "NameManager": "base", "ParamError": "base",
     "Prefix": "base", "SerializationError": "base", "ShapeError": "base", "SymgradError": "base",
     "Context": "context", "cpu": "context", "current_context": "context", "gpu": "context", "num_gpus": "context",

@@ -42,7 +42,7 @@ from ._inputs import (
 from .compare import compare
 from .context import to_device, to_numpy
 from .decisions import DecisionFlipWarning, format_flips, pin_decisions, record_decisions
-from .harness import RoundingEmulator
+from .harness import RoundingEmulator, refuse_random_ops
 from .mxnet_checks import _raise_first
 from .report import GradientCheckError
 from .seed import seeded_check
@@ -299,6 +299,7 @@ class _Consistency:
         raise_on_err = check_flag(raise_on_err, _WHO, "raise_on_err")
         equal_nan = check_flag(equal_nan, _WHO, "equal_nan")
         self.syms = _check_symbols(sym, len(ctx_list))
+        refuse_random_ops(self.syms, _WHO)
         self.arg_names, self.out_names = self.syms[0].list_arguments(), self.syms[0].list_outputs()
         self.aux_names = self.syms[0].list_auxiliary_states()
         self.reqs = normalize_grad_req(grad_req, self.arg_names, _WHO)

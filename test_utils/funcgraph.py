@@ -23,7 +23,7 @@ from ._inputs import check_finite, check_kind, check_shapes
 from .compare import _violations, compare
 from .context import default_context, to_device, to_numpy
 from .differencer import default_steps, directional, gradient, jacobian
-from .harness import Harness, analytic_noise
+from .harness import Harness, analytic_noise, refuse_random_ops
 from .mxnet_checks import diagnosis_context
 from .numeric import MAX_REDRAWS, element_kinks, kink_warning, move_off_kink, projected_objective
 from .report import GradientCheckError
@@ -97,6 +97,7 @@ class FuncGraph:
             raise TypeError(f"{who}: func must be callable, got {type(func).__name__}")
         self.outputs = symbols_of(func(*variables), who)
         self.sym = Group(self.outputs)
+        refuse_random_ops(self.sym, who)
         self.input_names = [n for n, _ in inputs if n is not None]
         self.arg_names = self.sym.list_arguments()
         self.aux_names = self.sym.list_auxiliary_states()

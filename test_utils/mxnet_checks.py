@@ -36,7 +36,7 @@ from ._inputs import (
 from .compare import _violations, compare
 from .context import default_context, synchronize, to_device, to_numpy
 from .differencer import COMPLEX_STEP, METHODS, default_steps, gradient
-from .harness import Harness, as_array_like, assert_deterministic
+from .harness import Harness, as_array_like, assert_deterministic, refuse_random_ops
 from .harness import analytic_noise as harness_analytic_noise
 from .numeric import (
     MAX_REDRAWS,
@@ -560,6 +560,7 @@ class _NumericSetup:
         s = cls()
         s.who = who = "check_numeric_gradient"
         check_symbol(sym, who)
+        refuse_random_ops(sym, who)
         s.sym = sym
         s.dtype = check_dtype(dtype, who)
         s.ndtype = s.dtype if numeric_dtype is None else check_dtype(numeric_dtype, who, name="numeric_dtype")

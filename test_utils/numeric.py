@@ -42,7 +42,7 @@ from .differencer import (
     kink_test,
     min_step,
 )
-from .harness import Harness, as_array_like, assert_deterministic, trace_values
+from .harness import Harness, as_array_like, assert_deterministic, refuse_random_ops, trace_values
 from .report import Kink, format_index
 from .tolerance import min_numeric_eps, numeric_noise
 
@@ -252,6 +252,7 @@ def numeric_grad(executor, location, aux_states=None, eps=1e-4, use_forward_trai
     """
     who = "numeric_grad"
     check_executor(executor, who)
+    refuse_random_ops(executor, who)
     dtype = check_dtype(dtype, who)
     if check_choice(method, METHODS, who, "method") == "complex_step":
         raise ValueError(f"{who}: method='complex_step' needs a complex copy of the symbol; use "

@@ -252,6 +252,8 @@ class OpDef:
     # decisions(xp, *inputs, **params) -> list of Decision: the discrete choices forward makes from its
     # inputs (relu's mask, a max-pool window's argmax); None for ops without any (see ``Decision``)
     decisions: Callable | None = None
+    # a sampling op (its output is a fresh random draw): the numeric gradient checkers refuse symbols holding one
+    is_random: bool = False
     doc: str = ""
 
     # -- parameters ---------------------------------------------------------
