@@ -3,6 +3,8 @@ the legacy Crop, _grad_add, _identity_with_attr_like_rhs, amp_cast and amp_multi
 numpy written here; the straight-through estimators and gradientmultiplier (whose gradients are not their
 derivatives, by definition) are tested in tests/test_ops_misc.py."""
 
+import math
+
 import numpy as np
 from op_info import In, OpInfo
 
@@ -98,3 +100,31 @@ def _conv2d(x, w):
 
 def _avg2x2(x):
     return (x[..., :-1, :-1] + x[..., 1:, :-1] + x[..., :-1, 1:] + x[..., 1:, 1:]) / 4
+
+
+def _dirichlet_logpdf(x, a, is_log):
+    """Direct: sum (a_j - 1) log x_j + lgamma(sum a) - sum lgamma(a_j), per vector (alpha per leading index)."""
+    lead = a.shape[:-1]
+    out = np.zeros(x.shape[:-1])
+    for idx in np.ndindex(*x.shape[:-1]):
+        av = a[idx[:len(lead)]]
+        lp = float(np.sum((av - 1) * np.log(x[idx]))) + math.lgamma(av.sum()) - sum(math.lgamma(v) for v in av)
+        out[idx] = lp if is_log else math.exp(lp)
+    return out
+
+
+def _simplex(shape):
+    def draw(rng):
+        v = rng.uniform(0.2, 1.0, shape)
+        return v / v.sum(-1, keepdims=True)
+    return draw
+
+
+OPS += [
+    OpInfo("_random_pdf_dirichlet_log", lambda x, a: S._random_pdf_dirichlet(x, a, is_log=True),
+           {"x": In((2, 3, 4), sample=_simplex((2, 3, 4))), "a": In((2, 4), 0.5, 2.0)},
+           lambda x, a: _dirichlet_logpdf(x, a, True), dtypes=(np.float32, np.float64)),
+    OpInfo("_random_pdf_dirichlet_single_vector", S.random_pdf_dirichlet,
+           {"x": In((3,), sample=_simplex((3,))), "a": In((3,), 0.5, 2.0)},
+           lambda x, a: _dirichlet_logpdf(x[None], a[None], False).reshape(1), dtypes=(np.float32, np.float64)),
+]

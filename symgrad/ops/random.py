@@ -757,3 +757,122 @@ register(
     gradient=lambda F, n, g: [F._pdf_param_expand(g[0], n.inputs[0]), None],
     doc="``data`` summed over its trailing axes down to the shape of ``like`` (hidden; pdf gradients).",
 )
+
+
+# ----------------------------------------------------------------------------
+# Dirichlet density: vector samples
+# ----------------------------------------------------------------------------
+# alpha (S..., k) holds one parameter vector per leading index; sample (S..., N..., k) holds vectors on its
+# last axis; the output is one density per sample vector, shape sample.shape[:-1] ((1,) for a single vector):
+#   log p(x) = sum_j (a_j - 1) log x_j + lgamma(sum_j a_j) - sum_j lgamma(a_j)
+#   d log p / d x_j = (a_j - 1) / x_j,   d log p / d a_j = log x_j + psi(sum a) - psi(a_j)
+# Gradients are composed from the expand/reduce pairs below (each the other's adjoint) and elementwise ops.
+
+
+def _dirichlet_check(alpha, sample, where):
+    if len(alpha) < 1 or len(sample) < len(alpha) or tuple(sample[:len(alpha) - 1]) != tuple(alpha[:-1]) \
+            or sample[-1] != alpha[-1]:
+        raise ShapeError(f"{where}: 'alpha' {tuple(alpha)} must be (S..., k) and 'sample' (S..., N..., k) with the "
+                         f"same S and k, got sample {tuple(sample)}")
+
+
+def _dirichlet_shape(params, in_shapes, out_shapes, where):
+    sample, alpha = in_shapes
+    if sample is None or alpha is None:
+        return in_shapes, out_shapes
+    _dirichlet_check(alpha, sample, where)
+    return in_shapes, [tuple(sample[:-1]) if len(sample) > 1 else (1,)]
+
+
+def _alpha_expand(xp, alpha, sample_shape):
+    """alpha (S..., k) broadcast to a sample's (S..., N..., k)."""
+    middle = len(sample_shape) - alpha.ndim
+    return xp.broadcast_to(alpha.reshape(alpha.shape[:-1] + (1,) * middle + alpha.shape[-1:]), sample_shape)
+
+
+def _dirichlet_fwd(xp, x, alpha, is_log):
+    x64, a = x.astype(np.float64), _alpha_expand(xp, alpha.astype(np.float64), x.shape)
+    lp = ((a - 1) * xp.log(x64)).sum(-1) + _gammaln(xp, a.sum(-1)) - _gammaln(xp, a).sum(-1)
+    out = lp if is_log else xp.exp(lp)
+    return out.reshape(x.shape[:-1] if x.ndim > 1 else (1,)).astype(x.dtype)
+
+
+def _dirichlet_grad(F, n, g):
+    x, alpha = n.inputs
+    scale = g[0] if n.params["is_log"] else g[0] * n.outputs[0]
+    s = F._dirichlet_spread(scale, x)  # the per-vector factor on every component
+    a = F._dirichlet_alpha_expand(alpha, x)
+    psi_sum = F._polygamma(F.sum(a, axis=-1, keepdims=True), n=0)
+    dx = s * (a - 1.0) / x
+    da = s * F.broadcast_sub(F.broadcast_add(F.log(x), psi_sum), F._polygamma(a, n=0))
+    return [dx if n.needs[0] else None, F._dirichlet_alpha_reduce(da, alpha) if n.needs[1] else None]
+
+
+register(
+    "_random_pdf_dirichlet",
+    aliases=("random_pdf_dirichlet",),
+    inputs=("sample", "alpha"),
+    params={"is_log": Param("bool", False)},
+    forward=_dirichlet_fwd,
+    infer_shape=_dirichlet_shape,
+    infer_type=_pdf_type,
+    gradient=_dirichlet_grad,
+    doc="The Dirichlet density (or its log, ``is_log``) of the vectors on the last axis of ``sample``.",
+)
+
+
+def _spread_fwd(xp, s, like):
+    return xp.ascontiguousarray(xp.broadcast_to(s.reshape(like.shape[:-1] + (1,)), like.shape))
+
+
+def _gather_fwd(xp, g, like):
+    return g.sum(axis=-1).reshape(like.shape)
+
+
+def _alpha_reduce_fwd(xp, g, like):
+    middle = tuple(range(like.ndim - 1, g.ndim - 1))
+    return g.sum(axis=middle).reshape(like.shape) if middle else g.copy()
+
+
+# spread: s (one value per vector) -> every component of its vector; its adjoint sums each vector
+register(
+    "_dirichlet_spread",
+    inputs=("data", "like"),
+    forward=_spread_fwd,
+    infer_shape=lambda p, i, o, w: (i, [i[1]]),
+    infer_type=lambda p, i, o, w: (i, [i[0]]),
+    no_grad_inputs=("like",),
+    gradient=lambda F, n, g: [F._dirichlet_gather(g[0], n.inputs[0]), None],
+    doc="One value per sample vector spread over the vector's components (hidden; Dirichlet gradients).",
+)
+register(
+    "_dirichlet_gather",
+    inputs=("data", "like"),
+    forward=_gather_fwd,
+    infer_shape=lambda p, i, o, w: (i, [i[1]]),
+    infer_type=lambda p, i, o, w: (i, [i[0]]),
+    no_grad_inputs=("like",),
+    gradient=lambda F, n, g: [F._dirichlet_spread(g[0], n.inputs[0]), None],
+    doc="The sum over each vector's components, shaped like ``like`` (hidden; Dirichlet gradients).",
+)
+# alpha expand: (S..., k) -> (S..., N..., k); its adjoint sums the N axes
+register(
+    "_dirichlet_alpha_expand",
+    inputs=("data", "like"),
+    forward=lambda xp, alpha, like: xp.ascontiguousarray(_alpha_expand(xp, alpha, like.shape)),
+    infer_shape=lambda p, i, o, w: (i, [i[1]]),
+    infer_type=lambda p, i, o, w: (i, [i[0]]),
+    no_grad_inputs=("like",),
+    gradient=lambda F, n, g: [F._dirichlet_alpha_reduce(g[0], n.inputs[0]), None],
+    doc="alpha broadcast over a sample's middle axes (hidden; Dirichlet gradients).",
+)
+register(
+    "_dirichlet_alpha_reduce",
+    inputs=("data", "like"),
+    forward=_alpha_reduce_fwd,
+    infer_shape=lambda p, i, o, w: (i, [i[1]]),
+    infer_type=lambda p, i, o, w: (i, [i[0]]),
+    no_grad_inputs=("like",),
+    gradient=lambda F, n, g: [F._dirichlet_alpha_expand(g[0], n.inputs[0]), None],
+    doc="A sample-shaped gradient summed over the middle axes down to alpha's shape (hidden).",
+)
