@@ -58,3 +58,73 @@ def pow(base, exp):  # noqa: A001 - MXNet's name
 
 
 power = pow
+
+
+# ------------------------------------------------------------------------------------------------------
+# MXNet's Python-level creation helpers and wrappers (``mx.sym.zeros`` & co. in MXNet's symbol.py): they
+# call the registered ``_zeros``/``_ones``/``_full``/``_arange``/``_linspace``/``_eye``/``_histogram``/
+# ``_split_v2`` operators with MXNet's defaults (dtype None -> float32).
+# ------------------------------------------------------------------------------------------------------
+
+__all__ += ["zeros", "ones", "full", "arange", "linspace", "eye", "histogram", "split_v2"]
+
+
+def _float32_if_none(dtype):
+    return "float32" if dtype is None else dtype
+
+
+def zeros(shape, dtype=None, **kwargs):
+    """A symbol of ``shape`` filled with zeros (``mx.sym.zeros``; dtype defaults to float32)."""
+    return _zeros(shape=shape, dtype=_float32_if_none(dtype), **kwargs)  # noqa: F821 - from populate()
+
+
+def ones(shape, dtype=None, **kwargs):
+    """A symbol of ``shape`` filled with ones (``mx.sym.ones``; dtype defaults to float32)."""
+    return _ones(shape=shape, dtype=_float32_if_none(dtype), **kwargs)  # noqa: F821 - from populate()
+
+
+def full(shape, val, dtype=None, **kwargs):
+    """A symbol of ``shape`` filled with ``val`` (``mx.sym.full``; dtype defaults to float32)."""
+    return _full(shape=shape, dtype=_float32_if_none(dtype), value=float(val), **kwargs)  # noqa: F821
+
+
+def arange(start, stop=None, step=1.0, repeat=1, infer_range=False, name=None, dtype=None):
+    """Evenly spaced values in ``[start, stop)`` (``mx.sym.arange``; ``arange(n)`` is 0..n-1)."""
+    return _arange(start=start, stop=stop, step=step, repeat=repeat,  # noqa: F821 - from populate()
+                   infer_range=infer_range, name=name, dtype=_float32_if_none(dtype))
+
+
+def linspace(start, stop, num, endpoint=True, name=None, dtype=None):
+    """``num`` evenly spaced values from ``start`` to ``stop`` (``mx.sym.linspace``)."""
+    return _linspace(start=start, stop=stop, num=num, endpoint=endpoint,  # noqa: F821 - from populate()
+                     name=name, dtype=_float32_if_none(dtype))
+
+
+def eye(N, M=0, k=0, dtype=None, **kwargs):  # noqa: N803 - MXNet's names
+    """An N x M matrix with ones on diagonal ``k`` (``mx.sym.eye``; dtype defaults to float32)."""
+    return _eye(N=N, M=M, k=k, dtype=_float32_if_none(dtype), **kwargs)  # noqa: F821 - from populate()
+
+
+def histogram(a, bins=10, range=None, **kwargs):  # noqa: A002 - MXNet's name
+    """Counts of ``a`` in ``bins`` (an int, with ``range``) or between the edges of the Symbol ``bins``
+    (``mx.sym.histogram``); returns the counts and the edges."""
+    if isinstance(bins, Symbol):
+        return _histogram(data=a, bins=bins, **kwargs)  # noqa: F821 - from populate()
+    if isinstance(bins, numbers.Integral) and not isinstance(bins, bool):
+        if range is None:
+            raise ValueError("histogram: range is required when bins is an int (null range is not supported "
+                             "in symbol mode)")
+        return _histogram(data=a, bin_cnt=bins, range=range, **kwargs)  # noqa: F821 - from populate()
+    raise ValueError("histogram: bins must be an int or a Symbol of bin edges")
+
+
+def split_v2(ary, indices_or_sections, axis=0, squeeze_axis=False):
+    """Split ``ary`` along ``axis`` (``mx.sym.split_v2``): an int gives that many near-equal parts, a tuple
+    the positions to split at (``(2, 3)``: ``[:2]``, ``[2:3]``, ``[3:]``)."""
+    if isinstance(indices_or_sections, numbers.Integral) and not isinstance(indices_or_sections, bool):
+        return _split_v2(ary, indices=(), axis=axis, squeeze_axis=squeeze_axis,  # noqa: F821
+                         sections=int(indices_or_sections))
+    if isinstance(indices_or_sections, tuple):
+        return _split_v2(ary, indices=(0,) + tuple(indices_or_sections), axis=axis,  # noqa: F821
+                         squeeze_axis=squeeze_axis, sections=0)
+    raise ValueError("split_v2: indices_or_sections must be an int or a tuple of ints")

@@ -1,5 +1,8 @@
 """Indexing and ordering operators (MXNet 1.9 ``indexing_op``, ``broadcast_reduce_op`` pick,
-``ordering_op``): take, pick, one_hot, sort, argsort, topk.
+``ordering_op``, ``ravel``, ``diag_op``, ``matrix_op`` split_v2, ``histogram``, contrib ``index_array``,
+``index_copy``, ``boolean_mask``): take, pick, one_hot, sort, argsort, topk; gather_nd, scatter_nd,
+batch_take, ravel_multi_index / unravel_index, diag, _split_v2, _histogram, index_array, index_copy,
+boolean_mask (second part of the module).
 
 Index inputs may be float or integer arrays; like MXNet they are cast to integers by
 truncation toward zero (``static_cast<int64_t>``), then clipped to ``[0, n - 1]``
@@ -486,4 +489,742 @@ register(
     infer_type=_topk_type,
     gradient=_topk_grad,
     doc="The k largest (or smallest, is_ascend=True) along ``axis``: values, indices, a 0/1 mask or both.",
+)
+
+
+# ============================================================================
+# N-d gather and scatter, batch_take, ravel/unravel, diag, split_v2, histogram,
+# index_array, index_copy, boolean_mask (MXNet 1.9 indexing_op, ravel, diag_op,
+# matrix_op, histogram, contrib/index_array, contrib/index_copy, contrib/boolean_mask)
+# ============================================================================
+
+
+def _acc_zeros(xp, shape, dtype):
+    return xp.zeros(shape, dtype=_acc(dtype))
+
+
+def _nd_offsets(xp, indices, dims):
+    """Flat positions into the leading ``len(dims)`` axes from an (M, ...) index array, as MXNet's
+    gather_nd resolves them: ``static_cast<index_t>(index + dim) % dim`` per axis, so a negative index
+    counts from the end and a float index is truncated *after* adding the dimension (-0.5 -> dim - 1).
+    Out-of-range values are wrapped rather than raised (symgrad never inspects index values)."""
+    m = len(dims)
+    j = indices.reshape(m, -1)
+    lin = xp.zeros(j.shape[1], dtype=np.int64)
+    for k, d in enumerate(dims):
+        lin = lin * d + xp.mod((j[k] + d).astype(np.int64), max(d, 1))
+    return lin
+
+
+def _nd_check_indices(ishape, ndim, where, what):
+    if len(ishape) < 2:
+        raise ShapeError(f"{where}: input 'indices' must have at least 2 dimensions (M, ...), got {tuple(ishape)}")
+    if ishape[0] > ndim:
+        raise ShapeError(f"{where}: input 'indices' indexes {ishape[0]} axes (its first dimension) but {what} "
+                         f"has only {ndim}")
+    if ishape[0] > 10:
+        raise ShapeError(f"{where}: at most 10 axes can be indexed (MXNet), got {ishape[0]}")
+
+
+def _gather_nd_shape(params, in_shapes, out_shapes, where):
+    d, i = in_shapes
+    if d is None or i is None:
+        return in_shapes, out_shapes
+    _nd_check_indices(i, len(d), where, "'data'")
+    return in_shapes, [tuple(i[1:]) + tuple(d[i[0]:])]
+
+
+def _gather_nd_fwd(xp, data, indices):
+    m = indices.shape[0]
+    lead = data.shape[:m]
+    flat = data.reshape((int(np.prod(lead, dtype=np.int64)),) + data.shape[m:])
+    return flat[_nd_offsets(xp, indices, lead)].reshape(indices.shape[1:] + data.shape[m:])
+
+
+def _scatter_nd_core(xp, data, indices, shape, accumulate):
+    """Zeros of ``shape`` with the rows of ``data`` written (or added, ``accumulate``) at the positions."""
+    m = indices.shape[0]
+    lead = tuple(shape[:m])
+    rows = (int(np.prod(lead, dtype=np.int64)),) + tuple(shape[m:])
+    lin = _nd_offsets(xp, indices, lead)
+    src = data.reshape((lin.size,) + tuple(shape[m:]))
+    if accumulate:
+        out = _acc_zeros(xp, rows, data.dtype)
+        xp.add.at(out, lin, src.astype(out.dtype, copy=False))
+        return out.reshape(tuple(shape)).astype(data.dtype, copy=False)
+    out = xp.zeros(rows, dtype=data.dtype)
+    out[lin] = src  # duplicate positions: one of the rows wins (MXNet: "non-deterministic")
+    return out.reshape(tuple(shape))
+
+
+def _scatter_nd_shape(params, in_shapes, out_shapes, where):
+    d, i = in_shapes
+    out = tuple(params["shape"])
+    if i is not None:
+        _nd_check_indices(i, len(out), where, f"the output shape {out}")
+        want = tuple(i[1:]) + out[i[0]:]
+        if d is None:
+            d = want
+        elif tuple(d) != want:
+            raise ShapeError(f"{where}: input 'data' has shape {tuple(d)}, expected {want} for indices "
+                             f"{tuple(i)} and shape={out}")
+    return [d, i], [out]
+
+
+def _scatter_nd_like_shape(params, in_shapes, out_shapes, where):
+    g, i, like = in_shapes
+    if like is not None and i is not None:
+        _nd_check_indices(i, len(like), where, "'data'")
+        g = tuple(i[1:]) + tuple(like[i[0]:])
+    return [g, i, like], [like] if like is not None else out_shapes
+
+
+register(
+    "gather_nd",
+    aliases=("_npi_gather_nd", "_npx_gather_nd"),
+    inputs=("data", "indices"),
+    forward=_gather_nd_fwd,
+    infer_shape=_gather_nd_shape,
+    infer_type=_first_type,
+    no_grad_inputs=("indices",),
+    # y[y_idx, x_rest] = data[idx(y_idx), x_rest]  ->  d data[p, x_rest] = sum of dy over the y_idx with
+    # idx(y_idx) = p: the accumulating scatter (MXNet's _backward_gather_nd), shaped like data
+    gradient=lambda F, n, g: [F._gather_nd_scatter(g[0], n.inputs[1], n.inputs[0]), None],
+    doc="Gather elements or slices of ``data`` at the N-d positions in ``indices`` (shape (M, ...)).",
+)
+
+register(
+    "_gather_nd_scatter",
+    inputs=("ograd", "indices", "data"),
+    forward=lambda xp, g, indices, like: _scatter_nd_core(xp, g, indices, like.shape, True),
+    infer_shape=_scatter_nd_like_shape,
+    infer_type=_first_type,
+    no_grad_inputs=("indices", "data"),
+    # linear in ograd; the adjoint of a scatter-add is the gather at the same positions
+    gradient=lambda F, n, g: [F.gather_nd(g[0], n.inputs[1]), None, None],
+    doc="gather_nd's gradient: scatter-add ``ograd`` into zeros shaped like ``data`` (hidden).",
+)
+
+register(
+    "scatter_nd",
+    inputs=("data", "indices"),
+    params={"shape": Param("shape")},
+    forward=lambda xp, data, indices, shape: _scatter_nd_core(xp, data, indices, shape, False),
+    infer_shape=_scatter_nd_shape,
+    infer_type=_first_type,
+    no_grad_inputs=("indices",),
+    # out[idx(y), rest] = data[y, rest]  ->  d data[y, rest] = dout[idx(y), rest]: gather_nd (exact for
+    # distinct positions; with duplicates the forward itself is undefined, as MXNet warns)
+    gradient=lambda F, n, g: [F.gather_nd(g[0], n.inputs[1]), None],
+    doc="Scatter the rows of ``data`` into zeros of ``shape`` at the N-d positions in ``indices``.",
+)
+
+register(
+    "_backward_gather_nd",
+    inputs=("data", "indices"),
+    params={"shape": Param("shape")},
+    forward=lambda xp, data, indices, shape: _scatter_nd_core(xp, data, indices, shape, True),
+    infer_shape=_scatter_nd_shape,
+    infer_type=_first_type,
+    no_grad_inputs=("indices",),
+    # linear in data; the adjoint of the accumulating scatter is the gather
+    gradient=lambda F, n, g: [F.gather_nd(g[0], n.inputs[1]), None],
+    doc="scatter_nd that adds the rows landing on one position (gather_nd's gradient, as MXNet names it).",
+)
+
+
+# -- batch_take ----------------------------------------------------------------
+
+
+def _batch_take_shape(params, in_shapes, out_shapes, where):
+    a, idx = in_shapes
+    if idx is None and out_shapes[0] is not None:
+        idx = out_shapes[0]
+    if a is not None:
+        if len(a) < 2:
+            raise ShapeError(f"{where}: input 'a' must be at least 2-d, got {tuple(a)}")
+        if idx is not None:
+            rows = int(np.prod(a[:-1], dtype=np.int64))
+            if int(np.prod(idx, dtype=np.int64)) != rows:
+                raise ShapeError(f"{where}: input 'indices' {tuple(idx)} must have one index per row of 'a' "
+                                 f"{tuple(a)} ({rows} rows of length {a[-1]})")
+    return [a, idx], [idx] if idx is not None else out_shapes
+
+
+def _batch_rows(xp, a, indices):
+    """(rows, positions) of ``a`` seen as (rows, last axis): positions clipped to [0, n - 1] (MXNet)."""
+    n = a.shape[-1]
+    j = xp.clip(indices.reshape(-1).astype(np.int64), 0, n - 1)
+    return xp.arange(j.size), j
+
+
+def _batch_take_fwd(xp, a, indices):
+    r, j = _batch_rows(xp, a, indices)
+    return a.reshape(-1, a.shape[-1])[r, j].reshape(indices.shape)
+
+
+def _batch_take_scatter_fwd(xp, g, indices, like):
+    r, j = _batch_rows(xp, like, indices)
+    out = xp.zeros((r.size, like.shape[-1]), dtype=g.dtype)
+    out[r, j] = g.reshape(-1)  # one position per row: no sums
+    return out.reshape(like.shape)
+
+
+def _batch_take_type(params, in_types, out_types, where):
+    """The output has a's dtype; unknown indices are int32, as MXNet's type rule assigns them."""
+    t = in_types[0] if in_types[0] is not None else out_types[0]
+    idx = in_types[1] if in_types[1] is not None else np.dtype(np.int32)
+    return [t, idx], [t]
+
+
+register(
+    "batch_take",
+    inputs=("a", "indices"),
+    forward=_batch_take_fwd,
+    infer_shape=_batch_take_shape,
+    infer_type=_batch_take_type,
+    no_grad_inputs=("indices",),
+    # y[r] = a[r, j(r)] (a seen as rows of its last axis)  ->  da[r, k] = dy[r] if k = j(r) else 0.
+    # MXNet registers no gradient for batch_take; this is the gradient of what it computes.
+    gradient=lambda F, n, g: [F._batch_take_scatter(g[0], n.inputs[1], n.inputs[0]), None],
+    doc="``out[i] = a[i, indices[i]]`` for 2-d ``a`` (rows of the last axis for N-d); indices are clipped.",
+)
+
+def _batch_take_scatter_shape(params, in_shapes, out_shapes, where):
+    g, idx, like = in_shapes
+    return [idx if g is None else g, idx, like], [like] if like is not None else out_shapes
+
+
+register(
+    "_batch_take_scatter",
+    inputs=("ograd", "indices", "data"),
+    forward=_batch_take_scatter_fwd,
+    infer_shape=_batch_take_scatter_shape,
+    infer_type=_first_type,
+    no_grad_inputs=("indices", "data"),
+    # linear in ograd; its adjoint is the gather batch_take(h, indices)
+    gradient=lambda F, n, g: [F.batch_take(g[0], n.inputs[1]), None, None],
+    doc="batch_take's gradient: ``ograd`` at the taken positions of zeros shaped like ``data`` (hidden).",
+)
+
+
+# -- ravel_multi_index / unravel_index ------------------------------------------
+
+
+def _ravel_prepare(opname):
+    def prepare(params, name):
+        if len(params["shape"]) == 0:
+            raise ParamError(f"{opname} {name!r}: parameter 'shape' must not be empty")
+        if any(d == 0 for d in params["shape"][1:]):
+            raise ParamError(f"{opname} {name!r}: parameter 'shape' {params['shape']} has a zero dimension")
+        return params
+
+    return prepare
+
+
+def _ravel_shape(params, in_shapes, out_shapes, where):
+    (x,), (y,) = in_shapes, out_shapes
+    m = len(params["shape"])
+    if x is not None:
+        if len(x) != 2 or x[0] != m:
+            raise ShapeError(f"{where}: input 'data' must have shape ({m}, N) for shape={params['shape']}, "
+                             f"got {tuple(x)}")
+        return [x], [(x[1],)]
+    if y is not None:
+        return [(m, y[0])], [y]
+    return in_shapes, out_shapes
+
+
+def _ravel_fwd(xp, data, shape):
+    # MXNet: ret = ret * shape[j] + data[j], the sum in data's dtype, each step truncated to an integer
+    # (shape[0] is never used, so -1 may stand for it)
+    ret = xp.zeros(data.shape[1], dtype=np.int64)
+    for j, d in enumerate(shape):
+        step = ret * d
+        step = step.astype(data.dtype) + data[j] if data.dtype.kind == "f" else step + data[j]
+        ret = step.astype(np.int64)
+    return ret.astype(data.dtype)
+
+
+def _unravel_shape(params, in_shapes, out_shapes, where):
+    (x,), (y,) = in_shapes, out_shapes
+    m = len(params["shape"])
+    if x is not None:
+        if len(x) != 1:
+            raise ShapeError(f"{where}: input 'data' must be 1-d, got {tuple(x)}")
+        return [x], [(m, x[0])]
+    if y is not None:
+        return [(y[1],)], [y]
+    return in_shapes, out_shapes
+
+
+def _unravel_fwd(xp, data, shape):
+    # MXNet: the flat index truncated to an integer, then C division (toward zero) by each trailing dim
+    idx = data.astype(np.int64)
+    rows = [None] * len(shape)
+    for j in range(len(shape) - 1, 0, -1):
+        d = shape[j]
+        q = xp.sign(idx) * (d // abs(d)) * (xp.abs(idx) // abs(d))
+        rows[j] = idx - q * d
+        idx = q
+    rows[0] = idx
+    return xp.stack(rows).astype(data.dtype)
+
+
+register(
+    "_ravel_multi_index",
+    aliases=("ravel_multi_index",),
+    params={"shape": Param("shape", ())},
+    prepare=_ravel_prepare("_ravel_multi_index"),
+    forward=_ravel_fwd,
+    infer_shape=_ravel_shape,
+    gradient=lambda F, n, g: [None],  # integer-valued (MXNet: zero gradient)
+    doc="Flat indices of the multi-indices in the columns of ``data`` (M, N) for an array of ``shape``.",
+)
+
+register(
+    "_unravel_index",
+    aliases=("unravel_index",),
+    params={"shape": Param("shape", ())},
+    prepare=_ravel_prepare("_unravel_index"),
+    forward=_unravel_fwd,
+    infer_shape=_unravel_shape,
+    gradient=lambda F, n, g: [None],  # integer-valued (MXNet: zero gradient)
+    doc="Multi-indices (as columns of an (M, N) array) of the flat indices in ``data`` for ``shape``.",
+)
+
+
+# -- diag ----------------------------------------------------------------------
+
+_DIAG_PARAMS = {"k": Param("int", 0), "axis1": Param("int", 0), "axis2": Param("int", 1)}
+
+
+def _diag_out(x, k, axis1, axis2, where):
+    if len(x) == 0:
+        raise ShapeError(f"{where}: input 'data' must be at least 1-d, got a scalar")
+    if len(x) == 1:
+        s = x[0] + abs(k)
+        return (s, s)
+    a1 = normalize_axis(axis1, len(x), where, "axis1")
+    a2 = normalize_axis(axis2, len(x), where, "axis2")
+    if a1 == a2:
+        raise ShapeError(f"{where}: axis1 and axis2 refer to the same axis {a1}")
+    h, w = x[a1], x[a2]
+    if k > 0:
+        w -= k
+    elif k < 0:
+        h += k
+    s = min(h, w)
+    if s < 0:
+        raise ShapeError(f"{where}: diagonal k={k} does not exist in a {x[a1]} x {x[a2]} matrix (input {tuple(x)})")
+    return tuple(d for i, d in enumerate(x) if i not in (a1, a2)) + (s,)
+
+
+def _diag_shape(params, in_shapes, out_shapes, where):
+    (x,) = in_shapes
+    if x is None:
+        return in_shapes, out_shapes
+    return in_shapes, [_diag_out(x, params["k"], params["axis1"], params["axis2"], where)]
+
+
+def _diag_positions(xp, like_shape, k, axis1, axis2):
+    a1 = normalize_axis(axis1, len(like_shape), "diag", "axis1")
+    a2 = normalize_axis(axis2, len(like_shape), "diag", "axis2")
+    s = _diag_out(like_shape, k, a1, a2, "diag")[-1]
+    base = xp.arange(s)
+    return a1, a2, base + max(-k, 0), base + max(k, 0)
+
+
+def _diag_fwd(xp, data, k, axis1, axis2):
+    if data.ndim == 1:
+        n = data.shape[0] + abs(k)
+        out = xp.zeros((n, n), dtype=data.dtype)
+        base = xp.arange(data.shape[0])
+        out[base + max(-k, 0), base + max(k, 0)] = data
+        return out
+    a1, a2, rows, cols = _diag_positions(xp, data.shape, k, axis1, axis2)
+    return xp.moveaxis(data, (a1, a2), (-2, -1))[..., rows, cols]
+
+
+def _diag_scatter_fwd(xp, g, like, k, axis1, axis2):
+    if like.ndim == 1:  # diag built a matrix: its adjoint reads the k-th diagonal back
+        base = xp.arange(like.shape[0])
+        return g[base + max(-k, 0), base + max(k, 0)]
+    a1, a2, rows, cols = _diag_positions(xp, like.shape, k, axis1, axis2)
+    out = xp.zeros(like.shape, dtype=g.dtype)
+    xp.moveaxis(out, (a1, a2), (-2, -1))[..., rows, cols] = g  # a view: writes land in ``out``
+    return out
+
+
+register(
+    "diag",
+    params=dict(_DIAG_PARAMS),
+    forward=_diag_fwd,
+    infer_shape=_diag_shape,
+    # linear: 1-d input -> the matrix with x on diagonal k (adjoint: read diagonal k of dy);
+    # N-d input -> diagonal k of the (axis1, axis2) planes (adjoint: place dy on it in zeros like x)
+    gradient=lambda F, n, g: [F._diag_scatter(g[0], n.inputs[0], **n.params)],
+    doc="1-d input: the square matrix with it on diagonal ``k``; N-d: diagonal ``k`` of the (axis1, axis2) planes.",
+)
+
+register(
+    "_diag_scatter",
+    inputs=("ograd", "data"),
+    params=dict(_DIAG_PARAMS),
+    forward=_diag_scatter_fwd,
+    infer_shape=_like_shape,
+    infer_type=_first_type,
+    no_grad_inputs=("data",),
+    # linear in ograd; its adjoint is diag itself (build <-> extract)
+    gradient=lambda F, n, g: [F.diag(g[0], **n.params), None],
+    doc="diag's gradient, shaped like ``data`` (hidden).",
+)
+
+
+# -- _split_v2 -----------------------------------------------------------------
+
+
+def _split_v2_n(params):
+    return params["sections"] if params["sections"] > 0 else len(params["indices"])
+
+
+def _split_v2_prepare(params, name):
+    if params["sections"] < 0:
+        raise ParamError(f"_split_v2 {name!r}: parameter 'sections' must be >= 0, got {params['sections']}")
+    if _split_v2_n(params) == 0:
+        raise ParamError(f"_split_v2 {name!r}: give 'sections' > 0 or a non-empty 'indices'")
+    return params
+
+
+def _split_v2_bounds(n, indices, sections, where):
+    """[(start, end)] of each output along the axis (MXNet's GetSplitIndices for ``sections``: the
+    first n % sections parts are one longer, as numpy.array_split)."""
+    if sections > 0:
+        size, extra = divmod(n, sections)
+        starts = [i * size + min(i, extra) for i in range(sections)]
+    else:
+        starts = list(indices)
+    ends = starts[1:] + [n]
+    for i, (a, b) in enumerate(zip(starts, ends)):
+        if n and not (0 <= a <= b <= n):
+            raise ShapeError(f"{where}: split {i} runs from {a} to {b}, outside 0..{n} or backwards "
+                             f"(indices={tuple(indices)}, axis length {n})")
+    return list(zip(starts, ends))
+
+
+def _split_v2_shape(params, in_shapes, out_shapes, where):
+    (x,) = in_shapes
+    if x is None:
+        return in_shapes, out_shapes
+    ax = normalize_axis(params["axis"], len(x), where)
+    outs = []
+    for a, b in _split_v2_bounds(x[ax], params["indices"], params["sections"], where):
+        if params["squeeze_axis"]:
+            if b - a != 1:
+                raise ShapeError(f"{where}: squeeze_axis=True needs parts of length 1 along axis {ax}, "
+                                 f"got {b - a} (input {tuple(x)})")
+            outs.append(tuple(x[:ax]) + tuple(x[ax + 1:]))
+        else:
+            outs.append(tuple(x[:ax]) + (b - a,) + tuple(x[ax + 1:]))
+    return in_shapes, outs
+
+
+def _split_v2_fwd(xp, x, indices, axis, squeeze_axis, sections):
+    ax = normalize_axis(axis, x.ndim, "_split_v2")
+    parts = []
+    for a, b in _split_v2_bounds(x.shape[ax], indices, sections, "_split_v2"):
+        p = xp.take(x, xp.arange(a, b), axis=ax)  # a copy, never a view of the input
+        parts.append(p.squeeze(ax) if squeeze_axis else p)
+    return tuple(parts)
+
+
+def _split_v2_grad(F, n, g):
+    # y_i = x[start_i:end_i] along the axis  ->  dx = concat(dy_0, ..., dy_{n-1}); elements before the first
+    # start (indices not starting at 0) reach no output: zero gradient
+    p = n.params
+    axis = p["axis"]
+    gs = [F.expand_dims(gi, axis=axis) for gi in g] if p["squeeze_axis"] else list(g)
+    first = 0 if p["sections"] > 0 else p["indices"][0]
+    if first > 0:
+        gs.insert(0, F.slice_axis(F.zeros_like(n.inputs[0]), axis=axis, begin=0, end=first))
+    return [F.Concat(*gs, dim=axis)]
+
+
+register(
+    "_split_v2",
+    aliases=("_npi_split",),
+    params={
+        "indices": Param("shape"),
+        "axis": Param("int", 1),
+        "squeeze_axis": Param("bool", False),
+        "sections": Param("int", 0),
+    },
+    prepare=_split_v2_prepare,
+    num_outputs=_split_v2_n,
+    forward=_split_v2_fwd,
+    infer_shape=_split_v2_shape,
+    gradient=_split_v2_grad,
+    doc="Split along ``axis`` at ``indices`` (the part starts) or into ``sections`` near-equal parts.",
+)
+
+
+# -- _histogram ----------------------------------------------------------------
+
+
+def _histogram_inputs(params):
+    return ("data",) if params["bin_cnt"] is not None else ("data", "bins")
+
+
+def _histogram_prepare(params, name):
+    cnt, rng = params["bin_cnt"], params["range"]
+    where = f"_histogram {name!r}"
+    if (cnt is None) != (rng is None):
+        raise ParamError(f"{where}: give both 'bin_cnt' and 'range', or neither (then pass 'bins' edges)")
+    if cnt is not None:
+        if cnt <= 0:
+            raise ParamError(f"{where}: parameter 'bin_cnt' must be positive, got {cnt}")
+        ok = isinstance(rng, (tuple, list)) and len(rng) == 2 and all(
+            isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, bool) for v in rng)
+        if not ok:
+            raise ParamError(f"{where}: parameter 'range' must be a pair of numbers (low, high), got {rng!r}")
+        if not float(rng[0]) <= float(rng[1]):
+            raise ParamError(f"{where}: parameter 'range' must have low <= high, got {tuple(rng)}")
+        params = {**params, "range": (float(rng[0]), float(rng[1]))}
+    return params
+
+
+def _histogram_shape(params, in_shapes, out_shapes, where):
+    cnt = params["bin_cnt"]
+    if cnt is not None:
+        return in_shapes, [(cnt,), (cnt + 1,)]
+    b = in_shapes[1]
+    if b is None:
+        return in_shapes, out_shapes
+    if len(b) != 1 or b[0] < 2:
+        raise ShapeError(f"{where}: input 'bins' must be a 1-d vector of at least 2 edges, got {tuple(b)}")
+    return in_shapes, [(b[0] - 1,), tuple(b)]
+
+
+def _histogram_type(params, in_types, out_types, where):
+    t = in_types[0]
+    return in_types, [np.dtype(np.int64), t]
+
+
+def _histogram_fwd(xp, data, bins=None, bin_cnt=None, range=None):  # noqa: A002 - MXNet's name
+    x = data.reshape(-1)
+    if bin_cnt is not None:
+        lo, hi = range
+        if lo == hi:
+            lo, hi = lo - 0.5, hi + 0.5
+        i = np.arange(bin_cnt + 1, dtype=np.float64)
+        edges = xp.asarray(((hi * i + (bin_cnt - i) * lo) / bin_cnt).astype(data.dtype))
+        # MXNet guesses the bin as trunc((x - lo) * n / (hi - lo)) and moves it by one where the edges (rounded
+        # to data's dtype) disagree: the edges decide, as in the search below. Whether x counts at all is
+        # decided against the float64 range (float32(0.1) > 0.1 lies outside (0, 0.1)).
+        xd = x.astype(np.float64)
+        inside = (xd >= lo) & (xd <= hi)
+    else:
+        edges = bins.reshape(-1).astype(data.dtype, copy=True)
+        inside = (x >= edges[0]) & (x <= edges[-1])
+    n = edges.shape[0] - 1
+    # bin b holds edges[b] <= x < edges[b + 1]; the last bin also holds its right edge (numpy.histogram)
+    target = xp.clip(xp.searchsorted(edges, x, side="right") - 1, 0, n - 1)
+    counts = xp.bincount(target[inside], minlength=n)[:n].astype(np.int64)
+    return counts, edges
+
+
+register(
+    "_histogram",
+    aliases=("_npi_histogram",),
+    inputs=_histogram_inputs,
+    params={"bin_cnt": Param("int", None), "range": Param("any", None)},
+    prepare=_histogram_prepare,
+    num_outputs=2,
+    forward=_histogram_fwd,
+    infer_shape=_histogram_shape,
+    infer_type=_histogram_type,
+    gradient=None,
+    grad_undefined_reason="a histogram is piecewise constant (MXNet registers no gradient for _histogram)",
+    doc="Counts (int64) of ``data`` in ``bin_cnt`` equal bins over ``range``, or between the ``bins`` edges; "
+        "and the edges.",
+)
+
+
+# -- _contrib_index_array ------------------------------------------------------
+
+
+def _index_array_shape(params, in_shapes, out_shapes, where):
+    (x,) = in_shapes
+    if x is None:
+        return in_shapes, out_shapes
+    axes = params["axes"]
+    if axes is not None and len(x) == 0 and len(axes):
+        raise ShapeError(f"{where}: parameter 'axes' {axes} given for a scalar input")
+    return in_shapes, [tuple(x) + (len(x) if axes is None else len(axes),)]
+
+
+def _index_array_fwd(xp, data, axes):
+    shape = data.shape
+    axes = range(len(shape)) if axes is None else [a % len(shape) for a in axes]
+    grids = [xp.broadcast_to(xp.arange(shape[a], dtype=np.int64).reshape(
+        tuple(shape[a] if i == a else 1 for i in range(len(shape)))), shape) for a in axes]
+    if not grids:
+        return xp.zeros(shape + (0,), dtype=np.int64)
+    return xp.stack(grids, axis=-1)
+
+
+register(
+    "_contrib_index_array",
+    params={"axes": Param("shape", None)},
+    forward=_index_array_fwd,
+    infer_shape=_index_array_shape,
+    infer_type=lambda p, i, o, w: (i, [np.dtype(np.int64)]),
+    gradient=lambda F, n, g: [None],  # depends only on the shape (MXNet: zero gradient)
+    doc="int64 array of the index of every element along the last axis (only ``axes``, negative allowed).",
+)
+
+
+# -- _contrib_index_copy -------------------------------------------------------
+
+
+def _index_copy_shape(params, in_shapes, out_shapes, where):
+    old, idx, new = in_shapes
+    if old is None and out_shapes[0] is not None:
+        old = out_shapes[0]
+    if idx is not None and len(idx) != 1:
+        raise ShapeError(f"{where}: input 'index_vector' must be 1-d, got {tuple(idx)}")
+    if old is not None and new is not None:
+        if len(old) != len(new) or tuple(old[1:]) != tuple(new[1:]) or new[0] > old[0]:
+            raise ShapeError(f"{where}: input 'new_tensor' {tuple(new)} must have the rows of 'old_tensor' "
+                             f"{tuple(old)} (same trailing dims, no more rows)")
+    if idx is not None and new is not None and idx[0] != new[0]:
+        raise ShapeError(f"{where}: input 'index_vector' has {idx[0]} entries but 'new_tensor' has {new[0]} rows")
+    return [old, idx, new], [old] if old is not None else out_shapes
+
+
+def _index_copy_type(params, in_types, out_types, where):
+    """old_tensor, new_tensor and the output share one dtype; the index vector may have any."""
+    known = [t for t in (in_types[0], in_types[2], out_types[0]) if t is not None]
+    if not known:
+        return in_types, out_types
+    t = known[0]
+    if any(np.dtype(k) != np.dtype(t) for k in known):
+        raise TypeError(f"{where}: 'old_tensor' and 'new_tensor' must have the same dtype, got "
+                        f"{[str(np.dtype(k)) for k in known]}")
+    return [t, in_types[1], t], [t]
+
+
+def _last_writers(xp, idx, n_rows):
+    """(row positions, mask of the entries whose row no later entry writes again): with repeated indices
+    the last copy wins, as MXNet's sequential CPU loop does."""
+    j = idx.astype(np.int64)
+    pos = xp.arange(j.size)
+    winner = xp.full(n_rows, -1, dtype=np.int64)
+    xp.maximum.at(winner, j, pos)
+    return j, winner[j] == pos
+
+
+def _index_copy_fwd(xp, old, idx, new):
+    j, last = _last_writers(xp, idx, old.shape[0])
+    out = old.copy()
+    out[j[last]] = new[last]
+    return out
+
+
+def _index_copy_gather_fwd(xp, g, idx):
+    j, last = _last_writers(xp, idx, g.shape[0])
+    mask = last.reshape((-1,) + (1,) * (g.ndim - 1))
+    return xp.where(mask, g[j], xp.zeros((), dtype=g.dtype))
+
+
+register(
+    "_contrib_index_copy",
+    inputs=("old_tensor", "index_vector", "new_tensor"),
+    forward=_index_copy_fwd,
+    infer_shape=_index_copy_shape,
+    infer_type=_index_copy_type,
+    no_grad_inputs=("index_vector",),
+    # out = old with rows idx replaced by new (the last copy of a repeated index wins): linear in both.
+    # d old = dout with rows idx zeroed = index_copy(dout, idx, 0); d new[i] = dout[idx_i] where copy i is
+    # the one kept, else 0 (MXNet gives dout[idx_i] to every copy)
+    gradient=lambda F, n, g: [
+        F._contrib_index_copy(g[0], n.inputs[1], F.zeros_like(n.inputs[2])),
+        None,
+        F._index_copy_gather(g[0], n.inputs[1]),
+    ],
+    doc="A copy of ``old_tensor`` with its rows ``index_vector`` replaced by the rows of ``new_tensor``.",
+)
+
+register(
+    "_index_copy_gather",
+    inputs=("ograd", "index_vector"),
+    forward=_index_copy_gather_fwd,
+    infer_shape=lambda p, i, o, w: (i, [(i[1][0],) + tuple(i[0][1:])] if None not in i else o),
+    infer_type=_first_type,
+    no_grad_inputs=("index_vector",),
+    # linear in ograd: the rows a kept copy read; the adjoint writes h back there: index_copy(0, idx, h)
+    gradient=lambda F, n, g: [F._contrib_index_copy(F.zeros_like(n.inputs[0]), n.inputs[1], g[0]), None],
+    doc="index_copy's gradient for new_tensor: the rows of ``ograd`` the kept copies landed on (hidden).",
+)
+
+
+# -- _contrib_boolean_mask -----------------------------------------------------
+# The output length along ``axis`` is the number of nonzero mask entries: a value, not a shape. Shape
+# inference leaves the output unknown (MXNet registers no FInferShape either: infer_shape gives None);
+# the executor takes such shapes from the forward (head gradients are checked against the output).
+
+
+def _boolean_mask_shape(params, in_shapes, out_shapes, where):
+    x, m = in_shapes
+    if x is not None:
+        ax = normalize_axis(params["axis"], len(x), where)
+        if m is None:
+            m = (x[ax],)
+        elif len(m) != 1 or m[0] != x[ax]:
+            raise ShapeError(f"{where}: input 'index' must be 1-d of length {x[ax]} (axis {ax} of data "
+                             f"{tuple(x)}), got {tuple(m)}")
+    return [x, m], out_shapes  # the output stays unknown: it depends on the mask values
+
+
+def _selected(xp, index):
+    return xp.nonzero(index.reshape(-1))[0]
+
+
+def _boolean_mask_fwd(xp, data, index, axis):
+    return xp.take(data, _selected(xp, index), axis=normalize_axis(axis, data.ndim, "boolean_mask"))
+
+
+def _boolean_mask_scatter_fwd(xp, g, index, like, axis):
+    ax = normalize_axis(axis, like.ndim, "boolean_mask")
+    out = xp.zeros(like.shape, dtype=g.dtype)
+    xp.moveaxis(out, ax, 0)[_selected(xp, index)] = xp.moveaxis(g, ax, 0)
+    return out
+
+
+register(
+    "_contrib_boolean_mask",
+    aliases=("_npi_boolean_mask",),
+    inputs=("data", "index"),
+    params={"axis": Param("int", 0)},
+    forward=_boolean_mask_fwd,
+    infer_shape=_boolean_mask_shape,
+    infer_type=_first_type,
+    no_grad_inputs=("index",),
+    # y = the slices of x along the axis where index != 0  ->  dx = dy placed back at those slices, 0 elsewhere
+    gradient=lambda F, n, g: [F._boolean_mask_scatter(g[0], n.inputs[1], n.inputs[0], **n.params), None],
+    doc="The slices of ``data`` along ``axis`` where ``index`` is nonzero (output length known only after "
+        "the forward).",
+)
+
+register(
+    "_boolean_mask_scatter",
+    inputs=("ograd", "index", "data"),
+    params={"axis": Param("int", 0)},
+    forward=_boolean_mask_scatter_fwd,
+    infer_shape=_like_shape,
+    infer_type=_first_type,
+    no_grad_inputs=("index", "data"),
+    # linear in ograd; its adjoint selects again: boolean_mask(h, index)
+    gradient=lambda F, n, g: [F._contrib_boolean_mask(g[0], n.inputs[1], **n.params), None, None],
+    doc="boolean_mask's gradient: ``ograd`` at the selected slices of zeros shaped like ``data`` (hidden).",
 )
