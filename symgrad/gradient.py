@@ -69,10 +69,15 @@ def _build(heads, head_grads, wrt, loss_scale=None):
     F = _sym_module()
     order = topo_order(heads)
     wrt_ids = {n.id for n in wrt}
-    # nodes that depend on some requested input (on a path from it)
+    # nodes that depend on some requested input (on a path from it); an input an op never differentiates
+    # (BlockGrad's data, an index, a label) carries no dependency: ops behind a BlockGrad need no gradient rule
     dep = set(wrt_ids)
     for node in order:
-        if node.op is not None and any(src.id in dep for src, _ in node.inputs):
+        if node.op is None:
+            continue
+        names = node.input_names()
+        if any(src.id in dep and names[slot] not in node.op.no_grad_inputs
+               for slot, (src, _) in enumerate(node.inputs)):
             dep.add(node.id)
     acc: dict[tuple, list] = {}
     for (node, i), hg in zip(heads, head_grads):

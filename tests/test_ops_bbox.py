@@ -77,3 +77,14 @@ def test_multibox_prior_anchor_layout():
                 hw, hh = size * 2 / 3 * ratio / 2, size / ratio / 2
                 want.append([cx - hw, cy - hh, cx + hw, cy + hh])
     np.testing.assert_allclose(anchors[0], want, rtol=1e-6, atol=1e-7)
+
+
+def test_blockgrad_makes_an_op_without_gradient_usable_in_a_differentiated_graph():
+    # the refusal's advice: the op behind BlockGrad needs no gradient rule; a's gradient is the other path's
+    a, b = S.Variable("a"), S.Variable("b")
+    loss = S.sum(S._contrib_box_iou(S.BlockGrad(a), b)) + S.sum(a * a)
+    exe = loss.simple_bind(sg.cpu(), a=(2, 4), b=(3, 4), grad_req={"a": "write", "b": "null"})
+    boxes = np.array([[0.0, 0.0, 1.0, 1.0], [0.5, 0.5, 2.0, 2.0]])
+    exe.forward(is_train=True, a=boxes, b=np.tile([[0.0, 0.0, 1.0, 1.0]], (3, 1)))
+    exe.backward(np.ones(1))
+    np.testing.assert_allclose(exe.grad_dict["a"], 2 * boxes)

@@ -370,8 +370,8 @@ for _name, _rounding, _doc in [
 _unary("zeros_like", lambda xp, x: xp.zeros_like(x), None)
 _unary("ones_like", lambda xp, x: xp.ones_like(x), None)
 _unary("logical_not", lambda xp, x: x == 0, None, doc="1 where x == 0, else 0 (in the input dtype).")
-# BlockGrad: identity forward, no gradient through it.
-_unary("BlockGrad", lambda xp, x: x, None, aliases=("stop_gradient",))
+# BlockGrad: identity forward, no gradient through it (its input carries no dependency: ops behind it need none)
+_unary("BlockGrad", lambda xp, x: x, None, aliases=("stop_gradient",)).no_grad_inputs = ("data",)
 
 # -- exponentials and logarithms ------------------------------------------------
 _unary("exp", _float_in(lambda xp, x: xp.exp(x)), lambda F, x, y, g: g * y)  # (e^x)' = e^x = y
