@@ -12,6 +12,7 @@ from . import (  # noqa: F401
     linalg,
     loss,
     matrix,
+    multibox,
     nn,
     norm,
     pool,
