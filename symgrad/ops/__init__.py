@@ -6,6 +6,7 @@ from . import (  # noqa: F401
     conv,
     creation,
     elemwise,
+    hawkes,
     image,
     indexing,
     legacy,
