@@ -1,5 +1,6 @@
 """Region-of-interest operators with MXNet 1.9.1 semantics: ROIPooling, _contrib_ROIAlign,
-_contrib_PSROIPooling, _contrib_RROIAlign, _contrib_Proposal and _contrib_MultiProposal.
+_contrib_PSROIPooling, _contrib_RROIAlign, _contrib_Proposal, _contrib_MultiProposal and
+_contrib_DeformablePSROIPooling (its rules and gradients are described in its own section below).
 
 The geometry of every ROI (bins, sampling points, interpolation weights) is computed on the host in
 numpy from the small ``rois`` array, in the data's dtype (float32 for float16), with MXNet's
@@ -824,3 +825,398 @@ for _name, _single in (("_contrib_Proposal", True), ("_contrib_MultiProposal", F
              "a batch") + ": anchors regressed by bbox_pred, clipped, small ones filtered, sorted by foreground "
         "score, NMS; rows [batch, x1, y1, x2, y2] (and scores with output_score). Gradient: zeros, as MXNet.",
     )
+
+
+# ----------------------------------------------------------------------------
+# DeformablePSROIPooling (deformable position-sensitive average pooling)
+# ----------------------------------------------------------------------------
+#
+# MXNet 1.9.1 (contrib/deformable_psroi_pooling.cc): ROI corners rounded, ``* spatial_scale - 0.5``
+# (``end + 1``), size ``max(., 0.1)``; bin (ph, pw) of output channel ctop starts at ``p * bin +
+# start + trans * trans_std * roi_size`` (trans (R, 2 * num_classes, part, part): channel 2 * class is x,
+# 2 * class + 1 is y, class = ctop // (output_dim / num_classes), part cell floor(p / pooled * part));
+# sample_per_part^2 points per bin spaced bin / sample_per_part; a point outside [-0.5, size - 0.5] on
+# either axis is skipped, the others are clamped to [0, size - 1] and read bilinearly from data channel
+# (ctop * group_size + gh) * group_size + gw; the output is the mean of the points read (0 if none) and
+# the hidden second output ``top_count`` their number.
+#
+# The points form a grid (h depends on ih, w on iw only), so the valid count is n_h * n_w and every output
+# is separable: out = Ay data_c Ax^T, Ay (H,) = (1/n_h) sum over valid ih of the bilinear weights of h_ih.
+# In trans the output is piecewise smooth (the count is piecewise constant; kinks at integer positions):
+#     d out / d trans_y = trans_std * roi_h * (Ay' data_c Ax^T),  Ay' = (1/n_h) sum k'(h_ih - i)
+# (the clamped points have lo == hi, so their k' weights cancel to 0: MXNet's derivative, exactly). So one
+# hidden sampling op with derivative orders (order_y, order_x) in {0, 1}^2, its adjoint in data (a
+# scatter), and a linear "pack" of per-output values into the trans layout (adjoint: "unpack") close every
+# order of differentiation, as for DeformableConvolution (symgrad/ops/vision.py):
+#     d data   <G, S_ab> = scatter_ab(G)
+#     d trans  <G, S_ab> = pack_x(G * S_a(b+1)) + pack_y(G * S_(a+1)b)     (orders > 1 vanish)
+#     <H, scatter_ab(G)> = <S_ab(H), G>  -> d G = S_ab(H), d trans as above with data -> H, head -> G.
+
+_DPSROI_PARAMS = {
+    "spatial_scale": Param("float"),
+    "output_dim": Param("int"),
+    "group_size": Param("int"),
+    "pooled_size": Param("int"),
+    "part_size": Param("int", 0),
+    "sample_per_part": Param("int", 1),
+    "trans_std": Param("float", 0.0),
+    "no_trans": Param("bool", False),
+}
+
+
+def _dpsroi_prepare(opname):
+    def prepare(params, name):
+        where = f"{opname} {name!r}"
+        _check_scale(where, params)
+        for k in ("output_dim", "group_size", "pooled_size", "sample_per_part"):
+            if params[k] < 1:
+                raise ParamError(f"{where}: parameter {k!r} must be >= 1, got {params[k]}")
+        if params["part_size"] < 0:
+            raise ParamError(f"{where}: parameter 'part_size' must be >= 0 (0: pooled_size), got {params['part_size']}")
+        if not 0.0 <= params["trans_std"] <= 1.0:
+            raise ParamError(f"{where}: parameter 'trans_std' must be in [0, 1] (as MXNet), got {params['trans_std']}")
+        for k in ("order_y", "order_x"):
+            if k in params and params[k] not in (0, 1):
+                raise ParamError(f"{where}: parameter {k!r} must be 0 or 1, got {params[k]}")
+        if "direction" in params and params["direction"] not in (0, 1):
+            raise ParamError(f"{where}: parameter 'direction' must be 0 (x) or 1 (y), got {params['direction']}")
+        return params
+
+    return prepare
+
+
+def _dpsroi_inputs(params):
+    return ["data", "rois"] if params["no_trans"] else ["data", "rois", "trans"]
+
+
+def _part(params):
+    return params["part_size"] or params["pooled_size"]
+
+
+def _dpsroi_shape(params, in_shapes, out_shapes, where):
+    known = _roi_shapes(where, in_shapes)
+    trans = None if params["no_trans"] else in_shapes[2]
+    od, gs, P, part = params["output_dim"], params["group_size"], params["pooled_size"], _part(params)
+    if trans is not None:
+        if len(trans) != 4 or trans[1] % 2 or trans[1] == 0 or tuple(trans[2:]) != (part, part):
+            raise ShapeError(f"{where}: input 'trans' has shape {tuple(trans)}; expected (num_rois, 2 * num_classes, "
+                             f"part_size, part_size) with part_size {part}")
+        if od % (trans[1] // 2):
+            raise ShapeError(f"{where}: input 'trans' {tuple(trans)} has {trans[1] // 2} classes, which must divide "
+                             f"output_dim={od}")
+    if known is None:
+        return in_shapes, out_shapes
+    (_, c, _, _), (r, _) = known
+    if c < od * gs * gs:
+        raise ShapeError(f"{where}: data has {c} channels; output_dim * group_size^2 = {od} * {gs}^2 = "
+                         f"{od * gs * gs} are needed")
+    if trans is not None and trans[0] != r:
+        raise ShapeError(f"{where}: input 'trans' has shape {tuple(trans)}; its first axis must be the {r} ROIs")
+    return in_shapes, [(r, od, P, P), (r, od, P, P)]
+
+
+def _dpsroi_types(params, in_types, out_types, where="op"):
+    ins, outs = _roi_types()(params, in_types[:2], out_types[:1], where)
+    t = ins[0]
+    if t is None:
+        return in_types, out_types
+    if len(in_types) > 2:
+        check_float(where, "trans", in_types[2])
+        if in_types[2] is not None and np.dtype(in_types[2]) != np.dtype(t):
+            raise TypeError(f"{where}: input 'trans' has dtype {np.dtype(in_types[2])}, expected the data's dtype "
+                            f"{np.dtype(t)}")
+        ins = ins + [t]
+    return ins, [outs[0]] * len(out_types)
+
+
+def _dpsroi_axis(pos, size, order, T):
+    """(..., size) weights of the points ``pos`` (..., S) on one axis: the mean over the valid points of
+    their bilinear weights (order 0) or of the kernel's derivative (order 1), and the valid count (...)."""
+    valid = (pos >= T.type(-0.5)) & (pos <= T.type(size - 0.5))
+    c = np.clip(pos, T.type(0), T.type(size - 1))
+    lo, hi = np.floor(c), np.ceil(c)
+    if order == 0:
+        w_lo, w_hi = T.type(1) - (c - lo), c - lo
+    else:
+        w_lo, w_hi = np.full(c.shape, T.type(-1)), np.full(c.shape, T.type(1))
+    w_lo, w_hi = w_lo * valid, w_hi * valid
+    lead = pos.shape[:-1]
+    out = np.zeros((math.prod(lead), size), dtype=T)
+    rows = np.repeat(np.arange(math.prod(lead)), pos.shape[-1])
+    np.add.at(out, (rows, lo.astype(np.int64).reshape(-1)), w_lo.reshape(-1).astype(T))
+    np.add.at(out, (rows, hi.astype(np.int64).reshape(-1)), w_hi.reshape(-1).astype(T))
+    count = valid.sum(axis=-1)
+    out = out.reshape(lead + (size,)) / np.maximum(count, 1)[..., None].astype(T)
+    return out.astype(T), count
+
+
+def _part_index(params, T):
+    """(P,) part cell of each bin row / column: floor(p / pooled_size * part_size) in dtype T (as MXNet)."""
+    P = params["pooled_size"]
+    return np.floor(np.arange(P, dtype=T) / T.type(P) * T.type(_part(params))).astype(np.int64)
+
+
+def _dpsroi_geometry(rois, trans, H, W, params, T, order_y=0, order_x=0):
+    """Per ROI: (batch index, Ay (od, P, P, H), Ax (od, P, P, W), count (od, P, P)); Ay / Ax carry the
+    chain factors (trans_std * roi size)^order of a derivative in trans."""
+    P, od, part, spp = params["pooled_size"], params["output_dim"], _part(params), params["sample_per_part"]
+    scale = _scale(params, T)
+    tstd = T.type(np.float32(params["trans_std"]))
+    ncls = 1 if trans is None else trans.shape[1] // 2
+    cls = np.arange(od) // (od // ncls)
+    p = np.arange(P, dtype=T)
+    part_idx = _part_index(params, T)
+    half = T.type(0.5)
+    out = []
+    for r, roi in enumerate(rois.astype(T)):
+        c = _round_half_away(roi[1:5]).astype(T)
+        sw, sh = c[0] * scale - half, c[1] * scale - half
+        ew, eh = (c[2] + T.type(1)) * scale - half, (c[3] + T.type(1)) * scale - half
+        rw, rh = max(ew - sw, T.type(0.1)), max(eh - sh, T.type(0.1))
+        bw, bh = T.type(rw / T.type(P)), T.type(rh / T.type(P))
+        subw, subh = T.type(bw / T.type(spp)), T.type(bh / T.type(spp))
+        if trans is None:
+            tx = ty = np.zeros((od, P, P), dtype=T)
+        else:
+            tr = trans[r].astype(T).reshape(ncls, 2, part, part)[:, :, part_idx[:, None], part_idx[None, :]]
+            tx, ty = tr[cls, 0] * tstd, tr[cls, 1] * tstd  # (od, P, P)
+        ws = (p[None, None, :] * bw + sw + tx * rw).astype(T)
+        hs = (p[None, :, None] * bh + sh + ty * rh).astype(T)
+        i = np.arange(spp, dtype=T)
+        ay, ny = _dpsroi_axis((hs[..., None] + i * subh).astype(T), H, order_y, T)
+        ax, nx = _dpsroi_axis((ws[..., None] + i * subw).astype(T), W, order_x, T)
+        if order_y:
+            ay = ay * (tstd * rh)
+        if order_x:
+            ax = ax * (tstd * rw)
+        out.append((_batch_index(roi[0]), ay, ax, (ny * nx).astype(T)))
+    return out
+
+
+def _dpsroi_channels(params, T):
+    """(output_dim, P, P) data channel read by each output (ctop, ph, pw)."""
+    P, gs, od = params["pooled_size"], params["group_size"], params["output_dim"]
+    g = np.clip(np.floor(np.arange(P, dtype=T) * T.type(gs) / T.type(P)).astype(np.int64), 0, gs - 1)
+    return (np.arange(od)[:, None, None] * gs + g[None, :, None]) * gs + g[None, None, :]
+
+
+def _dpsroi_check_batch(b, N):
+    if not 0 <= b < N:
+        raise ValueError(f"_contrib_DeformablePSROIPooling: an ROI has batch index {b}, outside [0, {N}) (MXNet "
+                         f"reads out of bounds here)")
+
+
+def _dpsroi_split(args, params):
+    """(rois, trans or None, rest) of a hidden op's inputs after its first one."""
+    if params["no_trans"]:
+        return args[0], None, args[1:]
+    return args[0], args[1], args[2:]
+
+
+def _dpsroi_sample(xp, data, rois, trans, params, order_y=0, order_x=0):
+    N, C, H, W = data.shape
+    T = _calc_dtype(data.dtype)
+    chan = xp.asarray(_dpsroi_channels(params, T))
+    P, od = params["pooled_size"], params["output_dim"]
+    out = xp.zeros((rois.shape[0], od, P, P), dtype=T)
+    counts = np.zeros((rois.shape[0], od, P, P), dtype=T)
+    tr = None if trans is None else _host(trans)
+    for r, (b, ay, ax, cnt) in enumerate(_dpsroi_geometry(_host(rois), tr, H, W, params, T, order_y, order_x)):
+        _dpsroi_check_batch(b, N)
+        x = data[b].astype(T, copy=False)[chan]  # (od, P, P, H, W)
+        out[r] = xp.einsum("cpqh,cpqhw,cpqw->cpq", xp.asarray(ay), x, xp.asarray(ax))
+        counts[r] = cnt
+    return out.astype(data.dtype, copy=False), xp.asarray(counts.astype(data.dtype))
+
+
+def _dpsroi_scatter(xp, g, rois, trans, like, params, order_y=0, order_x=0):
+    N, C, H, W = like.shape
+    T = _calc_dtype(g.dtype)
+    chan = xp.asarray(_dpsroi_channels(params, T).reshape(-1))
+    dx = xp.zeros((N, C, H, W), dtype=T)
+    tr = None if trans is None else _host(trans)
+    for r, (b, ay, ax, _) in enumerate(_dpsroi_geometry(_host(rois), tr, H, W, params, T, order_y, order_x)):
+        _dpsroi_check_batch(b, N)
+        contrib = xp.einsum("cpqh,cpq,cpqw->cpqhw", xp.asarray(ay), g[r].astype(T, copy=False), xp.asarray(ax))
+        xp.add.at(dx[b], chan, contrib.reshape(-1, H, W))  # channels repeat when group_size < pooled_size
+    return dx.astype(g.dtype, copy=False)
+
+
+def _dpsroi_fwd(xp, data, rois, trans=None, **params):
+    return _dpsroi_sample(xp, data, rois, trans, params)
+
+
+def _dpsroi_trans_gradient(F, head, data, rois, trans, a, b, params):
+    """Gradient in trans of <head, S_ab(data)>: x (direction 0) from order (a, b+1), y from (a+1, b)."""
+    p = {k: params[k] for k in _DPSROI_PARAMS}
+    terms = []
+    for direction, (oy, ox) in enumerate(((a, b + 1), (a + 1, b))):
+        if oy > 1 or ox > 1:  # k'' = 0 away from the kinks
+            continue
+        deriv = F._deformable_psroi_sample(data, rois, trans, order_y=oy, order_x=ox, **p)
+        terms.append(F._deformable_psroi_trans_pack(head * deriv, trans, direction=direction, **p))
+    if not terms:
+        return F.zeros_like(trans)
+    return terms[0] if len(terms) == 1 else terms[0] + terms[1]
+
+
+def _dpsroi_grad(F, n, g):
+    # out = S_00(data; rois, trans): linear in data (adjoint: scatter), trans via the next derivative order;
+    # top_count is piecewise constant (its head gradient is ignored); rois get none (MXNet writes zeros)
+    p = {k: n.params[k] for k in _DPSROI_PARAMS}
+    data, rois = n.inputs[:2]
+    trans = None if p["no_trans"] else n.inputs[2]
+    tin = () if trans is None else (trans,)
+    out = [F._deformable_psroi_scatter(g[0], rois, *tin, data, order_y=0, order_x=0, **p) if n.needs[0] else None,
+           None]
+    if trans is not None:
+        out.append(_dpsroi_trans_gradient(F, g[0], data, rois, trans, 0, 0, p) if n.needs[2] else None)
+    return out
+
+
+register(
+    "_contrib_DeformablePSROIPooling",
+    inputs=_dpsroi_inputs,
+    params=dict(_DPSROI_PARAMS),
+    prepare=_dpsroi_prepare("_contrib_DeformablePSROIPooling"),
+    num_outputs=2,
+    num_visible=1,
+    output_names=("output", "top_count"),
+    forward=_dpsroi_fwd,
+    infer_shape=_dpsroi_shape,
+    infer_type=_dpsroi_types,
+    gradient=_dpsroi_grad,
+    no_grad_inputs=("rois",),
+    doc="Deformable position-sensitive ROI pooling (Deformable ConvNets): PSROIPooling's bins shifted by "
+    "trans * trans_std * roi size per part cell and class, each the mean of sample_per_part^2 bilinear "
+    "samples; hidden output top_count (number of samples read).",
+)
+
+
+def _dpsroi_order_params():
+    return {**_DPSROI_PARAMS, "order_y": Param("int", 0), "order_x": Param("int", 0)}
+
+
+def _dpsroi_sample_shape(params, in_shapes, out_shapes, where):
+    ins, outs = _dpsroi_shape(params, in_shapes, out_shapes, where)
+    return ins, outs[:1]
+
+
+def _dpsroi_sample_fwd(xp, data, *args, order_y=0, order_x=0, **params):
+    rois, trans, _ = _dpsroi_split(args, params)
+    return _dpsroi_sample(xp, data, rois, trans, params, order_y, order_x)[0]
+
+
+def _dpsroi_sample_grad(F, n, g):
+    p = {k: n.params[k] for k in _DPSROI_PARAMS}
+    a, b = n.params["order_y"], n.params["order_x"]
+    data, rois = n.inputs[:2]
+    trans = None if p["no_trans"] else n.inputs[2]
+    tin = () if trans is None else (trans,)
+    out = [F._deformable_psroi_scatter(g[0], rois, *tin, data, order_y=a, order_x=b, **p) if n.needs[0] else None,
+           None]
+    if trans is not None:
+        out.append(_dpsroi_trans_gradient(F, g[0], data, rois, trans, a, b, p) if n.needs[2] else None)
+    return out
+
+
+register(
+    "_deformable_psroi_sample",
+    inputs=_dpsroi_inputs,
+    params=_dpsroi_order_params(),
+    prepare=_dpsroi_prepare("_deformable_psroi_sample"),
+    forward=_dpsroi_sample_fwd,
+    infer_shape=_dpsroi_sample_shape,
+    infer_type=_dpsroi_types,
+    gradient=_dpsroi_sample_grad,
+    no_grad_inputs=("rois",),
+    doc="DeformablePSROIPooling's output, or its derivative of order (order_y, order_x) in the bin positions "
+    "times (trans_std * roi size)^order (hidden).",
+)
+
+
+def _dpsroi_scatter_fwd(xp, g, *args, order_y=0, order_x=0, **params):
+    rois, trans, (like,) = _dpsroi_split(args, params)
+    return _dpsroi_scatter(xp, g, rois, trans, like, params, order_y, order_x)
+
+
+def _dpsroi_scatter_grad(F, n, g):
+    # <H, scatter_ab(G)> = <S_ab(H), G>: d G = S_ab(H); d trans as S_ab's with data -> H and head -> G
+    p = {k: n.params[k] for k in _DPSROI_PARAMS}
+    a, b = n.params["order_y"], n.params["order_x"]
+    gin, rois = n.inputs[:2]
+    trans = None if p["no_trans"] else n.inputs[2]
+    tin = () if trans is None else (trans,)
+    out = [F._deformable_psroi_sample(g[0], rois, *tin, order_y=a, order_x=b, **p) if n.needs[0] else None, None]
+    if trans is not None:
+        out.append(_dpsroi_trans_gradient(F, gin, g[0], rois, trans, a, b, p) if n.needs[2] else None)
+    return out + [None]
+
+
+register(
+    "_deformable_psroi_scatter",
+    inputs=lambda p: ["ograd", "rois"] + ([] if p["no_trans"] else ["trans"]) + ["like"],
+    params=_dpsroi_order_params(),
+    prepare=_dpsroi_prepare("_deformable_psroi_scatter"),
+    forward=_dpsroi_scatter_fwd,
+    infer_shape=lambda p, i, o, w: (i, [i[-1]]),
+    infer_type=lambda p, i, o, w: (i, [i[0]]),
+    gradient=_dpsroi_scatter_grad,
+    no_grad_inputs=("rois", "like"),
+    doc="Adjoint of _deformable_psroi_sample in data (hidden; ``like`` gives the data shape).",
+)
+
+
+def _trans_index(params, trans_shape, T):
+    """(od, P, P) flat index into one ROI's trans (2 * num_classes, part, part) of each output's x entry
+    (the y entry is part^2 further)."""
+    od, part = params["output_dim"], _part(params)
+    ncls = trans_shape[1] // 2
+    cls = np.arange(od) // (od // ncls)
+    part_idx = _part_index(params, T)
+    return ((cls[:, None, None] * 2) * part + part_idx[None, :, None]) * part + part_idx[None, None, :]
+
+
+def _trans_pack_fwd(xp, vals, like, *, direction, **params):
+    R = vals.shape[0]
+    size = math.prod(like.shape[1:])
+    idx = _trans_index(params, like.shape, _calc_dtype(vals.dtype)).reshape(-1) + direction * _part(params) ** 2
+    flat = (np.arange(R)[:, None] * size + idx[None, :]).reshape(-1)
+    out = xp.zeros(R * size, dtype=vals.dtype)
+    xp.add.at(out, xp.asarray(flat), vals.reshape(-1))
+    return out.reshape(like.shape)
+
+
+def _trans_unpack_fwd(xp, g, like, *, direction, **params):
+    R = g.shape[0]
+    idx = _trans_index(params, g.shape, _calc_dtype(g.dtype)).reshape(-1) + direction * _part(params) ** 2
+    return g.reshape(R, -1)[:, xp.asarray(idx)].reshape(like.shape)
+
+
+_TRANS_PACK_PARAMS = {**_DPSROI_PARAMS, "direction": Param("int", 0)}
+
+register(
+    "_deformable_psroi_trans_pack",
+    inputs=("data", "like"),
+    params=dict(_TRANS_PACK_PARAMS),
+    prepare=_dpsroi_prepare("_deformable_psroi_trans_pack"),
+    forward=_trans_pack_fwd,
+    infer_shape=lambda p, i, o, w: (i, [i[1]]),
+    infer_type=lambda p, i, o, w: (i, [i[0]]),
+    # linear; adjoint: read each output's trans entry back (unpack)
+    gradient=lambda F, n, g: [F._deformable_psroi_trans_unpack(g[0], n.inputs[0], **n.params), None],
+    no_grad_inputs=("like",),
+    doc="Per-output values (R, od, P, P) summed into one direction (0: x, 1: y) of the trans layout (hidden).",
+)
+register(
+    "_deformable_psroi_trans_unpack",
+    inputs=("ograd", "like"),
+    params=dict(_TRANS_PACK_PARAMS),
+    prepare=_dpsroi_prepare("_deformable_psroi_trans_unpack"),
+    forward=_trans_unpack_fwd,
+    infer_shape=lambda p, i, o, w: (i, [i[1]]),
+    infer_type=lambda p, i, o, w: (i, [i[0]]),
+    gradient=lambda F, n, g: [F._deformable_psroi_trans_pack(g[0], n.inputs[0], **n.params), None],
+    no_grad_inputs=("like",),
+    doc="Adjoint of _deformable_psroi_trans_pack (hidden).",
+)

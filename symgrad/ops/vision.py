@@ -1,7 +1,8 @@
 """Spatial / vision operators with MXNet 1.9.1 semantics.
 
 GridGenerator, BilinearSampler, SpatialTransformer, Correlation, im2col/col2im,
-``_contrib_AdaptiveAvgPooling2D``, ``_contrib_BilinearResize2D`` and ``_contrib_DeformableConvolution``.
+``_contrib_AdaptiveAvgPooling2D``, ``_contrib_BilinearResize2D``, ``_contrib_DeformableConvolution`` and
+``_contrib_ModulatedDeformableConvolution`` (DCNv2: the ``zero`` border below, each sample times a mask).
 
 Two sampling kernels underlie BilinearSampler, SpatialTransformer and DeformableConvolution. Both read
 ``data`` at real positions ``(y, x)`` with the bilinear ("tent") kernel ``k(t) = max(0, 1 - |t|)``::
@@ -1389,4 +1390,274 @@ register(
     gradient=_dconv_grad,
     doc="2-D deformable convolution: every kernel tap reads data bilinearly at its position plus a learned "
     "offset (offset (N, 2*kh*kw*num_deformable_group, Ho, Wo), (dy, dx) per tap).",
+)
+
+
+# ----------------------------------------------------------------------------
+# ModulatedDeformableConvolution (DCNv2)
+# ----------------------------------------------------------------------------
+#
+# cols_m = expand(mask) * sample(data; positions(offset)): DeformableConvolution's columns with MXNet's
+# modulated border rule (the ``zero`` kernel: a tap outside the image reads 0, so a sample fades to 0
+# within one pixel of the border; src/operator/contrib/nn/modulated_deformable_im2col.h) and every
+# sample multiplied by its mask value (mask (N, dg*kh*kw, Ho, Wo): one value per deformable group, kernel
+# tap and output position, shared by the group's channels). With ``M_ab(data, offset, mask) =
+# expand(mask) * sample_ab(data)`` (derivative orders as above) and ``pack``/``mpack`` the group sums into
+# the offset / mask layouts:
+#
+#     d data   <G, M_ab>  = scatter_ab(G * expand(mask))                    = _modulated_deformable_col2im
+#     d offset <G, M_ab>  = pack_y(G * M_(a+1)b) + pack_x(G * M_a(b+1))     (orders > 1 vanish)
+#     d mask   <G, M_ab>  = mpack(G * sample_ab(data)) = mpack(G * M_ab(data, offset, ones))
+#
+# and col2im is im2col's adjoint in data (<H, C_ab(G)> = <M_ab(H), G>), so the same three rules with
+# data -> H give its gradients: every order of differentiation closes on these four hidden ops.
+
+
+def _mdeform_im2col_fwd(xp, data, offset, mask, *, order_y=0, order_x=0, **p):
+    acc = _acc(data.dtype)
+    N, C, H, W = data.shape
+    dg = p["num_deformable_group"]
+    Ho, Wo = offset.shape[2:]
+    K = math.prod(p["kernel"])
+    py, px = _deform_positions(xp, offset, p, acc)
+    cols = _sample(xp, data.astype(acc, copy=False).reshape(N, dg, C // dg, H, W), py, px, order_y, order_x,
+                   "zero")
+    cols = cols * mask.astype(acc, copy=False).reshape(N, dg, 1, K * Ho * Wo)
+    return cols.reshape(N, C * K, Ho, Wo).astype(data.dtype, copy=False)
+
+
+def _mdeform_col2im_fwd(xp, cols, offset, mask, like, *, order_y=0, order_x=0, **p):
+    acc = _acc(cols.dtype)
+    N, C, H, W = like.shape
+    dg = p["num_deformable_group"]
+    py, px = _deform_positions(xp, offset, p, acc)
+    vals = cols.astype(acc, copy=False).reshape(N, dg, C // dg, -1)
+    vals = vals * mask.astype(acc, copy=False).reshape(N, dg, 1, -1)
+    out = _scatter(xp, vals, py, px, order_y, order_x, "zero", H, W)
+    return out.reshape(N, C, H, W).astype(cols.dtype, copy=False)
+
+
+def _mask_pack_fwd(xp, vals, **p):
+    """Per deformable group, kernel tap and position, the sum over the group's channels (mask layout)."""
+    N, CK, Ho, Wo = vals.shape
+    dg = p["num_deformable_group"]
+    K = math.prod(p["kernel"])
+    return vals.reshape(N, dg, CK // (dg * K), K, Ho, Wo).sum(axis=2).reshape(N, dg * K, Ho, Wo)
+
+
+def _mask_unpack_fwd(xp, g, like, **p):
+    N, CK, Ho, Wo = like.shape
+    dg = p["num_deformable_group"]
+    K = math.prod(p["kernel"])
+    sel = g.reshape(N, dg, 1, K, Ho, Wo)
+    return xp.ascontiguousarray(xp.broadcast_to(sel, (N, dg, CK // (dg * K), K, Ho, Wo))).reshape(like.shape)
+
+
+def _moffset_gradient(F, head, data, offset, mask, a, b, p):
+    """Gradient in the offset of <head, M_ab(data; offset, mask)>: direction 0 (y) from order (a+1, b),
+    direction 1 (x) from (a, b+1), each summed over the deformable group's channels."""
+    terms = []
+    for direction, (oy, ox) in enumerate(((a + 1, b), (a, b + 1))):
+        if oy > 1 or ox > 1:  # k'' = 0 away from the kinks
+            continue
+        deriv = F._modulated_deformable_im2col(data, offset, mask, order_y=oy, order_x=ox, **p)
+        terms.append(F._deformable_offset_pack(head * deriv, direction=direction, **p))
+    if not terms:
+        return F.zeros_like(offset)
+    return terms[0] if len(terms) == 1 else terms[0] + terms[1]
+
+
+def _mmask_gradient(F, head, data, offset, mask, a, b, p):
+    """Gradient in the mask of <head, M_ab(data; offset, mask)>: group sums of head * sample_ab(data)."""
+    plain = F._modulated_deformable_im2col(data, offset, F.ones_like(mask), order_y=a, order_x=b, **p)
+    return F._deformable_mask_pack(head * plain, **p)
+
+
+def _mdcol_shape(params, in_shapes, out_shapes, where):
+    d, off = in_shapes[0], in_shapes[1]
+    if d is None or off is None:
+        return in_shapes, out_shapes
+    return in_shapes, [(d[0], d[1] * math.prod(params["kernel"])) + tuple(off[2:])]
+
+
+def _mdcol_grad(F, n, g):
+    data, offset, mask = n.inputs
+    p = _geom_of(n.params)
+    a, b = n.params["order_y"], n.params["order_x"]
+    return [
+        F._modulated_deformable_col2im(g[0], offset, mask, data, order_y=a, order_x=b, **p) if n.needs[0] else None,
+        _moffset_gradient(F, g[0], data, offset, mask, a, b, p) if n.needs[1] else None,
+        _mmask_gradient(F, g[0], data, offset, mask, a, b, p) if n.needs[2] else None,
+    ]
+
+
+register(
+    "_modulated_deformable_im2col",
+    inputs=("data", "offset", "mask"),
+    params={**_DEFORM_GEOM, **_order_params()},
+    prepare=_deform_prepare("_modulated_deformable_im2col"),
+    forward=_mdeform_im2col_fwd,
+    infer_shape=_mdcol_shape,
+    gradient=_mdcol_grad,
+    doc="Modulated deformable im2col (N, C*K, Ho, Wo) (zero border, times the mask), or its derivative of "
+    "order (order_y, order_x) in the offsets (hidden).",
+)
+
+
+def _mdc2i_grad(F, n, g):
+    # <H, col2im_ab(G; offset, mask)> = <M_ab(H; offset, mask), G>: d G = M_ab(H); d offset / d mask as
+    # im2col's with data -> H and head -> G
+    cols, offset, mask = n.inputs[:3]
+    p = _geom_of(n.params)
+    a, b = n.params["order_y"], n.params["order_x"]
+    return [
+        F._modulated_deformable_im2col(g[0], offset, mask, order_y=a, order_x=b, **p) if n.needs[0] else None,
+        _moffset_gradient(F, cols, g[0], offset, mask, a, b, p) if n.needs[1] else None,
+        _mmask_gradient(F, cols, g[0], offset, mask, a, b, p) if n.needs[2] else None,
+        None,
+    ]
+
+
+register(
+    "_modulated_deformable_col2im",
+    inputs=("data", "offset", "mask", "like"),
+    params={**_DEFORM_GEOM, **_order_params()},
+    prepare=_deform_prepare("_modulated_deformable_col2im"),
+    forward=_mdeform_col2im_fwd,
+    infer_shape=lambda p, i, o, w: (i, [i[3]] if i[3] is not None else o),
+    no_grad_inputs=("like",),
+    gradient=_mdc2i_grad,
+    doc="Adjoint of _modulated_deformable_im2col in its data (hidden; ``like`` gives the image shape).",
+)
+
+
+def _mask_pack_shape(params, in_shapes, out_shapes, where):
+    (v,) = in_shapes
+    if v is None:
+        return in_shapes, out_shapes
+    K = math.prod(params["kernel"])
+    return in_shapes, [(v[0], K * params["num_deformable_group"]) + tuple(v[2:])]
+
+
+register(
+    "_deformable_mask_pack",
+    params=dict(_DEFORM_GEOM),
+    prepare=_deform_prepare("_deformable_mask_pack"),
+    forward=_mask_pack_fwd,
+    infer_shape=_mask_pack_shape,
+    # linear; adjoint: broadcast each mask channel back over its group's channels
+    gradient=lambda F, n, g: [F._deformable_mask_unpack(g[0], n.inputs[0], **n.params)],
+    doc="Group-sum of deformable columns into the mask layout (hidden).",
+)
+register(
+    "_deformable_mask_unpack",
+    inputs=("ograd", "like"),
+    params=dict(_DEFORM_GEOM),
+    prepare=_deform_prepare("_deformable_mask_unpack"),
+    forward=_mask_unpack_fwd,
+    infer_shape=lambda p, i, o, w: (i, [i[1]] if i[1] is not None else o),
+    no_grad_inputs=("like",),
+    gradient=lambda F, n, g: [F._deformable_mask_pack(g[0], **n.params), None],
+    doc="Adjoint of _deformable_mask_pack (hidden).",
+)
+
+
+def _mdconv_inputs(params):
+    base = ["data", "offset", "mask", "weight"]
+    return base if params["no_bias"] else base + ["bias"]
+
+
+def _mdconv_prepare(params, node_name):
+    out = _deform_prepare("_contrib_ModulatedDeformableConvolution")(params, node_name)
+    if params["im2col_step"] < 1:
+        raise ParamError(f"_contrib_ModulatedDeformableConvolution {node_name!r}: parameter 'im2col_step' must be "
+                         f">= 1, got {params['im2col_step']}")
+    return out
+
+
+def _mdconv_shape(params, in_shapes, out_shapes, where):
+    # DeformableConvolution's rules for data/offset/weight/bias, then the mask and MXNet's extra checks
+    no_mask = list(in_shapes[:2]) + list(in_shapes[3:])
+    ins, outs = _dconv_shape(params, no_mask, out_shapes, where)
+    ins = list(ins[:2]) + [in_shapes[2]] + list(ins[2:])
+    x, mask = ins[0], ins[2]
+    if x is None:
+        return ins, outs
+    f, dg, step = params["num_filter"], params["num_deformable_group"], params["im2col_step"]
+    if f % dg:
+        raise ShapeError(f"{where}: num_deformable_group={dg} must divide num_filter={f} (as MXNet checks)")
+    if x[0] > step and x[0] % step:
+        raise ShapeError(f"{where}: batch size {x[0]} of data {tuple(x)} must be at most or a multiple of "
+                         f"im2col_step={step} (as MXNet)")
+    want = (x[0], math.prod(params["kernel"]) * dg) + tuple(outs[0][2:])
+    if mask is not None and tuple(mask) != want:
+        raise ShapeError(f"{where}: input 'mask' has shape {tuple(mask)}, expected {want} (batch, "
+                         f"kernel_h*kernel_w*num_deformable_group, output H, output W)")
+    ins[2] = want
+    return ins, outs
+
+
+def _mdconv_fwd(xp, data, offset, mask, weight, bias=None, *, num_filter, num_group, **p):
+    cols = _mdeform_im2col_fwd(xp, data, offset, mask, **_geom_of(p))
+    acc = _acc(data.dtype)
+    N, CK, Ho, Wo = cols.shape
+    g = num_group
+    out = xp.matmul(weight.astype(acc, copy=False).reshape(g, num_filter // g, CK // g),
+                    cols.astype(acc, copy=False).reshape(N, g, CK // g, Ho * Wo))
+    out = out.reshape(N, num_filter, Ho, Wo)
+    if bias is not None:
+        out = out + bias.astype(acc, copy=False).reshape(1, -1, 1, 1)
+    return out.astype(data.dtype, copy=False)
+
+
+def _mdconv_grad(F, n, g):
+    # out = conv1x1(cols_m, W') + b with cols_m = M_00(data; offset, mask) and W' = W as (F, C/g*K, 1, 1):
+    #   d cols = corr^T(g, W'),  d W' = wgrad(cols_m, g),  d b = sum of g over all axes but 1,
+    #   d data / d offset / d mask: the rules of M_00 (header of this section) with head d cols.
+    data, offset, mask, weight = n.inputs[:4]
+    gy = g[0]
+    p = _geom_of(n.params)
+    hp = {"kernel": (1, 1), "stride": (1, 1), "dilate": (1, 1), "pad": (0, 0), "num_group": n.params["num_group"],
+          "target_shape": ()}
+    cols = F._modulated_deformable_im2col(data, offset, mask, order_y=0, order_x=0, **p)
+    out = [None, None, None, None]
+    if n.needs[0] or n.needs[1] or n.needs[2]:
+        gcols = F._conv_transpose_like(gy, F.reshape(weight, shape=(0, -1, 1, 1)), cols, **hp)
+        if n.needs[0]:
+            out[0] = F._modulated_deformable_col2im(gcols, offset, mask, data, order_y=0, order_x=0, **p)
+        if n.needs[1]:
+            out[1] = _moffset_gradient(F, gcols, data, offset, mask, 0, 0, p)
+        if n.needs[2]:
+            out[2] = _mmask_gradient(F, gcols, data, offset, mask, 0, 0, p)
+    if n.needs[3]:
+        out[3] = F.reshape_like(F._conv_weight_grad(cols, gy, **hp), weight)
+    if not n.params["no_bias"]:
+        out.append(F.sum(gy, axis=1, exclude=True) if n.needs[4] else None)
+    return out
+
+
+register(
+    "_contrib_ModulatedDeformableConvolution",
+    inputs=_mdconv_inputs,
+    params={
+        "kernel": Param("shape"),
+        "stride": Param("shape", ()),
+        "dilate": Param("shape", ()),
+        "pad": Param("shape", ()),
+        "num_filter": Param("int"),
+        "num_group": Param("int", 1),
+        "num_deformable_group": Param("int", 1),
+        "workspace": Param("int", 1024),
+        "no_bias": Param("bool", False),
+        "im2col_step": Param("int", 64),
+        "layout": Param("str", None, choices=("NCW", "NCHW", "NCDHW")),
+    },
+    prepare=_mdconv_prepare,
+    forward=_mdconv_fwd,
+    infer_shape=_mdconv_shape,
+    infer_type=float_inputs("data", "offset", "mask"),
+    gradient=_mdconv_grad,
+    doc="2-D modulated deformable convolution (DCNv2): every kernel tap reads data bilinearly (0 outside the "
+    "image) at its position plus a learned offset, times a learned mask (offset (N, 2*kh*kw*dg, Ho, Wo), "
+    "mask (N, kh*kw*dg, Ho, Wo)).",
 )
