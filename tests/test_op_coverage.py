@@ -1,0 +1,58 @@
+"""symgrad's operator set against MXNet 1.9.1's registry (tests/fixtures/mxnet_operators.json, recorded by
+tests/fixtures/make_mxnet_oplist.py).
+
+- every MXNet operator is registered in symgrad or has a reason in tests/mxnet_missing_ops.py, and no reason is
+  kept for an operator symgrad registers (so the README's count and the list of what is missing stay true);
+- the operators symgrad registers take MXNet's parameter names in MXNet's order (users pass them
+  positionally after the inputs: ``repeat(x, 2)``).
+"""
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+from mxnet_missing_ops import GROUPS, OPS
+
+import symgrad.operator  # noqa: F401  (registers Custom)
+from symgrad.ops.registry import list_ops
+
+MXNET = json.loads((Path(__file__).parent / "fixtures" / "mxnet_operators.json").read_text())["operators"]
+REGISTERED = list_ops()
+
+# Where MXNet's listing is not what its parser reads: _linspace is listed with _arange's fields (step, repeat,
+# infer_range), but MXNet 1.9.1 parses LinspaceParam (``mx.sym.linspace(0, 1, 5, step=1)`` fails with "Cannot
+# find argument 'step'")
+PARSED = {name: ["start", "stop", "num", "endpoint", "ctx", "dtype"] for name in ("_linspace", "_npi_linspace")}
+
+
+def _reason(name):
+    if name in OPS:
+        return OPS[name]
+    return next((why for pattern, why in GROUPS.items() if re.search(pattern, name)), None)
+
+
+def test_every_mxnet_operator_is_registered_or_has_a_reason():
+    unexplained = sorted(n for n in MXNET if n not in REGISTERED and _reason(n) is None)
+    assert not unexplained, f"{len(unexplained)} MXNet operators neither registered nor explained: {unexplained}"
+
+
+def test_no_reason_is_kept_for_a_registered_operator():
+    stale = sorted(n for n in OPS if n in REGISTERED)
+    assert not stale, f"tests/mxnet_missing_ops.py explains operators symgrad registers: {stale}"
+    unknown = sorted(n for n in OPS if n not in MXNET)
+    assert not unknown, f"tests/mxnet_missing_ops.py lists names MXNet 1.9.1 does not register: {unknown}"
+
+
+@pytest.mark.parametrize("name", sorted(n for n in REGISTERED if n in MXNET), ids=str)
+def test_parameters_in_mxnet_order(name):
+    op = REGISTERED[name]
+    ours = list(op.params)
+    listed = PARSED.get(name) or MXNET[name]["names"]
+    theirs = [a for a in listed if a in op.params]
+    assert [p for p in ours if p in theirs] == theirs, f"{name}: parameters in order {ours}, MXNet's order {listed}"
+    # inputs are typed "NDArray-or-Symbol", "Symbol", "Symbol[]" or "NDArray-or-Symbol[]" by MXNet
+    types = dict(zip(MXNET[name]["names"], MXNET[name]["types"]))
+    missing = [a for a in listed if "Symbol" not in types.get(a, "") and "NDArray" not in types.get(a, "")
+               and a not in op.params]
+    assert not missing, f"{name}: MXNet parameters symgrad does not accept: {missing}"
