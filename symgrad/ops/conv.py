@@ -30,15 +30,11 @@ import math
 import numpy as np
 
 from ..base import ParamError, ShapeError
-from .registry import Param, float_inputs, register
+from .registry import Param, acc_dtype, float_inputs, register
 
 _LAYOUT = {1: "NCW", 2: "NCHW", 3: "NCDHW"}
 _ALL_LAYOUTS = ("NCW", "NCHW", "NCDHW", "NHWC", "NDHWC")
 
-
-def _acc(dtype):
-    """Compute dtype: float16 accumulates in float32."""
-    return np.dtype(np.float32) if np.dtype(dtype) == np.float16 else np.dtype(dtype)
 
 
 def _dk(k, d):
@@ -116,7 +112,7 @@ def tap_slices(tap, s, d, Y):
     )
 
 
-def _im2col(xp, b, k, s, d, lo, Y):
+def im2col_columns(xp, b, k, s, d, lo, Y):
     """Contiguous ``(N, C*prod(k), prod(Y))`` columns of the zero-padded ``b``."""
     N, C = b.shape[:2]
     X = b.shape[2:]
@@ -131,19 +127,19 @@ def _im2col(xp, b, k, s, d, lo, Y):
 
 def correlate(xp, b, w, k, s, d, lo, Y, groups):
     """S from B: ``(N, C, *X)``, ``(F, C/g, *k)`` -> ``(N, F, *Y)`` in the compute dtype."""
-    acc = _acc(b.dtype)
+    acc = acc_dtype(b.dtype)
     b = b.astype(acc, copy=False)
     w = w.astype(acc, copy=False)
     N, C = b.shape[:2]
     F, g = w.shape[0], groups
-    cols = _im2col(xp, b, k, s, d, lo, Y).reshape(N, g, (C // g) * math.prod(k), math.prod(Y))
+    cols = im2col_columns(xp, b, k, s, d, lo, Y).reshape(N, g, (C // g) * math.prod(k), math.prod(Y))
     out = xp.matmul(w.reshape(g, F // g, -1), cols)  # (N, g, F/g, prod(Y)): one batched GEMM
     return out.reshape((N, F) + tuple(Y))
 
 
 def transpose(xp, sm, w, k, s, d, lo, X, groups):
     """B from S (the adjoint of ``correlate`` in B): ``(N, F, *Y)`` -> ``(N, C, *X)``."""
-    acc = _acc(sm.dtype)
+    acc = acc_dtype(sm.dtype)
     sm = sm.astype(acc, copy=False)
     w = w.astype(acc, copy=False)
     N, F = sm.shape[:2]
@@ -167,14 +163,14 @@ def transpose(xp, sm, w, k, s, d, lo, X, groups):
 
 def weight_grad(xp, b, sm, k, s, d, lo, groups):
     """W from B and S (the adjoint of ``correlate`` in W): -> ``(F, C/g, *k)``."""
-    acc = _acc(b.dtype)
+    acc = acc_dtype(b.dtype)
     b = b.astype(acc, copy=False)
     sm = sm.astype(acc, copy=False)
     N, C = b.shape[:2]
     F = sm.shape[1]
     Y = sm.shape[2:]
     g = groups
-    cols = _im2col(xp, b, k, s, d, lo, Y).reshape(N, g, (C // g) * math.prod(k), math.prod(Y))
+    cols = im2col_columns(xp, b, k, s, d, lo, Y).reshape(N, g, (C // g) * math.prod(k), math.prod(Y))
     smm = sm.reshape(N, g, F // g, math.prod(Y))
     dw = xp.matmul(smm, cols.swapaxes(-1, -2)).sum(axis=0)  # (g, F/g, C/g*K)
     return dw.reshape((F, C // g) + tuple(k))
@@ -671,7 +667,7 @@ def _up_grad(F, n, g):
 
 
 def _up_adjoint_fwd(xp, g, *likes, num_args, scale, multi_input_mode):
-    acc = _acc(g.dtype)
+    acc = acc_dtype(g.dtype)
     ga = g.astype(acc, copy=False)
     out = []
     c0 = 0

@@ -178,7 +178,7 @@ def _gamma(xp, x):
 _FACTORIALS = np.array([float(math.factorial(k)) for k in range(171)])  # Gamma(1..171), correctly rounded
 
 
-def _gammaln(xp, x):
+def log_gamma(xp, x):
     """log |Gamma(x)|; reflection log pi - log|sin(pi x)| - lgamma(1 - x) below 0.5."""
     x = x.astype(np.float64)
     refl = x < 0.5
@@ -453,7 +453,7 @@ _unary("erf", _float_math(_erf), lambda F, x, y, g: g * (F.exp(-F.square(x)) * (
 _unary("erfinv", _float_math(_erfinv), lambda F, x, y, g: g * (F.exp(F.square(y)) * (_SQRT_PI / 2.0)))
 # Gamma' = Gamma psi; (ln |Gamma|)' = psi (digamma = polygamma order 0)
 _unary("gamma", _float_math(_gamma), lambda F, x, y, g: g * (y * F._polygamma(x, n=0)))
-_unary("gammaln", _float_math(_gammaln), lambda F, x, y, g: g * F._polygamma(x, n=0))
+_unary("gammaln", _float_math(log_gamma), lambda F, x, y, g: g * F._polygamma(x, n=0))
 # (psi^(n))' = psi^(n+1): gradients of every order
 _unary("_polygamma", _float_math(lambda xp, x, n: _polygamma(xp, x, n)),
        lambda F, x, y, g, n: g * F._polygamma(x, n=n + 1),

@@ -42,7 +42,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..base import ShapeError
-from .registry import register
+from .registry import acc_dtype, register
 
 _NAME = "_contrib_hawkesll"
 _INPUTS = ("lda", "alpha", "beta", "state", "lags", "marks", "valid_length", "max_time")
@@ -52,10 +52,6 @@ _LAYOUT = {"lda": "NK", "alpha": "K", "beta": "K", "state": "NK", "lags": "NT", 
            "valid_length": "N", "max_time": "N"}
 _OUT_LAYOUT = ("N", "NK")
 
-
-def _acc(dtype):
-    """Compute dtype: float16 is computed in float32."""
-    return np.dtype(np.float32) if np.dtype(dtype) == np.float16 else np.dtype(dtype)
 
 
 # -- shape and dtype rules ---------------------------------------------------------------------------------
@@ -175,7 +171,7 @@ def _hawkes_pass(xp, lda, alpha, beta, state, lags, marks, valid_length, max_tim
     d out_state/dbeta = ub and d out_state/dstate = us. (Ss telescopes to exp(-beta last); MXNet's
     backward carries the same Sb recurrence, but not Ss.)
     """
-    acc = _acc(lda.dtype)
+    acc = acc_dtype(lda.dtype)
     lda, alpha, beta, state, lags, valid_length, max_time = (
         a.astype(acc, copy=False) for a in (lda, alpha, beta, state, lags, valid_length, max_time))
     N, K = lda.shape

@@ -24,14 +24,10 @@ from __future__ import annotations
 import numpy as np
 
 from ..base import ParamError, ShapeError
-from .registry import Param, normalize_axis, register
+from .registry import Param, acc_dtype, normalize_axis, register
 
 _INDEX_DTYPES = ("uint8", "int32", "int64", "float16", "float32", "float64")
 
-
-def _acc(dtype):
-    """Accumulation dtype: float16 sums in float32."""
-    return np.dtype(np.float32) if np.dtype(dtype) == np.float16 else np.dtype(dtype)
 
 
 def _resolve(xp, index, n, mode):
@@ -100,7 +96,7 @@ def _take_scatter_fwd(xp, g, indices, like, axis, mode):
     pre = int(np.prod(like.shape[:ax], dtype=np.int64))
     post = int(np.prod(like.shape[ax + 1:], dtype=np.int64))
     j = _resolve(xp, indices, n, mode).reshape(-1)
-    acc = _acc(g.dtype)
+    acc = acc_dtype(g.dtype)
     # (pre, K, post) -> (K, pre * post): the scattered axis first, so add.at gets one index array
     g2 = g.reshape(pre, j.size, post).transpose(1, 0, 2).reshape(j.size, pre * post).astype(acc, copy=False)
     out = xp.zeros((n, pre * post), dtype=acc)
@@ -265,7 +261,7 @@ def _scatter_along_fwd(xp, g, index, like, axis):
     """out[..., index[..., i, ...], ...] += g[..., i, ...] along ``axis``, out shaped like ``like``."""
     ax = normalize_axis(axis, like.ndim, "_scatter_along_axis")
     n = like.shape[ax]
-    acc = _acc(g.dtype)
+    acc = acc_dtype(g.dtype)
     g2 = xp.moveaxis(g, ax, -1)
     moved = g2.shape[:-1] + (n,)
     rows = int(np.prod(g2.shape[:-1], dtype=np.int64))
@@ -500,7 +496,7 @@ register(
 
 
 def _acc_zeros(xp, shape, dtype):
-    return xp.zeros(shape, dtype=_acc(dtype))
+    return xp.zeros(shape, dtype=acc_dtype(dtype))
 
 
 def _nd_offsets(xp, indices, dims):

@@ -19,12 +19,7 @@ import math
 import numpy as np
 
 from ..base import ParamError, ShapeError
-from .registry import Param, check_float, elementwise, float_inputs, normalize_axis, register, same_shape
-
-
-def _acc(dtype):
-    """Accumulation dtype: float16 is accumulated in float32."""
-    return np.dtype(np.float32) if np.dtype(dtype) == np.float16 else np.dtype(dtype)
+from .registry import Param, acc_dtype, check_float, elementwise, float_inputs, normalize_axis, register, same_shape
 
 
 def _channel_shape(ndim, axis, size):
@@ -320,7 +315,7 @@ def _bn_fwd(xp, x, gamma, beta, mmean, mvar, *, is_train, eps, momentum, fix_gam
     biased batch variance; MXNet 1.9's CPU kernels do the same update in backward.
     """
     red, bshape = _bn_layout(x, axis)
-    acc = _acc(x.dtype)
+    acc = acc_dtype(x.dtype)
     xa = x.astype(acc, copy=False)
     if is_train and not use_global_stats and x.size == 0:
         # an empty batch has no statistics: the moving ones stay as they are (their mean would be 0/0 =
@@ -360,7 +355,7 @@ def _bn_shape(params, in_shapes, out_shapes, where):
     return [x, c, c, c, c], [x, c, c]
 
 
-def _bn_type(params, in_types, out_types, where):
+def bn_type(params, in_types, out_types, where):
     """data float16/32/64; gamma, beta and the moving statistics share one dtype, float32 for
     float16 data (MXNet/cuDNN), or the data dtype; the mean/var outputs use the float32/data one."""
     dt = in_types[0] if in_types[0] is not None else out_types[0]
@@ -368,7 +363,7 @@ def _bn_type(params, in_types, out_types, where):
         return in_types, out_types
     check_float(where, "data", dt)
     dt = np.dtype(dt)
-    acc = _acc(dt)
+    acc = acc_dtype(dt)
     known = [np.dtype(t) for t in in_types[1:] if t is not None]
     pdt = known[0] if known else acc
     names = ("gamma", "beta", "moving_mean", "moving_var")
@@ -400,7 +395,7 @@ register(
     output_names=("output", "mean", "var"),
     forward=_bn_fwd,
     infer_shape=_bn_shape,
-    infer_type=_bn_type,
+    infer_type=bn_type,
     gradient=_bn_grad,
     needs_is_train=True,
     mutates_aux=True,
@@ -430,7 +425,7 @@ register(
     output_names=("output", "mean", "var"),
     forward=_bn_relu_fwd,
     infer_shape=_bn_shape,
-    infer_type=_bn_type,
+    infer_type=bn_type,
     gradient=_bn_relu_grad,
     needs_is_train=True,
     mutates_aux=True,
@@ -471,7 +466,7 @@ register(
     output_names=("output", "mean", "var"),
     forward=lambda xp, *arrays, ndev, key, **p: _bn_fwd(xp, *arrays, axis=1, **p),
     infer_shape=_with_channel_axis(_bn_shape),
-    infer_type=_bn_type,
+    infer_type=bn_type,
     gradient=_sync_bn_grad,
     needs_is_train=True,
     mutates_aux=True,
@@ -489,7 +484,7 @@ def _bn_backward_fwd(xp, gy, x, gamma, mean, invstd, *, is_train, eps, fix_gamma
       global statistics: dx = r dxhat (mu and var are constants)
     """
     red, bshape = _bn_layout(x, axis)
-    acc = _acc(x.dtype)
+    acc = acc_dtype(x.dtype)
     xa, ga = x.astype(acc, copy=False), gy.astype(acc, copy=False)
     r = invstd.astype(acc, copy=False).reshape(bshape)
     xhat = (xa - mean.astype(acc, copy=False).reshape(bshape)) * r
@@ -533,14 +528,14 @@ register(
 # ----------------------------------------------------------------------------
 
 
-def _centered_rstd(F, x, spec, eps):
+def centered_rstd(F, x, spec, eps):
     """Symbols (x - mean, 1/sqrt(var + eps)), statistics over the axes ``spec`` (F.mean kwargs), keepdims."""
     xc = F.broadcast_sub(x, F.mean(x, keepdims=True, **spec))
     r = F._power_scalar(F.mean(F.square(xc), keepdims=True, **spec) + eps, scalar=-0.5)
     return xc, r
 
 
-def _normalize_vjp(F, dxhat, xhat, r, spec):
+def normalize_vjp(F, dxhat, xhat, r, spec):
     """dx for xhat = (x - mean) r, mean and var taken over ``spec`` (N elements each):
 
     dx = r (dxhat - mean(dxhat) - xhat mean(dxhat xhat))
@@ -554,13 +549,13 @@ def _normalize_vjp(F, dxhat, xhat, r, spec):
 def _affine_norm_grad(F, n, g, stat_spec, channel_axis, eps):
     """Gradients of y = gamma_c xhat + beta_c with xhat normalised over ``stat_spec``."""
     x, gamma = n.inputs[0], n.inputs[1]
-    xc, r = _centered_rstd(F, x, stat_spec, eps)
+    xc, r = centered_rstd(F, x, stat_spec, eps)
     xhat = F.broadcast_mul(xc, r)
     gy = g[0]
     per_channel = {"axis": channel_axis, "exclude": True}
     dgamma = F.sum(gy * xhat, **per_channel)  # y' w.r.t. gamma_c: sum of gy xhat over all but the channel axis
     dbeta = F.sum(gy, **per_channel)
-    dx = _normalize_vjp(F, gy * F._unreduce_like(gamma, x, **per_channel), xhat, r, stat_spec)
+    dx = normalize_vjp(F, gy * F._unreduce_like(gamma, x, **per_channel), xhat, r, stat_spec)
     return [dx, dgamma, dbeta]
 
 
@@ -579,7 +574,7 @@ def _ln_shape(params, in_shapes, out_shapes, where):
 
 def _ln_fwd(xp, x, gamma, beta, *, axis, eps, output_mean_var):
     ax = normalize_axis(axis, x.ndim, "LayerNorm")
-    xa = x.astype(_acc(x.dtype), copy=False)
+    xa = x.astype(acc_dtype(x.dtype), copy=False)
     mean = xa.mean(axis=ax, keepdims=True)
     xc = xa - mean
     std = xp.sqrt((xc * xc).mean(axis=ax, keepdims=True) + eps)
@@ -620,7 +615,7 @@ def _in_shape(params, in_shapes, out_shapes, where):
 
 def _in_fwd(xp, x, gamma, beta, *, eps):
     """Normalise each (sample, channel) over the spatial axes; hidden outputs mean and (biased) var."""
-    xa = x.astype(_acc(x.dtype), copy=False)
+    xa = x.astype(acc_dtype(x.dtype), copy=False)
     sp = tuple(range(2, x.ndim))
     mean = xa.mean(axis=sp, keepdims=True)
     xc = xa - mean
@@ -669,7 +664,7 @@ def _l2_shape(params, in_shapes, out_shapes, where):
 
 
 def _l2_fwd(xp, x, *, eps, mode):
-    xa = x.astype(_acc(x.dtype), copy=False)
+    xa = x.astype(acc_dtype(x.dtype), copy=False)
     if mode == "instance":
         axes = tuple(range(1, x.ndim))
     elif mode == "channel":
@@ -831,7 +826,7 @@ register(
 
 
 def _scatter_fwd(xp, g, data, *, input_dim, output_dim):
-    acc = _acc(g.dtype)
+    acc = acc_dtype(g.dtype)
     out = xp.zeros((input_dim, output_dim), dtype=acc)
     xp.add.at(out, _indices(xp, data, input_dim).reshape(-1), g.reshape(-1, output_dim).astype(acc, copy=False))
     return out.astype(g.dtype, copy=False)

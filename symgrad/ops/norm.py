@@ -25,14 +25,8 @@ from __future__ import annotations
 import numpy as np
 
 from ..base import ParamError, ShapeError
-from .nn import _bn_type, _centered_rstd, _normalize_vjp
-from .registry import Param, float_inputs, register, same_shape
-
-
-def _acc(dtype):
-    """Accumulation dtype: float16 is computed in float32."""
-    return np.dtype(np.float32) if np.dtype(dtype) == np.float16 else np.dtype(dtype)
-
+from .nn import bn_type, centered_rstd, normalize_vjp
+from .registry import Param, acc_dtype, float_inputs, register, same_shape
 
 # ----------------------------------------------------------------------------
 # LRN
@@ -71,7 +65,7 @@ def _lrn_norm(xp, xa, alpha, knorm, nsize):
 
 
 def _lrn_fwd(xp, x, *, alpha, beta, knorm, nsize):
-    xa = x.astype(_acc(x.dtype), copy=False)
+    xa = x.astype(acc_dtype(x.dtype), copy=False)
     norm = _lrn_norm(xp, xa, alpha, knorm, nsize)
     y = xa * norm ** -beta
     return y.astype(x.dtype, copy=False), norm.astype(x.dtype, copy=False)
@@ -162,7 +156,7 @@ def _gn_eps(eps):
 
 def _gn_fwd(xp, x, gamma, beta, *, num_groups, eps, output_mean_var):
     eps = _gn_eps(eps)
-    acc = _acc(x.dtype)
+    acc = acc_dtype(x.dtype)
     xg = x.astype(acc, copy=False).reshape(x.shape[0], num_groups, -1)
     mean = xg.mean(axis=2, keepdims=True)
     xc = xg - mean
@@ -176,18 +170,18 @@ def _gn_grad(F, n, g):
     # In the grouped view xg (N, G, rest): xhat = (xg - mean) r, r = 1/sqrt(var + eps) over axis 2,
     # y = gamma_g xhat + beta_g:
     #   dbeta = sum(gy) and dgamma = sum(gy xhat) over all axes but the group axis;
-    #   dx = r (dxhat - mean(dxhat) - xhat mean(dxhat xhat)), dxhat = gy gamma_g (nn._normalize_vjp)
+    #   dx = r (dxhat - mean(dxhat) - xhat mean(dxhat xhat)), dxhat = gy gamma_g (nn.normalize_vjp)
     x, gamma = n.inputs[0], n.inputs[1]
     ng, eps = n.params["num_groups"], _gn_eps(n.params["eps"])
     xg = F.Reshape(x, shape=(0, ng, -1))
     gy = F.Reshape(g[0], shape=(0, ng, -1))
     spec = {"axis": 2}
-    xc, r = _centered_rstd(F, xg, spec, eps)
+    xc, r = centered_rstd(F, xg, spec, eps)
     xhat = F.broadcast_mul(xc, r)
     per_group = {"axis": 1, "exclude": True}
     dgamma = F.sum(gy * xhat, **per_group)
     dbeta = F.sum(gy, **per_group)
-    dxg = _normalize_vjp(F, gy * F._unreduce_like(gamma, xg, **per_group), xhat, r, spec)
+    dxg = normalize_vjp(F, gy * F._unreduce_like(gamma, xg, **per_group), xhat, r, spec)
     return [F.reshape_like(dxg, x), dgamma, dbeta]
 
 
@@ -239,7 +233,7 @@ def _bn1_shape(params, in_shapes, out_shapes, where):
 def _bn1_fwd(xp, x, gamma, beta, mmean, mvar, *, is_train, eps, momentum, fix_gamma, use_global_stats,
              output_mean_var):
     """Outputs (y, mean, var) and the moving-statistics updates (None: unchanged)."""
-    acc = _acc(x.dtype)
+    acc = acc_dtype(x.dtype)
     red = tuple(i for i in range(x.ndim) if i != 1)
     bshape = (1, x.shape[1]) + (1,) * (x.ndim - 2)
     xa = x.astype(acc, copy=False)
@@ -277,10 +271,10 @@ def _bn1_grad(F, n, g):
         # batch statistics over every axis but 1 (recomputed from x, so second order sees them):
         #   dx = r (dxhat - mean(dxhat) - xhat mean(dxhat xhat)),  dxhat = gy gamma,  dgamma = sum(gy xhat)
         spec = dict(per_channel)
-        xc, r = _centered_rstd(F, x, spec, p["eps"])
+        xc, r = centered_rstd(F, x, spec, p["eps"])
         xhat = F.broadcast_mul(xc, r)
         dxhat = gy if p["fix_gamma"] else gy * F._unreduce_like(gamma, x, **per_channel)
-        dx = _normalize_vjp(F, dxhat, xhat, r, spec)
+        dx = normalize_vjp(F, dxhat, xhat, r, spec)
     # fix_gamma: gamma is treated as 1 and its gradient is 0 (MXNet)
     dgamma = F.zeros_like(gamma) if p["fix_gamma"] else F.sum(gy * xhat, **per_channel)
     return [dx, dgamma, dbeta, None, None]
@@ -296,7 +290,7 @@ register(
     output_names=("output", "mean", "var"),
     forward=_bn1_fwd,
     infer_shape=_bn1_shape,
-    infer_type=_bn_type,
+    infer_type=bn_type,
     gradient=_bn1_grad,
     needs_is_train=True,
     mutates_aux=True,

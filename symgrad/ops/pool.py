@@ -23,8 +23,8 @@ from __future__ import annotations
 import numpy as np
 
 from ..base import ParamError, ShapeError
-from .conv import _acc, check_layout, hi_pad, padded, spatial_param, tap_slices
-from .registry import Decision, Param, float_inputs, register
+from .conv import check_layout, hi_pad, padded, spatial_param, tap_slices
+from .registry import Decision, Param, acc_dtype, float_inputs, register
 
 _POOL_PARAMS = {
     "kernel": Param("shape", ()),
@@ -195,7 +195,7 @@ def _pool_fwd(xp, x, **params):
         if params["global_pool"]:
             return x.max(axis=tuple(range(2, 2 + nd)), keepdims=True)
         return _window_max(xp, x, k, s, p, Y)
-    acc = _acc(x.dtype)
+    acc = acc_dtype(x.dtype)
     xa = x.astype(acc, copy=False)
     pv = params["p_value"] if pt == "lp" else 1
     if pv == 2:
@@ -303,7 +303,7 @@ def _like_data(params, in_shapes, out_shapes, where):
 
 def _max_scatter_fwd(xp, g, x, **params):
     idx, (k, s, p, Y) = _argmax(xp, x, params)
-    acc = _acc(g.dtype)
+    acc = acc_dtype(g.dtype)
     ga = g.astype(acc, copy=False)
     zero = xp.zeros((), dtype=acc)
     out = _scatter_taps(xp, x.shape, k, s, p, Y, lambda t: xp.where(idx == t, ga, zero), acc)
@@ -355,7 +355,7 @@ register(
 def _sum_adjoint_fwd(xp, g, like, **params):
     X = like.shape[2:]
     k, s, p, Y = pool_geometry(params, X)
-    acc = _acc(g.dtype)
+    acc = acc_dtype(g.dtype)
     ga = g.astype(acc, copy=False)
     if params["pool_type"] == "avg":
         ga = ga / _avg_divisor(xp, X, k, s, p, Y, params["count_include_pad"] is not False, acc)
@@ -383,7 +383,7 @@ register(
 def _lp_backward_fwd(xp, g, x, y, **params):
     k, s, p, Y = pool_geometry(params, x.shape[2:])
     pv = params["p_value"]
-    acc = _acc(x.dtype)
+    acc = acc_dtype(x.dtype)
     xa, ya, ga = (a.astype(acc, copy=False) for a in (x, y, g))
     ypow = ya if pv == 2 else ya * ya
     safe = xp.where(ya == 0, xp.ones((), dtype=acc), ypow)
@@ -456,7 +456,7 @@ def _pad_fwd(xp, x, mode, pad_width, constant_value):
 
 def _pad_adjoint_fwd(xp, g, mode, pad_width, constant_value):
     """Fold each axis's padding back: crop (constant), add to the edge (edge), add mirrored (reflect)."""
-    acc = _acc(g.dtype)
+    acc = acc_dtype(g.dtype)
     out = g.astype(acc, copy=False)
     for axis, (a, b) in enumerate(_pairs(pad_width)):
         if not a and not b:

@@ -32,7 +32,7 @@ import math
 import numpy as np
 
 from ..base import ParamError, ShapeError
-from .elemwise import _gammaln
+from .elemwise import log_gamma
 from .registry import Param, check_float, register
 
 __all__ = ["generator", "seed_generators"]
@@ -590,7 +590,7 @@ def _pdf_forward(logpdf):
 
 
 def _lgamma(xp, x):
-    return _gammaln(xp, x)
+    return log_gamma(xp, x)
 
 
 def _logpdf_uniform(xp, x, low, high):
@@ -792,7 +792,7 @@ def _alpha_expand(xp, alpha, sample_shape):
 
 def _dirichlet_fwd(xp, x, alpha, is_log):
     x64, a = x.astype(np.float64), _alpha_expand(xp, alpha.astype(np.float64), x.shape)
-    lp = ((a - 1) * xp.log(x64)).sum(-1) + _gammaln(xp, a.sum(-1)) - _gammaln(xp, a).sum(-1)
+    lp = ((a - 1) * xp.log(x64)).sum(-1) + log_gamma(xp, a.sum(-1)) - log_gamma(xp, a).sum(-1)
     out = lp if is_log else xp.exp(lp)
     return out.reshape(x.shape[:-1] if x.ndim > 1 else (1,)).astype(x.dtype)
 

@@ -19,7 +19,8 @@ import numpy as np
 
 from ..base import ParamError, ShapeError
 
-__all__ = ["Param", "OpDef", "Decision", "register", "get_op", "list_ops", "REQUIRED", "check_float", "float_inputs"]
+__all__ = ["Param", "OpDef", "Decision", "register", "get_op", "list_ops", "REQUIRED", "acc_dtype", "check_float",
+           "float_inputs"]
 
 
 class _Required:
@@ -368,6 +369,12 @@ def same_type(params, in_types, out_types, where="op"):
         if t is not None and t != known:
             raise TypeError(f"{where}: inputs must have the same dtype, got {np.dtype(known)} and {np.dtype(t)}")
     return [known] * len(in_types), [known] * len(out_types)
+
+
+def acc_dtype(dtype) -> np.dtype:
+    """The dtype an op computes and accumulates in: float16 works in float32 (as MXNet's kernels and cuDNN
+    do), every other dtype in itself."""
+    return np.dtype(np.float32) if np.dtype(dtype) == np.float16 else np.dtype(dtype)
 
 
 def check_float(where: str, name: str, dtype) -> None:

@@ -39,8 +39,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..base import ParamError, ShapeError
-from .conv import _acc
-from .registry import Param, check_float, register
+from .registry import Param, acc_dtype, check_float, register
 
 _GATES = {"rnn_relu": 1, "rnn_tanh": 1, "lstm": 4, "gru": 3}
 
@@ -330,7 +329,7 @@ def _run(xp, params, data, w, hx, cx, lens, drop, keep):
     mode = params["mode"]
     L, D, H, O, G = _dims(params)
     T, N, I = data.shape  # noqa: E741
-    acc = _acc(data.dtype)
+    acc = acc_dtype(data.dtype)
     cells = _unpack(w.astype(acc, copy=False), params, I)
     valid = _lengths_mask(xp, lens, T, N)
     clip = _clip(params)
@@ -497,7 +496,7 @@ def _rnn_backward_fwd(xp, *inputs, **params):
     dhy = rest[2] if params["state_outputs"] else None
     dcy = rest[3] if params["state_outputs"] and params["mode"] == "lstm" else None
     _, _, _, saved = _run(xp, params, data, w, hx, cx, lens, drop, keep=True)
-    acc = _acc(data.dtype)
+    acc = acc_dtype(data.dtype)
     dy, dhy, dcy = (None if a is None else a.astype(acc, copy=False) for a in (dy, dhy, dcy))
     dx, dw, dhx, dcx = _backprop(xp, params, w, dy, dhy, dcy, drop, saved, data.shape)
     outs = (dx.astype(data.dtype, copy=False), dw.astype(w.dtype, copy=False), dhx.astype(hx.dtype, copy=False))

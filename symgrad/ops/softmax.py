@@ -19,12 +19,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..base import ParamError, ShapeError
-from .registry import Param, check_float, float_inputs, normalize_axis, register
-
-
-def _acc(dtype):
-    return np.dtype(np.float32) if np.dtype(dtype) == np.float16 else np.dtype(dtype)
-
+from .registry import Param, acc_dtype, check_float, float_inputs, normalize_axis, register
 
 _FLOAT_NAMES = ("float16", "float32", "float64")
 
@@ -101,7 +96,7 @@ def _channel(ndim, axis, size):
 def _softmax_core(xp, x, length, axis, temperature, negate, log):
     """softmax / log_softmax of (+-x / T) along ``axis`` in the accumulation dtype."""
     ax = normalize_axis(axis, x.ndim, "softmax")
-    z = x.astype(_acc(x.dtype), copy=False)
+    z = x.astype(acc_dtype(x.dtype), copy=False)
     if negate:
         z = -z
     if temperature is not None and temperature != 1.0:

@@ -38,8 +38,8 @@ import math
 import numpy as np
 
 from ..base import ParamError, ShapeError
-from .conv import _acc, _im2col, check_layout, hi_pad, spatial_param, tap_slices
-from .registry import Param, float_inputs, register
+from .conv import check_layout, hi_pad, im2col_columns, spatial_param, tap_slices
+from .registry import Param, acc_dtype, float_inputs, register
 
 # ----------------------------------------------------------------------------
 # Sampling kernels (xp = numpy or cupy)
@@ -190,7 +190,7 @@ def _grid_shape(params, in_shapes, out_shapes, where):
 
 
 def _grid_fwd(xp, x, *, transform_type, target_shape):
-    acc = _acc(x.dtype)
+    acc = acc_dtype(x.dtype)
     xa = x.astype(acc, copy=False)
     if transform_type == "affine":
         H, W = target_shape
@@ -232,7 +232,7 @@ def _grid_adj_shape(params, in_shapes, out_shapes, where):
 
 
 def _grid_adj_fwd(xp, g, *, transform_type, target_shape):
-    acc = _acc(g.dtype)
+    acc = acc_dtype(g.dtype)
     ga = g.astype(acc, copy=False)
     if transform_type == "affine":
         H, W = target_shape
@@ -279,7 +279,7 @@ def _grid_positions(xp, grid, H, W, acc):
 
 
 def _bs_sample(xp, data, grid, order_y=0, order_x=0):
-    acc = _acc(data.dtype)
+    acc = acc_dtype(data.dtype)
     N, C, H, W = data.shape
     Ho, Wo = grid.shape[2:]
     py, px = _grid_positions(xp, grid, H, W, acc)
@@ -292,7 +292,7 @@ def _bs_sample(xp, data, grid, order_y=0, order_x=0):
 
 
 def _bs_scatter(xp, g, grid, like, order_y=0, order_x=0):
-    acc = _acc(g.dtype)
+    acc = acc_dtype(g.dtype)
     N, C, H, W = like.shape
     py, px = _grid_positions(xp, grid, H, W, acc)
     out = _scatter(xp, g.astype(acc, copy=False).reshape(N, 1, C, -1), py, px, order_y, order_x, "zero", H, W)
@@ -565,7 +565,7 @@ def _box_taps(p, th, tw):
 
 
 def _corr_fwd(xp, d1, d2, **p):
-    acc = _acc(d1.dtype)
+    acc = acc_dtype(d1.dtype)
     N, C, H, W = d1.shape
     th, tw, disps = _corr_geom(p, H, W)
     md, k = p["max_displacement"], p["kernel_size"]
@@ -593,7 +593,7 @@ def _box_spread(xp, gq, p, th, tw, sy, sx):
 
 def _corr_adjoint_fwd(xp, g, other, *, which, **p):
     """Gradient of the multiplicative Correlation in data``which`` given the other input (linear in both)."""
-    acc = _acc(g.dtype)
+    acc = acc_dtype(g.dtype)
     N, C, H, W = other.shape
     th, tw, disps = _corr_geom(p, H, W)
     md, pad, k = p["max_displacement"], p["pad_size"], p["kernel_size"]
@@ -680,7 +680,7 @@ register(
 
 
 def _corr_abs_bwd(xp, g, d1, d2, **p):
-    acc = _acc(g.dtype)
+    acc = acc_dtype(g.dtype)
     N, C, H, W = d1.shape
     th, tw, disps = _corr_geom(p, H, W)
     md, pad, k = p["max_displacement"], p["pad_size"], p["kernel_size"]
@@ -779,14 +779,14 @@ def _im2col_shape(params, in_shapes, out_shapes, where):
 
 def _im2col_fwd(xp, x, *, kernel, stride, dilate, pad):
     Y = _slide_out({"kernel": kernel, "stride": stride, "dilate": dilate, "pad": pad}, x.shape[2:], "im2col")
-    return _im2col(xp, x, kernel, stride, dilate, pad, Y)
+    return im2col_columns(xp, x, kernel, stride, dilate, pad, Y)
 
 
 def _col2im(xp, cols, X, kernel, stride, dilate, pad):
     """Adjoint of im2col: (N, C*prod(k), prod(Y)) summed back into (N, C, *X)."""
     k, s, d, p = kernel, stride, dilate, pad
     Y = _slide_out({"kernel": k, "stride": s, "dilate": d, "pad": p}, X, "col2im")
-    acc = _acc(cols.dtype)
+    acc = acc_dtype(cols.dtype)
     N = cols.shape[0]
     C = cols.shape[1] // math.prod(k)
     c = cols.astype(acc, copy=False).reshape((N, C) + tuple(k) + tuple(Y))
@@ -904,14 +904,14 @@ def _aap_shape(params, in_shapes, out_shapes, where):
 
 def _aap_fwd(xp, x, *, output_size):
     oh, ow = _adaptive_size({"output_size": output_size}, "AdaptiveAvgPooling2D")
-    acc = _acc(x.dtype)
+    acc = acc_dtype(x.dtype)
     ph, pw = _adaptive_matrix(xp, x.shape[2], oh, acc), _adaptive_matrix(xp, x.shape[3], ow, acc)
     out = xp.matmul(xp.matmul(ph, x.astype(acc, copy=False)), pw.T)
     return out.astype(x.dtype, copy=False)
 
 
 def _aap_adj_fwd(xp, g, like, *, output_size):
-    acc = _acc(g.dtype)
+    acc = acc_dtype(g.dtype)
     oh, ow = g.shape[2:]
     ph, pw = _adaptive_matrix(xp, like.shape[2], oh, acc), _adaptive_matrix(xp, like.shape[3], ow, acc)
     out = xp.matmul(xp.matmul(ph.T, g.astype(acc, copy=False)), pw)
@@ -1024,7 +1024,7 @@ def _resize_matrix(xp, isize, osize, align_corners, dtype):
 
 
 def _resize(xp, x, oh, ow, align_corners, adjoint=False, isize=None):
-    acc = _acc(x.dtype)
+    acc = acc_dtype(x.dtype)
     ih, iw = isize if adjoint else x.shape[2:]
     rh = _resize_matrix(xp, ih, oh, align_corners, acc)
     rw = _resize_matrix(xp, iw, ow, align_corners, acc)
@@ -1152,7 +1152,7 @@ def _deform_positions(xp, offset, p, acc):
 
 def _deform_im2col_fwd(xp, data, offset, *, order_y=0, order_x=0, **p):
     """Deformable columns (N, C*K, Ho, Wo), channel-major like im2col."""
-    acc = _acc(data.dtype)
+    acc = acc_dtype(data.dtype)
     N, C, H, W = data.shape
     dg = p["num_deformable_group"]
     Ho, Wo = offset.shape[2:]
@@ -1164,7 +1164,7 @@ def _deform_im2col_fwd(xp, data, offset, *, order_y=0, order_x=0, **p):
 
 
 def _deform_col2im_fwd(xp, cols, offset, like, *, order_y=0, order_x=0, **p):
-    acc = _acc(cols.dtype)
+    acc = acc_dtype(cols.dtype)
     N, C, H, W = like.shape
     dg = p["num_deformable_group"]
     py, px = _deform_positions(xp, offset, p, acc)
@@ -1332,7 +1332,7 @@ def _dconv_shape(params, in_shapes, out_shapes, where):
 
 def _dconv_fwd(xp, data, offset, weight, bias=None, *, num_filter, num_group, **p):
     cols = _deform_im2col_fwd(xp, data, offset, **_geom_of(p))
-    acc = _acc(data.dtype)
+    acc = acc_dtype(data.dtype)
     N, CK, Ho, Wo = cols.shape
     g = num_group
     out = xp.matmul(weight.astype(acc, copy=False).reshape(g, num_filter // g, CK // g),
@@ -1414,7 +1414,7 @@ register(
 
 
 def _mdeform_im2col_fwd(xp, data, offset, mask, *, order_y=0, order_x=0, **p):
-    acc = _acc(data.dtype)
+    acc = acc_dtype(data.dtype)
     N, C, H, W = data.shape
     dg = p["num_deformable_group"]
     Ho, Wo = offset.shape[2:]
@@ -1427,7 +1427,7 @@ def _mdeform_im2col_fwd(xp, data, offset, mask, *, order_y=0, order_x=0, **p):
 
 
 def _mdeform_col2im_fwd(xp, cols, offset, mask, like, *, order_y=0, order_x=0, **p):
-    acc = _acc(cols.dtype)
+    acc = acc_dtype(cols.dtype)
     N, C, H, W = like.shape
     dg = p["num_deformable_group"]
     py, px = _deform_positions(xp, offset, p, acc)
@@ -1599,7 +1599,7 @@ def _mdconv_shape(params, in_shapes, out_shapes, where):
 
 def _mdconv_fwd(xp, data, offset, mask, weight, bias=None, *, num_filter, num_group, **p):
     cols = _mdeform_im2col_fwd(xp, data, offset, mask, **_geom_of(p))
-    acc = _acc(data.dtype)
+    acc = acc_dtype(data.dtype)
     N, CK, Ho, Wo = cols.shape
     g = num_group
     out = xp.matmul(weight.astype(acc, copy=False).reshape(g, num_filter // g, CK // g),
