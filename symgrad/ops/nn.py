@@ -385,20 +385,25 @@ def _bn_grad(F, n, g):
     return [dx, dgamma, dbeta, None, None]
 
 
-register(
-    "BatchNorm",
+# what every BatchNorm variant shares: inputs, moving statistics (updated in training), outputs
+_BN_SPEC = dict(
     inputs=("data", "gamma", "beta"),
     aux=("moving_mean", "moving_var"),
-    params=_BN_PARAMS,
     num_outputs=3,
     num_visible=lambda p: 3 if p["output_mean_var"] else 1,
     output_names=("output", "mean", "var"),
-    forward=_bn_fwd,
-    infer_shape=_bn_shape,
     infer_type=bn_type,
-    gradient=_bn_grad,
     needs_is_train=True,
     mutates_aux=True,
+)
+
+register(
+    "BatchNorm",
+    params=_BN_PARAMS,
+    forward=_bn_fwd,
+    infer_shape=_bn_shape,
+    gradient=_bn_grad,
+    **_BN_SPEC,
     doc="Batch normalisation over every axis but ``axis``; fix_gamma defaults to True as in MXNet. "
     "With output_mean_var the outputs are (y, batch mean, 1/sqrt(batch var + eps)), as MXNet's.",
 )
@@ -417,18 +422,11 @@ def _bn_relu_grad(F, n, g):
 
 register(
     "_contrib_BatchNormWithReLU",
-    inputs=("data", "gamma", "beta"),
-    aux=("moving_mean", "moving_var"),
     params=_BN_PARAMS,
-    num_outputs=3,
-    num_visible=lambda p: 3 if p["output_mean_var"] else 1,
-    output_names=("output", "mean", "var"),
     forward=_bn_relu_fwd,
     infer_shape=_bn_shape,
-    infer_type=bn_type,
     gradient=_bn_relu_grad,
-    needs_is_train=True,
-    mutates_aux=True,
+    **_BN_SPEC,
     doc="relu(BatchNorm(x)) in one op (MXNet's oneDNN fusion; the statistics outputs are BatchNorm's).",
 )
 
@@ -456,20 +454,13 @@ def _sync_bn_grad(F, n, g):
 
 register(
     "_contrib_SyncBatchNorm",
-    inputs=("data", "gamma", "beta"),
-    aux=("moving_mean", "moving_var"),
     params={k: _BN_PARAMS[k] for k in ("eps", "momentum", "fix_gamma", "use_global_stats", "output_mean_var")}
     | {"ndev": Param("int", 1), "key": Param("str")},
     prepare=_sync_bn_prepare,
-    num_outputs=3,
-    num_visible=lambda p: 3 if p["output_mean_var"] else 1,
-    output_names=("output", "mean", "var"),
     forward=lambda xp, *arrays, ndev, key, **p: _bn_fwd(xp, *arrays, axis=1, **p),
     infer_shape=_with_channel_axis(_bn_shape),
-    infer_type=bn_type,
     gradient=_sync_bn_grad,
-    needs_is_train=True,
-    mutates_aux=True,
+    **_BN_SPEC,
     doc="Cross-device BatchNorm; with symgrad's one device per executor (ndev=1) it is BatchNorm on axis 1.",
 )
 
