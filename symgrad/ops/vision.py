@@ -1368,21 +1368,23 @@ def _dconv_grad(F, n, g):
     return out
 
 
+_DCONV_PARAMS = {  # MXNet's field order (the modulated version adds im2col_step before layout)
+    "kernel": Param("shape"),
+    "stride": Param("shape", ()),
+    "dilate": Param("shape", ()),
+    "pad": Param("shape", ()),
+    "num_filter": Param("int"),
+    "num_group": Param("int", 1),
+    "num_deformable_group": Param("int", 1),
+    "workspace": Param("int", 1024),
+    "no_bias": Param("bool", False),
+    "layout": Param("str", None, choices=("NCW", "NCHW", "NCDHW")),
+}
+
 register(
     "_contrib_DeformableConvolution",
     inputs=_dconv_inputs,
-    params={
-        "kernel": Param("shape"),
-        "stride": Param("shape", ()),
-        "dilate": Param("shape", ()),
-        "pad": Param("shape", ()),
-        "num_filter": Param("int"),
-        "num_group": Param("int", 1),
-        "num_deformable_group": Param("int", 1),
-        "workspace": Param("int", 1024),
-        "no_bias": Param("bool", False),
-        "layout": Param("str", None, choices=("NCW", "NCHW", "NCDHW")),
-    },
+    params=_DCONV_PARAMS,
     prepare=_deform_prepare("_contrib_DeformableConvolution"),
     forward=_dconv_fwd,
     infer_shape=_dconv_shape,
@@ -1639,19 +1641,8 @@ def _mdconv_grad(F, n, g):
 register(
     "_contrib_ModulatedDeformableConvolution",
     inputs=_mdconv_inputs,
-    params={
-        "kernel": Param("shape"),
-        "stride": Param("shape", ()),
-        "dilate": Param("shape", ()),
-        "pad": Param("shape", ()),
-        "num_filter": Param("int"),
-        "num_group": Param("int", 1),
-        "num_deformable_group": Param("int", 1),
-        "workspace": Param("int", 1024),
-        "no_bias": Param("bool", False),
-        "im2col_step": Param("int", 64),
-        "layout": Param("str", None, choices=("NCW", "NCHW", "NCDHW")),
-    },
+    params={k: v for k, v in _DCONV_PARAMS.items() if k != "layout"}
+    | {"im2col_step": Param("int", 64), "layout": _DCONV_PARAMS["layout"]},
     prepare=_mdconv_prepare,
     forward=_mdconv_fwd,
     infer_shape=_mdconv_shape,
