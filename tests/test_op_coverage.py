@@ -4,7 +4,8 @@ tests/fixtures/make_mxnet_oplist.py).
 - every MXNet operator is registered in symgrad or has a reason in tests/mxnet_missing_ops.py, and no reason is
   kept for an operator symgrad registers (so the README's count and the list of what is missing stay true);
 - the operators symgrad registers take MXNet's parameter names in MXNet's order (users pass them
-  positionally after the inputs: ``repeat(x, 2)``).
+  positionally after the inputs: ``repeat(x, 2)``);
+- the README's operator counts are the registry's.
 """
 
 import json
@@ -56,3 +57,30 @@ def test_parameters_in_mxnet_order(name):
     missing = [a for a in listed if "Symbol" not in types.get(a, "") and "NDArray" not in types.get(a, "")
                and a not in op.params]
     assert not missing, f"{name}: MXNet parameters symgrad does not accept: {missing}"
+
+
+def _group_count(pattern):
+    return sum(1 for n in MXNET if n not in REGISTERED and n not in OPS and re.search(pattern, n)
+               and next(p for p in GROUPS if re.search(p, n)) == pattern)
+
+
+def test_readme_states_the_operator_set_as_it_is():
+    text = " ".join((Path(__file__).parent.parent / "README.md").read_text().split())
+    definitions = {id(op) for op in REGISTERED.values()}
+    mxnet_named = {id(op) for name, op in REGISTERED.items() if name in MXNET}
+    said = {
+        "operators": (r"\*\*(\d+) operators registered under", len(definitions)),
+        "names": (r"registered under (\d+) names\*\*", len(REGISTERED)),
+        "mxnet names": (r"(\d+) of those names are among", sum(name in MXNET for name in REGISTERED)),
+        "mxnet total": (r"among the ([\d ]+) that MXNet 1.9.1 registers", len(MXNET)),
+        "hidden": (r"; (\d+) operators are symgrad's own hidden", len(definitions - mxnet_named)),
+        "single missing": (r"symbolic 1.x API except (\d+),", len([n for n in OPS if n not in REGISTERED])),
+        "backward kernels": (r"MXNet's (\d+) hand-written backward kernels", _group_count(list(GROUPS)[0])),
+        "numpy front end": (r"the (\d+) operators of the NumPy front end", _group_count(list(GROUPS)[1])),
+        "sparse": (r"(\d+) sparse operators", _group_count(list(GROUPS)[2])),
+    }
+    for what, (pattern, count) in said.items():
+        found = re.search(pattern, text)
+        assert found, f"README: no sentence matching {pattern!r} ({what})"
+        stated = int(found.group(1).replace(" ", ""))
+        assert stated == count, f"README says {stated} {what}, the registry has {count}"
