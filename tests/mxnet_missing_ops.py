@@ -50,12 +50,9 @@ OPS = {
     "_contrib_ifft": "GPU-only in MXNet 1.9.1 (cuFFT): no CPU reference to prove it against",
     "_contrib_count_sketch": "GPU-only in MXNet 1.9.1 (its CPU operator aborts): no CPU reference to prove it against",
     # -- random colour augmentations ------------------------------------------------------------------------
-    "_image_random_contrast": ("random colour augmentation of the data pipeline (MXNet's gradient is _copy); "
-                               "not yet: its true gradient needs the drawn factor and the image's grey mean"),
-    "_image_random_saturation": "random colour augmentation; see _image_random_contrast",
-    "_image_random_hue": "random colour augmentation through an RGB-HLS round trip; see _image_random_contrast",
-    "_image_random_color_jitter": ("brightness, contrast, saturation and hue in random order; see "
-                                   "_image_random_contrast"),
+    "_image_random_hue": ("random hue rotation through an RGB-HLS round trip (MXNet's gradient is _copy): not yet; "
+                          "its derivative is piecewise (the HLS sector of each pixel)"),
+    "_image_random_color_jitter": "brightness, contrast, saturation and hue in random order: waits for hue",
     "IdentityAttachKLSparseReg": ("identity whose 'gradient' adds a KL sparsity penalty and updates a moving "
                                   "average inside backward (a regulariser, not a derivative; symgrad's backward "
                                   "keeps no state)"),

@@ -68,3 +68,26 @@ def test_seed_fixes_the_draws():
 def test_numeric_checkers_refuse_random_image_ops():
     with pytest.raises(ValueError, match="_image_random_flip_left_right"):
         check_numeric_gradient(S._image_random_flip_left_right(S.Variable("x")), {"x": IMG}, dtype=np.float64)
+
+
+LUMA = np.array([0.299, 0.587, 0.114], np.float32).astype(np.float64)
+
+
+@pytest.mark.parametrize("op", ["_image_random_contrast", "_image_random_saturation"])
+def test_contrast_and_saturation_blend_with_luminance_and_differentiate_it(op):
+    # min_factor == max_factor pins the drawn factor; the grey is the image's mean luminance (contrast) or each
+    # pixel's (saturation: MXNet 1.9.1 sums only the blue term there, a bug symgrad does not copy)
+    from symgrad.test_utils import check_symbolic_backward, check_symbolic_forward
+
+    img = np.random.default_rng(0).uniform(0, 255, (2, 3, 3))
+    head = np.random.default_rng(1).standard_normal(img.shape)
+    alpha = float(np.float32(0.7))
+    sym = getattr(S, op)(S.Variable("x"), min_factor=0.7, max_factor=0.7)
+    grey = (img * LUMA).sum(-1, keepdims=True)
+    if op == "_image_random_contrast":
+        want, grad = alpha * img + (1 - alpha) * grey.mean(), alpha * head + (1 - alpha) * head.sum() / 6 * LUMA
+    else:
+        want = alpha * img + (1 - alpha) * grey
+        grad = alpha * head + (1 - alpha) * head.sum(-1, keepdims=True) * LUMA
+    check_symbolic_forward(sym, {"x": img}, [want], dtype=np.float64)
+    check_symbolic_backward(sym, {"x": img}, [head], {"x": grad}, dtype=np.float64)

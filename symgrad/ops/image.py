@@ -484,3 +484,94 @@ register(
     is_random=True,
     doc="AlexNet PCA lighting with alphas drawn from N(0, alpha_std^2).",
 )
+
+
+# -- contrast and saturation -------------------------------------------------------------------------------
+# Both blend the image with a grey version of itself: y = alpha x + (1 - alpha) grey. Contrast's grey is the
+# mean luminance of the whole image (one number), saturation's the luminance of each pixel. Luminance is
+# 0.299 R + 0.587 G + 0.114 B (a one-channel image is its own luminance). MXNet's saturation sums only the
+# blue term (``gray = input * coef`` instead of ``+=`` in 1.9.1's AdjustSaturationImpl); symgrad uses the
+# luminance it documents. Luminance is linear, so each grey op's gradient is its adjoint (below), and back.
+
+_LUMA = (0.299, 0.587, 0.114)
+
+
+def _luma_weights(xp, channels, dtype):
+    return xp.asarray(np.asarray(_LUMA if channels == 3 else (1.0,) * channels, dtype=np.float32).astype(dtype))
+
+
+def _grey_fwd(xp, x, mean):
+    grey = (x * _luma_weights(xp, x.shape[-1], x.dtype)).sum(axis=-1, keepdims=True)
+    return grey.mean(keepdims=True).reshape(1) if mean else grey
+
+
+def _grey_adjoint_fwd(xp, g, like, mean):
+    w = _luma_weights(xp, like.shape[-1], g.dtype)
+    if mean:  # d/dx of mean(grey) spreads g / (H W) over the pixels, times each channel's weight
+        return xp.broadcast_to(g.reshape(()) / g.dtype.type(like.shape[0] * like.shape[1]) * w, like.shape).copy()
+    return (g * w).astype(g.dtype, copy=False)
+
+
+register(
+    "_image_grey",
+    params={"mean": Param("bool", False)},
+    forward=_grey_fwd,
+    infer_shape=lambda params, in_shapes, out_shapes, where: (
+        in_shapes, [None if in_shapes[0] is None else (1,) if params["mean"] else tuple(in_shapes[0][:-1]) + (1,)]),
+    infer_type=_same_type,
+    gradient=lambda F, n, g: [F._image_grey_adjoint(g[0], n.inputs[0], **n.params)],
+    doc="Luminance of an (H, W, C) image per pixel, or its mean over the image (hidden).",
+)
+register(
+    "_image_grey_adjoint",
+    inputs=("ograd", "data"),
+    params={"mean": Param("bool", False)},
+    forward=_grey_adjoint_fwd,
+    infer_shape=lambda params, in_shapes, out_shapes, where: (in_shapes, [in_shapes[1]]),
+    infer_type=lambda params, in_types, out_types, where: (in_types, [in_types[0]]),
+    no_grad_inputs=("data",),
+    gradient=lambda F, n, g: [F._image_grey(g[0], **n.params), None],
+    doc="_image_grey's gradient: the head gradient spread over the channels by their luminance weights (hidden).",
+)
+
+
+def _blend_fwd(mean):
+    def forward(xp, x, min_factor, max_factor):
+        from .random import generator
+
+        alpha = np.float32(min_factor + (max_factor - min_factor) * float(generator(xp).uniform(())))
+        factor = xp.full((1,), alpha, dtype=x.dtype)
+        grey = _grey_fwd(xp, x, mean)
+        return (x * factor + grey * (1 - factor)).astype(x.dtype, copy=False), factor
+    return forward
+
+
+def _blend_grad(mean):
+    def gradient(F, n, g):
+        # y = alpha x + (1 - alpha) grey(x): dx = alpha g + grey^T((1 - alpha) g summed onto grey's shape)
+        x, alpha = n.inputs[0], n.outputs[1]
+        rest = F.broadcast_mul(g[0], F._rminus_scalar(alpha, scalar=1.0))
+        onto = F.sum(rest) if mean else F.sum(rest, axis=-1, keepdims=True)
+        return [F.broadcast_mul(g[0], alpha) + F._image_grey_adjoint(onto, x, mean=mean)]
+    return gradient
+
+
+for _name, _mean, _what in (("_image_random_contrast", True, "the image's mean luminance"),
+                            ("_image_random_saturation", False, "each pixel's luminance")):
+    register(
+        _name,
+        aliases=(f"_npx_{_name}",),
+        params={"min_factor": Param("float"), "max_factor": Param("float")},
+        prepare=_enhance_prepare,
+        num_outputs=2,
+        num_visible=1,
+        output_names=("output", "factor"),
+        forward=_blend_fwd(_mean),
+        infer_shape=lambda params, in_shapes, out_shapes, where: (
+            in_shapes, [None if in_shapes[0] is None else _lighting_shape(
+                {"alpha": (0, 0, 0)}, in_shapes, out_shapes[:1], where)[1][0], (1,)]),
+        infer_type=lambda params, in_types, out_types, where: (in_types, [in_types[0], in_types[0]]),
+        gradient=_blend_grad(_mean),
+        is_random=True,
+        doc=f"Blend an (H, W, C) image with {_what} by a factor drawn from [min_factor, max_factor).",
+    )
