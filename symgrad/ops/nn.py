@@ -293,11 +293,17 @@ _BN_PARAMS = {
 }
 
 
-def _bn_layout(x, axis):
-    """Reduction axes and the broadcast shape of per-channel vectors."""
+def _bn_view(x, axis):
+    """``x`` as ``(before, C, after)``: per-channel sums become a sum over a contiguous last axis
+    then over the first (numpy's fast pairwise loops), and per-channel vectors broadcast as ``(C, 1)``."""
     ax = normalize_axis(axis, x.ndim, "BatchNorm")
-    red = tuple(i for i in range(x.ndim) if i != ax)
-    return red, _channel_shape(x.ndim, ax, x.shape[ax])
+    return x.reshape(math.prod(x.shape[:ax]), x.shape[ax], math.prod(x.shape[ax + 1:]))
+
+
+def _channel_sum(a3):
+    """Per-channel sum of a ``(before, C, after)`` array: pairwise along the contiguous last axis (numpy's
+    accurate loop; a BLAS dot accumulates long rows in a few float32 lanes and loses digits)."""
+    return a3.sum(axis=2).sum(axis=0)
 
 
 def _invstd(xp, var, eps):
@@ -313,29 +319,37 @@ def _bn_fwd(xp, x, gamma, beta, mmean, mvar, *, is_train, eps, momentum, fix_gam
 
     In training (and not use_global_stats) the moving statistics are updated here, with the
     biased batch variance; MXNet 1.9's CPU kernels do the same update in backward.
+
+    Passes over the data: the mean, the centred copy ``d = x - mean``, the variance (``d * d``
+    summed), then ``y = d * scale + beta`` in place in ``d``.
     """
-    red, bshape = _bn_layout(x, axis)
     acc = acc_dtype(x.dtype)
-    xa = x.astype(acc, copy=False)
+    x3 = _bn_view(x.astype(acc, copy=False), axis)
+    count = max(x3.shape[0] * x3.shape[2], 1)  # elements per channel
     if is_train and not use_global_stats and x.size == 0:
         # an empty batch has no statistics: the moving ones stay as they are (their mean would be 0/0 =
         # NaN and poison every later inference); the batch mean/var outputs are 0 for an empty y
-        mean = xp.zeros(math.prod(bshape), dtype=acc)  # one per channel
+        mean = xp.zeros(x3.shape[1], dtype=acc)  # one per channel
         var = xp.zeros_like(mean)
+        d = x3 - mean[:, None]
         updates = (None, None)
     elif is_train and not use_global_stats:
-        mean = xa.mean(axis=red)
-        var = ((xa - mean.reshape(bshape)) ** 2).mean(axis=red)  # biased batch variance
+        mean = _channel_sum(x3) / acc.type(count)
+        d = x3 - mean[:, None]
+        var = _channel_sum(d * d) / acc.type(count)  # biased batch variance
         new_mean = mmean * momentum + mean.astype(mmean.dtype) * (1 - momentum)
         new_var = mvar * momentum + var.astype(mvar.dtype) * (1 - momentum)
         updates = (new_mean, new_var)
     else:
         mean, var = mmean.astype(acc, copy=False), mvar.astype(acc, copy=False)
+        d = x3 - mean[:, None]
         updates = (None, None)
     invstd = _invstd(xp, var, eps)
     scale = invstd if fix_gamma else gamma.astype(acc, copy=False) * invstd
-    y = (xa - mean.reshape(bshape)) * scale.reshape(bshape) + beta.astype(acc, copy=False).reshape(bshape)
-    outs = (y.astype(x.dtype, copy=False), mean.astype(acc, copy=False), invstd.astype(acc, copy=False))
+    d *= scale[:, None]
+    d += beta.astype(acc, copy=False)[:, None]
+    outs = (d.reshape(x.shape).astype(x.dtype, copy=False), mean.astype(acc, copy=False),
+            invstd.astype(acc, copy=False))
     return outs, updates
 
 
@@ -473,25 +487,30 @@ def _bn_backward_fwd(xp, gy, x, gamma, mean, invstd, *, is_train, eps, fix_gamma
       dbeta = sum(gy),  dgamma = sum(gy xhat) (0 with fix_gamma),  dxhat = gy gamma
       batch statistics:  dx = r/N (N dxhat - sum(dxhat) - xhat sum(dxhat xhat))
       global statistics: dx = r dxhat (mu and var are constants)
+    With d = x - mu and per-channel sums Sg = sum(gy), Sd = sum(gy d) the batch rule is affine
+    in (gy, d) per channel:
+      dx = a gy + b d + c,   a = gamma r,  b = -gamma r^3 Sd / N,  c = -a Sg / N
+    so one centred copy ``d`` (updated in place) and one array (``gy d``, then dx) are all the memory used.
     """
-    red, bshape = _bn_layout(x, axis)
     acc = acc_dtype(x.dtype)
-    xa, ga = x.astype(acc, copy=False), gy.astype(acc, copy=False)
-    r = invstd.astype(acc, copy=False).reshape(bshape)
-    xhat = (xa - mean.astype(acc, copy=False).reshape(bshape)) * r
-    dbeta = ga.sum(axis=red)
-    dgamma = (ga * xhat).sum(axis=red)
-    dxhat = ga if fix_gamma else ga * gamma.astype(acc, copy=False).reshape(bshape)
+    x3 = _bn_view(x.astype(acc, copy=False), axis)
+    g3 = _bn_view(gy.astype(acc, copy=False), axis)
+    count = acc.type(max(x3.shape[0] * x3.shape[2], 1))  # elements per channel
+    r = invstd.astype(acc, copy=False)
+    gam = xp.ones_like(r) if fix_gamma else gamma.astype(acc, copy=False)
+    dbeta = _channel_sum(g3)
+    d = x3 - mean.astype(acc, copy=False)[:, None]
+    dx = g3 * d
+    s_gd = _channel_sum(dx)
+    a = gam * r
+    dx = xp.multiply(g3, a[:, None], out=dx)
     if is_train and not use_global_stats:
-        count = max(x.size // max(math.prod(bshape), 1), 1)  # elements per channel
-        dx = (r / count) * (
-            count * dxhat - dxhat.sum(axis=red, keepdims=True) - xhat * (dxhat * xhat).sum(axis=red, keepdims=True)
-        )
-    else:
-        dx = dxhat * r
-    if fix_gamma:
-        dgamma = xp.zeros_like(dgamma)
-    return dx.astype(x.dtype, copy=False), dgamma.astype(gamma.dtype, copy=False), dbeta.astype(gamma.dtype, copy=False)
+        d *= (-gam * r * r * r * s_gd / count)[:, None]
+        dx += d
+        dx += (-a * dbeta / count)[:, None]
+    dgamma = xp.zeros_like(s_gd) if fix_gamma else r * s_gd
+    return (dx.reshape(x.shape).astype(x.dtype, copy=False), dgamma.astype(gamma.dtype, copy=False),
+            dbeta.astype(gamma.dtype, copy=False))
 
 
 register(

@@ -23,7 +23,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..base import ParamError, ShapeError
-from .conv import check_layout, hi_pad, padded, spatial_param, tap_slices
+from .conv import check_layout, hi_pad, padded, spatial_param, tap_ranges, tap_slices
 from .registry import Decision, Param, acc_dtype, float_inputs, register
 
 _POOL_PARAMS = {
@@ -151,29 +151,43 @@ def _window_max(xp, x, k, s, p, Y):
 
 
 def _argmax(xp, x, params):
-    """Tap index (row-major in the window) of each window's first maximum: strict > keeps the first."""
+    """Tap index (row-major in the window) of each window's first maximum: strict > keeps the first.
+
+    Taps come in increasing order and every index so far is below ``t``, so "idx = t where v
+    beats the running max" is ``idx = max(idx, t * (v > best))``: branch-free passes into
+    preallocated buffers (a masked fill with a random mask is ~10x slower).
+    """
     k, s, p, Y = pool_geometry(params, x.shape[2:])
-    best = idx = None
+    best = idx = better = tmp = None
     for t, v in _taps(xp, _pad_for(xp, x, k, s, p, Y, _lowest(x.dtype)), k, s, Y):
         if best is None:
             best, idx = v.copy(), xp.zeros(v.shape, dtype=np.int32)
+            better, tmp = xp.empty(v.shape, dtype=bool), xp.empty(v.shape, dtype=np.int32)
             continue
-        better = v > best
-        idx = xp.where(better, np.int32(t), idx)
-        best = xp.maximum(best, v, out=best)
+        xp.greater(v, best, out=better)
+        xp.maximum(idx, xp.multiply(better, np.int32(t), out=tmp), out=idx)
+        xp.maximum(best, v, out=best)
     return idx, (k, s, p, Y)
 
 
 def _scatter_taps(xp, x_shape, k, s, p, Y, values_for_tap, dtype):
-    """Adjoint of reading windows: sum ``values_for_tap(t)`` (shape (N, C, *Y)) into each tap's positions."""
-    X = x_shape[2:]
+    """Adjoint of reading windows: sum ``values_for_tap(t)`` (shape (N, C, *Y)) into each tap's positions.
+
+    Each tap adds only where it reads data (``tap_ranges``): padding positions are never
+    written, so there is no padded buffer to crop and copy.
+    """
+    X = tuple(x_shape[2:])
     one = (1,) * len(k)
-    hi = hi_pad(X, Y, k, s, one, p)
-    buf = xp.zeros(tuple(x_shape[:2]) + tuple(x + a + b for x, a, b in zip(X, p, hi)), dtype=dtype)
+    every = (slice(None), slice(None))
+    out = xp.zeros(tuple(x_shape), dtype=dtype)
     for t, tap in enumerate(np.ndindex(*k)):
-        buf[tap_slices(tap, s, one, Y)] += values_for_tap(t)
-    crop = (slice(None), slice(None)) + tuple(slice(a, a + x) for a, x in zip(p, X))
-    return xp.ascontiguousarray(buf[crop])
+        r = tap_ranges(tap, s, one, p, X, Y)
+        if r is None:
+            continue
+        osl, isl = r
+        dst = out[every + isl]
+        xp.add(dst, values_for_tap(t)[every + osl], out=dst)
+    return out
 
 
 def _sum_windows(xp, xa, k, s, p, Y):
@@ -305,9 +319,22 @@ def _max_scatter_fwd(xp, g, x, **params):
     idx, (k, s, p, Y) = _argmax(xp, x, params)
     acc = acc_dtype(g.dtype)
     ga = g.astype(acc, copy=False)
-    zero = xp.zeros((), dtype=acc)
-    out = _scatter_taps(xp, x.shape, k, s, p, Y, lambda t: xp.where(idx == t, ga, zero), acc)
-    return out.astype(g.dtype, copy=False)
+    # "g where tap t is the argmax, else +0" without a data-dependent branch (a random mask makes
+    # masked copies slow) and without g * mask (inf/nan elsewhere must stay out): AND the bits of g
+    # with an all-ones / all-zeros integer mask of the same width
+    bits = np.dtype(f"i{acc.itemsize}")
+    gbits = xp.ascontiguousarray(ga).view(bits)
+    hit = xp.empty(idx.shape, dtype=bool)
+    mask = xp.empty(idx.shape, dtype=bits)
+    part = xp.empty(idx.shape, dtype=acc)
+
+    def at_tap(t):
+        xp.equal(idx, t, out=hit)
+        xp.multiply(hit, bits.type(-1), out=mask)  # 0 or -1 (all bits set)
+        xp.bitwise_and(gbits, mask, out=part.view(bits))
+        return part
+
+    return _scatter_taps(xp, x.shape, k, s, p, Y, at_tap, acc).astype(g.dtype, copy=False)
 
 
 def _max_gather_fwd(xp, v, x, **params):
@@ -315,7 +342,7 @@ def _max_gather_fwd(xp, v, x, **params):
     out = xp.zeros(idx.shape, dtype=v.dtype)
     # zero padding: an all-padding window (whose argmax is a padded position) reads 0
     for t, vt in _taps(xp, _pad_for(xp, v, k, s, p, Y, 0.0), k, s, Y):
-        out = xp.where(idx == t, vt, out)
+        xp.copyto(out, vt, where=idx == t)
     return out
 
 
