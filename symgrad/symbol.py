@@ -254,17 +254,22 @@ class Symbol:
         return self._infer_shape(args, kwargs, partial=False)
 
     def _infer_shape(self, args, kwargs, partial):
-        args = tuple(None if a is None else _as_shape(a, "infer_shape") for a in args)
-        kwargs = {k: None if v is None else _as_shape(v, f"infer_shape {k!r}") for k, v in kwargs.items()}
-        nodes, arg_nodes, aux_nodes, known = self._known(args, kwargs, "infer_shape", "__shape__", _parse_shape)
-        infer_shapes(nodes, known, unknown_dims=True)
-        res = _collect(known, arg_nodes, self._outputs, aux_nodes)
+        res, _ = self._shape_map(args, kwargs)
         # an argument with a 0 dimension is unknown; an output computed from fully known arguments may
         # be genuinely empty (a slice that selects nothing)
         if not partial and (any(v is None for part in res for v in part)
                             or any(0 in v for part in (res[0], res[2]) for v in part)):
             return None, None, None
         return res
+
+    def _shape_map(self, args, kwargs):
+        """``infer_shape_partial``'s lists and the map ``(node id, output) -> shape`` they come from
+        (``simple_bind`` hands the map to the executor, which then need not infer the shapes again)."""
+        args = tuple(None if a is None else _as_shape(a, "infer_shape") for a in args)
+        kwargs = {k: None if v is None else _as_shape(v, f"infer_shape {k!r}") for k, v in kwargs.items()}
+        nodes, arg_nodes, aux_nodes, known = self._known(args, kwargs, "infer_shape", "__shape__", _parse_shape)
+        infer_shapes(nodes, known, unknown_dims=True)
+        return _collect(known, arg_nodes, self._outputs, aux_nodes), known
 
     def infer_type(self, *args, **kwargs):
         """Infer ``(arg_types, out_types, aux_types)`` as numpy scalar types.

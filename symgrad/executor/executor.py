@@ -186,7 +186,9 @@ class Executor:
     """Runs a bound symbol. Create it with ``Symbol.bind`` or ``Symbol.simple_bind``."""
 
     @_gc_paused
-    def __init__(self, symbol, ctx, args, args_grad=None, grad_req="write", aux_states=None):
+    def __init__(self, symbol, ctx, args, args_grad=None, grad_req="write", aux_states=None, _inferred=None):
+        """``_inferred``: ``(shapes, dtypes)`` maps of every forward value, as ``simple_bind`` inferred them for
+        exactly these arrays (then not inferred again here)."""
         from ..symbol import Symbol
 
         if not isinstance(symbol, Symbol):
@@ -235,17 +237,21 @@ class Executor:
         # validate shapes over the forward graph before compiling
         known = {(n.id, 0): tuple(a.shape) for n, a in zip(arg_nodes + aux_nodes, arg_arrays + aux_arrays)}
         bound = dict(zip(arg_nodes + aux_nodes, arg_arrays + aux_arrays))
-        with _naming_bound_inputs(nodes, bound):
-            infer_shapes(nodes, known)
-            # and dtypes: an op that only computes in floating point names itself when bound to integer arrays
-            types = infer_types(nodes, {(n.id, 0): np.dtype(a.dtype) for n, a in bound.items()})
+        if _inferred is not None:
+            known, types = dict(_inferred[0]), _inferred[1]
+        else:
+            with _naming_bound_inputs(nodes, bound):
+                infer_shapes(nodes, known)
+                # and dtypes: an op that only computes in floating point names itself when bound to integer
+                # arrays
+                types = infer_types(nodes, {(n.id, 0): np.dtype(a.dtype) for n, a in bound.items()})
         heads = list(symbol._outputs)
         self._head_shapes = [known.get((n.id, i)) for n, i in heads]
         self._head_types = [types.get((n.id, i)) for n, i in heads]
         self._pending_aux: dict = {}
         with ctx.device_scope():  # the plan allocates its gradient buffers
             self._plan = Plan(heads, arg_nodes, aux_nodes, [reqs[n] != "null" for n in self._arg_names],
-                              self._xp, self._pending_aux, grad_like=grad_arrays)
+                              self._xp, self._pending_aux, grad_like=grad_arrays, types=types)
         # check the gradient graph's shapes too (errors here are bugs in a rule, named by node)
         for v, s in zip(self._plan.head_grad_nodes, self._head_shapes):
             known[(v.id, 0)] = s
@@ -435,7 +441,7 @@ class Executor:
         for slot, g in zip(plan.head_grad_slots, heads):
             if slot is not None:
                 vals[slot] = g
-        self._run("backward", vals, self._last_is_train)
+        self._run("backward", vals, self._last_is_train, plan.run_backward_for(heads))
         # only now, with the whole backward done, touch the user's gradient arrays
         xp = self._xp
         with self._ctx.device_scope():
@@ -509,11 +515,14 @@ class Executor:
             result.append(g if needed else None)
         return result
 
-    def _run(self, phase, vals, is_train):
+    def _run(self, phase, vals, is_train, run=None):
+        """Run a phase's generated code (``run``: the backward's, from ``Plan.run_backward_for``), or interpret
+        it when a monitor or hook is set."""
         plan = self._plan
+        if run is None:
+            run = plan.run_forward if phase == "forward" else plan.run_backward
         if self._monitor is not None or self._value_hook is not None or self._input_hook is not None:
-            return self._run_monitored(phase, vals, is_train)
-        run = plan.run_forward if phase == "forward" else plan.run_backward
+            return self._run_monitored(phase, vals, is_train, kernels=run.kernels)
         try:
             with self._ctx.device_scope():
                 run(vals, is_train)
@@ -523,12 +532,12 @@ class Executor:
                 annotate(exc, plan.instr_at(phase, k).node, phase)
             raise
 
-    def _run_monitored(self, phase, vals, is_train):
+    def _run_monitored(self, phase, vals, is_train, kernels=True):
         plan = self._plan
         instrs = plan.forward_instrs if phase == "forward" else plan.backward_instrs
         with self._ctx.device_scope():
             run_instrs(instrs, vals, is_train, phase, self._monitor, self._monitor_all, self._value_hook,
-                       input_hook=self._input_hook if phase == "forward" else None)
+                       input_hook=self._input_hook if phase == "forward" else None, kernels=kernels)
 
     # -- partial re-runs (numeric differentiation) -------------------------------
     def forward_all(self, is_train=False):
@@ -568,9 +577,17 @@ class Executor:
                 f"rerun_downstream: {bad[0]!r} is not an argument; arguments are {self._arg_names}"
             ) from None
         vals = list(base)
-        with self._ctx.device_scope():
-            run_instrs(self._plan.downstream(pos), vals, is_train, "forward")
-        self._pending_aux.clear()
+        run = self._plan.run_downstream(pos)
+        try:
+            with self._ctx.device_scope():
+                run(vals, is_train)
+        except Exception as exc:
+            k = failing_instr(exc, run)
+            if k is not None:
+                annotate(exc, self._plan.downstream(pos)[k].node, "forward")
+            raise
+        finally:
+            self._pending_aux.clear()
         return [self._scalar_free(vals[s]) for s in self._plan.head_slots]
 
     def forward_with_hook(self, hook, is_train=False):
@@ -702,7 +719,7 @@ def simple_bind(symbol, ctx, grad_req="write", type_dict=None, shapes=None, **_)
         raise TypeError(f"simple_bind: ctx must be a Context such as sg.cpu(), got {ctx!r}")
     nodes, arg_nodes, aux_nodes = symbol._arg_and_aux_nodes()
     shapes = _bind_shapes(shapes or {}, [n.name for n in arg_nodes + aux_nodes])
-    arg_shapes, _, aux_shapes = symbol.infer_shape_partial(**shapes)
+    (arg_shapes, _, aux_shapes), shape_map = symbol._shape_map((), shapes)
     # a 0 dimension is unknown (MXNet's legacy shape mode): inference must determine it
     unknown = [n.name for n, s in zip(arg_nodes + aux_nodes, list(arg_shapes) + list(aux_shapes))
                if s is None or 0 in s]
@@ -722,7 +739,8 @@ def simple_bind(symbol, ctx, grad_req="write", type_dict=None, shapes=None, **_)
             known[(n.id, 0)] = np.dtype(type_dict[n.name])
         elif "__dtype__" in n.attrs:
             known[(n.id, 0)] = parse_dtype_attr(n.attrs["__dtype__"])
-    infer_types(nodes, known)
+    if known:  # the given dtypes first decide the others' (a weight takes its data's dtype)
+        infer_types(nodes, known)
     for n in arg_nodes + aux_nodes:  # anything still unknown defaults to float32 (MXNet)
         known.setdefault((n.id, 0), np.dtype(np.float32))
     infer_types(nodes, known)
@@ -744,7 +762,10 @@ def simple_bind(symbol, ctx, grad_req="write", type_dict=None, shapes=None, **_)
     grad_names = [n.name for n in arg_nodes if reqs[n.name] != "null"]
     grads = dict(zip(grad_names, arrays[n_arg:n_arg + len(grad_names)]))
     aux = arrays[n_arg + len(grad_names):]
-    return Executor(symbol, ctx, args, grads, reqs, aux)
+    # every shape known and none with a 0 (an unknown dimension to inference here, a zero-size one to bind):
+    # these are the maps the executor would infer again for these arrays
+    inferred = (shape_map, known) if all(0 not in v for v in shape_map.values()) else None
+    return Executor(symbol, ctx, args, grads, reqs, aux, _inferred=inferred)
 
 
 def _bind_shapes(given: dict, names: list) -> dict:

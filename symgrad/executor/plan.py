@@ -1,41 +1,66 @@
 """Compile a symbol (plus its gradient graph) once into a flat plan.
 
 Steps (DESIGN "Executor plan"): build the backward graph only for arguments
-whose grad_req is not ``null``; take the combined DAG as a networkx graph;
-order it topologically with the forward prefix first; give every value an
+whose grad_req is not ``null``; order the combined DAG topologically with
+the forward prefix first (``Plan.graph``: its networkx view, built on demand); give every value an
 integer slot; emit instructions pre-bound to ``xp`` and the parsed params;
 free each value after its last use (forward values that backward reads are
 kept); generate one straight-line Python function per phase so the hot loop
 touches no networkx, no registry and no dict lookup by name.
+
+Kernels: where every input dtype of an instruction is known at bind (dtype inference over the forward
+and the gradient graph), an op may offer a cheaper exact equivalent of its forward for exactly those
+dtypes: ``op.forward.specialize(xp, in_types, **params)`` returns None or ``(fn, pre, post)``, meaning
+``forward(xp, *inputs, **params) == fn(*pre, *inputs, *post)`` (``fn`` None: the first input itself).
+The generated code calls ``fn`` directly (``operator.mul`` and friends become infix operators), so a
+small elementwise instruction costs about one numpy call. A kernel must be exact for every dtype of the
+inputs' kind (a weak Python-float scalar, not one pre-cast to float32), because a head gradient may come
+with another float dtype than the output's: then the backward runs the ops' own forwards instead.
 """
 
 from __future__ import annotations
 
 import functools
+import operator
 import sys
 from collections.abc import Sequence
 
-import networkx as nx
-
 from ..gradient import build_gradients
 from ..graph import Node, to_networkx, topo_order
-from ..infer import where
+from ..infer import infer_types, where
 
 __all__ = ["Plan", "Instr"]
 
 
 class Instr:
-    """One pre-bound operator call: ``outs = fn(*[v[i] for i in ins])``."""
+    """One pre-bound operator call: ``outs = fn(*[v[i] for i in ins])``.
 
-    __slots__ = ("fn", "ins", "outs", "node", "train", "tuple_out")
+    ``generic`` is the op's own forward with its parameters bound; ``kernel`` is None or the op's
+    ``(fn, pre, post)`` specialisation for the inferred input dtypes (see the module docstring), and
+    ``fn`` is then that kernel as one callable. Assigning ``fn`` (a profiler wrapping it) drops the kernel
+    and the generic form, so every path runs the new callable.
+    """
 
-    def __init__(self, fn, ins, outs, node, train, tuple_out):
-        self.fn = fn
+    __slots__ = ("_fn", "generic", "kernel", "ins", "outs", "node", "train", "tuple_out")
+
+    def __init__(self, fn, ins, outs, node, train, tuple_out, kernel=None):
+        self.generic = fn
+        self.kernel = kernel
+        self._fn = fn if kernel is None else _kernel_callable(kernel)
         self.ins = tuple(ins)
         self.outs = tuple(outs)
         self.node = node
         self.train = train
         self.tuple_out = tuple_out
+
+    @property
+    def fn(self):
+        return self._fn
+
+    @fn.setter
+    def fn(self, fn):
+        self._fn = self.generic = fn
+        self.kernel = None
 
     def __repr__(self):
         lhs = ", ".join(f"%{s}" for s in self.outs)
@@ -56,24 +81,31 @@ class Plan:
     """
 
     def __init__(self, heads: Sequence, arg_nodes: Sequence[Node], aux_nodes: Sequence[Node],
-                 grad_args: Sequence[bool], xp, pending_aux: dict, grad_like: Sequence | None = None):
+                 grad_args: Sequence[bool], xp, pending_aux: dict, grad_like: Sequence | None = None,
+                 types: dict | None = None):
+        """``types``: the dtypes inferred for the forward values (``(node id, output) -> dtype``), or None;
+        where known (and completed over the gradient graph) they select the ops' kernels."""
         self.heads = list(heads)
         grad_entries = self._gradient_graph(arg_nodes, grad_args)
         fwd_nodes, bwd_nodes = self._split(grad_entries)
         self._assign_slots(arg_nodes, aux_nodes, grad_entries)
+        types = self._value_types(types)
         # per-plan copies of stateful parameters (a CustomOp's operator instances): every executor
         # gets its own, shared by the forward node and its backward node (MXNet creates the
         # operator per executor), so two executors of one symbol never see each other's state
         self._states: dict[int, object] = {}
         aux_index = {n.id: i for i, n in enumerate(aux_nodes)}
-        self.forward_instrs = [self._instr(n, self.slot_of, xp, aux_index, pending_aux) for n in fwd_nodes if n.op]
-        self.backward_instrs = [self._instr(n, self.slot_of, xp, aux_index, pending_aux) for n in bwd_nodes if n.op]
+        make = functools.partial(self._instr, slot=self.slot_of, xp=xp, aux_index=aux_index,
+                                 pending_aux=pending_aux, types=types)
+        self.forward_instrs = [make(n) for n in fwd_nodes if n.op]
+        self.backward_instrs = [make(n) for n in bwd_nodes if n.op]
         self.mutates_aux = any(ins.node.op.mutates_aux for ins in self.forward_instrs)
         self._liveness()
         self._downstream_cache: dict = {}
         self._gradient_buffers(xp, grad_like)
-        self.run_forward = _generate(self.forward_instrs, self.forward_frees, "forward")
-        self.run_backward = _generate(self.backward_instrs, self.backward_frees, "backward", self.out_buffers)
+        self.run_forward = Runner(self.forward_instrs, self.forward_frees, "forward")
+        self.run_backward = Runner(self.backward_instrs, self.backward_frees, "backward", self.out_buffers)
+        self._run_backward_generic = None
 
     # -- phases of __init__ --------------------------------------------------------------------------------
     def _gradient_graph(self, arg_nodes, grad_args):
@@ -89,14 +121,33 @@ class Plan:
         """Deterministic topological order of the combined graph, split into the forward (the ancestors of the
         outputs) and the backward (the rest)."""
         nodes = topo_order(self.heads + [e for e in grad_entries if e is not None])
-        self.graph = to_networkx(nodes)
-        fwd_ids = set()
-        for node, _ in self.heads:
-            fwd_ids.add(node.id)
-            fwd_ids |= nx.ancestors(self.graph, node.id)
+        fwd_ids = {n.id for n in topo_order(self.heads)}  # the outputs and everything they read
         self.nodes = nodes
         self.backward_nodes = [n for n in nodes if n.id not in fwd_ids]
         return [n for n in nodes if n.id in fwd_ids], self.backward_nodes
+
+    @functools.cached_property
+    def graph(self):
+        """The combined forward + gradient DAG as a networkx graph (built on first use: binding needs none)."""
+        return to_networkx(self.nodes)
+
+    def _value_types(self, types):
+        """Dtypes of every value of the plan: the forward's as given, the head gradients as their outputs
+        (``head_grad_types``; ``run_backward_for`` checks the given ones), the gradient graph's inferred.
+        A gradient node whose rule cannot type it leaves the gradient graph untyped (no kernels there)."""
+        self.head_grad_types = [None] * len(self.heads)
+        if types is None:
+            return {}
+        known = dict(types)
+        for k, ((node, i), v) in enumerate(zip(self.heads, self.head_grad_nodes)):
+            t = known.get((node.id, i))
+            self.head_grad_types[k] = t
+            if t is not None:
+                known[(v.id, 0)] = t
+        try:
+            return infer_types(self.backward_nodes, dict(known))
+        except Exception:  # an optimisation only: the plan stays correct without kernels
+            return known
 
     def _assign_slots(self, arg_nodes, aux_nodes, grad_entries):
         """One integer slot per value; where the arguments, outputs, head gradients and gradients live."""
@@ -139,7 +190,7 @@ class Plan:
             if like is not None and k is not None and self.backward_instrs[k].node.op.accepts_out:
                 self.out_buffers.setdefault(k, xp.empty_like(like))
 
-    def _instr(self, node, slot, xp, aux_index, pending_aux):
+    def _instr(self, node, slot, xp, aux_index, pending_aux, types):
         op = node.op
         params = node.params
         state = params.get("__state__")
@@ -156,20 +207,43 @@ class Plan:
         ins = [slot[(src.id, i)] for src, i in node.inputs]
         outs = [slot[(node.id, k)] for k in range(node.num_outputs)]
         tuple_out = callable(op.num_outputs) or node.num_outputs > 1
-        return Instr(fn, ins, outs, node, op.needs_is_train, tuple_out)
+        kernel = None
+        if not (tuple_out or op.mutates_aux or op.needs_is_train or state is not None):
+            kernel = _kernel(node, xp, types)
+        return Instr(fn, ins, outs, node, op.needs_is_train, tuple_out, kernel)
+
+    def run_backward_for(self, head_grads):
+        """The backward function for these head gradients: the generated one with kernels when each given
+        head gradient has its output's dtype, else (another float dtype: the kernels' dtypes may not
+        hold) one that runs every op's own forward, generated on first use."""
+        for g, t in zip(head_grads, self.head_grad_types):
+            if g is not None and (t is None or g.dtype != t):
+                if self._run_backward_generic is None:
+                    self._run_backward_generic = Runner(self.backward_instrs, self.backward_frees, "backward",
+                                                        self.out_buffers, kernels=False)
+                return self._run_backward_generic
+        return self.run_backward
 
     def downstream(self, arg_positions) -> list[Instr]:
         """Forward instructions that (transitively) read one of the given arguments, in order."""
+        return self._downstream(arg_positions)[0]
+
+    def run_downstream(self, arg_positions):
+        """A ``Runner`` of ``downstream(arg_positions)`` (frees nothing; ``.instrs`` lists them)."""
+        return self._downstream(arg_positions)[1]
+
+    def _downstream(self, arg_positions):
         key = tuple(sorted(arg_positions))
         cached = self._downstream_cache.get(key)
         if cached is None:
             dirty = {self.arg_slots[i] for i in key if self.arg_slots[i] is not None}
-            cached = []
+            instrs = []
             for ins in self.forward_instrs:
                 if any(s in dirty for s in ins.ins):
-                    cached.append(ins)
+                    instrs.append(ins)
                     dirty.update(ins.outs)
-            self._downstream_cache[key] = cached
+            run = Runner(instrs, [()] * len(instrs), "downstream forward")
+            cached = self._downstream_cache[key] = (instrs, run)
         return cached
 
     def instr_at(self, phase: str, index: int) -> Instr:
@@ -183,12 +257,14 @@ class Plan:
         return "\n".join(lines)
 
 
-def run_instrs(instrs, vals, is_train, phase, callback=None, monitor_all=False, transform=None, input_hook=None):
-    """Interpret instructions one by one (monitoring, partial re-runs, value hooks); frees nothing.
+def run_instrs(instrs, vals, is_train, phase, callback=None, monitor_all=False, transform=None, input_hook=None,
+               kernels=True):
+    """Interpret instructions one by one (monitoring, value hooks); frees nothing.
 
     ``transform(node, k, value, phase) -> value``, when given, replaces output ``k`` of every instruction
     before it is stored (and before ``callback`` sees it). ``input_hook(node, inputs)``, when given, sees the input
     arrays of every instruction before it runs and may return replacements (see ``hooked_inputs``).
+    ``kernels=False`` runs every op's own forward (``Instr.generic``).
     """
     for ins in instrs:
         args = [vals[s] for s in ins.ins]
@@ -201,8 +277,9 @@ def run_instrs(instrs, vals, is_train, phase, callback=None, monitor_all=False, 
                 if src.op is None:
                     callback(src.name, a)
                 callback(f"{node.name}_{name}", a)
+        fn = ins.fn if kernels else ins.generic
         try:
-            res = ins.fn(*args, is_train=is_train) if ins.train else ins.fn(*args)
+            res = fn(*args, is_train=is_train) if ins.train else fn(*args)
         except Exception as exc:
             annotate(exc, node, phase)
             raise
@@ -274,47 +351,206 @@ def _frees(instrs, keep):
     return [tuple(sorted(f)) for f in frees]
 
 
-def _generate(instrs, frees, phase, out_buffers=None):
-    """One straight-line function ``run(v, is_train)`` for a phase (``out=`` buffers by instruction)."""
+#: instructions per generated function: CPython's compile() grows faster than linearly with the size
+#: of one function (10 000 lines took 1 s, 30 000 took 5 s), so long plans become a chain of chunks
+_CHUNK = 400
+
+#: kernels whose ``fn`` is a binary operator: emitted as the infix expression (no call at all)
+_INFIX = {operator.add: "+", operator.sub: "-", operator.mul: "*", operator.truediv: "/"}
+
+
+def _kernel(node, xp, types):
+    """``node``'s ``(fn, pre, post)`` kernel for its inferred input dtypes, or None."""
+    specialize = getattr(node.op.forward, "specialize", None)
+    if specialize is None:
+        return None
+    in_types = [types.get((src.id, i)) for src, i in node.inputs]
+    if any(t is None for t in in_types):
+        return None
+    return specialize(xp, in_types, **node.params)
+
+
+def _kernel_callable(kernel):
+    """A kernel ``(fn, pre, post)`` as one callable of the instruction's inputs."""
+    fn, pre, post = kernel
+    if fn is None:
+        return _first
+    if not post:
+        return functools.partial(fn, *pre) if pre else fn
+    if not pre and len(post) == 1:
+        c = post[0]
+        return lambda x: fn(x, c)
+    return lambda *args: fn(*pre, *args, *post)
+
+
+def _first(x, *_):
+    return x
+
+
+def _call_source(k, ins, ns, kernels, out_buffer):
+    """The right-hand side of instruction ``k``'s line; names it needs go into ``ns``."""
+    args = [f"v[{s}]" for s in ins.ins]
+    if kernels and ins.kernel is not None and out_buffer is None:
+        fn, pre, post = ins.kernel
+        consts = []
+        for j, c in enumerate((*pre, *post)):
+            ns[f"c{k}_{j}"] = c
+            consts.append(f"c{k}_{j}")
+        args = consts[:len(pre)] + args + consts[len(pre):]
+        if fn is None:
+            return args[len(pre)]
+        if fn in _INFIX and len(args) == 2:
+            return f"{args[0]} {_INFIX[fn]} {args[1]}"
+        ns[f"f{k}"] = fn
+        return f"f{k}({', '.join(args)})"
+    ns[f"f{k}"] = ins.fn if kernels else ins.generic
+    if ins.train:
+        args.append("is_train=is_train")
+    if out_buffer is not None:
+        ns[f"o{k}"] = out_buffer
+        args.append(f"out=o{k}")
+    return f"f{k}({', '.join(args)})"
+
+
+def _generate(instrs, frees, phase, out_buffers=None, kernels=True):
+    """Straight-line code ``run(v, is_train)`` for a phase (``out=`` buffers by instruction index).
+
+    ``kernels=False``: every instruction calls its op's own forward. Plans longer than ``_CHUNK``
+    instructions are split into functions of ``_CHUNK`` instructions that ``run`` calls in turn.
+    """
     ns = {}
-    lines = ["def run(v, is_train):"]
-    for k, ins in enumerate(instrs):
-        ns[f"f{k}"] = ins.fn
-        args = [f"v[{s}]" for s in ins.ins]
-        if ins.train:
-            args.append("is_train=is_train")
-        if out_buffers and k in out_buffers:
-            ns[f"o{k}"] = out_buffers[k]
-            args.append(f"out=o{k}")
-        call = f"f{k}({', '.join(args)})"
-        if ins.tuple_out:
-            lhs = ", ".join(f"v[{s}]" for s in ins.outs) + ","
-        else:
-            lhs = f"v[{ins.outs[0]}]"
-        lines.append(f"    {lhs} = {call}")
-        if frees[k]:
-            lines.append("    " + "; ".join(f"v[{s}] = None" for s in frees[k]))
-    if len(lines) == 1:
-        lines.append("    pass")
+    out_buffers = out_buffers or {}
+    lines, line_instr = [], []  # source lines and, for each, the instruction it runs (or None)
+    chunks = [range(a, min(a + _CHUNK, len(instrs))) for a in range(0, len(instrs), _CHUNK)] or [range(0)]
+    for c, chunk in enumerate(chunks):
+        lines.append(f"def run{c}(v, is_train):")
+        line_instr.append(None)
+        for k in chunk:
+            ins = instrs[k]
+            if ins.tuple_out:
+                lhs = ", ".join(f"v[{s}]" for s in ins.outs) + ","
+            else:
+                lhs = f"v[{ins.outs[0]}]"
+            lines.append(f"    {lhs} = {_call_source(k, ins, ns, kernels, out_buffers.get(k))}")
+            line_instr.append(k)
+            if frees[k]:
+                lines.append("    " + "; ".join(f"v[{s}] = None" for s in frees[k]))
+                line_instr.append(k)
+        if not chunk:
+            lines.append("    pass")
+            line_instr.append(None)
+    if len(chunks) > 1:
+        lines.append("def run(v, is_train):")
+        lines += [f"    run{c}(v, is_train)" for c in range(len(chunks))]
+    else:
+        lines.append("run = run0")
     filename = f"<symgrad {phase} plan>"
-    # Line k+2 of the source runs instruction k (used to name the failing op in errors).
-    line_to_instr = {}
-    lineno = 1
-    for k in range(len(instrs)):
-        lineno += 1
-        line_to_instr[lineno] = k
-        if frees[k]:
-            lineno += 1
     code = compile("\n".join(lines), filename, "exec")
     exec(code, ns)
     run = ns["run"]
-    run.line_to_instr = line_to_instr
+    # line numbers start at 1; a line that frees values maps to its instruction too (errors name the op)
+    run.line_to_instr = {i + 1: k for i, k in enumerate(line_instr) if k is not None}
     run.filename = filename
+    run.kernels = kernels
     return run
 
 
+def _compile_after(n_instrs: int) -> int:
+    """On which call a phase of ``n_instrs`` instructions switches to generated code.
+
+    Compiling costs about 10-20 us per instruction (CPython's compile(); more than everything else a bind
+    does), interpreting about 0.2 us per instruction more than the generated code on every run: a small
+    phase compiles on its second run, a large one once it has run often enough to pay for it, and a
+    graph bound to run once or twice (a 100 000-node chain) never pays for compiling at all.
+    """
+    return min(2 + n_instrs // 1000, 50)
+
+
+class Runner:
+    """``run(v, is_train)`` for one phase: interpreted from a flat step table for its first runs, then the
+    generated straight-line code of ``_generate`` (see ``_compile_after``).
+
+    ``kernels=False`` runs every op's own forward (``Instr.generic``); ``failing_instr`` finds the
+    instruction that raised in either form. ``compiled`` is the generated function once it exists.
+    """
+
+    def __init__(self, instrs, frees, phase, out_buffers=None, kernels=True):
+        self.instrs, self.frees, self.phase = instrs, frees, phase
+        self.out_buffers = out_buffers or {}
+        self.kernels = kernels
+        self.compiled = None
+        self._steps = None
+        self._calls = 0
+        self._compile_at = _compile_after(len(instrs))
+
+    def __call__(self, v, is_train):
+        if self.compiled is None:
+            self._calls += 1
+            if self._calls < self._compile_at:
+                if self._steps is None:
+                    self._steps = self._step_table()
+                return _interpret(self._steps, v, is_train)
+            self.compiled = _generate(self.instrs, self.frees, self.phase, self.out_buffers, self.kernels)
+            self._steps = None
+        return self.compiled(v, is_train)
+
+    def _step_table(self):
+        """One ``(k, mode, fn, ins, outs, frees)`` per instruction; mode 1 / 2: ``v[outs] = fn(v[a])`` /
+        ``fn(v[a], v[b])``, mode 0 the general call (``is_train``, ``out=``, several outputs)."""
+        steps = []
+        for k, ins in enumerate(self.instrs):
+            fn = ins.fn if self.kernels else ins.generic
+            buf = self.out_buffers.get(k)
+            if ins.train or ins.tuple_out or buf is not None or len(ins.ins) not in (1, 2):
+                steps.append((k, 0, (fn, ins.train, buf, ins.tuple_out), ins.ins, ins.outs, self.frees[k]))
+            elif len(ins.ins) == 1:
+                steps.append((k, 1, fn, ins.ins[0], ins.outs[0], self.frees[k]))
+            else:
+                steps.append((k, 2, fn, ins.ins, ins.outs[0], self.frees[k]))
+        return steps
+
+    def failing(self, exc: BaseException):
+        """The index of the instruction that raised ``exc`` during the last call, or None."""
+        if self.compiled is not None:
+            return failing_instr(exc, self.compiled)
+        tb = exc.__traceback__
+        found = None
+        while tb is not None:
+            if tb.tb_frame.f_code is _interpret.__code__:
+                found = tb.tb_frame.f_locals.get("_k")
+            tb = tb.tb_next
+        return found
+
+
+def _interpret(steps, v, is_train):
+    for _k, mode, fn, ins, outs, frees in steps:  # _k: read by Runner.failing from the frame
+        if mode == 1:
+            v[outs] = fn(v[ins])
+        elif mode == 2:
+            v[outs] = fn(v[ins[0]], v[ins[1]])
+        else:
+            fn, train, buf, tuple_out = fn
+            args = [v[s] for s in ins]
+            kwargs = {}
+            if train:
+                kwargs["is_train"] = is_train
+            if buf is not None:
+                kwargs["out"] = buf
+            res = fn(*args, **kwargs)
+            if tuple_out:
+                for s, r in zip(outs, res):
+                    v[s] = r
+            else:
+                v[outs[0]] = res
+        if frees:
+            for s in frees:
+                v[s] = None
+
+
 def failing_instr(exc: BaseException, run):
-    """The instruction index that raised ``exc`` inside generated ``run``, or None."""
+    """The instruction index that raised ``exc`` inside ``run`` (a ``Runner`` or generated code), or None."""
+    if isinstance(run, Runner):
+        return run.failing(exc)
     tb = exc.__traceback__
     found = None
     while tb is not None:

@@ -14,7 +14,9 @@ with ``xp`` primitives only, evaluated in float64, so they run on CuPy too.
 
 from __future__ import annotations
 
+import functools
 import math
+import operator
 
 import numpy as np
 
@@ -36,6 +38,30 @@ def _is_int(dtype) -> bool:
 def _zero_grad(F, n, g):
     """Differentiable almost nowhere or constant: every input gets no gradient."""
     return [None] * len(n.inputs)
+
+
+# ----------------------------------------------------------------------------
+# kernels: cheaper exact forms of a forward for known input dtypes (executor.plan, "Kernels")
+# ----------------------------------------------------------------------------
+
+
+def _float_kinds(in_types, kinds="fc") -> bool:
+    """Every input dtype is floating (or complex): the ops below then keep that dtype by themselves."""
+    return all(np.dtype(t).kind in kinds for t in in_types)
+
+
+def _weak_scalar_fits(scalar, dtype) -> bool:
+    """Whether ``scalar`` as a Python float (numpy casts it to the array's dtype, NEP 50) equals MXNet's
+    ``DType(scalar)`` without an overflow warning: a finite scalar beyond the dtype's range overflows."""
+    return not math.isfinite(scalar) or abs(scalar) <= float(np.finfo(dtype).max)
+
+
+#: unary ops whose forward on a float/complex input is this ufunc itself (``_float_in`` passes floats as
+#: they are and ``_keep`` then casts nothing); square only for real floats (x * x, numpy's square loop)
+_UFUNC_UNARY = {name: (name, "fc") for name in (
+    "tanh", "exp", "expm1", "log", "log1p", "log2", "log10", "sqrt", "sin", "cos", "tan", "sinh", "cosh",
+    "arcsin", "arccos", "arctan", "arcsinh", "arccosh", "arctanh", "negative")}
+_UFUNC_UNARY["square"] = ("square", "f")
 
 
 # ----------------------------------------------------------------------------
@@ -321,14 +347,28 @@ def _unary(name, fwd, grad, aliases=(), doc="", params=None, infer_type=None, de
     def forward(xp, x, **p):
         return _keep(fwd(xp, x, **p), x)
 
+    if name in _UFUNC_UNARY:
+        ufunc, kinds = _UFUNC_UNARY[name]
+
+        def specialize(xp, in_types):
+            return (getattr(xp, ufunc), (), ()) if _float_kinds(in_types, kinds) else None
+
+        forward.specialize = specialize
     return register(name, aliases=aliases, forward=forward, infer_shape=same_shape, infer_type=infer_type,
                     gradient=rule, params=params, decisions=decisions, doc=doc or f"Elementwise {name}.")
 
 
+def _zero_grad_if_int_forward(xp, data, like):
+    return xp.zeros_like(data) if _is_int(like.dtype) else data
+
+
+# like's dtype known at bind and not an integer: the op is its first input (no instruction left to run)
+_zero_grad_if_int_forward.specialize = lambda xp, in_types: None if _is_int(in_types[1]) else (None, (), ())
+
 register(
     "_zero_grad_if_int",
     inputs=("data", "like"),
-    forward=lambda xp, data, like: xp.zeros_like(data) if _is_int(like.dtype) else data,
+    forward=_zero_grad_if_int_forward,
     infer_shape=lambda p, i, o, w: (i, [i[0]]),
     infer_type=lambda p, i, o, w: (i, [i[0]]),
     no_grad_inputs=("like",),
@@ -562,13 +602,20 @@ _SCALAR = {"scalar": Param("float", 1.0), "is_int": Param("bool", True)}
 def _scalar_operands(x, scalar, is_int):
     """MXNet's NumpyBinaryScalar rules: an integer input with a non-integer scalar computes in
     float64; otherwise the scalar is cast to the input dtype first (``DType(scalar)``)."""
-    if x.dtype == np.bool_:
+    kind = x.dtype.kind
+    if kind == "b":
         x = x.astype(np.int64 if is_int else np.float64)
-    elif _is_int(x.dtype) and not is_int:
+    elif kind in "iu" and not is_int:
         x = x.astype(np.float64)
+    return x, _cast_scalar(scalar, x.dtype)
+
+
+@functools.lru_cache(maxsize=1024)
+def _cast_scalar(scalar, dtype):
+    """``DType(scalar)`` (from float64, overflow to inf and NaN to an integer as C casts do, silently);
+    cached: the same few (scalar, dtype) pairs come back on every call of a graph's ops."""
     with np.errstate(invalid="ignore", over="ignore"):
-        s = np.asarray(scalar, dtype=np.float64).astype(x.dtype)[()]
-    return x, s
+        return np.asarray(scalar, dtype=np.float64).astype(dtype)[()]
 
 
 def _scalar_type(params, in_types, out_types, where):
@@ -581,6 +628,16 @@ def _scalar_type(params, in_types, out_types, where):
     if _is_int(t) and not params["is_int"]:
         return in_types, [np.dtype(np.float64)]
     return in_types, [t]
+
+
+#: scalar ops with a kernel: the forward is ``fn(x, s)`` (``fn(s, x)`` when the flag is set), fn an operator
+#: or the name of an ``xp`` ufunc
+_SCALAR_KERNELS = {
+    "_plus_scalar": (operator.add, False), "_minus_scalar": (operator.sub, False),
+    "_rminus_scalar": (operator.sub, True), "_mul_scalar": (operator.mul, False),
+    "_div_scalar": (operator.truediv, False), "_rdiv_scalar": (operator.truediv, True),
+    "_maximum_scalar": ("maximum", False), "_minimum_scalar": ("minimum", False),
+}
 
 
 def _scalar(name, fwd, grad, aliases=(), params=None, choice=None):
@@ -596,6 +653,20 @@ def _scalar(name, fwd, grad, aliases=(), params=None, choice=None):
     def forward(xp, x, scalar, is_int=True):
         x, s = _scalar_operands(x, scalar, is_int)
         return _keep(fwd(xp, x, s), x)
+
+    fast = _SCALAR_KERNELS.get(name)
+    if fast is not None:
+        fn, scalar_first = fast
+
+        def specialize(xp, in_types, scalar, is_int=True):
+            # a float/complex x keeps its dtype and the scalar is cast to it (_scalar_operands):
+            # numpy does that cast itself with a Python float (NEP 50), so x op s is the whole forward
+            if not (_float_kinds(in_types) and _weak_scalar_fits(scalar, in_types[0])):
+                return None
+            fn_ = getattr(xp, fn) if isinstance(fn, str) else fn
+            return (fn_, (float(scalar),), ()) if scalar_first else (fn_, (), (float(scalar),))
+
+        forward.specialize = specialize
 
     def decisions(xp, x, scalar, is_int=True):
         c, v = choice(xp, *_scalar_operands(x, scalar, is_int))
@@ -718,7 +789,7 @@ class _BinaryOps:
         self.lt = pick("broadcast_lesser", "_lesser")
 
 
-def _binary(names, fwd, grad, aliases=((), ()), choice=None):
+def _binary(names, fwd, grad, aliases=((), ()), choice=None, fast=None):
     """Register ``y = fwd(a, b)`` as ``elemwise``-style and ``broadcast``-style ops.
 
     ``grad(F, o, a, b, y, gy)`` returns the two full-shape gradients, combining
@@ -726,6 +797,7 @@ def _binary(names, fwd, grad, aliases=((), ()), choice=None):
     broadcast form each is then reduced to its input's shape by ``_sum_to_like``.
     ``grad=None``: no gradient (comparisons, logic). ``choice(xp, a, b) -> (choice, value)``: the
     elementwise decision of an op with a kink or jump (``registry.Decision``), read from both inputs.
+    ``fast``: the operator ``fwd`` applies (its kernel for two inputs of one float dtype).
     """
     same_name, bcast_name = names
 
@@ -744,6 +816,13 @@ def _binary(names, fwd, grad, aliases=((), ()), choice=None):
     def forward(xp, a, b):
         return _keep(fwd(xp, a, b), a)
 
+    if fast is not None:
+        # one float/complex dtype on both sides: a op b has that dtype already (_keep casts nothing)
+        def specialize(xp, in_types):
+            return (fast, (), ()) if _float_kinds(in_types) and in_types[0] == in_types[1] else None
+
+        forward.specialize = specialize
+
     def decisions(xp, a, b):
         c, v = choice(xp, a, b)
         return elementwise(0, 1, choice=c, value=v)
@@ -758,18 +837,19 @@ def _binary(names, fwd, grad, aliases=((), ()), choice=None):
 
 
 _binary(("elemwise_add", "broadcast_add"), lambda xp, a, b: a + b, lambda F, o, a, b, y, g: (g, g),
-        aliases=(("_add", "_plus", "_Plus"), ("broadcast_plus",)))
+        aliases=(("_add", "_plus", "_Plus"), ("broadcast_plus",)), fast=operator.add)
 _binary(("elemwise_sub", "broadcast_sub"), lambda xp, a, b: a - b, lambda F, o, a, b, y, g: (g, -g),
-        aliases=(("_sub", "_minus", "_Minus"), ("broadcast_minus",)))
+        aliases=(("_sub", "_minus", "_Minus"), ("broadcast_minus",)), fast=operator.sub)
 # (ab)' = (b, a)
 _binary(("elemwise_mul", "broadcast_mul"), lambda xp, a, b: a * b,
-        lambda F, o, a, b, y, g: (o.mul(g, b), o.mul(g, a)), aliases=(("_mul", "_Mul"), ()))
+        lambda F, o, a, b, y, g: (o.mul(g, b), o.mul(g, a)), aliases=(("_mul", "_Mul"), ()), fast=operator.mul)
 # (a/b)' = (1/b, -a/b^2 = -y/b); integer inputs: quotient truncated toward zero (C division)
 _binary(
     ("elemwise_div", "broadcast_div"),
     lambda xp, a, b: a / b,
     lambda F, o, a, b, y, g: (o.div(g, b), -o.div(g * y, b)),
     aliases=(("_div", "_Div"), ()),
+    fast=operator.truediv,
 )
 # (a^b)' = (b a^(b-1), a^b ln a)
 _binary(
