@@ -1,6 +1,7 @@
 """The ``symgrad`` command: check a model's gradients, summarise it, draw it.
 
     symgrad check MODEL.json [--params FILE] [--shape NAME=D1,D2,...]... [--dtype float32] [--mode sample]
+                  [--workers N | --scheduler ADDRESS]
     symgrad check --example lenet
     symgrad info MODEL.json [--shape NAME=D1,D2,...]...
     symgrad plot MODEL.json -o FILE.(svg|png|pdf|dot) [--shape NAME=D1,D2,...]...
@@ -14,6 +15,7 @@ the traceback).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import os
@@ -286,7 +288,7 @@ def _row(name, shape, role, req, **kw):
 
 
 def check_model(sym, args: dict, aux: dict, *, reqs: dict, roles: dict, dtype="float32", mode="sample",
-                samples=DEFAULT_SAMPLES, seed=0, ctx=None, progress=False) -> list:
+                samples=DEFAULT_SAMPLES, seed=0, ctx=None, progress=False, executor=None) -> list:
     """Check the gradient of every argument of ``sym`` at ``args``/``aux`` numerically; one ``ArgResult`` each.
 
     The scalar differentiated is ``check_numeric_gradient``'s: ``sum_k sum(w_k * out_k)`` with random weights,
@@ -302,7 +304,10 @@ def check_model(sym, args: dict, aux: dict, *, reqs: dict, roles: dict, dtype="f
       direction) against ``analytic . r``; an argument whose direction fails is then checked element by
       element as in sample mode, which locates and diagnoses the error.
 
-    Index inputs (labels, Embedding indices) are not differentiable and are skipped.
+    Index inputs (labels, Embedding indices) are not differentiable and are skipped. ``executor`` (a
+    ``concurrent.futures.Executor``): the element differences are spread over its workers (in sample and fast
+    mode, the elements of every argument in one ``differencer.Spread`` sweep; in full mode, each
+    ``check_numeric_gradient`` call's), with the same results as without it.
     """
     from . import test_utils as tu
     from .context import cpu
@@ -320,13 +325,13 @@ def check_model(sym, args: dict, aux: dict, *, reqs: dict, roles: dict, dtype="f
     checked = [n for n in names if rows[n]["verdict"] != "skip"]
     np.random.seed(seed)  # the checkers' own draws (projection weights, dirty buffers) come from numpy's global RNG
     if mode == "full":
-        _full(sym, args, aux, rows, checked, dt, ctx, progress, tu)
+        _full(sym, args, aux, rows, checked, dt, ctx, progress, tu, executor)
     else:
-        _SampledCheck(sym, args, aux, rows, checked, dt, ctx, samples, seed, progress).run(mode)
+        _SampledCheck(sym, args, aux, rows, checked, dt, ctx, samples, seed, progress, executor).run(mode)
     return [rows[n] for n in names]
 
 
-def _full(sym, args, aux, rows, checked, dt, ctx, progress, tu):
+def _full(sym, args, aux, rows, checked, dt, ctx, progress, tu, executor=None):
     values = {k: (v.astype(dt) if v.dtype.kind == "f" else v) for k, v in args.items()}
     aux_v = {k: v.astype(dt) for k, v in aux.items()}
     for n in checked:
@@ -334,7 +339,7 @@ def _full(sym, args, aux, rows, checked, dt, ctx, progress, tu):
         row.update(method="every element (check_numeric_gradient)", checked=row["size"])
         try:
             res = tu.check_numeric_gradient(sym, values, aux_states=aux_v or None, grad_nodes={n: row["grad_req"]},
-                                            dtype=dt.type, ctx=ctx, progress=progress)
+                                            dtype=dt.type, ctx=ctx, progress=progress, executor=executor)
         except tu.GradientCheckError as err:
             worst = err.worst[0] if err.worst else None
             row.update(verdict="FAIL", diagnosis=err.diagnosis or _one_line(err), mismatches=err.n_mismatch)
@@ -352,7 +357,8 @@ def _full(sym, args, aux, rows, checked, dt, ctx, progress, tu):
 class _SampledCheck:
     """Sample and fast modes: one analytic pass in the dtype under test, one float64 reference harness."""
 
-    def __init__(self, sym, args, aux, rows, checked, dt, ctx, samples, seed, progress):
+    def __init__(self, sym, args, aux, rows, checked, dt, ctx, samples, seed, progress, executor=None):
+        from .test_utils.differencer import Recipe, Spread
         from .test_utils.harness import Harness, analytic_noise, assert_deterministic
         from .test_utils.numeric import projected_objective
         from .test_utils.tolerance import get_rtol
@@ -365,7 +371,8 @@ class _SampledCheck:
         self.aux = {k: v.astype(dt) for k, v in aux.items()}
         out_shapes = sym.infer_shape(**{k: v.shape for k, v in self.point.items()})[1]
         weights = [(np.random.rand(*s) + 0.1).astype(dt) for s in out_shapes]
-        ref_sym, loss_heads, make_objective = projected_objective(sym, [w.astype(np.float64) for w in weights], WHO)
+        weights64 = [w.astype(np.float64) for w in weights]
+        ref_sym, loss_heads, make_objective = projected_objective(sym, weights64, WHO)
         heads = [None if loss else w for w, loss in zip(weights, loss_heads)]
         self.heads, self.out_shapes = heads, out_shapes
         # the analytic side: forward(is_train=True) + backward in dtype, into dirty buffers
@@ -392,6 +399,12 @@ class _SampledCheck:
         objective = make_objective([np.asarray(b, np.float64) for b in self.ref.base()])
         self.scalar = lambda outs: objective(outs)[0]
         self.f_noise = self.ref.evaluation_noise(objective, np.float64)
+        # the base of every partial re-run, taken at the point now: left to the first evaluation of a sweep, it
+        # would be taken with that sweep's first element already moved, and later arguments would see it
+        self.ref.base()
+        # with an executor: the workers rebind the reference from the symbol's JSON; _spread_elements fills `done`
+        self.spread = None if executor is None else Spread(executor, self.ref, Recipe(sym, weights64, WHO), WHO)
+        self.done = {}
 
     def run(self, mode):
         from .test_utils.differencer import Progress
@@ -406,6 +419,8 @@ class _SampledCheck:
             retry = live
         total = sum(len(self._indices(k)[0]) for k in retry)
         with Progress(total, self.progress, "symgrad check") as bar:
+            if self.spread is not None:
+                self._spread_elements(retry, bar)
             for k in retry:
                 self._elements(k, bar, after_direction=(mode == "fast"))
 
@@ -444,6 +459,26 @@ class _SampledCheck:
                    worst_ratio=err / allowed if allowed > 0 else (0.0 if err == 0 else math.inf))
         return bool(err <= allowed)
 
+    def _spread_elements(self, names, bar):
+        """The element differences of every argument of ``names`` in one sweep over the executor's workers, into
+        ``self.done`` (indices drawn in ``_elements``'s order, so the same elements as without an executor)."""
+        from .test_utils.differencer import ElementProbe, default_steps, derivative, sweep
+
+        probes, steps, spans = [], [], {}
+        for k in names:
+            indices, whole = self._indices(k)
+            h = default_steps(self.point[k].astype(np.float64), np.float64, "central")
+            spans[k] = (len(probes), indices, whole)
+            probes += [ElementProbe(self.ref.array(k), ix, k) for ix in indices]
+            steps += [h[ix] for ix in indices]
+        numeric, widths = np.zeros(len(probes)), np.ones(len(probes))
+        for j, (probe, deltas, samples) in enumerate(sweep(probes, steps, None, "central", bar, self.spread)):
+            (d,), widths[j] = derivative("central", deltas, samples, probe.label)
+            numeric[j] = float(np.real(d))
+        for k, (start, indices, whole) in spans.items():
+            stop = start + len(indices)
+            self.done[k] = (indices, whole, numeric[start:stop], widths[start:stop])
+
     def _elements(self, k, bar, after_direction=False):
         from .test_utils.compare import compare
         from .test_utils.differencer import ElementProbe, default_steps, derivative, sweep
@@ -453,17 +488,20 @@ class _SampledCheck:
         from .test_utils.tolerance import scaled_atol
 
         row = self.rows[k]
-        indices, whole = self._indices(k)
-        arr = self.ref.array(k)
         steps = default_steps(self.point[k].astype(np.float64), np.float64, "central")
-        probes = [ElementProbe(arr, ix, k) for ix in indices]
-        evaluate = lambda: [self.scalar(self.ref.outputs([k]))]
-        numeric, widths = np.zeros(len(indices)), np.ones(len(indices))
-        for j, (probe, deltas, samples) in enumerate(sweep(probes, (steps[ix] for ix in indices), evaluate,
-                                                           "central", bar)):
-            (d,), widths[j] = derivative("central", deltas, samples, probe.label)
-            numeric[j] = float(np.real(d))
-        self.ref.reset_aux()
+        if k in self.done:  # spread over the executor already
+            indices, whole, numeric, widths = self.done.pop(k)
+        else:
+            indices, whole = self._indices(k)
+            arr = self.ref.array(k)
+            probes = [ElementProbe(arr, ix, k) for ix in indices]
+            evaluate = lambda: [self.scalar(self.ref.outputs([k]))]
+            numeric, widths = np.zeros(len(indices)), np.ones(len(indices))
+            for j, (probe, deltas, samples) in enumerate(sweep(probes, (steps[ix] for ix in indices), evaluate,
+                                                               "central", bar)):
+                (d,), widths[j] = derivative("central", deltas, samples, probe.label)
+                numeric[j] = float(np.real(d))
+            self.ref.reset_aux()
         pick = tuple(np.array(indices).T) if indices and len(indices[0]) else ()
         analytic = self.analytic[k][pick] if pick else self.analytic[k].reshape(-1)
         a_noise = np.asarray(self.a_noise[k], np.float64)[pick] if pick else np.asarray(self.a_noise[k]).reshape(-1)
@@ -590,7 +628,58 @@ def _load_params(path):
     return load_params(path)
 
 
+def _open_executor(args, stack):
+    """``(executor, description)`` of ``--workers N`` (N local processes) or ``--scheduler ADDRESS`` (a Dask
+    cluster), closed with ``stack``; ``(None, None)``: serial."""
+    if args.scheduler is not None:
+        try:
+            from distributed import Client
+        except ImportError:
+            raise CLIError("--scheduler needs Dask's distributed package: pip install 'dask[distributed]'") from None
+        client = stack.enter_context(Client(args.scheduler))
+        return client.get_executor(), f"Dask scheduler {args.scheduler}"
+    if args.workers is None or args.workers == 1:
+        return None, None
+    if args.workers < 1:
+        raise CLIError(f"--workers {args.workers}: must be at least 1")
+    import concurrent.futures
+    import multiprocessing
+
+    _share_threads(args.workers, stack)
+    # fresh interpreters: nothing but the pickled symbol JSON and arrays is shared with the workers
+    pool = concurrent.futures.ProcessPoolExecutor(args.workers, mp_context=multiprocessing.get_context("spawn"))
+    from .test_utils.differencer import preload
+
+    for _ in range(args.workers):  # the workers start (and import numpy, symgrad) during the analytic pass
+        pool.submit(preload)
+    return stack.enter_context(pool), f"{args.workers} worker processes"
+
+
+#: the thread counts of the BLAS / OpenMP libraries numpy may use, read when a process loads them
+THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
+
+
+def _share_threads(workers, stack):
+    """Give each worker process its share of the cores for BLAS (unless the variables are set already).
+
+    Every worker's BLAS would otherwise start a thread per core: with 2 workers on 2 cores, 4 spinning threads
+    made the spread check 1.5-2x *slower* than one process, against ~2-4x faster with one thread each
+    (benchmarks/bench_scale_out.py). The variables are read when a worker loads numpy, so they are set in this
+    process's environment, which the workers inherit (this process's BLAS is loaded already), and restored
+    when the pool closes."""
+    share = str(max(1, (os.cpu_count() or 1) // workers))
+    for name in THREAD_VARIABLES:
+        if name not in os.environ:
+            os.environ[name] = share
+            stack.callback(os.environ.pop, name, None)
+
+
 def cmd_check(args) -> int:
+    with contextlib.ExitStack() as stack:
+        return _check(args, stack)
+
+
+def _check(args, stack) -> int:
     from . import model_zoo
 
     if args.model is not None and args.example is not None:
@@ -610,13 +699,14 @@ def cmd_check(args) -> int:
     reqs = parse_grad_req(args.grad_req, list(arg_shapes))
     sym, dropouts = deterministic_dropout(sym)
     values, aux, roles = random_values(sym, arg_shapes, aux_shapes, given_args, given_aux, args.seed)
+    executor, spread_text = _open_executor(args, stack)
     mode_text = {"fast": "fast (one directional derivative per argument)",
                  "sample": f"sample (up to {args.samples} random elements per argument, smaller arguments whole)",
                  "full": "full (every element)"}[args.mode]
     header = {"model": label, "dtype": args.dtype, "mode": args.mode, "seed": args.seed, "ctx": str(ctx),
               "samples": args.samples if args.mode == "sample" else None,
               "given": sorted(k for k in {**given_args, **given_aux} if k in sym.list_inputs()),
-              "ignored_params": ignored, "dropout_as_identity": dropouts}
+              "ignored_params": ignored, "dropout_as_identity": dropouts, "executor": spread_text}
     if not args.json:
         n_aux = len(aux_shapes)
         print(f"symgrad check: {label}")
@@ -631,11 +721,13 @@ def cmd_check(args) -> int:
             print(f"  note: {len(ignored)} entries of {args.params} are not inputs of the model: {_few(ignored, 4)}")
         if dropouts:
             print(f"  note: Dropout checked as identity (p=0) for a deterministic forward: {_few(dropouts, 4)}")
+        if spread_text:
+            print(f"  differences spread over {spread_text}")
         sys.stdout.flush()
     progress = (sys.stderr.isatty() and not args.json) if args.progress is None else args.progress
     t0 = time.perf_counter()
     rows = check_model(sym, values, aux, reqs=reqs, roles=roles, dtype=args.dtype, mode=args.mode,
-                       samples=args.samples, seed=args.seed, ctx=ctx, progress=progress)
+                       samples=args.samples, seed=args.seed, ctx=ctx, progress=progress, executor=executor)
     seconds = time.perf_counter() - t0
     n_fail = sum(r["verdict"] == "FAIL" for r in rows)
     n_pass = sum(r["verdict"] == "pass" for r in rows)
@@ -749,6 +841,13 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("--json", action="store_true", help="print the report as JSON (for CI)")
     check.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                        help="a progress bar on long work (default: when stderr is a terminal)")
+    spread = check.add_mutually_exclusive_group()
+    spread.add_argument("--workers", type=int, default=None, metavar="N",
+                        help="spread the finite differences over N local worker processes (default 1: none); "
+                        "the results are those of one process")
+    spread.add_argument("--scheduler", default=None, metavar="ADDRESS",
+                        help="spread the finite differences over a Dask cluster (e.g. tcp://host:8786; needs "
+                        "dask[distributed] here and on the workers, with symgrad installed there)")
     check.set_defaults(func=cmd_check)
 
     info = sub.add_parser("info", help="a layer table: op, output shape, parameter count, totals",

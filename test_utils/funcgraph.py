@@ -22,7 +22,7 @@ from symgrad.symbol import Group, Symbol
 from ._inputs import check_finite, check_kind, check_shapes
 from .compare import _violations, compare
 from .context import default_context, to_device, to_numpy
-from .differencer import default_steps, directional, gradient, jacobian
+from .differencer import Recipe, Spread, default_steps, directional, gradient, jacobian
 from .harness import Harness, analytic_noise, refuse_random_ops
 from .mxnet_checks import diagnosis_context
 from .numeric import MAX_REDRAWS, element_kinks, kink_warning, move_off_kink, projected_objective
@@ -224,11 +224,14 @@ class Reference:
     """``graph`` bound on host copies in the reference dtype (float64 by default), for finite differences.
 
     ``ndtype`` None keeps every array's own dtype (no float64 reference). ``weights`` (one float64 array
-    per output) define the objective ``sum(w * y)`` (loss heads: their implied loss).
+    per output) define the objective ``sum(w * y)`` (loss heads: their implied loss). ``executor``: a
+    ``concurrent.futures.Executor`` over which the Jacobians and per-element views are spread
+    (``differencer.Spread``); directional derivatives (two evaluations) stay here.
     """
 
-    def __init__(self, graph, ndtype, weights, progress=True):
+    def __init__(self, graph, ndtype, weights, progress=True, executor=None):
         self.graph = graph
+        self.executor = executor
         self.dtype = np.dtype(ndtype) if ndtype is not None else np.dtype(
             np.result_type(*[v.dtype for v in graph.values.values() if v.dtype.kind == "f"] or [np.float64]))
         self.objective_weights = weights
@@ -263,7 +266,15 @@ class Reference:
     def jacobian(self, name, steps):
         """Numeric Jacobian of every output w.r.t. ``name`` (``differencer.jacobian``)."""
         return jacobian(self.harness, name, steps, self.n_out, progress=self.progress,
-                        desc=f"{self.graph.who}: numeric Jacobian of {name!r}")
+                        desc=f"{self.graph.who}: numeric Jacobian of {name!r}",
+                        spread=self._spread(self.objective_weights, "outputs"))
+
+    def _spread(self, weights, kind="projected"):
+        """The ``Spread`` of a sweep on the harness (None without an executor)."""
+        if self.executor is None:
+            return None
+        who = self.graph.who
+        return Spread(self.executor, self.harness, Recipe(self.graph.sym, weights, who, kind, self.n_out), who)
 
     def element_view(self, who, name, analytic, weights, rtol, atol):
         """Per-element central differences of ``sum(weights * y)`` w.r.t. ``name`` against ``analytic``.
@@ -280,7 +291,7 @@ class Reference:
         scalar = lambda outs: objective(outs)[0]
         steps = {name: default_steps(self.args[name], self.dtype)}
         numeric, widths = gradient(self.harness, [name], scalar, steps, progress=self.progress,
-                                   desc=f"{who}: per-element check of {name!r}")
+                                   desc=f"{who}: per-element check of {name!r}", spread=self._spread(weights))
         a = analytic.astype(np.float64)
         heads = [None if loss else w.astype(dt) for w, loss, dt in zip(weights, graph.loss_heads, graph.out_dtypes)]
         _, a_noise = analytic_noise(graph.sym, graph.values, graph.aux, heads, [name], analytic.dtype,

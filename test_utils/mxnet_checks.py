@@ -35,7 +35,7 @@ from ._inputs import (
 )
 from .compare import _violations, compare
 from .context import default_context, synchronize, to_device, to_numpy
-from .differencer import COMPLEX_STEP, METHODS, default_steps, gradient
+from .differencer import COMPLEX_STEP, METHODS, Recipe, Spread, check_executor, default_steps, gradient
 from .harness import Harness, as_array_like, assert_deterministic, refuse_random_ops
 from .harness import analytic_noise as harness_analytic_noise
 from .numeric import (
@@ -479,7 +479,8 @@ class NumericGradientResult(dict):
 @seeded_check
 def check_numeric_gradient(sym, location, aux_states=None, numeric_eps=None, rtol=None, atol=None, grad_nodes=None,
                            use_forward_train=True, ctx=None, grad_stype_dict=None, dtype=np.float32, *,
-                           numeric_dtype=np.float64, method="central", kinks="redraw", progress=True):
+                           numeric_dtype=np.float64, method="central", kinks="redraw", progress=True,
+                           executor=None):
     """Check the backward pass against finite differences (MXNet's ``check_numeric_gradient``).
 
     The scalar checked is ``f = sum_k sum(w_k * out_k)`` over every output ``k``, with random weights
@@ -524,6 +525,11 @@ def check_numeric_gradient(sym, location, aux_states=None, numeric_eps=None, rto
             comparison, with a warning) or ``"error"`` (fail; the report names the non-differentiable point).
         progress: (keyword-only) a tqdm progress bar when the numeric pass runs longer than ~2 s (tqdm is
             optional); False turns it off.
+        executor: (keyword-only) a ``concurrent.futures.Executor`` (a process pool, a Dask client's
+            ``get_executor()``) over whose workers the perturbed evaluations are spread
+            (``differencer.Spread``; the symbol travels as its JSON, custom ops must be registered in the
+            workers); the result and the report are those of the serial run. Every round of re-draws is
+            spread; the kink tests of mismatching elements and the analytic side stay here.
 
     Returns:
         A ``NumericGradientResult``: ``{name: (analytic, numeric)}`` float64 arrays for every checked
@@ -542,7 +548,9 @@ def check_numeric_gradient(sym, location, aux_states=None, numeric_eps=None, rto
     """
     setup = _NumericSetup.validate(sym, location, aux_states, numeric_eps, rtol, atol, grad_nodes, use_forward_train,
                                    ctx, grad_stype_dict, dtype, numeric_dtype, method, kinks)
-    run = _NumericRun(setup, check_flag(progress, setup.who, "progress"))
+    if executor is not None:
+        check_executor(executor, setup.who)
+    run = _NumericRun(setup, check_flag(progress, setup.who, "progress"), executor)
     rounds = run.until_no_kinks()
     if run.redrawn or run.excluded:
         text = kink_warning(setup.who, run.first_kinks, run.redrawn, run.excluded,
@@ -603,8 +611,8 @@ class _NumericSetup:
 class _NumericRun:
     """Phases 2-5 of ``check_numeric_gradient``: bind, reference, kinks, compare."""
 
-    def __init__(self, s, progress):
-        self.s, self.progress = s, progress
+    def __init__(self, s, progress, executor=None):
+        self.s, self.progress, self.executor = s, progress, executor
         # random projection (quantised to dtype: both executors see the same weights) and dirty buffers
         self.weights = [np.asarray(np.random.rand(*shape) + 0.1).astype(s.dtype) for shape in s.out_shapes]
         self.initial = {k: np.random.normal(0, 0.01, size=s.loc[k].shape).astype(s.dtype)
@@ -636,6 +644,11 @@ class _NumericRun:
         if s.complex_step:
             self.cref = Harness.bind(s.sym, s.loc, s.aux, ctx=s.ctx, dtype=s.ndtype, is_train=s.is_train,
                                      complex_names=s.checked)
+        self.spread = self.cspread = None
+        if self.executor is not None:  # the workers rebuild each harness from the symbol's JSON
+            self.spread = Spread(self.executor, self.ref, Recipe(s.sym, self.weights64, s.who), s.who)
+            if s.complex_step:
+                self.cspread = Spread(self.executor, self.cref, Recipe(s.sym, self.weights64, s.who, "complex"), s.who)
 
     # -- phase 3: the two sides at a point --------------------------------------------------------------
     def analytic_at(self, point):
@@ -674,9 +687,10 @@ class _NumericRun:
             numeric, widths = gradient(self.cref, s.checked, complex_objective(self.weights64),
                                        {k: default_steps(point[k], s.ndtype, "complex_step") for k in s.checked},
                                        method="complex_step", progress=self.progress,
-                                       desc="numeric gradient (complex step)")
+                                       desc="numeric gradient (complex step)", spread=self.cspread)
         else:
-            numeric, widths = gradient(self.ref, s.checked, scalar, steps, method=s.method, progress=self.progress)
+            numeric, widths = gradient(self.ref, s.checked, scalar, steps, method=s.method, progress=self.progress,
+                                       spread=self.spread)
         noise = {k: f_noise / widths[k] for k in s.checked}
         return numeric, noise, f_noise, scalar, steps
 

@@ -46,7 +46,7 @@ from symgrad.context import array_context
 
 from ._inputs import check_callable, check_flag, check_number
 from .compare import compare
-from .differencer import default_steps
+from .differencer import check_executor, default_steps
 from .funcgraph import MAX_LOCALISE, FuncGraph, KinkRedraws, OnlyKinks, Reference, as_tuple, only_kinks, symbols_of
 from .harness import RoundingEmulator, analytic_noise, with_measured
 from .numeric import check_step
@@ -59,7 +59,7 @@ __all__ = ["gradcheck", "gradgradcheck"]
 
 @seeded_check
 def gradcheck(func, inputs, *, eps=1e-6, atol=1e-5, rtol=1e-3, raise_exception=True, nondet_tol=0.0,
-              check_undefined_grad=True, fast_mode=False, float64_reference=True, progress=True):
+              check_undefined_grad=True, fast_mode=False, float64_reference=True, progress=True, executor=None):
     """Check the gradients of ``func`` at ``inputs`` against finite differences (PyTorch's ``gradcheck``).
 
     Args:
@@ -74,6 +74,10 @@ def gradcheck(func, inputs, *, eps=1e-6, atol=1e-5, rtol=1e-3, raise_exception=T
         fast_mode: compare ``u^T J v`` for random unit vectors ``u``, ``v`` instead of full Jacobians.
         float64_reference: take the finite differences on float64 copies (default True).
         progress: a tqdm bar when a numeric Jacobian runs longer than 2 seconds.
+        executor: a ``concurrent.futures.Executor`` (a process pool, a Dask client's ``get_executor()``) over
+            whose workers the columns of the numeric Jacobians (and a failure's per-element view) are spread;
+            the graph travels as its JSON, and the result and report are those of the serial run. Fast mode's
+            directional derivatives (two evaluations each) stay serial.
 
     Returns:
         True (or False with ``raise_exception=False`` when a check fails).
@@ -95,7 +99,7 @@ def gradcheck(func, inputs, *, eps=1e-6, atol=1e-5, rtol=1e-3, raise_exception=T
     check_flag(raise_exception, "gradcheck", "raise_exception")
     try:
         return _gradcheck("gradcheck", func, inputs, None, eps, atol, rtol, nondet_tol, check_undefined_grad,
-                          fast_mode, float64_reference, progress)
+                          fast_mode, float64_reference, progress, executor=executor)
     except GradientCheckError:
         if raise_exception:
             raise
@@ -105,14 +109,14 @@ def gradcheck(func, inputs, *, eps=1e-6, atol=1e-5, rtol=1e-3, raise_exception=T
 @seeded_check
 def gradgradcheck(func, inputs, grad_outputs=None, *, eps=1e-6, atol=1e-5, rtol=1e-3,
                   gen_non_contig_grad_outputs=False, raise_exception=True, nondet_tol=0.0, check_undefined_grad=True,
-                  fast_mode=False, float64_reference=True, progress=True):
+                  fast_mode=False, float64_reference=True, progress=True, executor=None):
     """Check the second-order gradients of ``func`` (PyTorch's ``gradgradcheck``).
 
     ``gradcheck`` is applied to the vector-Jacobian product ``(inputs, grad_outputs) -> symgrad.grad(
     outputs, float inputs, grad_outputs)``, built as Symbols, so its backward runs the gradient rules of
     the gradient graph. ``grad_outputs`` (one array per float output) default to uniform values in
     [-1, 1) drawn from numpy's global RNG; ``gen_non_contig_grad_outputs`` makes them non-contiguous views.
-    Other arguments as ``gradcheck``.
+    Other arguments (``executor`` too: the gradient graph travels as its JSON) as ``gradcheck``.
 
     >>> import numpy as np, symgrad as sg
     >>> x = np.random.uniform(-1, 1, (2, 3))
@@ -152,7 +156,7 @@ def gradgradcheck(func, inputs, grad_outputs=None, *, eps=1e-6, atol=1e-5, rtol=
 
         go_names = [f"grad_output{k}" for k in range(len(gos))]
         return _gradcheck(who, vjp, tupled + tuple(gos), names + go_names, eps, atol, rtol, nondet_tol,
-                          check_undefined_grad, fast_mode, float64_reference, progress,
+                          check_undefined_grad, fast_mode, float64_reference, progress, executor=executor,
                           wrap="second order: the backward of the vector-Jacobian product (inputs, grad_outputs) -> "
                                "grad(outputs, inputs, grad_outputs) disagrees with its finite differences")
     except GradientCheckError:
@@ -240,9 +244,11 @@ def _validate(who, func, inputs, names, eps, atol, rtol, nondet_tol, flags=None)
 
 
 def _gradcheck(who, func, inputs, names, eps, atol, rtol, nondet_tol, check_undefined_grad, fast_mode,
-               float64_reference, progress=True, wrap=None):
+               float64_reference, progress=True, wrap=None, executor=None):
     flags = {"check_undefined_grad": check_undefined_grad, "fast_mode": fast_mode,
              "float64_reference": float64_reference, "progress": progress}
+    if executor is not None:
+        check_executor(executor, who)
     graph, diff = _validate(who, func, inputs, names, eps, atol, rtol, nondet_tol, flags)
     eps = None if eps is None else float(eps)
     atol, rtol, nondet_tol = float(atol), float(rtol), float(nondet_tol)
@@ -251,7 +257,7 @@ def _gradcheck(who, func, inputs, names, eps, atol, rtol, nondet_tol, check_unde
     ndtype = np.float64 if float64_reference else None
     kinks = None
     while True:
-        ref = Reference(graph, ndtype, graph.weights([None] * len(graph.out_shapes)), progress)
+        ref = Reference(graph, ndtype, graph.weights([None] * len(graph.out_shapes)), progress, executor)
         check_step(eps, ref.dtype, ref.dtype, who, " PyTorch's default eps=1e-6 is meant for float64 differences: "
                    "keep float64_reference=True (the default), or give a larger eps (or eps=None for a step per "
                    "element).")
