@@ -84,6 +84,10 @@ def _mat(x, transposed, lhs):
 
 
 def _dot_fwd(xp, a, b, transpose_a, transpose_b, forward_stype=None, out=None):
+    if a.ndim == 2 == b.ndim and a.dtype != np.float16:
+        y = _dot2(xp, a, b, transpose_a, transpose_b, out)
+        if y is not None:
+            return y
     _, _, _, shape = dot_shapes(a.shape, b.shape, transpose_a, transpose_b)
     a2, b2 = _mat(a, transpose_a, True), _mat(b, transpose_b, False)
     if (out is not None and out.shape == shape and out.flags.c_contiguous
@@ -91,6 +95,39 @@ def _dot_fwd(xp, a, b, transpose_a, transpose_b, forward_stype=None, out=None):
         xp.matmul(a2, b2, out=out.reshape(a2.shape[0], b2.shape[1]))
         return out
     return _mm(xp, a2, b2).reshape(shape)
+
+
+def _dot2(xp, a, b, ta, tb, out):
+    """The common case of ``_dot_fwd`` (matrix by matrix, no float16) without its general shape
+    bookkeeping: the same views and the same matmul call, so the same result. None where the
+    contraction sizes differ (the general path raises the ShapeError)."""
+    a2 = a.T if ta else a
+    b2 = b.T if tb else b
+    if a2.shape[1] != b2.shape[0]:
+        return None
+    if (out is not None and out.shape == (a2.shape[0], b2.shape[1]) and out.flags.c_contiguous
+            and out.dtype == a.dtype == b.dtype):
+        return xp.matmul(a2, b2, out=out)
+    return a2 @ b2
+
+
+def _dot_specialize(xp, in_types, transpose_a, transpose_b, forward_stype=None):
+    """Kernel: ``_dot_fwd`` called positionally with the flags bound, the 2-D case first (the plan's
+    call of a kernel skips the keyword-bound partial; exact for every dtype since float16 and N-d
+    operands go the general way)."""
+    ta, tb = transpose_a, transpose_b
+
+    def kernel(a, b, out=None):  # out=: the plan's gradient buffer, as _dot_fwd takes it
+        if a.ndim == 2 == b.ndim and a.dtype != np.float16:
+            y = _dot2(xp, a, b, ta, tb, out)
+            if y is not None:
+                return y
+        return _dot_fwd(xp, a, b, ta, tb, out=out)
+
+    return kernel, (), ()
+
+
+_dot_fwd.specialize = _dot_specialize
 
 
 def _dot_shape(params, in_shapes, out_shapes, where):
@@ -383,6 +420,24 @@ def _fc_fwd(xp, x, w, b=None, *, num_hidden, no_bias, flatten):
     if b is not None:
         y += b.reshape(-1)
     return y
+
+
+def _fc_specialize(xp, in_types, num_hidden, no_bias, flatten):
+    """Kernel: ``_fc_fwd`` without the keyword-bound partial; flattened 2-D data of a non-float16
+    dtype runs the same three numpy calls inline, anything else the general forward."""
+
+    def kernel(x, w, b=None):
+        if not (flatten and x.ndim == 2 and x.dtype != np.float16):
+            return _fc_fwd(xp, x, w, b, num_hidden=num_hidden, no_bias=no_bias, flatten=flatten)
+        y = x.reshape(x.shape[0], -1) @ w.T  # a view of 2-d x (kept: it rejects an empty batch alike)
+        if b is not None:
+            y += b.reshape(-1)
+        return y
+
+    return kernel, (), ()
+
+
+_fc_fwd.specialize = _fc_specialize
 
 
 def _fc_grad(F, n, g):
