@@ -48,6 +48,16 @@ def _sum(entries):
     return F.add_n(*[Symbol([e]) for e in entries])._outputs[0]
 
 
+def _depends(node, dep) -> bool:
+    """Whether an op ``node`` reads a value in ``dep`` through an input it differentiates (its input names
+    are only looked up when the op has inputs it never differentiates)."""
+    no_grad = node.op.no_grad_inputs
+    if not no_grad:
+        return any(src.id in dep for src, _ in node.inputs)
+    names = node.input_names()
+    return any(src.id in dep and names[slot] not in no_grad for slot, (src, _) in enumerate(node.inputs))
+
+
 def build_gradients(heads: Sequence, head_grads: Sequence, wrt: Sequence[Node], loss_scale=None) -> list:
     """Gradient entries of ``heads`` w.r.t. the variable nodes ``wrt``.
 
@@ -73,11 +83,7 @@ def _build(heads, head_grads, wrt, loss_scale=None):
     # (BlockGrad's data, an index, a label) carries no dependency: ops behind a BlockGrad need no gradient rule
     dep = set(wrt_ids)
     for node in order:
-        if node.op is None:
-            continue
-        names = node.input_names()
-        if any(src.id in dep and names[slot] not in node.op.no_grad_inputs
-               for slot, (src, _) in enumerate(node.inputs)):
+        if node.op is not None and _depends(node, dep):
             dep.add(node.id)
     acc: dict[tuple, list] = {}
     for (node, i), hg in zip(heads, head_grads):
@@ -95,8 +101,9 @@ def _build(heads, head_grads, wrt, loss_scale=None):
         op = node.op
         n_args = node.num_args()
         names = node.input_names()
+        no_grad = op.no_grad_inputs
         needs = [
-            slot < n_args and src.id in dep and names[slot] not in op.no_grad_inputs
+            slot < n_args and src.id in dep and not (no_grad and names[slot] in no_grad)
             for slot, (src, _) in enumerate(node.inputs)
         ]
         if not any(needs):

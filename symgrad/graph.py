@@ -15,7 +15,7 @@ import networkx as nx
 
 from .base import SymgradError
 
-__all__ = ["Node", "topo_order", "to_networkx", "check_unique_names"]
+__all__ = ["Node", "topo_order", "topo_order_split", "to_networkx", "check_unique_names"]
 
 _ids = itertools.count()
 
@@ -69,8 +69,25 @@ def topo_order(heads: Iterable) -> list[Node]:
     Inputs are visited in input order, heads in the given order, so variables
     appear in the order ``list_arguments()`` reports them.
     """
+    return topo_order_split(heads, ())[0]
+
+
+def topo_order_split(heads: Iterable, more: Iterable) -> tuple[list[Node], int]:
+    """``topo_order(heads + more)`` and how many of its nodes ``topo_order(heads)`` holds: one walk.
+
+    The DFS emits everything reachable from ``heads`` before it starts on ``more``, so those nodes are
+    exactly the first ones, in ``topo_order(heads)``'s order.
+    """
     order: list[Node] = []
     seen: set[int] = set()
+    _dfs(heads, order, seen)
+    n_heads = len(order)
+    _dfs(more, order, seen)
+    return order, n_heads
+
+
+def _dfs(heads, order, seen) -> None:
+    """Append to ``order`` the DFS post-order of the nodes reachable from ``heads`` not yet ``seen``."""
     for head in heads:
         node = head[0] if isinstance(head, tuple) else head
         if node.id in seen:
@@ -87,7 +104,6 @@ def topo_order(heads: Iterable) -> list[Node]:
             else:
                 stack.pop()
                 order.append(cur)
-    return order
 
 
 def check_unique_names(nodes: Iterable[Node]) -> dict[str, Node]:

@@ -108,52 +108,87 @@ def _run(nodes: Sequence[Node], known: dict, kind: str, unknown_dims: bool = Fal
     done: set[int] = set()
     ops = [n for n in nodes if n.op is not None]
     unknown_dims = unknown_dims and kind == "shape"
+    shape = kind == "shape"
+    get = known.get
     for pass_no in range(len(ops) + 2):
         changed = False
         seq = ops if pass_no % 2 == 0 else reversed(ops)
         for node in seq:
             if node.id in done:
                 continue
-            ins = [known.get((s.id, i)) for s, i in node.inputs]
-            outs = [known.get((node.id, k)) for k in range(node.num_outputs)]
-            rule = node.op.infer_shape if kind == "shape" else (node.op.infer_type or same_type)
+            in_keys = [(s.id, i) for s, i in node.inputs]
+            ins = [get(key) for key in in_keys]
+            if node.num_outputs == 1:  # most nodes: no list comprehensions for the outputs
+                out_keys = [(node.id, 0)]
+                outs = [get(out_keys[0])]
+            else:
+                out_keys = [(node.id, k) for k in range(node.num_outputs)]
+                outs = [get(key) for key in out_keys]
+            rule = node.op.infer_shape if shape else (node.op.infer_type or same_type)
+            # Most answers repeat a known value (the same object, or an equal shape tuple): nothing to check
+            # or store. Known shapes are tuples of ints (``_as_shape``, array shapes, ``_settle``), so an equal
+            # tuple answer is exactly one ``_settle`` would find unchanged; anything else goes through it.
             new_ins, new_outs = _apply_rule(node, rule, ins, outs, kind, unknown_dims)
             for slot, (old, new) in enumerate(zip(ins, new_ins)):
-                if new is None:
+                if new is None or new is old or (shape and type(new) is tuple and type(old) is tuple and new == old):
                     continue
-                if kind == "shape":
-                    new = tuple(int(d) for d in new)
-                src, idx = node.inputs[slot]
-                if old is not None:
-                    merged = _merge(old, new, kind, unknown_dims)
-                    if merged is None:
-                        names = node.input_names()
-                        what = names[slot] if slot < len(names) else f"input {slot}"
-                        raise _conflict(node, f"input {what!r} (from {src.output_name(idx)!r})", old, new, kind)
-                    new = merged
-                if old is None or (kind == "shape" and new != tuple(old)):
-                    known[(src.id, idx)] = new
+                new = _settle(node, old, new, kind, unknown_dims, slot, True)
+                if new is not _SAME:
+                    known[in_keys[slot]] = new
                     changed = True
             for k, (old, new) in enumerate(zip(outs, new_outs)):
-                if new is None:
+                if new is None or new is old or (shape and type(new) is tuple and type(old) is tuple and new == old):
                     continue
-                if kind == "shape":
-                    new = tuple(int(d) for d in new)
-                if old is not None:
-                    merged = _merge(old, new, kind, unknown_dims)
-                    if merged is None:
-                        raise _conflict(node, f"output {k}", old, new, kind)
-                    new = merged
-                if old is None or (kind == "shape" and new != tuple(old)):
-                    known[(node.id, k)] = new
+                new = _settle(node, old, new, kind, unknown_dims, k, False)
+                if new is not _SAME:
+                    known[out_keys[k]] = new
                     changed = True
-            final = [known.get((s.id, i)) for s, i in node.inputs] + \
-                [known.get((node.id, k)) for k in range(node.num_outputs)]
-            if all(v is not None and not (unknown_dims and _partial(v)) for v in final):
+            if _complete(in_keys, out_keys, get, unknown_dims):
                 done.add(node.id)
         if not changed or len(done) == len(ops):
             break
     return known
+
+
+#: what ``_settle`` returns when a slot's value stays as it is
+_SAME = object()
+
+
+def _settle(node, old, new, kind, unknown_dims, index, is_input):
+    """The value to store for one slot of ``node`` (input ``index`` or output ``index``) given the rule's
+    ``new`` answer and the ``old`` known value, or ``_SAME`` when nothing changes; a conflict raises. The
+    conflict's description (names of the input and its producer) is only built when one is raised."""
+    if kind == "shape":
+        new = tuple(map(int, new))
+    if old is None:
+        return new
+    merged = _merge(old, new, kind, unknown_dims)
+    if merged is None:
+        raise _conflict(node, _slot_what(node, index, is_input), old, new, kind)
+    if kind == "shape" and merged != tuple(old):
+        return merged
+    return _SAME
+
+
+def _slot_what(node, index, is_input):
+    """How a conflict names a slot: ``input 'weight' (from 'w')`` or ``output 0``."""
+    if not is_input:
+        return f"output {index}"
+    names = node.input_names()
+    what = names[index] if index < len(names) else f"input {index}"
+    src, idx = node.inputs[index]
+    return f"input {what!r} (from {src.output_name(idx)!r})"
+
+
+def _complete(in_keys, out_keys, get, unknown_dims) -> bool:
+    """Every value under ``in_keys`` and ``out_keys`` is known (and, with unknown dimensions, has no
+    unknown dimension): the node is done."""
+    for keys in (in_keys, out_keys):
+        for key in keys:
+            v = get(key)
+            if v is None or (unknown_dims and _partial(v)):
+                return False
+    return True
 
 
 def _differs(a, b, kind):

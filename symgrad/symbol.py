@@ -375,6 +375,8 @@ class Symbol:
         if isinstance(other, Symbol):
             a, b = (other, self) if reverse else (self, other)
             return _op_func(sym_op)(a, b)
+        if type(other) is float or type(other) is int:  # the common scalars, without the ABC check below
+            return _op_func(scalar_op)(self, scalar=other)
         if isinstance(other, numbers.Number) and not isinstance(other, bool):
             # ints stay ints in the attribute (``scalar="2"``, as MXNet writes it)
             scalar = other if isinstance(other, (int, float, np.integer, np.floating)) else float(other)
@@ -661,10 +663,10 @@ def _create(op, args, kwargs, name=None, attr=None, hint=None):
     hint = (hint or op.name).lower()
     node_name = NameManager.current().get(name, hint)
     where = f"{op.name} {node_name!r}"
-    sym_kwargs = {k: v for k, v in kwargs.items() if isinstance(v, Symbol)}
-    param_kwargs = {k: v for k, v in kwargs.items() if not isinstance(v, Symbol)}
+    sym_kwargs, param_kwargs = _split_kwargs(kwargs)
     args, positional_params = _split_positional(op, args, param_kwargs, where)
-    param_kwargs.update(positional_params)
+    if positional_params:
+        param_kwargs.update(positional_params)
     if op.variadic and op.variadic not in param_kwargs and op.variadic in op.params:
         param_kwargs[op.variadic] = len(args)
     params = op.parse_params(param_kwargs, where)
@@ -695,9 +697,18 @@ def _create(op, args, kwargs, name=None, attr=None, hint=None):
         attrs.update({k: str(v) for k, v in attr.items()})
     for k, v in param_kwargs.items():
         attrs[k] = v if isinstance(v, str) else param_to_str(v)
-    n_out = op.n_outputs(params)
-    node = Node(op, node_name, params, attrs, inputs, n_out)
-    return Symbol([(node, i) for i in range(op.n_visible(params))])
+    node = Node(op, node_name, params, attrs, inputs, op.n_outputs(params))
+    n_visible = op.n_visible(params)
+    return Symbol([(node, 0)] if n_visible == 1 else [(node, i) for i in range(n_visible)])
+
+
+def _split_kwargs(kwargs):
+    """Keyword arguments -> (``{input: Symbol}``, ``{parameter: value}``), both fresh dicts."""
+    if not kwargs:  # most calls (every operator overload, most gradient nodes)
+        return {}, {}
+    sym_kwargs = {k: v for k, v in kwargs.items() if isinstance(v, Symbol)}
+    param_kwargs = {k: v for k, v in kwargs.items() if not isinstance(v, Symbol)}
+    return sym_kwargs, param_kwargs
 
 
 def positional_params(op) -> list[str]:

@@ -186,9 +186,11 @@ class Executor:
     """Runs a bound symbol. Create it with ``Symbol.bind`` or ``Symbol.simple_bind``."""
 
     @_gc_paused
-    def __init__(self, symbol, ctx, args, args_grad=None, grad_req="write", aux_states=None, _inferred=None):
+    def __init__(self, symbol, ctx, args, args_grad=None, grad_req="write", aux_states=None, _inferred=None,
+                 _nodes=None):
         """``_inferred``: ``(shapes, dtypes)`` maps of every forward value, as ``simple_bind`` inferred them for
-        exactly these arrays (then not inferred again here)."""
+        exactly these arrays (then not inferred again here); ``_nodes``: ``symbol._arg_and_aux_nodes()``, as
+        ``simple_bind`` already walked them (then not walked again here)."""
         from ..symbol import Symbol
 
         if not isinstance(symbol, Symbol):
@@ -199,7 +201,7 @@ class Executor:
         self._symbol = symbol
         self._ctx = ctx
         self._xp = ctx.xp  # imports CuPy only for gpu contexts
-        nodes, arg_nodes, aux_nodes = symbol._arg_and_aux_nodes()
+        nodes, arg_nodes, aux_nodes = symbol._arg_and_aux_nodes() if _nodes is None else _nodes
         self._arg_names = [n.name for n in arg_nodes]
         self._aux_names = [n.name for n in aux_nodes]
         self._output_names = symbol.list_outputs()
@@ -765,7 +767,7 @@ def simple_bind(symbol, ctx, grad_req="write", type_dict=None, shapes=None, **_)
     # every shape known and none with a 0 (an unknown dimension to inference here, a zero-size one to bind):
     # these are the maps the executor would infer again for these arrays
     inferred = (shape_map, known) if all(0 not in v for v in shape_map.values()) else None
-    return Executor(symbol, ctx, args, grads, reqs, aux, _inferred=inferred)
+    return Executor(symbol, ctx, args, grads, reqs, aux, _inferred=inferred, _nodes=(nodes, arg_nodes, aux_nodes))
 
 
 def _bind_shapes(given: dict, names: list) -> dict:

@@ -26,7 +26,7 @@ import sys
 from collections.abc import Sequence
 
 from ..gradient import build_gradients
-from ..graph import Node, to_networkx, topo_order
+from ..graph import Node, to_networkx, topo_order_split
 from ..infer import infer_types, where
 
 __all__ = ["Plan", "Instr"]
@@ -120,11 +120,11 @@ class Plan:
     def _split(self, grad_entries):
         """Deterministic topological order of the combined graph, split into the forward (the ancestors of the
         outputs) and the backward (the rest)."""
-        nodes = topo_order(self.heads + [e for e in grad_entries if e is not None])
-        fwd_ids = {n.id for n in topo_order(self.heads)}  # the outputs and everything they read
+        # the outputs and everything they read come first, in one walk
+        nodes, n_fwd = topo_order_split(self.heads, [e for e in grad_entries if e is not None])
         self.nodes = nodes
-        self.backward_nodes = [n for n in nodes if n.id not in fwd_ids]
-        return [n for n in nodes if n.id in fwd_ids], self.backward_nodes
+        self.backward_nodes = nodes[n_fwd:]
+        return nodes[:n_fwd], self.backward_nodes
 
     @functools.cached_property
     def graph(self):
@@ -365,8 +365,9 @@ def _kernel(node, xp, types):
     if specialize is None:
         return None
     in_types = [types.get((src.id, i)) for src, i in node.inputs]
-    if any(t is None for t in in_types):
-        return None
+    for t in in_types:  # an identity test: ``None in in_types`` would compare dtypes with None (float64)
+        if t is None:
+            return None
     return specialize(xp, in_types, **node.params)
 
 
