@@ -69,6 +69,31 @@ def _so_fwd(xp, data, label, *, multi_output, preserve_shape, **_):
     return _softmax(xp, data.reshape(data.shape[0], -1), 1).reshape(data.shape)
 
 
+# Kernels for the common head: 2-d float32/float64 data, labels of shape (batch,). They run the same
+# numpy operations as the general code without its float16 casts and reshapes, in place where the
+# general code makes a temporary it does not keep (in-place and out-of-place arithmetic round alike).
+_SO_FAST = (np.dtype(np.float32), np.dtype(np.float64))
+
+
+def _so_fwd_specialize(xp, in_types, *, multi_output, preserve_shape, **_):
+    """Forward kernel: softmax over axis 1 of a matrix (what every flag combination computes for one)."""
+
+    def kernel(data, label):
+        if not (data.ndim == 2 and data.size and data.dtype in _SO_FAST):  # empty: the general errors
+            return _so_fwd(xp, data, label, multi_output=multi_output, preserve_shape=preserve_shape)
+        e = data - data.max(axis=1, keepdims=True)
+        xp.exp(e, out=e)
+        e /= e.sum(axis=1, keepdims=True)
+        return e
+
+    return kernel, (), ()
+
+
+_so_fwd.specialize = _so_fwd_specialize
+
+
+
+
 def _so_shape(params, in_shapes, out_shapes, where):
     """MXNet's label shapes: data's shape (probability labels); with multi_output
     (n, prod(rest)) (the default), (n, *rest) or (n, 1, *rest) for data (n, k, *rest);
@@ -148,6 +173,34 @@ def _so_bwd(xp, out, label, *, grad_scale, ignore_label, multi_output, use_ignor
     if out_grad:
         grad = grad * o
     return grad.astype(out.dtype, copy=False)
+
+
+def _so_bwd_specialize(xp, in_types, **params):
+    """Backward kernel for class labels without multi_output, smoothing, ignore or out_grad, and
+    'null' or 'batch' normalization: (out - onehot(label)) * scale, as ``_so_bwd`` computes it."""
+    p = params
+    if p["multi_output"] or p["use_ignore"] or p["out_grad"] or p["smooth_alpha"] or p["normalization"] == "valid":
+        return None
+    if not math.isfinite(p["ignore_label"]):
+        return None  # the general code's int(ignore_label) raises for it
+    grad_scale, batch = p["grad_scale"], p["normalization"] == "batch"
+
+    def kernel(out, label):
+        # an empty out takes the general path, whose reshape with -1 rejects it
+        if not (out.ndim == 2 and out.size and label.ndim == 1 and label.shape[0] == out.shape[0]
+                and out.dtype in _SO_FAST):
+            return _so_bwd(xp, out, label, **params)
+        onehot = (xp.arange(out.shape[1]) == label.astype(np.int64)[:, None]).astype(out.dtype)
+        grad = out - onehot
+        scale = grad_scale / label.size if batch else grad_scale / 1
+        if scale != 1.0:  # x * 1.0 is x for every value grad can hold (its NaNs are already quiet)
+            grad *= scale
+        return grad
+
+    return kernel, (), ()
+
+
+_so_bwd.specialize = _so_bwd_specialize
 
 
 def _so_grad(F, n, g):

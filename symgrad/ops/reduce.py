@@ -79,7 +79,8 @@ def _finish(out, x):
 
 def _reducer(name, compute, gradient, aliases=(), infer_shape=_reduce_shape, doc="", choice=None):
     """Register a ReduceAxesParam reduction: ``compute(xp, x, axes, keepdims)``; ``choice(xp, x, axes)``
-    returns the decision list of a reduction that picks elements (max, min)."""
+    returns the decision list of a reduction that picks elements (max, min). Returns the forward (for a
+    kernel to attach to)."""
 
     def forward(xp, x, axis, keepdims, exclude):
         axes = reduce_axes(x.ndim, axis, exclude, name)
@@ -98,6 +99,7 @@ def _reducer(name, compute, gradient, aliases=(), infer_shape=_reduce_shape, doc
         decisions=decisions if choice else None,
         doc=doc,
     )
+    return forward
 
 
 def _unreduce(F, s, n, **kw):
@@ -120,7 +122,28 @@ def _mean(xp, x, axes, keepdims):
     return x.mean(axis=axes, keepdims=keepdims, dtype=_accumulate(x))
 
 
-_reducer(
+def _sum_kernel(xp, in_types, axis, keepdims, exclude):
+    """Kernel of ``sum`` for float32/float64 data: the same ``x.sum`` call with the axes worked out
+    once per rank (``reduce_axes`` depends on the rank only) and no dtype to restore (the sum of
+    float32/float64 keeps its dtype). Another dtype at run time takes the general forward."""
+    fast = (np.dtype(np.float32), np.dtype(np.float64))
+    if in_types[0] not in fast:
+        return None
+    axes_of = {}
+
+    def kernel(x):
+        if x.dtype not in fast:
+            return _sum_forward(xp, x, axis=axis, keepdims=keepdims, exclude=exclude)
+        axes = axes_of.get(x.ndim)
+        if axes is None:
+            axes = axes_of[x.ndim] = reduce_axes(x.ndim, axis, exclude, "sum")
+        out = x.sum(axis=axes, keepdims=keepdims)
+        return out.reshape(1) if out.ndim == 0 else out
+
+    return kernel, (), ()
+
+
+_sum_forward = _reducer(
     "sum",
     lambda xp, x, axes, keepdims: x.sum(axis=axes, keepdims=keepdims, dtype=_accumulate(x)),
     # sum: d/dx_i = 1 for every reduced element -> broadcast g back over the reduced axes
@@ -128,6 +151,7 @@ _reducer(
     aliases=("sum_axis",),
     doc="Sum over ``axis`` (all axes by default).",
 )
+_sum_forward.specialize = _sum_kernel
 _reducer(
     "mean",
     _mean,

@@ -220,10 +220,22 @@ def _flatten_shape(params, in_shapes, out_shapes, where):
     return in_shapes, [(x[0], _prod(x[1:]))]
 
 
+def _flatten_fwd(xp, x):
+    return x.reshape(x.shape[0], _prod(x.shape[1:]))
+
+
+def _flatten_2d(x):
+    """Flatten of a matrix: the same (n, m) view, without the product over trailing dims."""
+    return x.reshape(x.shape) if x.ndim == 2 else _flatten_fwd(None, x)
+
+
+# a reshape is the same for every dtype; only the rank decides whether the short path applies
+_flatten_fwd.specialize = lambda xp, in_types: (_flatten_2d, (), ())
+
 register(
     "Flatten",
     aliases=("flatten",),
-    forward=lambda xp, x: x.reshape(x.shape[0], _prod(x.shape[1:])),
+    forward=_flatten_fwd,
     infer_shape=_flatten_shape,
     gradient=_reshape_like_grad,
     doc="Collapse every axis but the first: (N, d1, d2, ...) -> (N, d1*d2*...).",
@@ -265,6 +277,25 @@ def _reshape_like_shape(params, in_shapes, out_shapes, where):
 
 def _reshape_like_fwd(xp, a, b, **params):
     return a.reshape(_reshape_like_target(params, a.shape, b.shape, "reshape_like"))
+
+
+def _reshape_like_whole(a, b):
+    """reshape_like with every range at its default: lhs takes rhs's whole shape. The target is then
+    b.shape; the general forward's checks (both ranks >= 1, equal sizes) pick the short path, and
+    anything they would reject goes to the general forward for its ShapeError."""
+    if a.ndim and b.ndim and a.size == b.size:
+        return a.reshape(b.shape)
+    return _reshape_like_fwd(None, a, b, lhs_begin=None, lhs_end=None, rhs_begin=None, rhs_end=None)
+
+
+def _reshape_like_specialize(xp, in_types, lhs_begin, lhs_end, rhs_begin, rhs_end):
+    """Kernel for the default ranges (every dtype: a reshape does not look at values)."""
+    if (lhs_begin, lhs_end, rhs_begin, rhs_end) != (None, None, None, None):
+        return None
+    return _reshape_like_whole, (), ()
+
+
+_reshape_like_fwd.specialize = _reshape_like_specialize
 
 
 register(
