@@ -152,6 +152,12 @@ KINK_NAMES = list(_kink_cases(np.random.default_rng(0)))
 @pytest.mark.parametrize("case", KINK_NAMES)
 @tu.with_seed()
 def test_kinked_ops_at_kinks_pass_and_say_so(case, dtype):
+    check_kinked_case(case, dtype)
+
+
+def check_kinked_case(case, dtype):
+    """``check_numeric_gradient`` at an exact kink of ``case`` (drawn from numpy's global RNG): it passes, warns
+    "non-differentiable point", re-draws only the kinked elements and excludes none. Returns the result."""
     sym, loc, kinks = _kink_cases(np.random.default_rng(np.random.randint(1 << 30)))[case]
     with pytest.warns(NondifferentiablePointWarning, match="non-differentiable point at") as record:
         res = tu.check_numeric_gradient(sym, loc, dtype=dtype)
@@ -169,6 +175,7 @@ def test_kinked_ops_at_kinks_pass_and_say_so(case, dtype):
     for name, indices in res.redrawn.items():  # the point checked moved off each kink, and only there
         moved = np.argwhere(res.location[name] != np.asarray(loc[name]).astype(dtype))
         assert sorted(map(tuple, moved.tolist())) == sorted(set(indices))
+    return res
 
 
 @pytest.mark.parametrize("case", ["relu", "max (ties)", "maximum (ties)"])

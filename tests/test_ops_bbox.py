@@ -16,8 +16,9 @@ def test_box_iou_against_areas_by_hand():
     rhs = np.array([[1.0, 0.0, 2.0, 1.0], [5.0, 5.0, 6.0, 6.0], [0.0, 0.0, 2.0, 2.0]])
     # intersections: box0 & r0 = 1 (areas 4, 1), box1 & r0 = 0, box1 & r2 = 1 x 1 (areas 2, 4)
     want = np.array([[1 / 4, 0.0, 1.0], [0.0, 0.0, 1 / 5]])
-    check_symbolic_forward(S._contrib_box_iou(S.Variable("a"), S.Variable("b")), {"a": lhs, "b": rhs}, [want],
-                           dtype=np.float64)
+    (iou,) = check_symbolic_forward(S._contrib_box_iou(S.Variable("a"), S.Variable("b")), {"a": lhs, "b": rhs},
+                                    [want], dtype=np.float64)
+    assert iou.shape == (2, 3)
     center = np.array([[1.0, 1.0, 2.0, 2.0]])  # the same box as lhs[0]
     check_symbolic_forward(S._contrib_box_iou(S.Variable("a"), S.Variable("b"), format="center"),
                            {"a": center, "b": center}, [np.ones((1, 1))], dtype=np.float64)
