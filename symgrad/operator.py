@@ -135,7 +135,7 @@ def _default_inputs(op) -> list[str]:
 
 
 _KIND_NAMES = {"int": "int", "float": "float", "bool": "boolean", "shape": "Shape(tuple)", "axis": "Shape or None",
-               "str": "string", "any": "string"}
+               "str": "string", "floats": "tuple of <float>", "any": "string"}
 
 
 def _type_string(spec: Param) -> str:

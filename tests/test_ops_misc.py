@@ -71,3 +71,17 @@ def test_crop_and_slice_assign_name_what_does_not_fit():
         S._slice_assign(x, S.Variable("v"), begin=(0,), end=(2,)).infer_shape(x=(4, 3), v=(3, 3))
     with pytest.raises(ShapeError, match="'arg1'"):
         S.khatri_rao(x, S.Variable("y")).infer_shape(x=(2, 3), y=(2, 4))
+
+
+def test_floats_parameters_take_a_number_a_tuple_or_mxnets_string():
+    # the schema kind behind image.normalize's mean/std, MultiBox variances, Proposal scales, MultiBoxPrior sizes
+    from symgrad.base import ParamError
+    from symgrad.ops.registry import Param
+
+    p = Param("floats", (1.0,))
+    assert p.parse(0.5, "op", "v") == (0.5,)
+    assert p.parse((1, 2.5), "op", "v") == (1.0, 2.5)
+    assert p.parse("(0.1, 0.2)", "op", "v") == (0.1, 0.2)  # as MXNet writes it into symbol JSON
+    for bad in ((), "x", (1.0, "a"), True):
+        with pytest.raises(ParamError, match="parameter 'v' expects a number or a non-empty tuple of numbers"):
+            p.parse(bad, "op", "v")

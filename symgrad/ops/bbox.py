@@ -17,13 +17,10 @@ from __future__ import annotations
 import numpy as np
 
 from ..base import ParamError, ShapeError
-from .registry import Param, register
+from .registry import Param, host_array, register
 
 _FORMATS = ("corner", "center")
 
-
-def _host(xp, a):
-    return a.get() if hasattr(a, "get") else np.asarray(a)
 
 
 def _to_corner(boxes, fmt):
@@ -69,7 +66,7 @@ def _box_iou_shape(params, in_shapes, out_shapes, where):
 
 
 def _box_iou_fwd(xp, lhs, rhs, format):  # noqa: A002 - MXNet's parameter name
-    a, b = _host(xp, lhs).reshape(-1, 4), _host(xp, rhs).reshape(-1, 4)
+    a, b = host_array(lhs).reshape(-1, 4), host_array(rhs).reshape(-1, 4)
     out = _iou_matrix(a.astype(np.float64), b.astype(np.float64), format).astype(lhs.dtype)
     return xp.asarray(out.reshape(lhs.shape[:-1] + rhs.shape[:-1]))
 
@@ -101,7 +98,7 @@ def _matching_fwd(xp, data, is_ascend, threshold, topk):
     """Greedy matching in score order (stable sort, descending unless is_ascend): take (r, c) while both are
     free and the score passes the threshold; stop at the first score that fails, or after topk + 1 matches
     (MXNet's loop checks the count after adding)."""
-    scores = _host(xp, data)
+    scores = host_array(data)
     rows, cols = scores.shape[-2:]
     flat = scores.reshape(-1, rows * cols)
     row_marker = -np.ones((flat.shape[0], rows))
@@ -159,8 +156,8 @@ def _center(c):
 def _box_encode_fwd(xp, samples, matches, anchors, refs, means, stds):
     """Regression targets of each anchor towards its matched reference box (corner boxes in, SSD/Faster-RCNN
     encoding out), zero where the anchor is not a positive sample (samples <= 0.5)."""
-    s, m, a, r = (_host(xp, v) for v in (samples, matches, anchors, refs))
-    mu, sd = _host(xp, means), _host(xp, stds)
+    s, m, a, r = (host_array(v) for v in (samples, matches, anchors, refs))
+    mu, sd = host_array(means), host_array(stds)
     ref = np.take_along_axis(r, m.astype(np.int64)[..., None].repeat(4, axis=-1), axis=1)
     rx, ry, rw, rh = _center(ref)
     ax, ay, aw, ah = _center(a)
@@ -195,7 +192,7 @@ def _box_decode_shape(params, in_shapes, out_shapes, where):
 
 
 def _box_decode_fwd(xp, data, anchors, std0, std1, std2, std3, clip, format):  # noqa: A002
-    x, a = _host(xp, data), _host(xp, anchors)[0]
+    x, a = host_array(data), host_array(anchors)[0]
     if format == "corner":
         ax, ay, aw, ah = _center(a)
     else:
@@ -299,7 +296,7 @@ def _convert(coords, src, dst):
 
 
 def _nms_fwd(xp, data, **p):
-    x = _host(xp, data)
+    x = host_array(data)
     rows = x.reshape(-1, x.shape[-2], x.shape[-1])
     out = -np.ones_like(rows)
     record = -np.ones(rows.shape[:2] + (1,), dtype=x.dtype)
@@ -358,7 +355,7 @@ def _conv_adjoint(g, live, src, dst):
 
 
 def _nms_scatter_fwd(xp, g, record, data, coord_start, in_format, out_format):
-    gh, rec, x = _host(xp, g), _host(xp, record), _host(xp, data)
+    gh, rec, x = host_array(g), host_array(record), host_array(data)
     rows, recs, xs = (a.reshape(-1, gh.shape[-2], a.shape[-1]) for a in (gh, rec, x))
     dx = np.zeros_like(rows)
     cs = coord_start
@@ -388,20 +385,8 @@ register(
 # -- MultiBoxPrior ------------------------------------------------------------------------------------------
 
 
-def _float_tuple(params, name, node):
-    v = params[name]
-    v = (v,) if isinstance(v, (int, float)) else v
-    if not isinstance(v, (tuple, list)) or not all(isinstance(e, (int, float)) for e in v):
-        raise ParamError(f"_contrib_MultiBoxPrior {node!r}: parameter {name!r} expects a tuple of numbers, got {v!r}")
-    return tuple(float(e) for e in v)
-
-
 def _prior_prepare(params, node):
-    p = dict(params)
-    for k in ("sizes", "ratios", "steps", "offsets"):
-        p[k] = _float_tuple(params, k, node)
-    if not p["sizes"] or not p["ratios"]:
-        raise ParamError(f"_contrib_MultiBoxPrior {node!r}: 'sizes' and 'ratios' need at least one value each")
+    p = params  # sizes, ratios, steps, offsets: non-empty tuples of floats (the schema's kind)
     if len(p["steps"]) != 2 or len(p["offsets"]) != 2 or not all(0 <= o <= 1 for o in p["offsets"]):
         raise ParamError(f"_contrib_MultiBoxPrior {node!r}: 'steps' must be (step_y, step_x) and 'offsets' two "
                          f"values in [0, 1], got {p['steps']} and {p['offsets']}")
@@ -441,8 +426,8 @@ def _prior_fwd(xp, data, sizes, ratios, clip, steps, offsets):
 
 register(
     "_contrib_MultiBoxPrior",
-    params={"sizes": Param("any", (1.0,)), "ratios": Param("any", (1.0,)), "clip": Param("bool", False),
-            "steps": Param("any", (-1.0, -1.0)), "offsets": Param("any", (0.5, 0.5))},
+    params={"sizes": Param("floats", (1.0,)), "ratios": Param("floats", (1.0,)), "clip": Param("bool", False),
+            "steps": Param("floats", (-1.0, -1.0)), "offsets": Param("floats", (0.5, 0.5))},
     prepare=_prior_prepare,
     forward=_prior_fwd,
     infer_shape=_prior_shape,

@@ -119,26 +119,10 @@ def _normalize_fwd(xp, x, mean, std):
         x.dtype, copy=False)
 
 
-def _float_tuple(name, op="_image_normalize"):
-    def check(params, node):
-        v = params[name]
-        v = (v,) if isinstance(v, (int, float)) else v
-        if not isinstance(v, (tuple, list)) or not v or not all(isinstance(e, (int, float)) for e in v):
-            raise ParamError(f"{op} {node!r}: parameter {name!r} expects a number or a tuple of "
-                             f"numbers, got {params[name]!r}")
-        return tuple(float(e) for e in v)
-    return check
-
-
-def _normalize_prepare(params, node):
-    return {"mean": _float_tuple("mean")(params, node), "std": _float_tuple("std")(params, node)}
-
-
 register(
     "_image_normalize",
     aliases=("_npx__image_normalize",),
-    params={"mean": Param("any", (0.0, 0.0, 0.0, 0.0)), "std": Param("any", (1.0, 1.0, 1.0, 1.0))},
-    prepare=_normalize_prepare,
+    params={"mean": Param("floats", (0.0, 0.0, 0.0, 0.0)), "std": Param("floats", (1.0, 1.0, 1.0, 1.0))},
     forward=_normalize_fwd,
     infer_shape=_normalize_shape,
     infer_type=_same_type,
@@ -261,8 +245,7 @@ def _lighting_fwd(xp, x, alpha):
 register(
     "_image_adjust_lighting",
     aliases=("_npx__image_adjust_lighting",),
-    params={"alpha": Param("any")},
-    prepare=lambda params, node: {"alpha": _float_tuple("alpha", "_image_adjust_lighting")(params, node)},
+    params={"alpha": Param("floats")},
     forward=_lighting_fwd,
     infer_shape=_lighting_shape,
     infer_type=_same_type,

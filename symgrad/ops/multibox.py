@@ -20,15 +20,12 @@ from __future__ import annotations
 import numpy as np
 
 from ..base import ParamError, ShapeError, SymgradError
-from .registry import Param, float_inputs, register
+from .registry import Param, float_inputs, host_array, register
 
 _NO_GRAD = ("MXNet 1.9.1 defines its gradient as zero, which is not its derivative (its outputs move "
             "continuously with the box coordinates); wrap its inputs in BlockGrad to use it inside a "
             "differentiated graph")
 
-
-def _host(a):
-    return a.get() if hasattr(a, "get") else np.asarray(a)
 
 
 def _work_dtype(dtype) -> np.dtype:
@@ -51,12 +48,10 @@ def _exp(x, dt):
 
 
 def _variances(params, where):
-    v = params["variances"]
-    v = (v,) if isinstance(v, (int, float)) else v
-    if (not isinstance(v, (tuple, list)) or len(v) != 4
-            or not all(isinstance(e, (int, float)) and not isinstance(e, bool) for e in v)):
+    v = params["variances"]  # a tuple of floats (the schema's kind)
+    if len(v) != 4:
         raise ParamError(f"{where}: parameter 'variances' expects 4 numbers (x, y, w, h), got {v!r}")
-    return tuple(float(e) for e in v)
+    return v
 
 
 def _check_ndim(where, name, shape, ndim, layout):
@@ -208,8 +203,8 @@ def _target_batch(anchors, gt, pred, p, dt, where):
 def _target_fwd(xp, anchor, label, cls_pred, **p):
     where = "_contrib_MultiBoxTarget"
     dt = _work_dtype(anchor.dtype)
-    anchors = _host(anchor).astype(dt).reshape(-1, 4)
-    labels, preds = _host(label).astype(dt), _host(cls_pred).astype(dt)
+    anchors = host_array(anchor).astype(dt).reshape(-1, 4)
+    labels, preds = host_array(label).astype(dt), host_array(cls_pred).astype(dt)
     var = [_f32(dt, v) for v in p["variances"]]
     b, n = labels.shape[0], anchors.shape[0]
     loc = np.zeros((b, n, 4), dtype=dt)
@@ -236,7 +231,7 @@ register(
     inputs=("anchor", "label", "cls_pred"),
     params={"overlap_threshold": Param("float", 0.5), "ignore_label": Param("float", -1.0),
             "negative_mining_ratio": Param("float", -1.0), "negative_mining_thresh": Param("float", 0.5),
-            "minimum_negative_samples": Param("int", 0), "variances": Param("any", (0.1, 0.1, 0.2, 0.2))},
+            "minimum_negative_samples": Param("int", 0), "variances": Param("floats", (0.1, 0.1, 0.2, 0.2))},
     num_outputs=3,
     output_names=("loc_target", "loc_mask", "cls_target"),
     prepare=_target_prepare,
@@ -311,9 +306,9 @@ def _detection_fwd(xp, cls_prob, loc_pred, anchor, clip, threshold, background_i
     their other fields stay as they were before sorting), then greedy NMS (IoU >= nms_threshold, same class
     unless force_suppress) marks suppressed rows with class -1, leaving their other fields."""
     dt = _work_dtype(cls_prob.dtype)
-    probs, locs = _host(cls_prob).astype(dt), _host(loc_pred).astype(dt)
+    probs, locs = host_array(cls_prob).astype(dt), host_array(loc_pred).astype(dt)
     b, c, n = probs.shape
-    anchors = _host(anchor).astype(dt).reshape(-1)[:n * 4].reshape(n, 4)
+    anchors = host_array(anchor).astype(dt).reshape(-1)[:n * 4].reshape(n, 4)
     var = [_f32(dt, v) for v in variances]
     thresh, nms = _f32(dt, threshold), _f32(dt, nms_threshold)
     out = np.full((b, n, 6), -1, dtype=dt)
@@ -356,7 +351,7 @@ register(
     inputs=("cls_prob", "loc_pred", "anchor"),
     params={"clip": Param("bool", True), "threshold": Param("float", 0.01), "background_id": Param("int", 0),
             "nms_threshold": Param("float", 0.5), "force_suppress": Param("bool", False),
-            "variances": Param("any", (0.1, 0.1, 0.2, 0.2)), "nms_topk": Param("int", -1)},
+            "variances": Param("floats", (0.1, 0.1, 0.2, 0.2)), "nms_topk": Param("int", -1)},
     prepare=_detection_prepare,
     forward=_detection_fwd,
     infer_shape=_detection_shape,

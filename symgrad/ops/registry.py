@@ -19,8 +19,8 @@ import numpy as np
 
 from ..base import ParamError, ShapeError
 
-__all__ = ["Param", "OpDef", "Decision", "register", "get_op", "list_ops", "REQUIRED", "acc_dtype", "check_float",
-           "float_inputs"]
+__all__ = ["Param", "OpDef", "Decision", "register", "get_op", "list_ops", "REQUIRED", "acc_dtype", "host_array",
+           "check_float", "float_inputs"]
 
 
 class _Required:
@@ -88,7 +88,8 @@ class Param:
     """A typed operator parameter.
 
     ``kind`` is one of ``int``, ``float``, ``bool``, ``str``, ``shape`` (tuple of
-    ints), ``axis`` (int, tuple of ints or None), ``dtype`` and ``any``.
+    ints), ``axis`` (int, tuple of ints or None), ``floats`` (a non-empty tuple of
+    numbers; one number is a 1-tuple: MXNet's ``Tuple<float>``), ``dtype`` and ``any``.
     ``optional=True`` admits ``None`` (MXNet's ``dmlc::optional``). Values may
     be Python values or the strings MXNet writes into symbol JSON.
     """
@@ -110,7 +111,7 @@ class Param:
         if isinstance(v, str) and self.kind != "str":
             if v.strip() in ("None", ""):
                 v = None
-            elif self.kind in ("shape", "axis", "int", "float", "any"):
+            elif self.kind in ("shape", "axis", "int", "float", "floats", "any"):
                 v = _literal(v.strip())
         if v is None:
             if self.optional:
@@ -156,6 +157,12 @@ class Param:
             ):
                 return tuple(int(i) for i in v)
             raise bad("a tuple of ints" if kind == "shape" else "an int or a tuple of ints")
+        if kind == "floats":
+            v = (v,) if isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, bool) else v
+            if not isinstance(v, (list, tuple)) or not v or not all(
+                    isinstance(e, (int, float, np.integer, np.floating)) and not isinstance(e, bool) for e in v):
+                raise bad("a number or a non-empty tuple of numbers")
+            return tuple(float(e) for e in v)
         if kind == "dtype":
             if isinstance(v, str) and v in _DTYPES:
                 return np.dtype(_DTYPES[v])
@@ -369,6 +376,12 @@ def same_type(params, in_types, out_types, where="op"):
         if t is not None and t != known:
             raise TypeError(f"{where}: inputs must have the same dtype, got {np.dtype(known)} and {np.dtype(t)}")
     return [known] * len(in_types), [known] * len(out_types)
+
+
+def host_array(a) -> np.ndarray:
+    """``a`` as a numpy array on the host (a CuPy array is copied over): for ops whose kernels are numpy loops
+    (box and ROI bookkeeping, NMS)."""
+    return a.get() if hasattr(a, "get") and not isinstance(a, np.ndarray) else np.asarray(a)
 
 
 def acc_dtype(dtype) -> np.dtype:

@@ -38,17 +38,9 @@ import math
 import numpy as np
 
 from ..base import ParamError, ShapeError
-from .registry import Param, check_float, register
+from .registry import Param, acc_dtype, check_float, host_array, register
 
-
-def _host(a):
-    """A numpy copy of a (small) numpy or CuPy array."""
-    return a.get() if hasattr(a, "get") and not isinstance(a, np.ndarray) else np.asarray(a)
-
-
-def _calc_dtype(dtype):
-    """The dtype MXNet's kernels compute ROI geometry in: the data's, float32 for float16."""
-    return np.dtype(np.float32) if np.dtype(dtype) == np.float16 else np.dtype(dtype)
+# MXNet's kernels compute ROI geometry in acc_dtype: the data's dtype, float32 for float16
 
 
 def _round_half_away(v):
@@ -149,12 +141,12 @@ def _roi_pool_argmax(xp, data, rois, pooled_size, spatial_scale):
     """Flat index into ``data`` of every bin's first maximum (R, C, PH, PW), -1 for none."""
     N, C, H, W = data.shape
     PH, PW = pooled_size
-    T = _calc_dtype(data.dtype)
+    T = acc_dtype(data.dtype)
     scale = _scale({"spatial_scale": spatial_scale}, T)
     R = rois.shape[0]
     idx = np.full((R, C, PH, PW), -1, dtype=np.int64)
     chan = np.arange(C, dtype=np.int64) * (H * W)
-    for r, roi in enumerate(_host(rois).astype(T)):
+    for r, roi in enumerate(host_array(rois).astype(T)):
         b, rows, cols = _roi_pool_bins(roi, H, W, PH, PW, scale, T)
         if not 0 <= b < N:
             continue
@@ -162,7 +154,7 @@ def _roi_pool_argmax(xp, data, rois, pooled_size, spatial_scale):
             for pw, (w0, w1) in enumerate(cols):
                 if h1 <= h0 or w1 <= w0:
                     continue
-                k = _host(data[b, :, h0:h1, w0:w1].reshape(C, -1).argmax(axis=1))
+                k = host_array(data[b, :, h0:h1, w0:w1].reshape(C, -1).argmax(axis=1))
                 hh, ww = np.divmod(k, w1 - w0)
                 idx[r, :, ph, pw] = b * C * H * W + chan + (h0 + hh) * W + (w0 + ww)
     return xp.asarray(idx.astype(np.int32))
@@ -205,7 +197,7 @@ register(
 
 def _scatter_flat(xp, g, idx, like):
     """zeros(like.shape) with each g[o] added at flat index idx[o] (idx < 0 skipped)."""
-    acc = _calc_dtype(g.dtype)
+    acc = acc_dtype(g.dtype)
     ok = idx.reshape(-1) >= 0
     where = idx.reshape(-1)[ok]
     vals = g.reshape(-1)[ok].astype(acc, copy=False)
@@ -342,12 +334,12 @@ def _check_batch(where, b, n):
 
 def _align_fwd(xp, data, rois, **params):
     N, C, H, W = data.shape
-    T = _calc_dtype(data.dtype)
+    T = acc_dtype(data.dtype)
     PH, PW = params["pooled_size"]
     ps = params["position_sensitive"]
     co = C // (PH * PW) if ps else C
     out = xp.zeros((rois.shape[0], co, PH, PW), dtype=T)
-    for r, (b, ay, ax) in enumerate(_align_weights(_host(rois), H, W, params, T)):
+    for r, (b, ay, ax) in enumerate(_align_weights(host_array(rois), H, W, params, T)):
         if b < 0:
             continue
         _check_batch("_contrib_ROIAlign", b, N)
@@ -362,11 +354,11 @@ def _align_fwd(xp, data, rois, **params):
 
 def _align_adjoint_fwd(xp, g, rois, like, **params):
     N, C, H, W = like.shape
-    T = _calc_dtype(g.dtype)
+    T = acc_dtype(g.dtype)
     PH, PW = params["pooled_size"]
     ps = params["position_sensitive"]
     dx = xp.zeros((N, C, H, W), dtype=T)
-    for r, (b, ay, ax) in enumerate(_align_weights(_host(rois), H, W, params, T)):
+    for r, (b, ay, ax) in enumerate(_align_weights(host_array(rois), H, W, params, T)):
         if b < 0:
             continue
         _check_batch("_contrib_ROIAlign", b, N)
@@ -480,11 +472,11 @@ def _psroi_channels(params, T):
 
 def _psroi_fwd(xp, data, rois, **params):
     N, C, H, W = data.shape
-    T = _calc_dtype(data.dtype)
+    T = acc_dtype(data.dtype)
     chan = xp.asarray(_psroi_channels(params, T))
     P, od = params["pooled_size"], params["output_dim"]
     out = xp.zeros((rois.shape[0], od, P, P), dtype=T)
-    for r, (b, ay, ax) in enumerate(_psroi_weights(_host(rois), H, W, params, T)):
+    for r, (b, ay, ax) in enumerate(_psroi_weights(host_array(rois), H, W, params, T)):
         if not 0 <= b < N:
             raise ValueError(f"_contrib_PSROIPooling: an ROI has batch index {b}, outside [0, {N}) (MXNet reads out "
                              f"of bounds here)")
@@ -495,10 +487,10 @@ def _psroi_fwd(xp, data, rois, **params):
 
 def _psroi_adjoint_fwd(xp, g, rois, like, **params):
     N, C, H, W = like.shape
-    T = _calc_dtype(g.dtype)
+    T = acc_dtype(g.dtype)
     chan = xp.asarray(_psroi_channels(params, T).reshape(-1))
     dx = xp.zeros((N, C, H, W), dtype=T)
-    for r, (b, ay, ax) in enumerate(_psroi_weights(_host(rois), H, W, params, T)):
+    for r, (b, ay, ax) in enumerate(_psroi_weights(host_array(rois), H, W, params, T)):
         if not 0 <= b < N:
             raise ValueError(f"_contrib_PSROIPooling: an ROI has batch index {b}, outside [0, {N})")
         contrib = xp.einsum("ph,cpq,qw->cpqhw", xp.asarray(ay), g[r].astype(T, copy=False), xp.asarray(ax))
@@ -586,10 +578,10 @@ def _rroi_matrix(roi, H, W, params, T):
 
 def _rroi_fwd(xp, data, rois, **params):
     N, C, H, W = data.shape
-    T = _calc_dtype(data.dtype)
+    T = acc_dtype(data.dtype)
     PH, PW = params["pooled_size"]
     out = xp.zeros((rois.shape[0], C, PH, PW), dtype=T)
-    for r, roi in enumerate(_host(rois).astype(T)):
+    for r, roi in enumerate(host_array(rois).astype(T)):
         b = _batch_index(roi[0])
         if not 0 <= b < N:
             raise ValueError(f"_contrib_RROIAlign: an ROI has batch index {b}, outside [0, {N}) (MXNet reads out of "
@@ -625,29 +617,18 @@ _PROPOSAL_PARAMS = {
     "rpn_post_nms_top_n": Param("int", 300),
     "threshold": Param("float", 0.7),
     "rpn_min_size": Param("int", 16),
-    "scales": Param("any", (4.0, 8.0, 16.0, 32.0)),
-    "ratios": Param("any", (0.5, 1.0, 2.0)),
+    "scales": Param("floats", (4.0, 8.0, 16.0, 32.0)),
+    "ratios": Param("floats", (0.5, 1.0, 2.0)),
     "feature_stride": Param("int", 16),
     "output_score": Param("bool", False),
     "iou_loss": Param("bool", False),
 }
 
 
-def _float_tuple(where, name, v):
-    if isinstance(v, (int, float)) and not isinstance(v, bool):
-        v = (v,)
-    if not isinstance(v, (list, tuple)) or not v or not all(
-            isinstance(e, (int, float, np.integer, np.floating)) and not isinstance(e, bool) for e in v):
-        raise ParamError(f"{where}: parameter {name!r} expects a non-empty tuple of numbers, got {v!r}")
-    return tuple(float(e) for e in v)
-
-
 def _proposal_prepare(opname):
     def prepare(params, name):
         where = f"{opname} {name!r}"
         out = dict(params)
-        for k in ("scales", "ratios"):
-            out[k] = _float_tuple(where, k, params[k])
         if params["rpn_post_nms_top_n"] < 1:
             raise ParamError(f"{where}: parameter 'rpn_post_nms_top_n' must be >= 1, got "
                              f"{params['rpn_post_nms_top_n']}")
@@ -790,8 +771,8 @@ def _proposals_one(fg, deltas, info, params, T):
 
 
 def _proposal_fwd(xp, cls_prob, bbox_pred, im_info, **params):
-    T = _calc_dtype(cls_prob.dtype)
-    cls, deltas, info = _host(cls_prob), _host(bbox_pred), _host(im_info)
+    T = acc_dtype(cls_prob.dtype)
+    cls, deltas, info = host_array(cls_prob), host_array(bbox_pred), host_array(im_info)
     A = cls.shape[1] // 2
     outs, scores = [], []
     for b in range(cls.shape[0]):
@@ -1015,13 +996,13 @@ def _dpsroi_split(args, params):
 
 def _dpsroi_sample(xp, data, rois, trans, params, order_y=0, order_x=0):
     N, C, H, W = data.shape
-    T = _calc_dtype(data.dtype)
+    T = acc_dtype(data.dtype)
     chan = xp.asarray(_dpsroi_channels(params, T))
     P, od = params["pooled_size"], params["output_dim"]
     out = xp.zeros((rois.shape[0], od, P, P), dtype=T)
     counts = np.zeros((rois.shape[0], od, P, P), dtype=T)
-    tr = None if trans is None else _host(trans)
-    for r, (b, ay, ax, cnt) in enumerate(_dpsroi_geometry(_host(rois), tr, H, W, params, T, order_y, order_x)):
+    tr = None if trans is None else host_array(trans)
+    for r, (b, ay, ax, cnt) in enumerate(_dpsroi_geometry(host_array(rois), tr, H, W, params, T, order_y, order_x)):
         _dpsroi_check_batch(b, N)
         x = data[b].astype(T, copy=False)[chan]  # (od, P, P, H, W)
         out[r] = xp.einsum("cpqh,cpqhw,cpqw->cpq", xp.asarray(ay), x, xp.asarray(ax))
@@ -1031,11 +1012,11 @@ def _dpsroi_sample(xp, data, rois, trans, params, order_y=0, order_x=0):
 
 def _dpsroi_scatter(xp, g, rois, trans, like, params, order_y=0, order_x=0):
     N, C, H, W = like.shape
-    T = _calc_dtype(g.dtype)
+    T = acc_dtype(g.dtype)
     chan = xp.asarray(_dpsroi_channels(params, T).reshape(-1))
     dx = xp.zeros((N, C, H, W), dtype=T)
-    tr = None if trans is None else _host(trans)
-    for r, (b, ay, ax, _) in enumerate(_dpsroi_geometry(_host(rois), tr, H, W, params, T, order_y, order_x)):
+    tr = None if trans is None else host_array(trans)
+    for r, (b, ay, ax, _) in enumerate(_dpsroi_geometry(host_array(rois), tr, H, W, params, T, order_y, order_x)):
         _dpsroi_check_batch(b, N)
         contrib = xp.einsum("cpqh,cpq,cpqw->cpqhw", xp.asarray(ay), g[r].astype(T, copy=False), xp.asarray(ax))
         xp.add.at(dx[b], chan, contrib.reshape(-1, H, W))  # channels repeat when group_size < pooled_size
@@ -1180,7 +1161,7 @@ def _trans_index(params, trans_shape, T):
 def _trans_pack_fwd(xp, vals, like, *, direction, **params):
     R = vals.shape[0]
     size = math.prod(like.shape[1:])
-    idx = _trans_index(params, like.shape, _calc_dtype(vals.dtype)).reshape(-1) + direction * _part(params) ** 2
+    idx = _trans_index(params, like.shape, acc_dtype(vals.dtype)).reshape(-1) + direction * _part(params) ** 2
     flat = (np.arange(R)[:, None] * size + idx[None, :]).reshape(-1)
     out = xp.zeros(R * size, dtype=vals.dtype)
     xp.add.at(out, xp.asarray(flat), vals.reshape(-1))
@@ -1189,7 +1170,7 @@ def _trans_pack_fwd(xp, vals, like, *, direction, **params):
 
 def _trans_unpack_fwd(xp, g, like, *, direction, **params):
     R = g.shape[0]
-    idx = _trans_index(params, g.shape, _calc_dtype(g.dtype)).reshape(-1) + direction * _part(params) ** 2
+    idx = _trans_index(params, g.shape, acc_dtype(g.dtype)).reshape(-1) + direction * _part(params) ** 2
     return g.reshape(R, -1)[:, xp.asarray(idx)].reshape(like.shape)
 
 
