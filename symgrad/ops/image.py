@@ -34,11 +34,6 @@ def _hwc(shape, where, channels=None):
     return h, w, c
 
 
-def _same_type(params, in_types, out_types, where):
-    t = in_types[0] if in_types[0] is not None else out_types[0]
-    return [t], [t]
-
-
 # -- to_tensor --------------------------------------------------------------------------------------------
 
 
@@ -125,7 +120,6 @@ register(
     params={"mean": Param("floats", (0.0, 0.0, 0.0, 0.0)), "std": Param("floats", (1.0, 1.0, 1.0, 1.0))},
     forward=_normalize_fwd,
     infer_shape=_normalize_shape,
-    infer_type=_same_type,
     # y_c = (x_c - m_c) / s_c: dx_c = g_c / s_c, which is normalize(g) with mean 0
     gradient=lambda F, n, g: [F._image_normalize(g[0], mean=(0.0,), std=n.params["std"])],
     doc="Per-channel (x - mean) / std of a (C, H, W) or (N, C, H, W) tensor.",
@@ -150,8 +144,7 @@ def _register_flip(name, axis_from_end, what):
         aliases=(f"_npx_{name}",),
         forward=lambda xp, x: xp.flip(x, axis=x.ndim - axis_from_end).copy(),
         infer_shape=_image_shape,
-        infer_type=_same_type,
-        gradient=lambda F, n, g: [getattr(F, name)(g[0])],
+            gradient=lambda F, n, g: [getattr(F, name)(g[0])],
         doc=f"Flip an (H, W, C) or (N, H, W, C) image {what}.",
     )
 
@@ -196,7 +189,6 @@ register(
     params=_CROP_PARAMS,
     forward=_crop_fwd,
     infer_shape=_crop_shape,
-    infer_type=_same_type,
     # y = x[.., y:y+h, x:x+w, :]: dx is g written into zeros of x's shape at that window
     gradient=lambda F, n, g: [F._image_crop_adjoint(g[0], n.inputs[0], **n.params)],
     doc="Crop the window [y, y+height) x [x, x+width) of an (H, W, C) or (N, H, W, C) image.",
@@ -248,7 +240,6 @@ register(
     params={"alpha": Param("floats")},
     forward=_lighting_fwd,
     infer_shape=_lighting_shape,
-    infer_type=_same_type,
     gradient=lambda F, n, g: [F.identity(g[0])],  # y = x + a constant offset per channel (rounded to float32)
     doc="AlexNet-style PCA lighting: add eig @ alpha to the R, G, B channels of an (H, W, 3) image.",
 )
@@ -331,7 +322,6 @@ register(
     prepare=_resize_prepare,
     forward=_resize_fwd,
     infer_shape=_resize_shape,
-    infer_type=_same_type,
     gradient=lambda F, n, g: [F._image_resize_adjoint(g[0], n.inputs[0], **n.params)],
     doc="Resize an (H, W, C) or (N, H, W, C) image to size (width, height), or its edges (short edge with "
     "keep_ratio) to size; interp 0 nearest, 1 bilinear (OpenCV's sampling).",
@@ -462,7 +452,6 @@ register(
     forward=_random_lighting_fwd,
     infer_shape=lambda params, in_shapes, out_shapes, where: _lighting_shape(
         {"alpha": (0.0, 0.0, 0.0)}, in_shapes, out_shapes, where),
-    infer_type=_same_type,
     gradient=lambda F, n, g: [F.identity(g[0])],  # y = x + a drawn constant offset per channel
     is_random=True,
     doc="AlexNet PCA lighting with alphas drawn from N(0, alpha_std^2).",
@@ -501,7 +490,6 @@ register(
     forward=_grey_fwd,
     infer_shape=lambda params, in_shapes, out_shapes, where: (
         in_shapes, [None if in_shapes[0] is None else (1,) if params["mean"] else tuple(in_shapes[0][:-1]) + (1,)]),
-    infer_type=_same_type,
     gradient=lambda F, n, g: [F._image_grey_adjoint(g[0], n.inputs[0], **n.params)],
     doc="Luminance of an (H, W, C) image per pixel, or its mean over the image (hidden).",
 )
