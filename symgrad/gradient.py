@@ -12,9 +12,9 @@ from collections.abc import Sequence
 
 from .base import NameManager, Prefix, SymgradError
 from .graph import Node, topo_order
-from .symbol import Symbol
+from .symbol import Symbol, Variable
 
-__all__ = ["grad", "build_gradients", "GradNode"]
+__all__ = ["grad", "build_gradients", "expansion_gradients", "GradNode"]
 
 
 class GradNode:
@@ -140,6 +140,28 @@ def _build(heads, head_grads, wrt, loss_scale=None):
     for n in wrt:
         entries = acc.get((n.id, 0))
         result.append(_sum(entries) if entries else None)
+    return result
+
+
+def expansion_gradients(expand, inputs: Sequence[Symbol], head: Symbol) -> list:
+    """Gradients of a fused node through its expansion: the second-order rule of a node that computes in one
+    instruction what ``expand(*inputs)`` builds from several (``_backward_tanh`` and ``ograd * (1 - y^2)``).
+
+    Returns ``d <head, expand(inputs)> / d inputs[k]``, a Symbol or None (no path) per input. The expansion is
+    built on placeholder variables, differentiated by the usual pass and then composed onto the real inputs,
+    so each input slot is differentiated on its own even where two slots hold the same value. Nodes are
+    named in the caller's scope (a gradient rule runs under ``<node>_backward_``).
+    """
+    holes = [Variable(f"__expand_in{k}__") for k in range(len(inputs))]
+    head_var = Variable("__expand_head__")
+    expr = expand(*holes)
+    entries = _build(expr._outputs, [head_var._outputs[0]], [h._outputs[0][0] for h in holes])
+    subs = {f"__expand_in{k}__": s for k, s in enumerate(inputs)}
+    subs["__expand_head__"] = head
+    result = []
+    for e in entries:
+        g = None if e is None else Symbol([e])
+        result.append(g if g is None else g(**{name: subs[name] for name in g.list_arguments()}))
     return result
 
 

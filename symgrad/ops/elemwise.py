@@ -14,6 +14,7 @@ with ``xp`` primitives only, evaluated in float64, so they run on CuPy too.
 
 from __future__ import annotations
 
+import dis
 import functools
 import math
 import operator
@@ -21,7 +22,7 @@ import operator
 import numpy as np
 
 from ..base import ParamError, ShapeError
-from .registry import Param, broadcast_shapes, elementwise, float_inputs, register, same_shape
+from .registry import Param, broadcast_shapes, elementwise, float_inputs, get_op, register, same_shape
 
 
 def _keep(r, like):
@@ -330,8 +331,16 @@ def _unary(name, fwd, grad, aliases=(), doc="", params=None, infer_type=None, de
     (``registry.Decision``), for ops with kinks or jumps.
     """
     params = dict(params or {})
+    reads = _reads(grad) if grad is not None else ()
     if grad is None:
         rule = _zero_grad
+    elif getattr(fwd, "float_math", False) and reads:
+        # one fused instruction for ograd * f'(x or y) (zero for an integer input, see below)
+        backward = _fused_backward(name, grad, reads, params)
+
+        def rule(F, n, g):
+            values = [n.inputs[0] if r == "x" else n.outputs[0] for r in reads]
+            return [getattr(F, backward)(g[0], *values, **n.params)]
     elif getattr(fwd, "float_math", False):
         # Float math on an integer input is truncated back to the integer dtype (MXNet's dtype rule):
         # y = trunc(f(x)) is piecewise constant in x, so dy/dx = 0, not f'(x) evaluated in integers
@@ -356,6 +365,91 @@ def _unary(name, fwd, grad, aliases=(), doc="", params=None, infer_type=None, de
         forward.specialize = specialize
     return register(name, aliases=aliases, forward=forward, infer_shape=same_shape, infer_type=infer_type,
                     gradient=rule, params=params, decisions=decisions, doc=doc or f"Elementwise {name}.")
+
+
+def _reads(grad):
+    """Which of ``x`` and ``y`` a unary gradient rule ``grad(F, x, y, g, **params)`` reads: the ones its code
+    loads (a rule of ``g`` alone, ``g * c``, builds a single node and gains nothing from fusing)."""
+    x, y = grad.__code__.co_varnames[1:3]
+    loaded = set()
+    for ins in dis.get_instructions(grad):
+        if ins.opname.startswith("LOAD_FAST"):
+            loaded.update(ins.argval if isinstance(ins.argval, tuple) else (ins.argval,))
+    return tuple(name for name, var in (("x", x), ("y", y)) if var in loaded)
+
+
+#: unary op name -> (its fused backward's name, the rule it evaluates, what it reads: "x" and/or "y")
+FUSED_BACKWARDS: dict[str, tuple] = {}
+
+
+class _Eager:
+    """``F`` for a unary gradient rule evaluated on arrays of a float dtype: ``F.square(y)`` is the op's own
+    forward (its ufunc, where a float input's forward is exactly one), arithmetic is the array module's."""
+
+    def __init__(self, xp):
+        self._xp = xp
+
+    def __getattr__(self, name):
+        if name in _UFUNC_UNARY:
+            fn = getattr(self._xp, _UFUNC_UNARY[name][0])
+        else:
+            fn = functools.partial(get_op(name).forward, self._xp)
+        setattr(self, name, fn)
+        return fn
+
+
+@functools.lru_cache(maxsize=None)
+def _eager(xp):
+    return _Eager(xp)
+
+
+def _fused_backward(name, grad, reads, params):
+    """Register ``_backward_<name>(ograd, data and/or out)``: ``ograd * f'`` as one instruction, evaluating the
+    unary's rule ``grad`` on arrays instead of building its 2-4 nodes (tanh: square, rminus, mul) as symbols.
+
+    Same values as the expansion: for a float input every ``F.op`` is the op's own forward and Python-float
+    constants combine with arrays as scalar ops do (the array's dtype); a rule that promotes (a comparison
+    times a float) is cast back to ograd's dtype. An integer input gets zeros (the expansion's
+    ``_zero_grad_if_int``). Its own gradient differentiates the expansion, so every order works.
+    """
+    names = {"x": "data", "y": "out"}
+
+    def apply(xp, g, values, p):
+        like = values[0] if values else g  # the unary's input dtype (x, y and ograd share it)
+        if _is_int(like.dtype):
+            return xp.zeros_like(g)
+        xy = dict(zip(reads, values))
+        return grad(_eager(xp), xy.get("x"), xy.get("y"), g, **p).astype(g.dtype, copy=False)
+
+    def forward(xp, g, *values, **p):
+        return apply(xp, g, values, p)
+
+    def specialize(xp, in_types, **p):
+        if not _float_kinds(in_types):
+            return None
+        return (lambda g, *values: apply(xp, g, values, p), (), ())
+
+    forward.specialize = specialize
+
+    def expand(F, n_params):
+        def build(g, *values):
+            xy = dict(zip(reads, values))
+            like = values[0]
+            return F._zero_grad_if_int(grad(F, xy.get("x"), xy.get("y"), g, **n_params), like)
+
+        return build
+
+    def rule(F, n, h):
+        from ..gradient import expansion_gradients
+
+        return expansion_gradients(expand(F, n.params), n.inputs, h[0])
+
+    backward = f"_backward_{name.lstrip('_')}"
+    FUSED_BACKWARDS[name] = (backward, grad, reads)
+    register(backward, inputs=("ograd", *[names[r] for r in reads]), forward=forward, params=params,
+             infer_shape=same_shape, infer_type=lambda p, i, o, w: (i, [i[0]]), gradient=rule,
+             doc=f"Hidden: the backward of {name} as one instruction (ograd times its derivative).")
+    return backward
 
 
 def _zero_grad_if_int_forward(xp, data, like):
@@ -459,7 +553,7 @@ _unary("arctanh", _float_in(lambda xp, x: xp.arctanh(x)), lambda F, x, y, g: g /
 _unary("sigmoid", _float_in(_sigmoid), lambda F, x, y, g: g * (y * (1.0 - y)))
 # relu' = 1 where x > 0 else 0 (MXNet takes 0 at x = 0)
 # (NaN passes through relu, as MXNet's IsNan(a) || a > 0 ? a : 0)
-_unary("relu", lambda xp, x: xp.where((x > 0) | (x != x), x, 0), lambda F, x, y, g: g * (x > 0.0),
+_unary("relu", lambda xp, x: xp.where((x > 0) | (x != x), x, 0), lambda F, x, y, g: F._backward_relu(g, x),
        decisions=lambda xp, x: elementwise(0, choice=x > 0, value=x))
 # softsign = x / (1 + |x|): softsign' = 1 / (1 + |x|)^2
 _unary("softsign", _float_in(lambda xp, x: x / (1.0 + xp.abs(x))),

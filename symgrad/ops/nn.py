@@ -56,13 +56,14 @@ def _act_grad(F, n, g):
     act = n.params["act_type"]
     if act == "relu":
         return [F._backward_relu(gy, x)]  # gy * (x > 0): MXNet takes 0 at x = 0
+    # the elementwise ops' fused backwards (one instruction each; elemwise.py holds their derivations)
     if act == "sigmoid":
-        return [gy * (y * (1.0 - y))]  # s (1 - s)
+        return [F._backward_sigmoid(gy, y)]  # s (1 - s)
     if act == "tanh":
-        return [gy * (1.0 - F.square(y))]  # 1 - tanh^2
+        return [F._backward_tanh(gy, y)]  # 1 - tanh^2
     if act == "softrelu":
         return [gy * F.sigmoid(x)]  # d log(1+e^x) = sigmoid(x)
-    return [gy / F.square(F.abs(x) + 1.0)]  # softsign' = 1 / (1 + |x|)^2
+    return [F._backward_softsign(gy, x)]  # softsign' = 1 / (1 + |x|)^2
 
 
 def _act_decisions(xp, x, act_type):
