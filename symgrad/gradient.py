@@ -20,19 +20,32 @@ __all__ = ["grad", "build_gradients", "expansion_gradients", "GradNode"]
 class GradNode:
     """What a gradient rule sees of the node being differentiated.
 
-    ``inputs`` and ``outputs`` are single-output Symbols (hidden outputs included),
-    ``params`` the parsed parameters, ``needs[i]`` whether input i needs a gradient.
+    ``inputs`` and ``outputs`` are single-output Symbols (hidden outputs included; made on first use, as
+    many rules read only one of them), ``params`` the parsed parameters, ``needs[i]`` whether input i
+    needs a gradient.
     """
 
-    __slots__ = ("inputs", "outputs", "params", "name", "needs", "node")
+    __slots__ = ("params", "name", "needs", "node", "_inputs", "_outputs")
 
     def __init__(self, node: Node, needs):
         self.node = node
         self.name = node.name
         self.params = node.params
-        self.inputs = [Symbol([e]) for e in node.inputs]
-        self.outputs = [Symbol([(node, k)]) for k in range(node.num_outputs)]
         self.needs = needs
+        self._inputs = self._outputs = None
+
+    @property
+    def inputs(self) -> list:
+        if self._inputs is None:
+            self._inputs = [Symbol([e]) for e in self.node.inputs]
+        return self._inputs
+
+    @property
+    def outputs(self) -> list:
+        if self._outputs is None:
+            node = self.node
+            self._outputs = [Symbol([(node, k)]) for k in range(node.num_outputs)]
+        return self._outputs
 
 
 def _sym_module():
@@ -76,15 +89,8 @@ def build_gradients(heads: Sequence, head_grads: Sequence, wrt: Sequence[Node], 
 
 
 def _build(heads, head_grads, wrt, loss_scale=None):
-    F = _sym_module()
     order = topo_order(heads)
-    wrt_ids = {n.id for n in wrt}
-    # nodes that depend on some requested input (on a path from it); an input an op never differentiates
-    # (BlockGrad's data, an index, a label) carries no dependency: ops behind a BlockGrad need no gradient rule
-    dep = set(wrt_ids)
-    for node in order:
-        if node.op is not None and _depends(node, dep):
-            dep.add(node.id)
+    dep = _dependents(order, {n.id for n in wrt})
     acc: dict[tuple, list] = {}
     for (node, i), hg in zip(heads, head_grads):
         if node.id in dep and (hg is not None or (node.op is not None and node.op.loss_head(node.params))):
@@ -92,55 +98,82 @@ def _build(heads, head_grads, wrt, loss_scale=None):
                 acc.setdefault((node.id, i), []).append(hg)
             else:
                 acc.setdefault((node.id, i), [])
-    for node in reversed(order):
-        if node.op is None or node.id not in dep:
-            continue
-        got = [acc.pop((node.id, k), None) for k in range(node.num_outputs)]
-        if all(v is None for v in got):
-            continue  # no gradient reaches this node
-        op = node.op
-        n_args = node.num_args()
-        names = node.input_names()
-        no_grad = op.no_grad_inputs
-        needs = [
-            slot < n_args and src.id in dep and not (no_grad and names[slot] in no_grad)
-            for slot, (src, _) in enumerate(node.inputs)
-        ]
-        if not any(needs):
-            continue
-        if op.gradient is None:
-            reason = op.grad_undefined_reason or f"operator {op.name} has no gradient rule"
-            raise SymgradError(f"gradient of {op.name} {node.name!r} is not defined: {reason}")
-        loss = op.loss_head(node.params)
-        out_grads = []
-        for k, entries in enumerate(got):
-            if entries:
-                out_grads.append(Symbol([_sum(entries)]))
-            elif loss:
-                out_grads.append(None)
-            else:
-                out_grads.append(F.zeros_like(Symbol([(node, k)])))
-        with Prefix(f"{node.name}_backward_"):
-            in_grads = op.gradient(F, GradNode(node, needs), out_grads)
-            if loss and loss_scale is not None:
-                # a loss op ignores its head gradient, so the scale must be applied to what it emits
-                in_grads = [g * float(loss_scale) if isinstance(g, Symbol) else g for g in in_grads]
-        if len(in_grads) != len(node.inputs):
-            raise SymgradError(
-                f"gradient rule of {op.name} returned {len(in_grads)} gradients for {len(node.inputs)} inputs"
-            )
-        for slot, g in enumerate(in_grads):
-            if g is None or not needs[slot]:
-                continue
-            if not isinstance(g, Symbol) or len(g) != 1:
-                raise SymgradError(f"gradient rule of {op.name} returned {g!r} for input {names[slot]!r}")
-            src, idx = node.inputs[slot]
-            acc.setdefault((src.id, idx), []).append(g._outputs[0])
+    scope = _NodeScope()
+    with scope:
+        for node in reversed(order):
+            if node.op is not None and node.id in dep:
+                _differentiate(node, acc, dep, scope, loss_scale)
     result = []
     for n in wrt:
         entries = acc.get((n.id, 0))
         result.append(_sum(entries) if entries else None)
     return result
+
+
+def _dependents(order, wrt_ids) -> set:
+    """Ids of the nodes that depend on some requested input (on a path from it); an input an op never
+    differentiates (BlockGrad's data, an index, a label) carries no dependency: ops behind a BlockGrad need
+    no gradient rule."""
+    dep = set(wrt_ids)
+    for node in order:
+        if node.op is not None and _depends(node, dep):
+            dep.add(node.id)
+    return dep
+
+
+class _NodeScope(Prefix):
+    """The naming scope of gradient rules: ``<node>_backward_<op><k>``, counters fresh for every node
+    (one scope entered once per gradient pass; ``enter`` moves it to the next node)."""
+
+    def __init__(self):
+        super().__init__("")
+
+    def enter(self, node) -> None:
+        self._prefix = f"{node.name}_backward_"
+        self._counter.clear()
+
+
+def _differentiate(node, acc, dep, scope, loss_scale) -> None:
+    """Run ``node``'s gradient rule on the head gradients accumulated for its outputs (summed with one
+    ``add_n`` each) and add what it returns to the entries of its inputs."""
+    got = [acc.pop((node.id, k), None) for k in range(node.num_outputs)]
+    if all(v is None for v in got):
+        return  # no gradient reaches this node
+    op = node.op
+    n_args = len(node.inputs) if not op.aux else node.num_args()
+    no_grad = op.no_grad_inputs
+    names = node.input_names() if no_grad else None
+    needs = [slot < n_args and src.id in dep and not (no_grad and names[slot] in no_grad)
+             for slot, (src, _) in enumerate(node.inputs)]
+    if not any(needs):
+        return
+    if op.gradient is None:
+        reason = op.grad_undefined_reason or f"operator {op.name} has no gradient rule"
+        raise SymgradError(f"gradient of {op.name} {node.name!r} is not defined: {reason}")
+    F = _sym_module()
+    scope.enter(node)  # every node made for this one (sums, zeros, the rule's) is named <node>_backward_...
+    loss = op.loss_head(node.params)
+    out_grads = []
+    for k, entries in enumerate(got):
+        if entries:
+            out_grads.append(Symbol([_sum(entries)]))
+        elif loss:
+            out_grads.append(None)
+        else:
+            out_grads.append(F.zeros_like(Symbol([(node, k)])))
+    in_grads = op.gradient(F, GradNode(node, needs), out_grads)
+    if loss and loss_scale is not None:
+        # a loss op ignores its head gradient, so the scale must be applied to what it emits
+        in_grads = [g * float(loss_scale) if isinstance(g, Symbol) else g for g in in_grads]
+    if len(in_grads) != len(node.inputs):
+        raise SymgradError(f"gradient rule of {op.name} returned {len(in_grads)} gradients for {len(node.inputs)} inputs")
+    for slot, g in enumerate(in_grads):
+        if g is None or not needs[slot]:
+            continue
+        if not isinstance(g, Symbol) or len(g._outputs) != 1:
+            raise SymgradError(f"gradient rule of {op.name} returned {g!r} for input {node.input_names()[slot]!r}")
+        src, idx = node.inputs[slot]
+        acc.setdefault((src.id, idx), []).append(g._outputs[0])
 
 
 def expansion_gradients(expand, inputs: Sequence[Symbol], head: Symbol) -> list:
