@@ -13,9 +13,11 @@ and the gradient graph), an op may offer a cheaper exact equivalent of its forwa
 dtypes: ``op.forward.specialize(xp, in_types, **params)`` returns None or ``(fn, pre, post)``, meaning
 ``forward(xp, *inputs, **params) == fn(*pre, *inputs, *post)`` (``fn`` None: the first input itself).
 The generated code calls ``fn`` directly (``operator.mul`` and friends become infix operators), so a
-small elementwise instruction costs about one numpy call. A kernel must be exact for every dtype of the
-inputs' kind (a weak Python-float scalar, not one pre-cast to float32), because a head gradient may come
-with another float dtype than the output's: then the backward runs the ops' own forwards instead.
+small elementwise instruction costs about one numpy call. A kernel must be exact for the inferred dtypes (a
+scalar op's constant is a 0-d array of its input's dtype: numpy resolves a weak Python float for every call,
+which on a small array costs as much as the op). Every value has its inferred dtype at run time (the op
+table tests forward dtypes against inference; value hooks must keep dtypes); where that cannot be promised --
+a head gradient given in another float dtype than its output's -- the backward runs the ops' own forwards.
 """
 
 from __future__ import annotations

@@ -425,9 +425,16 @@ def _fused_backward(name, grad, reads, params):
         return apply(xp, g, values, p)
 
     def specialize(xp, in_types, **p):
+        # float inputs: the rule itself, nothing to dispatch (the test suite holds every rule to keeping
+        # ograd's dtype, so no cast either); a rule reading one value gets it as both x and y
         if not _float_kinds(in_types):
             return None
-        return (lambda g, *values: apply(xp, g, values, p), (), ())
+        F = _eager(xp)
+        if len(reads) == 2:
+            return (lambda g, x, y: grad(F, x, y, g, **p), (), ())
+        if p:
+            return (lambda g, v: grad(F, v, v, g, **p), (), ())
+        return (lambda g, v: grad(F, v, v, g), (), ())
 
     forward.specialize = specialize
 
@@ -567,7 +574,7 @@ def _hard_sigmoid_fwd(xp, x, alpha, beta):
 def _hard_sigmoid_grad(F, x, y, g, alpha, beta):
     # y = clip(alpha x + beta, 0, 1): y' = alpha strictly inside (0, 1), else 0 (MXNet's strict bounds)
     u = x * alpha + beta
-    return g * ((u > 0.0) * (u < 1.0) * alpha)
+    return g * alpha * (u > 0.0) * (u < 1.0)  # scaled first: on arrays a mask times a float would promote
 
 
 def _hard_sigmoid_choice(xp, x, alpha, beta):
@@ -753,12 +760,14 @@ def _scalar(name, fwd, grad, aliases=(), params=None, choice=None):
         fn, scalar_first = fast
 
         def specialize(xp, in_types, scalar, is_int=True):
-            # a float/complex x keeps its dtype and the scalar is cast to it (_scalar_operands):
-            # numpy does that cast itself with a Python float (NEP 50), so x op s is the whole forward
+            # a float/complex x keeps its dtype and the scalar is cast to it (_scalar_operands): x op s with
+            # s = DType(scalar) as a 0-d array of x's dtype is the whole forward. (numpy would cast a Python
+            # float the same way (NEP 50), but resolving a weak scalar costs a second small-array op's time.)
             if not (_float_kinds(in_types) and _weak_scalar_fits(scalar, in_types[0])):
                 return None
             fn_ = getattr(xp, fn) if isinstance(fn, str) else fn
-            return (fn_, (float(scalar),), ()) if scalar_first else (fn_, (), (float(scalar),))
+            s = xp.asarray(float(scalar), dtype=in_types[0])
+            return (fn_, (s,), ()) if scalar_first else (fn_, (), (s,))
 
         forward.specialize = specialize
 
