@@ -166,7 +166,8 @@ def _entry(raw, n_nodes, what, err) -> tuple[int, int]:
     if not isinstance(raw, list) or len(raw) not in (2, 3):
         raise err(f"{what} must be a list [node, output] or [node, output, version], got {_short(raw)}")
     for v in raw:
-        _check_type(v, int, f"{what} entry {_short(raw)}", err)
+        if type(v) is not int:  # the message (a repr of the entry) only when there is one to raise
+            _check_type(v, int, f"{what} entry {_short(raw)}", err)
     node, out = raw[0], raw[1]
     if not 0 <= node < n_nodes:
         raise err(f"{what} refers to node {node}, but the file has nodes 0..{n_nodes - 1}")

@@ -67,9 +67,28 @@ def _literal_too_deep(text: str) -> bool:
     return False
 
 
+#: parsed attribute strings whose value is immutable ("(3, 3)", "1e-05"): a model file repeats a few dozen
+#: strings thousands of times, and ``ast.literal_eval`` compiles each one
+_LITERALS: dict[str, Any] = {}
+_LITERALS_MAX = 4096
+_IMMUTABLE = (int, float, bool, str, type(None))
+
+
 def _literal(text: str):
     """A Python literal parsed from ``text``, or ``text`` itself when it is none (the caller then
     reports the parameter). Over-long or deeply nested text is never handed to the parser."""
+    try:
+        return _LITERALS[text]
+    except KeyError:
+        pass
+    value = _parse_literal(text)
+    if len(_LITERALS) < _LITERALS_MAX and (isinstance(value, _IMMUTABLE) or (
+            type(value) is tuple and all(isinstance(e, _IMMUTABLE) for e in value))):
+        _LITERALS[text] = value
+    return value
+
+
+def _parse_literal(text: str):
     if len(text) > _MAX_LITERAL_CHARS or _literal_too_deep(text):
         return text
     try:
