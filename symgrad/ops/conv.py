@@ -199,6 +199,159 @@ def _sample_major(xp, m, N, Y):
     return xp.ascontiguousarray(m.reshape(F, N, -1).swapaxes(0, 1)).reshape((N, F) + tuple(Y))
 
 
+# ----------------------------------------------------------------------------
+# Winograd F(2x2, 3x3): 3x3, stride 1, undilated, ungrouped correlations
+# ----------------------------------------------------------------------------
+#
+# Each 2x2 block of outputs reads a 4x4 tile of the padded input (tiles overlap by 2):
+#     y = A^T [(G g G^T) * (B^T d B)] A      (* elementwise over the 4x4 tile)
+# so the sum over channels is 16 GEMMs ``M[k] (F, T) = U[k] (F, C) @ V[k] (C, T)`` (T tiles) with
+# 16 multiplies per 4 outputs instead of 36: 2.25x fewer flops than im2col + GEMM, and V (16 C T
+# elements) is smaller than im2col's columns (36 C T). The transforms have entries 0, +-1, +-1/2:
+# float32 rounding stays that of a direct sum (relative L2 error ~4e-7 on ResNet's layers, im2col
+# ~3.5e-7). Being linear in d and in g, the same tiles give the adjoints: the data gradient is the
+# correlation of the output gradient with the flipped, channel-swapped kernel (stride 1), and
+#     dU[k] (F, C) = (A dy A^T)[k] (F, T) @ V[k]^T,   dg = G^T dU G.
+#
+# Layout: the padded input is split by row and column parity into four phases, each a flat
+# ``(C*N, (th+1)*(tw+1))`` block, so every tap of both transform stages is one contiguous slice
+# (the tile at (r, c) reads phase rows r, r+1 and columns c, c+1). Positions are ``r*(tw+1) + c``:
+# one garbage column per tile row (c = tw) rides along and is dropped by the output transform
+# (zero in the weight gradient's dy tiles), which keeps every elementwise pass contiguous.
+
+_WINO_G = np.array([[1.0, 0.0, 0.0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0.0, 0.0, 1.0]])
+_WINO_K = np.kron(_WINO_G, _WINO_G)  # (16, 9): U[(i, j)] = sum_(a, b) G[i, a] G[j, b] g[a, b]
+_WINO_MIN_TILES = 49  # fewer 2x2 output blocks (ResNet's 7x7 stage): the weight transform outweighs the GEMMs
+
+
+def winograd_applies(k, s, d, lo, groups, Y):
+    """Whether the correlation with this geometry (and output size ``Y``) runs as Winograd F(2x2, 3x3)."""
+    return (tuple(k) == (3, 3) and tuple(s) == (1, 1) and tuple(d) == (1, 1) and groups == 1
+            and all(0 <= p <= 2 for p in lo) and -(-Y[0] // 2) * -(-Y[1] // 2) >= _WINO_MIN_TILES)
+
+
+def _wino_bt(xp, d, out):
+    """``out[i] = sum_j B^T[i, j] d[j]``, B^T = [[1,0,-1,0], [0,1,1,0], [0,-1,1,0], [0,1,0,-1]]."""
+    xp.subtract(d[0], d[2], out=out[0])
+    xp.add(d[1], d[2], out=out[1])
+    xp.subtract(d[2], d[1], out=out[2])
+    xp.subtract(d[1], d[3], out=out[3])
+
+
+def _wino_at(xp, m, out):
+    """``out[a] = sum_i A^T[a, i] m[i]``, A^T = [[1,1,1,0], [0,1,-1,-1]]."""
+    xp.add(m[0], m[1], out=out[0])
+    out[0] += m[2]
+    xp.subtract(m[1], m[2], out=out[1])
+    out[1] -= m[3]
+
+
+def _wino_a(xp, y, out):
+    """The adjoint of ``_wino_at``: ``out[i] = sum_a A[i, a] y[a]``, A = [[1,0], [1,1], [1,-1], [0,-1]]."""
+    xp.copyto(out[0], y[0])
+    xp.add(y[0], y[1], out=out[1])
+    xp.subtract(y[0], y[1], out=out[2])
+    xp.negative(y[1], out=out[3])
+
+
+def _parity_span(lead, parity, n_in, n_slots):
+    """(first slot, slot count, first input index) of the slots ``m`` of one parity phase (padded
+    index ``2m + parity``, input index ``2m + parity - lead``) that hold input."""
+    first = max(0, (lead - parity + 1) // 2)
+    i0 = 2 * first + parity - lead
+    count = min(n_slots - first, (n_in - i0 + 1) // 2) if i0 < n_in else 0
+    return first, count, i0
+
+
+def _wino_phases(xp, b, lo, th, tw):
+    """Zero-padded ``b`` split by row/column parity: ``(2, 2, C*N, (th+1)*(tw+1) + 2)`` (2 slack slots)."""
+    N, C, H, W = b.shape
+    L = (th + 1) * (tw + 1)
+    P = xp.empty((2, 2, C, N, L + 2), b.dtype)
+    P.fill(0)  # not zeros(): calloc maps fresh pages for a large block (a page fault per 4 KiB, every call)
+    for pr in range(2):
+        r0, rn, i0 = _parity_span(lo[0], pr, H, th + 1)
+        for pc in range(2):
+            c0, cn, j0 = _parity_span(lo[1], pc, W, tw + 1)
+            if rn > 0 and cn > 0:
+                dst = P[pr, pc, :, :, :L].reshape(C, N, th + 1, tw + 1)[:, :, r0:r0 + rn, c0:c0 + cn]
+                xp.copyto(dst, b[:, :, i0:i0 + 2 * rn - 1:2, j0:j0 + 2 * cn - 1:2].swapaxes(0, 1))
+    return P.reshape(2, 2, C * N, L + 2)
+
+
+def winograd_input(xp, b, lo, th, tw):
+    """``V (16, C, N*th*(tw+1))``: B^T d B of every tile (rows of taps first, then columns)."""
+    N, C = b.shape[:2]
+    P = _wino_phases(xp, b, lo, th, tw)
+    T, row = th * (tw + 1), tw + 1
+    R = xp.empty((4, 2, C * N, T + 1), b.dtype)  # row transform, both column phases
+    _wino_bt(xp, [P[i % 2, :, :, (i // 2) * row:(i // 2) * row + T + 1] for i in range(4)], R)
+    V = xp.empty((4, 4, C * N, T), b.dtype)
+    _wino_bt(xp, [R[:, j % 2, :, j // 2:j // 2 + T] for j in range(4)], V.swapaxes(0, 1))
+    return V.reshape(16, C, N * T)
+
+
+def winograd_weight(xp, w, flip=False):
+    """``U (16, F, C) = G g G^T`` as one GEMM; with ``flip`` that of the flipped kernel with F and C
+    swapped, ``(16, C, F)`` (flipping the 9 taps reverses the columns of the transform)."""
+    F, C = w.shape[:2]
+    K = xp.asarray(_WINO_K[:, ::-1] if flip else _WINO_K, dtype=w.dtype)
+    U = xp.matmul(K, w.reshape(F * C, 9).T).reshape(16, F, C)
+    return U.swapaxes(1, 2) if flip else U
+
+
+def winograd_output(xp, M, N, th, tw, Y):
+    """``(N, F, *Y)`` from the 16 products ``M (16, F, N*th*(tw+1))``: A^T M A, garbage column dropped."""
+    F = M.shape[1]
+    M = M.reshape(4, 4, -1)
+    Q = xp.empty((2, 4, M.shape[2]), M.dtype)
+    _wino_at(xp, M, Q)
+    Z = xp.empty((2, 2, M.shape[2]), M.dtype)
+    _wino_at(xp, Q.swapaxes(0, 1), Z.swapaxes(0, 1))
+    out = xp.empty((N, F, th, 2, tw, 2), M.dtype)
+    xp.copyto(out.transpose(3, 5, 1, 0, 2, 4), Z.reshape(2, 2, F, N, th, tw + 1)[..., :tw])
+    out = out.reshape(N, F, 2 * th, 2 * tw)
+    if (2 * th, 2 * tw) != tuple(Y):
+        out = xp.ascontiguousarray(out[:, :, :Y[0], :Y[1]])
+    return out
+
+
+def winograd_correlate(xp, b, w, lo, Y, flip=False):
+    """S from B by Winograd (``flip``: with the flipped, channel-swapped kernel: the data gradient)."""
+    th, tw = -(-Y[0] // 2), -(-Y[1] // 2)
+    V = winograd_input(xp, b, lo, th, tw)
+    M = xp.matmul(winograd_weight(xp, w, flip), V)
+    return winograd_output(xp, M, b.shape[0], th, tw, Y)
+
+
+def _wino_grad_tiles(xp, sm, th, tw):
+    """``(A dy A^T)`` of every 2x2 output block: ``(16, F, N*th*(tw+1))``, zero past the output."""
+    N, F = sm.shape[:2]
+    Yt = xp.empty((2, 2, F, N, th, tw + 1), sm.dtype)
+    Yt.fill(0)
+    for a in range(2):
+        for c in range(2):
+            part = sm[:, :, a::2, c::2]
+            xp.copyto(Yt[a, c, :, :, :part.shape[2], :part.shape[3]], part.swapaxes(0, 1))
+    Yt = Yt.reshape(2, 2, -1)
+    Z = xp.empty((4, 2, Yt.shape[2]), sm.dtype)
+    _wino_a(xp, Yt, Z)
+    Mt = xp.empty((4, 4, Yt.shape[2]), sm.dtype)
+    _wino_a(xp, Z.swapaxes(0, 1), Mt.swapaxes(0, 1))
+    return Mt.reshape(16, F, -1)
+
+
+def winograd_weight_grad(xp, b, sm, lo):
+    """W from B and S by Winograd: ``dU[k] = Mt[k] @ V[k]^T`` (16 GEMMs over batch and tiles), then G^T dU G."""
+    C, F = b.shape[1], sm.shape[1]
+    Y = sm.shape[2:]
+    th, tw = -(-Y[0] // 2), -(-Y[1] // 2)
+    V = winograd_input(xp, b, lo, th, tw)
+    dU = xp.matmul(_wino_grad_tiles(xp, sm, th, tw), V.swapaxes(1, 2))  # (16, F, C)
+    K = xp.asarray(_WINO_K, dtype=dU.dtype)
+    return xp.matmul(dU.reshape(16, F * C).T, K).reshape(F, C, 3, 3)
+
+
 def correlate(xp, b, w, k, s, d, lo, Y, groups):
     """S from B: ``(N, C, *X)``, ``(F, C/g, *k)`` -> ``(N, F, *Y)`` in the compute dtype.
 
@@ -211,6 +364,8 @@ def correlate(xp, b, w, k, s, d, lo, Y, groups):
     acc = acc_dtype(b.dtype)
     b = b.astype(acc, copy=False)
     w = w.astype(acc, copy=False)
+    if winograd_applies(k, s, d, lo, groups, Y):
+        return winograd_correlate(xp, b, w, lo, Y)
     N = b.shape[0]
     F, g = w.shape[0], groups
     cols = channel_major_columns(xp, b, k, s, d, lo, Y)
@@ -260,6 +415,9 @@ def transpose(xp, sm, w, k, s, d, lo, X, groups):
     sm = sm.astype(acc, copy=False)
     w = w.astype(acc, copy=False)
     N, F = sm.shape[:2]
+    lo2 = tuple((ki - 1) * di - pl for ki, di, pl in zip(k, d, lo))
+    if winograd_applies(k, s, d, lo2, groups, X):
+        return winograd_correlate(xp, sm, w, lo2, X, flip=True)
     lo2 = _flipped_pad(k, s, d, lo, w.shape, groups, N, X, sm.shape[2:])
     if lo2 is not None:
         return correlate(xp, sm, _flipped_weight(xp, w, groups), k, s, d, lo2, X, groups)
@@ -288,6 +446,8 @@ def weight_grad(xp, b, sm, k, s, d, lo, groups):
     C = b.shape[1]
     F = sm.shape[1]
     Y = sm.shape[2:]
+    if winograd_applies(k, s, d, lo, groups, Y):
+        return winograd_weight_grad(xp, b, sm, lo)
     g = groups
     cols = channel_major_columns(xp, b, k, s, d, lo, Y)
     smm = _batch_major(xp, sm).reshape(g, F // g, -1)
