@@ -99,10 +99,11 @@ def _build(heads, head_grads, wrt, loss_scale=None):
             else:
                 acc.setdefault((node.id, i), [])
     scope = _NodeScope()
+    F = _sym_module()
     with scope:
         for node in reversed(order):
             if node.op is not None and node.id in dep:
-                _differentiate(node, acc, dep, scope, loss_scale)
+                _differentiate(node, acc, dep, scope, loss_scale, F)
     result = []
     for n in wrt:
         entries = acc.get((n.id, 0))
@@ -133,24 +134,26 @@ class _NodeScope(Prefix):
         self._counter.clear()
 
 
-def _differentiate(node, acc, dep, scope, loss_scale) -> None:
+def _differentiate(node, acc, dep, scope, loss_scale, F) -> None:
     """Run ``node``'s gradient rule on the head gradients accumulated for its outputs (summed with one
     ``add_n`` each) and add what it returns to the entries of its inputs."""
-    got = [acc.pop((node.id, k), None) for k in range(node.num_outputs)]
-    if all(v is None for v in got):
-        return  # no gradient reaches this node
+    nid = node.id
+    if node.num_outputs == 1:
+        got = [acc.pop((nid, 0), None)]
+        if got[0] is None:
+            return  # no gradient reaches this node
+    else:
+        got = [acc.pop((nid, k), None) for k in range(node.num_outputs)]
+        if all(v is None for v in got):
+            return
     op = node.op
-    n_args = len(node.inputs) if not op.aux else node.num_args()
-    no_grad = op.no_grad_inputs
-    names = node.input_names() if no_grad else None
-    needs = [slot < n_args and src.id in dep and not (no_grad and names[slot] in no_grad)
-             for slot, (src, _) in enumerate(node.inputs)]
+    inputs = node.inputs
+    needs = _needs(node, op, dep)
     if not any(needs):
         return
     if op.gradient is None:
         reason = op.grad_undefined_reason or f"operator {op.name} has no gradient rule"
         raise SymgradError(f"gradient of {op.name} {node.name!r} is not defined: {reason}")
-    F = _sym_module()
     scope.enter(node)  # every node made for this one (sums, zeros, the rule's) is named <node>_backward_...
     loss = op.loss_head(node.params)
     out_grads = []
@@ -165,15 +168,33 @@ def _differentiate(node, acc, dep, scope, loss_scale) -> None:
     if loss and loss_scale is not None:
         # a loss op ignores its head gradient, so the scale must be applied to what it emits
         in_grads = [g * float(loss_scale) if isinstance(g, Symbol) else g for g in in_grads]
-    if len(in_grads) != len(node.inputs):
-        raise SymgradError(f"gradient rule of {op.name} returned {len(in_grads)} gradients for {len(node.inputs)} inputs")
+    if len(in_grads) != len(inputs):
+        raise SymgradError(f"gradient rule of {op.name} returned {len(in_grads)} gradients for {len(inputs)} inputs")
     for slot, g in enumerate(in_grads):
         if g is None or not needs[slot]:
             continue
         if not isinstance(g, Symbol) or len(g._outputs) != 1:
             raise SymgradError(f"gradient rule of {op.name} returned {g!r} for input {node.input_names()[slot]!r}")
-        src, idx = node.inputs[slot]
-        acc.setdefault((src.id, idx), []).append(g._outputs[0])
+        src, idx = inputs[slot]
+        key = (src.id, idx)
+        entries = acc.get(key)
+        if entries is None:
+            acc[key] = [g._outputs[0]]
+        else:
+            entries.append(g._outputs[0])
+
+
+def _needs(node, op, dep) -> list:
+    """Whether each input of ``node`` needs a gradient: an argument (not an auxiliary state) that depends on a
+    requested input, through an input the op differentiates."""
+    inputs = node.inputs
+    no_grad = op.no_grad_inputs
+    if not op.aux and not no_grad:
+        return [src.id in dep for src, _ in inputs]
+    n_args = node.num_args()
+    names = node.input_names() if no_grad else None
+    return [slot < n_args and src.id in dep and not (no_grad and names[slot] in no_grad)
+            for slot, (src, _) in enumerate(inputs)]
 
 
 def expansion_gradients(expand, inputs: Sequence[Symbol], head: Symbol) -> list:

@@ -124,26 +124,41 @@ def _run(nodes: Sequence[Node], known: dict, kind: str, unknown_dims: bool = Fal
             else:
                 out_keys = [(node.id, k) for k in range(node.num_outputs)]
                 outs = [get(key) for key in out_keys]
-            rule = node.op.infer_shape if shape else (node.op.infer_type or same_type)
+            op = node.op
+            rule = op.infer_shape if shape else (op.infer_type or same_type)
+            try:  # the rule gets copies: what it returns is compared with what was known
+                new_ins, new_outs = rule(node.params, ins[:], outs[:], where(node))
+            except Exception:  # again, with the retries and the error wrapping of _apply_rule
+                new_ins, new_outs = _apply_rule(node, rule, ins, outs, kind, unknown_dims)
+            if len(new_ins) < len(ins) or len(new_outs) < len(outs):  # a short answer says nothing of the rest
+                new_ins = [*new_ins, *[None] * (len(ins) - len(new_ins))]
+                new_outs = [*new_outs, *[None] * (len(outs) - len(new_outs))]
             # Most answers repeat a known value (the same object, or an equal shape tuple): nothing to check
             # or store. Known shapes are tuples of ints (``_as_shape``, array shapes, ``_settle``), so an equal
             # tuple answer is exactly one ``_settle`` would find unchanged; anything else goes through it.
-            new_ins, new_outs = _apply_rule(node, rule, ins, outs, kind, unknown_dims)
-            for slot, (old, new) in enumerate(zip(ins, new_ins)):
-                if new is None or new is old or (shape and type(new) is tuple and type(old) is tuple and new == old):
-                    continue
-                new = _settle(node, old, new, kind, unknown_dims, slot, True)
-                if new is not _SAME:
-                    known[in_keys[slot]] = new
+            complete = True
+            for slot, old in enumerate(ins):
+                new = new_ins[slot]
+                if not (new is None or new is old or (shape and type(new) is tuple and new == old)):
+                    new = _settle(node, old, new, kind, unknown_dims, slot, True)
+                    if new is not _SAME:
+                        known[in_keys[slot]] = old = new
+                        changed = True
+                if old is None or (unknown_dims and 0 in old):
+                    complete = False
+            for k, old in enumerate(outs):
+                new = new_outs[k]
+                if old is None and new is not None:  # the usual first answer for an output: nothing to check
+                    known[out_keys[k]] = old = tuple(map(int, new)) if shape else new
                     changed = True
-            for k, (old, new) in enumerate(zip(outs, new_outs)):
-                if new is None or new is old or (shape and type(new) is tuple and type(old) is tuple and new == old):
-                    continue
-                new = _settle(node, old, new, kind, unknown_dims, k, False)
-                if new is not _SAME:
-                    known[out_keys[k]] = new
-                    changed = True
-            if _complete(in_keys, out_keys, get, unknown_dims):
+                elif not (new is None or new is old or (shape and type(new) is tuple and new == old)):
+                    new = _settle(node, old, new, kind, unknown_dims, k, False)
+                    if new is not _SAME:
+                        known[out_keys[k]] = old = new
+                        changed = True
+                if old is None or (unknown_dims and 0 in old):
+                    complete = False
+            if complete:
                 done.add(node.id)
         if not changed or len(done) == len(ops):
             break
@@ -178,17 +193,6 @@ def _slot_what(node, index, is_input):
     what = names[index] if index < len(names) else f"input {index}"
     src, idx = node.inputs[index]
     return f"input {what!r} (from {src.output_name(idx)!r})"
-
-
-def _complete(in_keys, out_keys, get, unknown_dims) -> bool:
-    """Every value under ``in_keys`` and ``out_keys`` is known (and, with unknown dimensions, has no
-    unknown dimension): the node is done."""
-    for keys in (in_keys, out_keys):
-        for key in keys:
-            v = get(key)
-            if v is None or (unknown_dims and _partial(v)):
-                return False
-    return True
 
 
 def _differs(a, b, kind):

@@ -398,7 +398,7 @@ class _Eager:
         return fn
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _eager(xp):
     return _Eager(xp)
 
