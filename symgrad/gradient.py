@@ -71,7 +71,8 @@ def _depends(node, dep) -> bool:
     return any(src.id in dep and names[slot] not in no_grad for slot, (src, _) in enumerate(node.inputs))
 
 
-def build_gradients(heads: Sequence, head_grads: Sequence, wrt: Sequence[Node], loss_scale=None) -> list:
+def build_gradients(heads: Sequence, head_grads: Sequence, wrt: Sequence[Node], loss_scale=None,
+                    order: Sequence[Node] | None = None) -> list:
     """Gradient entries of ``heads`` w.r.t. the variable nodes ``wrt``.
 
     ``heads`` are ``(node, index)`` entries, ``head_grads`` one entry (or None,
@@ -83,13 +84,16 @@ def build_gradients(heads: Sequence, head_grads: Sequence, wrt: Sequence[Node], 
     ``loss_scale`` (the caller has already scaled ``head_grads`` by it) also
     multiplies the gradients that loss operators (MakeLoss, SoftmaxOutput...)
     emit, since those ignore the head gradient they receive.
+
+    ``order``: ``topo_order(heads)``, when the caller already has it (the executor does).
     """
     with NameManager():
-        return _build(heads, head_grads, wrt, loss_scale)
+        return _build(heads, head_grads, wrt, loss_scale, order)
 
 
-def _build(heads, head_grads, wrt, loss_scale=None):
-    order = topo_order(heads)
+def _build(heads, head_grads, wrt, loss_scale=None, order=None):
+    if order is None:
+        order = topo_order(heads)
     dep = _dependents(order, {n.id for n in wrt})
     acc: dict[tuple, list] = {}
     for (node, i), hg in zip(heads, head_grads):

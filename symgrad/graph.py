@@ -72,15 +72,21 @@ def topo_order(heads: Iterable) -> list[Node]:
     return topo_order_split(heads, ())[0]
 
 
-def topo_order_split(heads: Iterable, more: Iterable) -> tuple[list[Node], int]:
+def topo_order_split(heads: Iterable, more: Iterable, heads_order: Sequence[Node] | None = None
+                     ) -> tuple[list[Node], int]:
     """``topo_order(heads + more)`` and how many of its nodes ``topo_order(heads)`` holds: one walk.
 
     The DFS emits everything reachable from ``heads`` before it starts on ``more``, so those nodes are
-    exactly the first ones, in ``topo_order(heads)``'s order.
+    exactly the first ones, in ``topo_order(heads)``'s order (``heads_order``: that order, when the caller
+    already has it; then only ``more`` is walked).
     """
     order: list[Node] = []
     seen: set[int] = set()
-    _dfs(heads, order, seen)
+    if heads_order is None:
+        _dfs(heads, order, seen)
+    else:
+        order.extend(heads_order)
+        seen.update(n.id for n in heads_order)
     n_heads = len(order)
     _dfs(more, order, seen)
     return order, n_heads

@@ -41,10 +41,11 @@ class Head(types.SimpleNamespace):
 class Symbol:
     """A tuple of DAG output entries ``(node, index)``. Immutable."""
 
-    __slots__ = ("_outputs",)
+    __slots__ = ("_outputs", "_walk")
 
     def __init__(self, outputs):
         object.__setattr__(self, "_outputs", tuple(outputs))
+        object.__setattr__(self, "_walk", None)  # _arg_and_aux_nodes, once asked for (the graph never changes)
 
     def __setattr__(self, key, value):
         raise AttributeError("Symbols are immutable")
@@ -130,12 +131,18 @@ class Symbol:
         return topo_order(self._outputs)
 
     def _arg_and_aux_nodes(self):
-        nodes = self._nodes()
-        _graph.check_unique_names(nodes)
-        aux_ids = _graph.aux_variable_ids(nodes)
-        args = [n for n in nodes if n.op is None and n.id not in aux_ids]
-        aux = [n for n in nodes if n.op is None and n.id in aux_ids]
-        return nodes, args, aux
+        """``(nodes in topological order, argument variables, auxiliary-state variables)``: fresh lists of a
+        walk made once per Symbol (``list_arguments``, ``infer_shape`` and ``simple_bind`` all ask)."""
+        walk = self._walk
+        if walk is None:
+            nodes = self._nodes()
+            _graph.check_unique_names(nodes)
+            aux_ids = _graph.aux_variable_ids(nodes)
+            args = [n for n in nodes if n.op is None and n.id not in aux_ids]
+            aux = [n for n in nodes if n.op is None and n.id in aux_ids]
+            walk = (tuple(nodes), tuple(args), tuple(aux))
+            object.__setattr__(self, "_walk", walk)
+        return list(walk[0]), list(walk[1]), list(walk[2])
 
     def list_arguments(self) -> list[str]:
         """Argument names in MXNet's DFS order (auxiliary states excluded)."""

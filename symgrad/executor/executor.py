@@ -253,7 +253,7 @@ class Executor:
         self._pending_aux: dict = {}
         with ctx.device_scope():  # the plan allocates its gradient buffers
             self._plan = Plan(heads, arg_nodes, aux_nodes, [reqs[n] != "null" for n in self._arg_names],
-                              self._xp, self._pending_aux, grad_like=grad_arrays, types=types)
+                              self._xp, self._pending_aux, grad_like=grad_arrays, types=types, nodes=nodes)
         # check the gradient graph's shapes too (errors here are bugs in a rule, named by node)
         for v, s in zip(self._plan.head_grad_nodes, self._head_shapes):
             known[(v.id, 0)] = s

@@ -84,10 +84,12 @@ class Plan:
 
     def __init__(self, heads: Sequence, arg_nodes: Sequence[Node], aux_nodes: Sequence[Node],
                  grad_args: Sequence[bool], xp, pending_aux: dict, grad_like: Sequence | None = None,
-                 types: dict | None = None):
+                 types: dict | None = None, nodes: Sequence[Node] | None = None):
         """``types``: the dtypes inferred for the forward values (``(node id, output) -> dtype``), or None;
-        where known (and completed over the gradient graph) they select the ops' kernels."""
+        where known (and completed over the gradient graph) they select the ops' kernels. ``nodes``:
+        ``topo_order(heads)``, when the caller has it (then the forward graph is not walked again)."""
         self.heads = list(heads)
+        self._forward_order = nodes
         grad_entries = self._gradient_graph(arg_nodes, grad_args)
         fwd_nodes, bwd_nodes = self._split(grad_entries)
         self._assign_slots(arg_nodes, aux_nodes, grad_entries)
@@ -115,7 +117,8 @@ class Plan:
         variables ``__head_grad{i}__``."""
         self.head_grad_nodes = [Node(None, f"__head_grad{i}__", {}, {}, (), 1) for i in range(len(self.heads))]
         wrt = [n for n, g in zip(arg_nodes, grad_args) if g]
-        grads = build_gradients(self.heads, [(v, 0) for v in self.head_grad_nodes], wrt) if wrt else []
+        grads = (build_gradients(self.heads, [(v, 0) for v in self.head_grad_nodes], wrt, order=self._forward_order)
+                 if wrt else [])
         grad_of = dict(zip([n.id for n in wrt], grads))
         return [grad_of.get(n.id) for n in arg_nodes]
 
@@ -123,7 +126,7 @@ class Plan:
         """Deterministic topological order of the combined graph, split into the forward (the ancestors of the
         outputs) and the backward (the rest)."""
         # the outputs and everything they read come first, in one walk
-        nodes, n_fwd = topo_order_split(self.heads, [e for e in grad_entries if e is not None])
+        nodes, n_fwd = topo_order_split(self.heads, [e for e in grad_entries if e is not None], self._forward_order)
         self.nodes = nodes
         self.backward_nodes = nodes[n_fwd:]
         return nodes[:n_fwd], self.backward_nodes

@@ -48,13 +48,21 @@ def _zero_grad(F, n, g):
 
 def _float_kinds(in_types, kinds="fc") -> bool:
     """Every input dtype is floating (or complex): the ops below then keep that dtype by themselves."""
-    return all(np.dtype(t).kind in kinds for t in in_types)
+    for t in in_types:
+        if np.dtype(t).kind not in kinds:
+            return False
+    return True
+
+
+@functools.lru_cache(maxsize=None)
+def _largest(dtype) -> float:
+    return float(np.finfo(dtype).max)
 
 
 def _weak_scalar_fits(scalar, dtype) -> bool:
     """Whether ``scalar`` as a Python float (numpy casts it to the array's dtype, NEP 50) equals MXNet's
     ``DType(scalar)`` without an overflow warning: a finite scalar beyond the dtype's range overflows."""
-    return not math.isfinite(scalar) or abs(scalar) <= float(np.finfo(dtype).max)
+    return not math.isfinite(scalar) or abs(scalar) <= _largest(np.dtype(dtype))
 
 
 #: unary ops whose forward on a float/complex input is this ufunc itself (``_float_in`` passes floats as
@@ -719,6 +727,23 @@ def _cast_scalar(scalar, dtype):
         return np.asarray(scalar, dtype=np.float64).astype(dtype)[()]
 
 
+_CONSTANTS: dict = {}
+
+
+def _constant(xp, scalar: float, dtype):
+    """``scalar`` as a read-only 0-d array of ``dtype``, one per value (by its bits: -0.0 is not 0.0) shared by
+    every kernel that multiplies, adds... with it."""
+    key = (xp, dtype, scalar.hex())
+    c = _CONSTANTS.get(key)
+    if c is None:
+        c = xp.asarray(scalar, dtype=dtype)
+        if xp is np:
+            c.flags.writeable = False
+        if len(_CONSTANTS) < 4096:
+            _CONSTANTS[key] = c
+    return c
+
+
 def _scalar_type(params, in_types, out_types, where):
     t = in_types[0]
     if t is None:
@@ -766,7 +791,7 @@ def _scalar(name, fwd, grad, aliases=(), params=None, choice=None):
             if not (_float_kinds(in_types) and _weak_scalar_fits(scalar, in_types[0])):
                 return None
             fn_ = getattr(xp, fn) if isinstance(fn, str) else fn
-            s = xp.asarray(float(scalar), dtype=in_types[0])
+            s = _constant(xp, float(scalar), np.dtype(in_types[0]))
             return (fn_, (s,), ()) if scalar_first else (fn_, (), (s,))
 
         forward.specialize = specialize
