@@ -57,6 +57,8 @@ def _apply_rule(node, rule, ins, outs, kind, unknown_dims):
                     answers.append(rule(node.params, trial[:len(ins)], trial[len(ins):], where(node)))
                 except Exception:
                     continue
+                if keep is None and _determines_all(answers[0]):
+                    break  # merged answers keep the first where it is complete: the others cannot add anything
             if not answers:
                 raise first from None
             return _merge_answers(answers, len(ins), len(outs))
@@ -64,6 +66,11 @@ def _apply_rule(node, rule, ins, outs, kind, unknown_dims):
         raise
     except Exception as exc:  # a rule crashing on odd input is still the op's error
         raise ShapeError(f"{where(node)}: {kind} inference failed: {exc}") from exc
+
+
+def _determines_all(answer) -> bool:
+    """Every slot of a rule's ``(ins, outs)`` answer is a shape without an unknown (0) dimension."""
+    return all(v is not None and 0 not in tuple(v) for part in answer for v in part)
 
 
 def _merge_answers(answers, n_in, n_out):
