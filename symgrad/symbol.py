@@ -670,6 +670,9 @@ def _create(op, args, kwargs, name=None, attr=None, hint=None):
     hint = (hint or op.name).lower()
     node_name = NameManager.current().get(name, hint)
     where = f"{op.name} {node_name!r}"
+    simple = _simple_call(op, args, kwargs, attr)
+    if simple is not None:
+        return _create_simple(op, simple, kwargs, node_name, where)
     sym_kwargs, param_kwargs = _split_kwargs(kwargs)
     args, positional_params = _split_positional(op, args, param_kwargs, where)
     if positional_params:
@@ -706,6 +709,36 @@ def _create(op, args, kwargs, name=None, attr=None, hint=None):
         attrs[k] = v if isinstance(v, str) else param_to_str(v)
     node = Node(op, node_name, params, attrs, inputs, op.n_outputs(params))
     n_visible = op.n_visible(params)
+    return Symbol([(node, 0)] if n_visible == 1 else [(node, i) for i in range(n_visible)])
+
+
+def _simple_call(op, args, kwargs, attr):
+    """The input entries of the most common call -- every input given positionally as a single-output Symbol,
+    parameters (no Symbols) by keyword, an op whose input names are fixed, no ``attr`` -- or None for any
+    other call (which ``_create``'s general path handles)."""
+    names = op.fixed_input_names()
+    if names is None or attr or len(args) != len(names) or op.prepare is not None:
+        return None
+    entries = []
+    for a in args:
+        if type(a) is not Symbol or len(a._outputs) != 1:
+            return None
+        entries.append(a._outputs[0])
+    for v in kwargs.values():
+        if isinstance(v, Symbol):
+            return None
+    return entries
+
+
+def _create_simple(op, inputs, param_kwargs, node_name, where):
+    """``_create``'s result for a ``_simple_call``: the same parse, attributes and node."""
+    params = op.parse_params(param_kwargs, where) if op.params or param_kwargs else {}
+    attrs = AttrScope.current_attrs()
+    for k, v in param_kwargs.items():
+        attrs[k] = v if isinstance(v, str) else param_to_str(v)
+    n_out = op.n_outputs(params)
+    node = Node(op, node_name, params, attrs, inputs, n_out)
+    n_visible = n_out if op.num_visible is None else op.n_visible(params)
     return Symbol([(node, 0)] if n_visible == 1 else [(node, i) for i in range(n_visible)])
 
 

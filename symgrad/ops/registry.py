@@ -312,6 +312,15 @@ class OpDef:
         names = self.inputs(params) if callable(self.inputs) else self.inputs
         return list(names)
 
+    def fixed_input_names(self) -> tuple | None:
+        """Input and auxiliary names when no parameter changes them (``list_inputs + list_aux`` for any
+        params), else None; computed once."""
+        names = self.__dict__.get("_fixed_names", False)
+        if names is False:
+            fixed = not (callable(self.inputs) or self.variadic or callable(self.aux) or self.extra_params)
+            names = self.__dict__["_fixed_names"] = (*self.inputs, *self.aux) if fixed else None
+        return names
+
     def list_aux(self, params: dict) -> list[str]:
         return list(self.aux(params) if callable(self.aux) else self.aux)
 
