@@ -23,7 +23,7 @@ _ids = itertools.count()
 class Node:
     """One operator application (``op`` set) or one variable (``op`` None)."""
 
-    __slots__ = ("op", "name", "params", "attrs", "inputs", "num_outputs", "id")
+    __slots__ = ("op", "name", "params", "attrs", "inputs", "num_outputs", "id", "input_keys")
 
     def __init__(self, op, name: str, params: dict, attrs: dict, inputs: Sequence, num_outputs: int):
         self.op = op
@@ -33,6 +33,8 @@ class Node:
         self.inputs = tuple(inputs)
         self.num_outputs = num_outputs
         self.id = next(_ids)
+        # the ``(node id, output)`` keys of the inputs' values (inference maps, slots, dtypes are keyed so)
+        self.input_keys = tuple([(src.id, i) for src, i in self.inputs])
 
     @property
     def is_variable(self) -> bool:

@@ -123,7 +123,7 @@ def _run(nodes: Sequence[Node], known: dict, kind: str, unknown_dims: bool = Fal
         for node in seq:
             if node.id in done:
                 continue
-            in_keys = [(s.id, i) for s, i in node.inputs]
+            in_keys = node.input_keys
             ins = [get(key) for key in in_keys]
             if node.num_outputs == 1:  # most nodes: no list comprehensions for the outputs
                 out_keys = [(node.id, 0)]

@@ -209,7 +209,7 @@ class Plan:
             n_args = node.num_args()
             targets = [aux_index.get(src.id) for src, _ in node.inputs[n_args:]]
             fn = _aux_writer(fn, targets, pending_aux)
-        ins = [slot[(src.id, i)] for src, i in node.inputs]
+        ins = [slot[key] for key in node.input_keys]
         outs = [slot[(node.id, k)] for k in range(node.num_outputs)]
         tuple_out = callable(op.num_outputs) or node.num_outputs > 1
         kernel = None
@@ -369,7 +369,7 @@ def _kernel(node, xp, types):
     specialize = getattr(node.op.forward, "specialize", None)
     if specialize is None:
         return None
-    in_types = [types.get((src.id, i)) for src, i in node.inputs]
+    in_types = [types.get(key) for key in node.input_keys]
     for t in in_types:  # an identity test: ``None in in_types`` would compare dtypes with None (float64)
         if t is None:
             return None

@@ -359,7 +359,9 @@ def _unary(name, fwd, grad, aliases=(), doc="", params=None, infer_type=None, de
     else:
 
         def rule(F, n, g):
-            return [grad(F, n.inputs[0], n.outputs[0], g[0], **n.params)]
+            x = n.inputs[0] if "x" in reads else None
+            y = n.outputs[0] if "y" in reads else None
+            return [grad(F, x, y, g[0], **n.params)]
 
     def forward(xp, x, **p):
         return _keep(fwd(xp, x, **p), x)
@@ -772,9 +774,12 @@ def _scalar(name, fwd, grad, aliases=(), params=None, choice=None):
     if grad is None:
         rule = _zero_grad
     else:
+        reads = _reads(grad)  # most rules read only g (x + s, x * s): no Symbols made for x and y
 
         def rule(F, n, g):
-            return [grad(F, n.inputs[0], n.outputs[0], g[0], n.params["scalar"])]
+            x = n.inputs[0] if "x" in reads else None
+            y = n.outputs[0] if "y" in reads else None
+            return [grad(F, x, y, g[0], n.params["scalar"])]
 
     def forward(xp, x, scalar, is_int=True):
         x, s = _scalar_operands(x, scalar, is_int)
