@@ -317,7 +317,33 @@ def _avg_adjoint_ref(g, like):
     return out
 
 
+def _workspace(rng):
+    """A max-pooling workspace for a (1, 2, 5, 5) input: flat indices with repeats (overlapping windows
+    picking the same element) and -1 (a window whose pick is padding)."""
+    idx = rng.integers(0, 50, (1, 2, 3, 3))
+    idx[0, 0, 0, :2] = idx[0, 1, 2, 2] = 7
+    idx[0, 1, 0, 0] = -1
+    return idx
+
+
+def _scatter_at_ref(g, idx, like):
+    out = np.zeros(like.size)
+    keep = idx.ravel() >= 0
+    np.add.at(out, idx.ravel()[keep], g.ravel()[keep])
+    return out.reshape(like.shape)
+
+
+def _gather_at_ref(v, idx):
+    return np.where(idx >= 0, v.ravel()[np.maximum(idx, 0)], 0.0)
+
+
 HIDDEN_POOL_OPS = [
+    OpInfo("_pool_max_scatter_at", S._pool_max_scatter_at,
+           {"g": In((1, 2, 3, 3)), "idx": In((1, 2, 3, 3), sample=_workspace, grad=False, integer=True),
+            "like": In((1, 2, 5, 5), grad=False)}, _scatter_at_ref),
+    OpInfo("_pool_max_gather_at", S._pool_max_gather_at,
+           {"v": In((1, 2, 5, 5)), "idx": In((1, 2, 3, 3), sample=_workspace, grad=False, integer=True)},
+           _gather_at_ref),
     OpInfo("_pool_max_scatter", lambda g, x: S._pool_max_scatter(g, x, **_PM),
            {"g": In((1, 2, 3, 3)), "x": _distinct((1, 2, 5, 5), grad=False)}, _max_scatter_ref),
     OpInfo("_pool_max_gather", lambda v, x: S._pool_max_gather(v, x, **_PM),

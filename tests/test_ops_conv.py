@@ -274,6 +274,87 @@ def test_third_order_through_convolution_is_defined():
                            atol=1e-6, progress=False)
 
 
+_WORKSPACE_CASES = [
+    (dict(kernel=(3, 3), stride=(2, 2), pad=(1, 1)), (2, 3, 9, 8)),
+    (dict(kernel=(3, 3), stride=(1, 1), pad=(1, 1)), (1, 2, 6, 7)),
+    (dict(kernel=(2, 3), stride=(2, 1), pad=(1, 1), pooling_convention="full"), (1, 2, 5, 6)),
+    (dict(kernel=(3,), stride=(2,), pad=(1,)), (2, 2, 9)),
+    (dict(kernel=(3,), stride=(2,), pooling_convention="same"), (1, 2, 8)),
+    (dict(kernel=(2, 2, 2), stride=(1, 2, 1), pad=(1, 0, 1)), (1, 2, 3, 4, 3)),
+    (dict(kernel=(1, 1), global_pool=True), (2, 3, 4, 5)),
+]
+
+
+def _tied_with_specials(shape, dtype, rng):
+    """Values on a coarse grid (many ties) with -inf, the lowest finite value and NaN sprinkled in."""
+    x = np.round(rng.standard_normal(shape) * 2) / 2
+    flat = x.reshape(-1)
+    picks = rng.choice(flat.size, size=(3, max(flat.size // 20, 1)), replace=False)
+    flat[picks[0]] = -np.inf
+    flat[picks[1]] = np.finfo(dtype).min
+    flat[picks[2][:1]] = np.nan
+    return x.astype(dtype)
+
+
+@pytest.mark.parametrize("params, shape", _WORKSPACE_CASES, ids=str)
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
+def test_max_pooling_workspace_gives_the_recomputed_argmax_gradient_bit_for_bit(params, shape, dtype):
+    """Max pooling keeps each window's first maximum in its hidden workspace; the gradient read from
+    it equals the one that recomputes the argmax from the data (_pool_max_scatter), ties, -inf, the
+    lowest value (which ties with padding) and NaN included; so does the adjoint (second order)."""
+    rng = np.random.default_rng(12)
+    x, g, v = S.Variable("x"), S.Variable("g"), S.Variable("v")
+    pooled = S.Pooling(x, pool_type="max", name="pool", **params)
+    recomputed = S._pool_max_scatter(g, x, pool_type="max", **params)
+    adjoint = S._pool_max_gather(v, x, pool_type="max", **params)
+    lowest = np.full(shape, np.finfo(dtype).min, dtype=dtype)  # every window with padding picks the padding
+    lowest.reshape(-1)[::3] = -np.inf
+    for data in (rng.standard_normal(shape).astype(dtype), _tied_with_specials(shape, dtype, rng), lowest):
+        exe, (y,), grads = _run(pooled, grads=True, x=data)
+        kept = {}
+        exe.set_monitor_callback(lambda name, arr: kept.setdefault(name, arr.copy()))
+        exe.forward(is_train=True)
+        gy = rng.standard_normal(y.shape).astype(dtype)
+        exe.backward([gy])
+        vv = rng.standard_normal(shape).astype(dtype)
+        with np.errstate(invalid="ignore"):
+            want = recomputed.bind(sg.cpu(), {"g": gy, "x": data}).forward()[0]
+            want_adjoint = adjoint.bind(sg.cpu(), {"v": vv, "x": data}).forward()[0]
+        assert grads["x"].dtype == want.dtype
+        np.testing.assert_array_equal(grads["x"], want)
+        ws = kept["pool_workspace"]
+        assert ws.dtype == np.int64 and ws.shape == y.shape
+        gathered = S._pool_max_gather_at(v, S.Variable("ws")).bind(sg.cpu(), {"v": vv, "ws": ws}).forward()[0]
+        np.testing.assert_array_equal(gathered, want_adjoint)
+
+
+def test_max_pooling_workspace_is_hidden_as_mxnet_does():
+    """list_outputs / infer_shape / infer_type show one output; the JSON counts the hidden workspace in
+    node_row_ptr exactly where MXNet 1.9.1 does (max pooling with a kernel; not global_pool without one,
+    avg, lp or Pooling_v1), and the monitor names it as MXNet's does (``<name>_workspace``)."""
+    import json
+
+    x = S.Variable("x")
+    cases = [(S.Pooling(x, kernel=(3, 3), stride=(2, 2), pad=(1, 1), name="pool"), 2),
+             (S.Pooling(x, kernel=(1, 1), global_pool=True, name="pool"), 2),
+             (S.Pooling(x, global_pool=True, name="pool"), 1),
+             (S.Pooling(x, kernel=(2, 2), pool_type="avg", name="pool"), 1),
+             (S.Pooling(x, kernel=(2, 2), pool_type="lp", p_value=2, name="pool"), 1),
+             (S.Pooling_v1(x, kernel=(2, 2), name="pool"), 1)]
+    for sym, n_outputs in cases:
+        assert sym.list_outputs() == ["pool_output"]
+        assert sym.get_internals().list_outputs() == ["x", "pool_output"]
+        _, outs, _ = sym.infer_shape(x=(2, 3, 8, 8))
+        assert len(outs) == 1 and len(outs[0]) == 4
+        assert sym.infer_type(x="float32")[1] == [np.float32]
+        assert json.loads(sym.tojson())["node_row_ptr"] == [0, 1, 1 + n_outputs]
+        exe = sym.simple_bind(sg.cpu(), x=(2, 3, 8, 8))
+        seen = []
+        exe.set_monitor_callback(lambda name, arr: seen.append(name))
+        assert len(exe.forward(is_train=True)) == 1
+        assert seen == ["pool_output", "pool_workspace"][:n_outputs]
+
+
 def test_second_order_through_lp_pooling_raises_a_clear_error():
     x = S.Variable("x")
     y = S.Pooling(x, kernel=(2, 2), pool_type="lp", p_value=2, name="lp")

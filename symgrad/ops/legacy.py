@@ -23,9 +23,9 @@ def _no_full_avg(params, node_name):
     return params
 
 
-def _like(name: str, current: str, *, keep_params=None, check=None, doc: str) -> OpDef:
+def _like(name: str, current: str, *, keep_params=None, check=None, doc: str, **rules) -> OpDef:
     """Register ``name`` with every rule of ``current``; ``keep_params`` limits the parameter schema (the
-    rules still see every parameter, the dropped ones at their defaults)."""
+    rules still see every parameter, the dropped ones at their defaults); ``rules`` replace some of them."""
     op = get_op(current)
     spec = {f.name: getattr(op, f.name) for f in fields(OpDef) if f.name not in ("name", "doc")}
     if keep_params is not None:
@@ -40,10 +40,12 @@ def _like(name: str, current: str, *, keep_params=None, check=None, doc: str) ->
             return prepare(params, node_name) if prepare is not None else params
 
         spec["prepare"] = fill
+    spec.update(rules)
     return register(name, doc=doc, **spec)
 
 
 _like("Convolution_v1", "Convolution", doc="MXNet's legacy Convolution (the same math as Convolution).")
 _like("Pooling_v1", "Pooling",
       keep_params=("kernel", "pool_type", "global_pool", "pooling_convention", "stride", "pad"), check=_no_full_avg,
+      **pool.SINGLE_OUTPUT_RULES,  # MXNet's legacy max pooling has no hidden workspace output
       doc="MXNet's legacy Pooling: Pooling without p_value, count_include_pad (padding counted), layout.")

@@ -170,6 +170,108 @@ def _argmax(xp, x, params):
     return idx, (k, s, p, Y)
 
 
+def _max_and_argmax(xp, x, k, s, p, Y):
+    """(max, tap index of the first maximum) of every window: ``_window_max`` and ``_argmax`` in one sweep.
+
+    The same strict ``>`` running comparison as ``_argmax`` (so the same picks, ties and NaNs
+    included), with each tap's strided view copied once into a contiguous buffer: the four
+    passes per tap then run on contiguous memory (the strided reads dominate otherwise), and the
+    tap index is a uint8 array (bool * t, in place) where up to 256 taps allow it.
+    """
+    n_taps = int(np.prod(k))
+    small = n_taps <= 256
+    best = idx = better = tap = step = None
+    for t, v in _taps(xp, _pad_for(xp, x, k, s, p, Y, _lowest(x.dtype)), k, s, Y):
+        if best is None:
+            best = v.copy()
+            idx = xp.zeros(v.shape, dtype=np.uint8 if small else np.int32)
+            better, tap = xp.empty(v.shape, dtype=bool), xp.empty_like(best)
+            step = better.view(np.uint8) if small else xp.empty(v.shape, dtype=np.int32)
+            continue
+        xp.copyto(tap, v)
+        xp.greater(tap, best, out=better)
+        xp.multiply(better, idx.dtype.type(t), out=step)
+        xp.maximum(idx, step, out=idx)
+        xp.maximum(best, tap, out=best)
+    return best, idx
+
+
+def _flat_index(xp, idx, x_shape, k, s, p, Y):
+    """Flat index into the data (shape ``x_shape``) of tap ``idx`` of every window, as int64.
+
+    Output ``o`` reads input ``o*s - p + tap`` on each spatial axis; the flat index is the
+    sum over axes of that coordinate times the axis's row-major stride, plus the (n, c)
+    offset: a lookup of each tap's offset, plus a per-output base, plus a per-channel base.
+    """
+    X = tuple(x_shape[2:])
+    nd = len(X)
+    axis_stride = [int(np.prod(X[a + 1:])) for a in range(nd)]
+    taps = np.array(list(np.ndindex(*k)), dtype=np.int64).reshape(-1, nd)
+    tap_offset = xp.asarray(taps @ np.array(axis_stride, dtype=np.int64))
+    base = 0
+    for a in range(nd):
+        start = (np.arange(Y[a], dtype=np.int64) * s[a] - p[a]) * axis_stride[a]
+        base = base + start.reshape((Y[a],) + (1,) * (nd - 1 - a))
+    base = xp.asarray(base)
+    nc = (xp.arange(idx.shape[0] * idx.shape[1], dtype=np.int64) * int(np.prod(X))).reshape(
+        idx.shape[:2] + (1,) * nd)
+    flat = xp.take(tap_offset, idx)
+    flat += base
+    flat += nc
+    return flat
+
+
+def _mark_padding_picks(xp, flat, idx, best, x_shape, k, s, p, Y):
+    """-1 where a window's pick is a padding position.
+
+    Padding holds the lowest value and loses every strict comparison with a data value above
+    it, so it can be picked only where the window's result is that lowest value or NaN: when
+    every result is above it (the common case, one pass), nothing is padding.
+    """
+    if bool((best > _lowest(best.dtype)).all()):
+        return flat
+    X = tuple(x_shape[2:])
+    nd = len(X)
+    inside = xp.ones(idx.shape, dtype=bool)
+    rest = idx.astype(np.int64)
+    for a in reversed(range(nd)):
+        rest, t = rest // k[a], rest % k[a]
+        o = xp.arange(Y[a], dtype=np.int64).reshape((Y[a],) + (1,) * (nd - 1 - a))
+        coord = o * s[a] - p[a] + t
+        inside &= (coord >= 0) & (coord < X[a])
+    return xp.where(inside, flat, np.int64(-1))
+
+
+def _global_argmax(xp, x):
+    """(max, flat index of the first maximum) over all spatial axes (a global pool: one window).
+
+    numpy's argmax picks the first maximum, as ``_argmax``'s strict ``>`` does, while no value
+    is NaN; with a NaN the running comparison (which a NaN never wins) decides, as in ``_argmax``.
+    """
+    N, C = x.shape[:2]
+    nd = x.ndim - 2
+    L = int(np.prod(x.shape[2:]))
+    x3 = x.reshape(N, C, L)
+    best = x3.max(axis=2).reshape((N, C) + (1,) * nd)
+    if L and not bool(xp.isnan(best).any()):
+        tap = x3.argmax(axis=2).reshape(best.shape).astype(np.int64)
+    else:
+        tap = _argmax(xp, x, {"global_pool": True, "kernel": (), "stride": (), "pad": ()})[0].astype(np.int64)
+    nc = (xp.arange(N * C, dtype=np.int64) * L).reshape(best.shape)
+    return best, tap + nc
+
+
+def _max_with_workspace(xp, x, params):
+    """Max pooling's (output, workspace): the workspace holds the int64 flat index into ``x`` of each
+    window's first maximum (-1 where that is padding), which the gradient scatters to."""
+    if params["global_pool"]:
+        return _global_argmax(xp, x)
+    k, s, p, Y = pool_geometry(params, x.shape[2:])
+    best, idx = _max_and_argmax(xp, x, k, s, p, Y)
+    flat = _flat_index(xp, idx, x.shape, k, s, p, Y)
+    return best, _mark_padding_picks(xp, flat, idx, best, x.shape, k, s, p, Y)
+
+
 def _scatter_taps(xp, x_shape, k, s, p, Y, values_for_tap, dtype):
     """Adjoint of reading windows: sum ``values_for_tap(t)`` (shape (N, C, *Y)) into each tap's positions.
 
@@ -199,6 +301,19 @@ def _sum_windows(xp, xa, k, s, p, Y):
     for _, v in _taps(xp, _pad_for(xp, xa, k, s, p, Y, 0.0), k, s, Y):
         out = v.copy() if out is None else xp.add(out, v, out=out)
     return out
+
+
+def keeps_argmax(params) -> bool:
+    """Whether Pooling has its hidden ``workspace`` output: max pooling with a kernel, as MXNet 1.9.1's
+    oneDNN build (whose symbol JSON and monitor show ``<name>_workspace`` exactly then)."""
+    return params["pool_type"] == "max" and len(params["kernel"]) > 0
+
+
+def _pool_outputs(xp, x, **params):
+    """Pooling's outputs: (output,), or (output, workspace) where ``keeps_argmax``."""
+    if keeps_argmax(params):
+        return _max_with_workspace(xp, x, params)
+    return (_pool_fwd(xp, x, **params),)
 
 
 def _pool_fwd(xp, x, **params):
@@ -240,6 +355,16 @@ def _pool_shape(params, in_shapes, out_shapes, where):
     return in_shapes, [tuple(x[:2]) + Y]
 
 
+def _pool_outputs_shape(params, in_shapes, out_shapes, where):
+    ins, outs = _pool_shape(params, in_shapes, out_shapes[:1], where)
+    return ins, outs * len(out_shapes)  # the workspace has one index per output element
+
+
+def _pool_outputs_type(params, in_types, out_types, where):
+    ins, outs = float_inputs("data")(params, in_types, out_types[:1], where)
+    return ins, outs + [np.dtype(np.int64)] * (len(out_types) - 1)
+
+
 def _linear_kind(params):
     return params["pool_type"] in ("avg", "sum") or (params["pool_type"] == "lp" and params["p_value"] == 1)
 
@@ -247,8 +372,11 @@ def _linear_kind(params):
 def _pool_grad(F, n, g):
     x, gy = n.inputs[0], g[0]
     p = dict(n.params)
+    if p["pool_type"] == "max" and len(n.outputs) > 1:
+        # y[o] = x[argmax_o], the argmax kept in the hidden workspace  ->  dx = g added at each argmax
+        return [F._pool_max_scatter_at(gy, n.outputs[1], x)]
     if p["pool_type"] == "max":
-        # y[o] = x[argmax_o]  ->  dx = scatter of g to each window's argmax
+        # (global pooling without a kernel, Pooling_v1: no workspace) the same scatter, argmax recomputed
         return [F._pool_max_scatter(gy, x, **p)]
     if _linear_kind(p):
         # y = P x (linear: window sums, divided for avg)  ->  dx = P^T g
@@ -290,14 +418,21 @@ def _pool_decisions(xp, x, **params):
     return [Decision((0,), idx, _window_gap(xp, x, k, s, p, Y), _window_support(x.shape[2:], k, s, p))]
 
 
+#: Pooling's rules with a single output (no workspace): ``Pooling_v1``'s, as MXNet's legacy op has none
+SINGLE_OUTPUT_RULES = dict(num_outputs=1, num_visible=None, output_names=None, forward=_pool_fwd,
+                           infer_shape=_pool_shape, infer_type=float_inputs("data"))
+
 register(
     "Pooling",
     aliases=("_npx_pooling",),
     params=dict(_POOL_PARAMS),
     prepare=_pool_prepare,
-    forward=_pool_fwd,
-    infer_shape=_pool_shape,
-    infer_type=float_inputs("data"),
+    num_outputs=lambda p: 2 if keeps_argmax(p) else 1,
+    num_visible=1,
+    output_names=("output", "workspace"),
+    forward=_pool_outputs,
+    infer_shape=_pool_outputs_shape,
+    infer_type=_pool_outputs_type,
     gradient=_pool_grad,
     decisions=_pool_decisions,
     doc="Max/avg/sum/lp pooling over 1-3 spatial axes with MXNet's conventions (valid/full/same, global_pool, "
@@ -376,6 +511,59 @@ register(
     no_grad_inputs=("data",),
     gradient=lambda F, n, g: [F._pool_max_scatter(g[0], n.inputs[1], **n.params), None],
     doc="``value`` read at each window's first maximum of ``data`` (hidden; adjoint of _pool_max_scatter).",
+)
+
+
+def _scatter_at_fwd(xp, g, index, like):
+    """zeros like ``like`` with each ``g[o]`` added at flat index ``index[o]`` (skipped where -1).
+
+    One ``add.at`` in the accumulation dtype instead of a masked pass per tap, over the outputs in
+    reverse order: an input element is tap ``i - o*s + p`` of window ``o``, so later windows
+    reach it through earlier taps, and the reverse order adds its contributions in increasing tap
+    order -- the order (and so the rounding) of the tap-by-tap scatter ``_pool_max_scatter``.
+    """
+    acc = acc_dtype(g.dtype)
+    index = index.astype(np.int64, copy=False)  # the checkers may hand in an index array as floats
+    flat, values = index.reshape(-1)[::-1], g.reshape(-1)[::-1].astype(acc, copy=False)
+    if flat.size and int(flat.min()) < 0:
+        keep = flat >= 0
+        flat, values = flat[keep], values[keep]
+    out = xp.zeros(like.size, dtype=acc)
+    xp.add.at(out, flat, values)
+    return out.reshape(like.shape).astype(g.dtype, copy=False)
+
+
+def _gather_at_fwd(xp, v, index):
+    """``v`` read at flat index ``index[o]`` (0 where -1)."""
+    index = index.astype(np.int64, copy=False)
+    got = xp.take(v.reshape(-1), xp.maximum(index, 0))
+    if index.size and int(index.min()) < 0:
+        got = xp.where(index >= 0, got, xp.zeros((), dtype=v.dtype))
+    return got
+
+
+# scatter(G; index) is linear in G with the index fixed: <H, scatter(G)> = <gather(H), G>
+register(
+    "_pool_max_scatter_at",
+    inputs=("ograd", "workspace", "like"),
+    forward=_scatter_at_fwd,
+    infer_shape=lambda p, i, o, w: (i, [i[2]]),
+    infer_type=lambda p, i, o, w: (i, [i[0]]),
+    no_grad_inputs=("workspace", "like"),
+    gradient=lambda F, n, g: [F._pool_max_gather_at(g[0], n.inputs[1]), None, None],
+    doc="Max pooling's gradient from its workspace: ``ograd`` added at the flat indices ``workspace`` (-1 "
+    "skipped) of an array shaped like ``like`` (hidden).",
+)
+register(
+    "_pool_max_gather_at",
+    inputs=("value", "workspace"),
+    forward=_gather_at_fwd,
+    infer_shape=lambda p, i, o, w: (i, [i[1]]),
+    infer_type=lambda p, i, o, w: (i, [i[0]]),
+    no_grad_inputs=("workspace",),
+    gradient=lambda F, n, g: [F._pool_max_scatter_at(g[0], n.inputs[1], n.inputs[0]), None],
+    doc="``value`` read at max pooling's workspace indices (0 where -1): adjoint of _pool_max_scatter_at "
+    "(hidden).",
 )
 
 
