@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterable, Sequence
-
-import networkx as nx
+from typing import TYPE_CHECKING
 
 from .base import SymgradError
+
+if TYPE_CHECKING:
+    import networkx as nx
 
 __all__ = ["Node", "topo_order", "topo_order_split", "to_networkx", "check_unique_names"]
 
@@ -150,6 +152,8 @@ def to_networkx(nodes: Sequence[Node]) -> nx.MultiDiGraph:
     ``attrs`` and the ``node`` itself; each edge ``src -> dst`` carries
     ``output`` (the index of src's output) and ``slot`` (the input position at dst).
     """
+    import networkx as nx  # on first use: networkx is a large import that binding and running never need
+
     g = nx.MultiDiGraph()
     for node in nodes:
         g.add_node(

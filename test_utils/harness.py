@@ -134,6 +134,8 @@ class Harness:
         self._based = False
 
     def reset_aux(self):
+        if not self.aux_initial:
+            return
         aux = self.exe.aux_dict
         for name, value in self.aux_initial.items():
             aux[name][...] = value

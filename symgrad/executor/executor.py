@@ -203,6 +203,7 @@ class Executor:
         self._xp = ctx.xp  # imports CuPy only for gpu contexts
         nodes, arg_nodes, aux_nodes = symbol._arg_and_aux_nodes() if _nodes is None else _nodes
         self._arg_names = [n.name for n in arg_nodes]
+        self._arg_positions = {n: k for k, n in enumerate(self._arg_names)}
         self._aux_names = [n.name for n in aux_nodes]
         self._output_names = symbol.list_outputs()
         arg_arrays = _arrays(args, self._arg_names, "bind args", ctx, required=True)
@@ -571,10 +572,11 @@ class Executor:
         if getattr(self, "_base", None) is None:
             raise SymgradError("rerun_downstream: call forward_all() first")
         base, is_train = self._base
+        positions = self._arg_positions
         try:
-            pos = [self._arg_names.index(n) for n in names]
-        except ValueError:
-            bad = [n for n in names if n not in self._arg_names]
+            pos = [positions[n] for n in names]
+        except KeyError:
+            bad = [n for n in names if n not in positions]
             raise BindError(
                 f"rerun_downstream: {bad[0]!r} is not an argument; arguments are {self._arg_names}"
             ) from None

@@ -54,7 +54,7 @@ def _float_kinds(in_types, kinds="fc") -> bool:
     return True
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _largest(dtype) -> float:
     return float(np.finfo(dtype).max)
 
