@@ -140,36 +140,40 @@ def _run(nodes: Sequence[Node], known: dict, kind: str, unknown_dims: bool = Fal
             if len(new_ins) < len(ins) or len(new_outs) < len(outs):  # a short answer says nothing of the rest
                 new_ins = [*new_ins, *[None] * (len(ins) - len(new_ins))]
                 new_outs = [*new_outs, *[None] * (len(outs) - len(new_outs))]
-            # Most answers repeat a known value (the same object, or an equal shape tuple): nothing to check
-            # or store. Known shapes are tuples of ints (``_as_shape``, array shapes, ``_settle``), so an equal
-            # tuple answer is exactly one ``_settle`` would find unchanged; anything else goes through it.
-            complete = True
-            for slot, old in enumerate(ins):
-                new = new_ins[slot]
-                if not (new is None or new is old or (shape and type(new) is tuple and new == old)):
-                    new = _settle(node, old, new, kind, unknown_dims, slot, True)
-                    if new is not _SAME:
-                        known[in_keys[slot]] = old = new
-                        changed = True
-                if old is None or (unknown_dims and 0 in old):
-                    complete = False
-            for k, old in enumerate(outs):
-                new = new_outs[k]
-                if old is None and new is not None:  # the usual first answer for an output: nothing to check
-                    known[out_keys[k]] = old = tuple(map(int, new)) if shape else new
-                    changed = True
-                elif not (new is None or new is old or (shape and type(new) is tuple and new == old)):
-                    new = _settle(node, old, new, kind, unknown_dims, k, False)
-                    if new is not _SAME:
-                        known[out_keys[k]] = old = new
-                        changed = True
-                if old is None or (unknown_dims and 0 in old):
-                    complete = False
-            if complete:
+            in_changed, in_complete = _store(node, in_keys, ins, new_ins, True, known, kind, unknown_dims)
+            out_changed, out_complete = _store(node, out_keys, outs, new_outs, False, known, kind, unknown_dims)
+            changed = changed or in_changed or out_changed
+            if in_complete and out_complete:
                 done.add(node.id)
         if not changed or len(done) == len(ops):
             break
     return known
+
+
+def _store(node, keys, olds, news, is_input, known, kind, unknown_dims):
+    """Store a rule's answers ``news`` for the inputs (or outputs) of ``node``, known so far as ``olds``:
+    returns (anything changed, every value known).
+
+    Most answers repeat a known value (the same object, or an equal shape tuple): nothing to check or store.
+    Known shapes are tuples of ints (``_as_shape``, array shapes, ``_settle``), so an equal tuple answer is
+    exactly one ``_settle`` would find unchanged; anything else goes through it.
+    """
+    shape = kind == "shape"
+    changed = False
+    complete = True
+    for j, old in enumerate(olds):
+        new = news[j]
+        if old is None and new is not None:  # a first answer: nothing to check it against
+            known[keys[j]] = old = tuple(map(int, new)) if shape else new
+            changed = True
+        elif not (new is None or new is old or (shape and type(new) is tuple and new == old)):
+            new = _settle(node, old, new, kind, unknown_dims, j, is_input)
+            if new is not _SAME:
+                known[keys[j]] = old = new
+                changed = True
+        if old is None or (unknown_dims and 0 in old):
+            complete = False
+    return changed, complete
 
 
 #: what ``_settle`` returns when a slot's value stays as it is
