@@ -93,7 +93,7 @@ class Plan:
         grad_entries = self._gradient_graph(arg_nodes, grad_args)
         fwd_nodes, bwd_nodes = self._split(grad_entries)
         self._assign_slots(arg_nodes, aux_nodes, grad_entries)
-        types = self._value_types(types)
+        types = self.value_types = self._value_types(types)  # (node id, output) -> dtype, where inferred
         # per-plan copies of stateful parameters (a CustomOp's operator instances): every executor
         # gets its own, shared by the forward node and its backward node (MXNet creates the
         # operator per executor), so two executors of one symbol never see each other's state
