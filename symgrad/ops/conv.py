@@ -187,6 +187,154 @@ def col2im_add(xp, cols, out, k, s, d, lo):
     return out
 
 
+# ----------------------------------------------------------------------------
+# Strided im2col / col2im through stride phases
+# ----------------------------------------------------------------------------
+#
+# With stride s, padded element ``o*s + t*d`` (output o, tap t) lies in stride phase
+# ``p = (t*d) % s`` at slot ``o + (t*d) // s`` of that phase (phase p holds padded elements
+# ``m*s + p``). Splitting the padded input into its phases once (each contiguous, one strided
+# read of the input) makes every tap's columns a contiguous-row slice of one phase, where reading
+# them from the input directly strides by s elements in the innermost loop. The adjoint adds each
+# tap's columns into contiguous phase buffers and scatters every phase once into the output.
+# Only the phases some tap reads are built (a 1x1 stride-2 kernel reads one: its columns).
+
+
+def _phase_span(lead, phase, s, n_in, n_slots):
+    """(first slot, slot count, first input index) of the slots ``m`` of one phase (padded index
+    ``m*s + phase``, input index ``m*s + phase - lead``) that hold input."""
+    first = max(0, -(-(lead - phase) // s))
+    i0 = first * s + phase - lead
+    count = min(n_slots - first, -(-(n_in - i0) // s)) if i0 < n_in else 0
+    return first, max(count, 0), i0
+
+
+def _phases(k, s, d, Y):
+    """(phase of each kernel tap, the phases used in order, slots per phase and axis)."""
+    tap_phase = {tap: tuple((t * di) % si for t, si, di in zip(tap, s, d)) for tap in np.ndindex(*k)}
+    used = sorted(set(tap_phase.values()))
+    slots = tuple(y + ((ki - 1) * di) // si for y, ki, si, di in zip(Y, k, s, d))
+    return tap_phase, used, slots
+
+
+def _phase_views(b_like, used, s, lo, L):
+    """Per used phase: (slice of its buffer's slots, slice of the data) pairs, None where it holds no data."""
+    out = []
+    for ph in used:
+        spans = [_phase_span(pl, p, si, n, m) for pl, p, si, n, m in zip(lo, ph, s, b_like, L)]
+        if any(c <= 0 for _, c, _ in spans):
+            out.append(None)
+            continue
+        out.append((tuple(slice(f, f + c) for f, c, _ in spans),
+                    tuple(slice(i0, i0 + si * (c - 1) + 1, si) for (_, c, i0), si in zip(spans, s))))
+    return out
+
+
+def split_phases(xp, b, k, s, d, lo, Y, channel_major):
+    """The used stride phases of the zero-padded ``b``: ``(phases, C, N, *L)`` (``channel_major``) or
+    ``(phases, N, C, *L)``; the transposition to channel-major happens in this one small copy."""
+    _, used, L = _phases(k, s, d, Y)
+    src = b.swapaxes(0, 1) if channel_major else b
+    P = xp.empty((len(used),) + src.shape[:2] + L, b.dtype)
+    views = _phase_views(b.shape[2:], used, s, lo, L)
+    every = (slice(None), slice(None))
+    for i, v in enumerate(views):
+        if v is None or any(sl.stop - sl.start != m for sl, m in zip(v[0], L)):
+            P[i].fill(0)  # padding (or slots past the data) in this phase
+        if v is not None:
+            xp.copyto(P[(i,) + every + v[0]], src[every + v[1]])
+    return P
+
+
+def phase_columns(xp, b, k, s, d, lo, Y, channel_major):
+    """im2col of the zero-padded ``b`` through its stride phases: ``(C, *k, N, *Y)`` (``channel_major``)
+    or ``(N, C, *k, *Y)`` (sample-major); every tap's copy reads contiguous rows of one phase."""
+    P = split_phases(xp, b, k, s, d, lo, Y, channel_major)
+    if math.prod(k) == 1:
+        return P[0] if channel_major else P[0].reshape(P.shape[1:3] + (1,) * len(k) + tuple(Y))
+    tap_phase, used, _ = _phases(k, s, d, Y)
+    lead = P.shape[1:3]
+    cols = xp.empty((lead[0],) + tuple(k) + (lead[1],) + tuple(Y) if channel_major else
+                    lead + tuple(k) + tuple(Y), b.dtype)
+    for tap, ph in tap_phase.items():
+        src = P[(used.index(ph), slice(None), slice(None)) + tuple(
+            slice((t * di) // si, (t * di) // si + y) for t, si, di, y in zip(tap, s, d, Y))]
+        dst = cols[(slice(None),) + tap] if channel_major else cols[(slice(None), slice(None)) + tap]
+        xp.copyto(dst, src)
+    return cols
+
+
+def phase_col2im(xp, cols, X, k, s, d, lo, channel_major):
+    """Adjoint of ``phase_columns``: ``(N, C, *X)`` from columns in either layout. Each tap adds into
+    contiguous rows of its phase buffer; each phase is then copied once into its strided place."""
+    nd = len(k)
+    Y = cols.shape[-nd:]
+    tap_phase, used, L = _phases(k, s, d, Y)
+    lead = (cols.shape[0], cols.shape[1 + nd]) if channel_major else cols.shape[:2]
+    if math.prod(k) == 1:
+        P = cols.reshape((1,) + lead + tuple(Y))
+    else:
+        P = xp.empty((len(used),) + lead + L, cols.dtype)
+        P.fill(0)
+        for tap, ph in tap_phase.items():
+            dst = P[(used.index(ph), slice(None), slice(None)) + tuple(
+                slice((t * di) // si, (t * di) // si + y) for t, si, di, y in zip(tap, s, d, Y))]
+            src = cols[(slice(None),) + tap] if channel_major else cols[(slice(None), slice(None)) + tap]
+            xp.add(dst, src, out=dst)
+    N, C = (lead[1], lead[0]) if channel_major else lead
+    views = _phase_views(X, used, s, lo, L)
+    out = xp.empty((N, C) + tuple(X), cols.dtype)
+    written = sum(math.prod(sl.stop - sl.start for sl in v[0]) for v in views if v is not None)
+    if written != math.prod(X):  # phases are disjoint: fewer elements written means some no window reads
+        out.fill(0)
+    every = (slice(None), slice(None))
+    dst_all = out.swapaxes(0, 1) if channel_major else out
+    for i, v in enumerate(views):
+        if v is not None:
+            xp.copyto(dst_all[every + v[1]], P[(i,) + every + v[0]])
+    return out
+
+
+# Per-sample GEMMs straight in the sample-major layout (``(N, F, *Y)`` out of ``W @ cols[n]``, the
+# weight gradient as ``cols[n] @ S[n]^T`` summed over n) save the batch transposes of the one-GEMM
+# form; they pay where each sample's GEMM is wide (ResNet's stem: 112x112 columns per sample) and
+# lose where it is narrow (the late stages' 7x7), so only strided layers at least this wide use them.
+_PER_SAMPLE_MIN = 56 * 56
+
+
+def _per_sample(s, Y):
+    return any(si > 1 for si in s) and math.prod(Y) >= _PER_SAMPLE_MIN
+
+
+def strided_correlate(xp, b, w, k, s, d, lo, Y, groups):
+    """``correlate`` by per-sample GEMMs on phase columns: ``S[n] = W @ cols[n]``, no output transpose."""
+    N, F, g = b.shape[0], w.shape[0], groups
+    cols = phase_columns(xp, b, k, s, d, lo, Y, channel_major=False)
+    cols = cols.reshape(N, g, cols[0].size // (g * math.prod(Y)), math.prod(Y))
+    out = xp.matmul(w.reshape(g, F // g, -1), cols)  # (N, g, F/g, prod(Y))
+    return out.reshape((N, F) + tuple(Y))
+
+
+def strided_weight_grad(xp, b, sm, k, s, d, lo, groups):
+    """``weight_grad`` by per-sample GEMMs ``dW[n]^T = cols[n] @ S[n]^T`` (the orientation BLAS runs
+    faster for the stem's long contraction), summed over the batch; no batch transposes."""
+    N, F, g = b.shape[0], sm.shape[1], groups
+    Y = sm.shape[2:]
+    cols = phase_columns(xp, b, k, s, d, lo, Y, channel_major=False)
+    cols = cols.reshape(N, g, cols[0].size // (g * math.prod(Y)), math.prod(Y))
+    dwt = xp.matmul(cols, sm.reshape(N, g, F // g, -1).swapaxes(2, 3)).sum(axis=0)  # (g, C/g*K, F/g)
+    return xp.ascontiguousarray(dwt.swapaxes(1, 2)).reshape((F, b.shape[1] // g) + tuple(k))
+
+
+def strided_transpose(xp, sm, w, k, s, d, lo, X, groups):
+    """``transpose`` by per-sample GEMMs ``cols[n] = W^T @ S[n]`` (no batch transpose of S), then the
+    phase col2im (contiguous adds, one strided copy per phase)."""
+    N, F, g = sm.shape[0], w.shape[0], groups
+    C = w.shape[1] * g
+    cols = xp.matmul(w.reshape(g, F // g, -1).swapaxes(1, 2), sm.reshape(N, g, F // g, -1))  # (N, g, C/g*K, Y)
+    return phase_col2im(xp, cols.reshape((N, C) + tuple(k) + sm.shape[2:]), X, k, s, d, lo, channel_major=False)
+
+
 def _batch_major(xp, a):
     """``(N, F, *Y)`` as a contiguous ``(F, N*prod(Y))`` matrix (one small transposing copy)."""
     N, F = a.shape[:2]
@@ -366,6 +514,8 @@ def correlate(xp, b, w, k, s, d, lo, Y, groups):
     w = w.astype(acc, copy=False)
     if winograd_applies(k, s, d, lo, groups, Y):
         return winograd_correlate(xp, b, w, lo, Y)
+    if _per_sample(s, Y):
+        return strided_correlate(xp, b, w, k, s, d, lo, Y, groups)
     N = b.shape[0]
     F, g = w.shape[0], groups
     cols = channel_major_columns(xp, b, k, s, d, lo, Y)
@@ -422,6 +572,8 @@ def transpose(xp, sm, w, k, s, d, lo, X, groups):
     if lo2 is not None:
         return correlate(xp, sm, _flipped_weight(xp, w, groups), k, s, d, lo2, X, groups)
     Y = sm.shape[2:]
+    if _per_sample(s, Y) or (any(si > 1 for si in s) and math.prod(k) == 1):
+        return strided_transpose(xp, sm, w, k, s, d, lo, X, groups)
     g = groups
     cg = w.shape[1]
     C = cg * g
@@ -448,6 +600,8 @@ def weight_grad(xp, b, sm, k, s, d, lo, groups):
     Y = sm.shape[2:]
     if winograd_applies(k, s, d, lo, groups, Y):
         return winograd_weight_grad(xp, b, sm, lo)
+    if _per_sample(s, Y):
+        return strided_weight_grad(xp, b, sm, k, s, d, lo, groups)
     g = groups
     cols = channel_major_columns(xp, b, k, s, d, lo, Y)
     smm = _batch_major(xp, sm).reshape(g, F // g, -1)
