@@ -634,3 +634,19 @@ def test_mxnet_bind_keywords_are_accepted_when_they_ask_for_nothing_missing():
         net.simple_bind(sg.cpu(), shared_buffer={}, shared_arg_names=["x"], x=(2,))
     with pytest.raises(TypeError, match="nope"):
         net.bind(sg.cpu(), {"x": np.ones(2)}, nope=1)
+
+
+def test_simple_bind_arrays_are_zero_aligned_and_independent():
+    # simple_bind carves its arrays from one allocation per dtype: each must still be its own zeroed,
+    # C-contiguous, writable, 64-byte-aligned array that no other array overlaps
+    x, w, e = sg.sym.Variable("x"), sg.sym.Variable("w", dtype="float64"), sg.sym.Variable("e")
+    y = sg.sym.Group([sg.sym.FullyConnected(x, num_hidden=3, name="fc"), sg.sym.sum(w), sg.sym.sum(e)])
+    exe = y.simple_bind(sg.cpu(), x=(5, 7), w=(2, 3), e=(1, 4))
+    arrays = [a for a in exe.arg_arrays + exe.grad_arrays if a is not None]
+    assert len(arrays) == 10 and {a.dtype for a in arrays} == {np.dtype("float32"), np.dtype("float64")}
+    for a in arrays:
+        assert a.flags.c_contiguous and a.flags.writeable and not a.any()
+        assert a.size == 0 or a.ctypes.data % 64 == 0
+    for k, a in enumerate(arrays):
+        a[...] = k + 1
+    assert all((a == k + 1).all() for k, a in enumerate(arrays))  # no array wrote into another
