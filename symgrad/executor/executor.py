@@ -789,9 +789,17 @@ def _zeroed_arrays(xp, wanted) -> list:
         nbytes = math.prod(shape) * dt.itemsize
         spans.append((dt, start, nbytes))
         totals[dt] = start + -(-nbytes // _ALIGN) * _ALIGN
-    blocks = {dt: xp.zeros(max(total, 1), dtype=np.uint8) for dt, total in totals.items()}
+    blocks = {dt: _aligned_zeros(xp, total) for dt, total in totals.items()}
     return [blocks[dt][start:start + nbytes].view(dt).reshape(shape)
             for (shape, _), (dt, start, nbytes) in zip(wanted, spans)]
+
+
+def _aligned_zeros(xp, nbytes: int):
+    """``nbytes`` zeroed bytes starting at a multiple of ``_ALIGN`` (numpy's own alignment is 16)."""
+    block = xp.zeros(nbytes + _ALIGN, dtype=np.uint8)
+    address = block.ctypes.data if isinstance(block, np.ndarray) else block.data.ptr
+    shift = -address % _ALIGN
+    return block[shift:shift + nbytes]
 
 
 def _bind_shapes(given: dict, names: list) -> dict:
