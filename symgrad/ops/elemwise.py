@@ -751,9 +751,10 @@ def _scalar_type(params, in_types, out_types, where):
     if t is None:
         return in_types, out_types
     t = np.dtype(t)
-    if t == np.bool_:
+    kind = t.kind
+    if kind == "b":
         return in_types, [np.dtype(np.int64 if params["is_int"] else np.float64)]
-    if _is_int(t) and not params["is_int"]:
+    if kind in "iu" and not params["is_int"]:
         return in_types, [np.dtype(np.float64)]
     return in_types, [t]
 

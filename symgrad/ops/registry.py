@@ -382,26 +382,30 @@ def shape_conflict(where: str, what: str, a, b) -> ShapeError:
 def same_shape(params, in_shapes, out_shapes, where="op"):
     """All inputs and outputs share one shape; fills any unknown one from a known one."""
     known = None
-    for i, s in enumerate(list(in_shapes) + list(out_shapes)):
-        if s is None:
+    for s in (*in_shapes, *out_shapes):
+        if s is None or s is known:
             continue
         if known is None:
-            known = (i, s)
-        elif tuple(s) != tuple(known[1]):
-            raise ShapeError(f"{where}: inputs must have the same shape, got {tuple(known[1])} and {tuple(s)}")
+            known = s
+        elif tuple(s) != tuple(known):
+            raise ShapeError(f"{where}: inputs must have the same shape, got {tuple(known)} and {tuple(s)}")
     if known is None:
         return in_shapes, out_shapes
-    s = tuple(known[1])
+    s = tuple(known)
     return [s] * len(in_shapes), [s] * len(out_shapes)
 
 
 def same_type(params, in_types, out_types, where="op"):
     """All inputs and outputs share one dtype."""
-    known = next((t for t in list(in_types) + list(out_types) if t is not None), None)
+    known = None
+    for t in (*in_types, *out_types):
+        if t is not None:
+            known = t
+            break
     if known is None:
         return in_types, out_types
     for t in in_types:
-        if t is not None and t != known:
+        if t is not None and t is not known and t != known:  # identity first: dtype equality is slow
             raise TypeError(f"{where}: inputs must have the same dtype, got {np.dtype(known)} and {np.dtype(t)}")
     return [known] * len(in_types), [known] * len(out_types)
 
