@@ -100,7 +100,7 @@ class Plan:
         self._states: dict[int, object] = {}
         aux_index = {n.id: i for i, n in enumerate(aux_nodes)}
         make = functools.partial(self._instr, slot=self.slot_of, xp=xp, aux_index=aux_index,
-                                 pending_aux=pending_aux, types=types)
+                                 pending_aux=pending_aux, types=types, kernels={})
         self.forward_instrs = [make(n) for n in fwd_nodes if n.op]
         self.backward_instrs = [make(n) for n in bwd_nodes if n.op]
         self.mutates_aux = any(ins.node.op.mutates_aux for ins in self.forward_instrs)
@@ -195,7 +195,7 @@ class Plan:
             if like is not None and k is not None and self.backward_instrs[k].node.op.accepts_out:
                 self.out_buffers.setdefault(k, xp.empty_like(like))
 
-    def _instr(self, node, slot, xp, aux_index, pending_aux, types):
+    def _instr(self, node, slot, xp, aux_index, pending_aux, types, kernels):
         op = node.op
         params = node.params
         state = params.get("__state__")
@@ -214,7 +214,7 @@ class Plan:
         tuple_out = callable(op.num_outputs) or node.num_outputs > 1
         kernel = None
         if not (tuple_out or op.mutates_aux or op.needs_is_train or state is not None):
-            kernel = _kernel(node, xp, types)
+            kernel = _kernel(node, xp, types, kernels)
         return Instr(fn, ins, outs, node, op.needs_is_train, tuple_out, kernel)
 
     def run_backward_for(self, head_grads):
@@ -364,8 +364,9 @@ _CHUNK = 400
 _INFIX = {operator.add: "+", operator.sub: "-", operator.mul: "*", operator.truediv: "/"}
 
 
-def _kernel(node, xp, types):
-    """``node``'s ``(fn, pre, post)`` kernel for its inferred input dtypes, or None."""
+def _kernel(node, xp, types, cache):
+    """``node``'s ``(fn, pre, post)`` kernel for its inferred input dtypes, or None. ``cache`` keeps the kernels
+    of ops without parameters by op and input dtypes (a chain of 5 000 tanh asks for one kernel 5 000 times)."""
     specialize = getattr(node.op.forward, "specialize", None)
     if specialize is None:
         return None
@@ -373,7 +374,13 @@ def _kernel(node, xp, types):
     for t in in_types:  # an identity test: ``None in in_types`` would compare dtypes with None (float64)
         if t is None:
             return None
-    return specialize(xp, in_types, **node.params)
+    if node.params:
+        return specialize(xp, in_types, **node.params)
+    key = (node.op.name, *in_types)
+    kernel = cache.get(key, cache)
+    if kernel is cache:
+        kernel = cache[key] = specialize(xp, in_types)
+    return kernel
 
 
 def _kernel_callable(kernel):
