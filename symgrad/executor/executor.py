@@ -746,9 +746,11 @@ def simple_bind(symbol, ctx, grad_req="write", type_dict=None, shapes=None, **_)
             known[(n.id, 0)] = parse_dtype_attr(n.attrs["__dtype__"])
     if known:  # the given dtypes first decide the others' (a weight takes its data's dtype)
         infer_types(nodes, known)
-    for n in arg_nodes + aux_nodes:  # anything still unknown defaults to float32 (MXNet)
-        known.setdefault((n.id, 0), np.dtype(np.float32))
-    infer_types(nodes, known)
+    defaulted = [n for n in arg_nodes + aux_nodes if (n.id, 0) not in known]
+    for n in defaulted:  # anything still unknown defaults to float32 (MXNet)
+        known[(n.id, 0)] = np.dtype(np.float32)
+    if defaulted or not known:  # (nothing defaulted: the first pass already settled every value)
+        infer_types(nodes, known)
     xp = ctx.xp
     reqs = normalize_grad_req(grad_req, [n.name for n in arg_nodes], "simple_bind")
     wanted = [(n.name, s, known[(n.id, 0)]) for n, s in zip(arg_nodes, arg_shapes)]
