@@ -732,10 +732,12 @@ def _simple_call(op, args, kwargs, attr):
 
 def _create_simple(op, inputs, param_kwargs, node_name, where):
     """``_create``'s result for a ``_simple_call``: the same parse, attributes and node."""
-    params = op.parse_params(param_kwargs, where) if op.params or param_kwargs else {}
     attrs = AttrScope.current_attrs()
-    for k, v in param_kwargs.items():
-        attrs[k] = v if isinstance(v, str) else param_to_str(v)
+    if param_kwargs:
+        params, strings = op.parse_params_and_strings(param_kwargs, where)
+        attrs.update(strings)
+    else:
+        params = op.parse_params(param_kwargs, where) if op.params else {}
     n_out = op.n_outputs(params)
     node = Node(op, node_name, params, attrs, inputs, n_out)
     n_visible = n_out if op.num_visible is None else op.n_visible(params)

@@ -195,6 +195,24 @@ class Param:
         return v
 
 
+_PLAIN = (str, int, bool, type(None))
+
+
+def params_key(kwargs: dict):
+    """A hashable key that tells every distinct set of plain parameter values apart (strings, ints, bools,
+    None, floats by their bits -- -0.0 is not 0.0 --, tuples of ints), or None when a value is anything else."""
+    key = []
+    for k, v in kwargs.items():
+        t = type(v)
+        if t in _PLAIN or (t is tuple and all(type(e) is int for e in v)):
+            key.append((k, t, v))
+        elif t is float:
+            key.append((k, t, v.hex()))
+        else:
+            return None
+    return tuple(key)
+
+
 def param_to_str(value) -> str:
     """How MXNet writes a parameter value into attributes / JSON."""
     if isinstance(value, np.dtype):
@@ -304,6 +322,20 @@ class OpDef:
             else:
                 out[pname] = spec.default
         return out
+
+    def parse_params_and_strings(self, kwargs: dict, where: str) -> tuple[dict, dict]:
+        """``(parse_params(kwargs), the attribute strings of the given values)``, fresh dicts, remembered per op
+        for plain values (``params_key``): gradient rules hand every node's parsed parameters to the nodes
+        they make (a convolution's eleven, for each of its gradient nodes)."""
+        key = params_key(kwargs) if self.prepare is None and not self.extra_params else None
+        cache = self.__dict__.setdefault("_parsed", {}) if key is not None else None
+        hit = cache.get(key) if cache is not None else None
+        if hit is None:
+            strings = {k: v if isinstance(v, str) else param_to_str(v) for k, v in kwargs.items()}
+            hit = (self.parse_params(kwargs, where), strings)
+            if cache is not None and len(cache) < 512:
+                cache[key] = hit
+        return dict(hit[0]), dict(hit[1])
 
     # -- structure ----------------------------------------------------------
     def list_inputs(self, params: dict) -> list[str]:
