@@ -65,3 +65,17 @@ def test_issue_quick_start():
         assert isinstance(exe.grad_dict["fc_weight"], np.ndarray) and exe.grad_dict["x"] is None
         np.testing.assert_allclose(exe.grad_dict["fc_weight"], g.T @ xv, rtol=1e-5)
         np.testing.assert_allclose(exe.grad_dict["fc_bias"], step * g.sum(0), rtol=1e-5)  # accumulates
+
+
+def test_parameter_sets_that_compare_equal_stay_distinct():
+    # symbol creation remembers parsed parameter sets per op: values equal in Python (-0.0 == 0.0, 1 == 1.0,
+    # True == 1) must still give their own parameters, attributes and results
+    x = sg.sym.Variable("x")
+    made = [x * -0.0, x * 0.0, x * 1, x * 1.0]
+    assert [m.attr("scalar") for m in made] == ["-0.0", "0.0", "1", "1.0"]
+    (neg,) = made[0].eval(x=np.array([2.0]))
+    (pos,) = made[1].eval(x=np.array([2.0]))
+    assert np.signbit(neg[0]) and not np.signbit(pos[0])
+    a = sg.sym.sum(x, axis=1, keepdims=True)
+    b = sg.sym.sum(x, axis=1, keepdims=1)
+    assert a.attr("keepdims") == "True" and b.attr("keepdims") == "1"
