@@ -26,6 +26,7 @@ sizes they see. float16 is computed in float32 and cast back.
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -135,6 +136,59 @@ def channel_major_columns(xp, b, k, s, d, lo, Y):
     The window view is copied once into its transposed place (``copyto`` of a strided view: no
     intermediate ``ascontiguousarray``).
     """
+    gather = _column_gather(b.shape, tuple(k), tuple(s), tuple(d), tuple(lo), tuple(Y)) if xp is np else None
+    if gather is not None:
+        hi, index = gather
+        return padded(xp, b, lo, hi).ravel().take(index)
+    return _strided_columns(xp, b, k, s, d, lo, Y)
+
+
+# -- small inputs: gathers through cached indices ------------------------------------------------------------
+#
+# A numeric check re-runs a small convolution thousands of times (one partial forward per perturbed element): there
+# the Python-level setup of the strided im2col (``as_strided``, transpose, ``copyto``, the pad arithmetic: ~12 us)
+# and of the transposing copy back (~1.6 us) outweighs moving a few thousand numbers. Below ``_GATHER_MAX`` column
+# entries (numpy only) both copies are one ``take`` through an index cached per geometry: the index is the very
+# copy applied to ``arange``, so the gathered arrays hold exactly the same numbers in the same layout and the GEMM
+# between them is the same call -- the results are bit for bit those of the strided path.
+
+#: largest im2col (column entries) gathered through a cached index (<= 256 KiB of indices per geometry)
+_GATHER_MAX = 1 << 15
+
+
+def _frozen(a):
+    a.flags.writeable = False
+    return a
+
+
+@functools.lru_cache(maxsize=64)
+def _column_gather(shape, k, s, d, lo, Y):
+    """``(trailing pad, flat index)`` such that ``padded(b, lo, pad).ravel().take(index)`` is
+    ``channel_major_columns(b, ...)`` for inputs of ``shape``; None above ``_GATHER_MAX`` entries."""
+    N, C = shape[:2]
+    if C * math.prod(k) * N * math.prod(Y) > _GATHER_MAX:
+        return None
+    hi = hi_pad(shape[2:], Y, k, s, d, lo)
+    padded_shape = shape[:2] + tuple(x + a + b for x, a, b in zip(shape[2:], lo, hi))
+    positions = np.arange(math.prod(padded_shape), dtype=np.intp).reshape(padded_shape)
+    return hi, _frozen(_strided_columns(np, positions, k, s, d, (0,) * len(k), Y))
+
+
+@functools.lru_cache(maxsize=64)
+def _correlate_gather(shape, F, k, s, d, lo, Y, groups):
+    """``(column gather, output index)`` of ``correlate`` on inputs of ``shape`` when it runs as im2col + GEMM
+    and its columns are gathered; ``out.ravel().take(output index)`` is ``_sample_major(out)``. Else None."""
+    if winograd_applies(k, s, d, lo, groups, Y) or _per_sample(s, Y):
+        return None
+    columns = _column_gather(shape, k, s, d, lo, Y)
+    if columns is None:
+        return None
+    positions = np.arange(F * shape[0] * math.prod(Y), dtype=np.intp).reshape(F, -1)
+    return columns, _frozen(_sample_major(np, positions, shape[0], Y))
+
+
+def _strided_columns(xp, b, k, s, d, lo, Y):
+    """``channel_major_columns`` through the strided window view (any size, numpy or CuPy)."""
     N, C = b.shape[:2]
     cols = xp.empty((C,) + tuple(k) + (N,) + tuple(Y), dtype=b.dtype)
     if all(ki == 1 for ki in k) and not any(lo):
@@ -512,6 +566,14 @@ def correlate(xp, b, w, k, s, d, lo, Y, groups):
     acc = acc_dtype(b.dtype)
     b = b.astype(acc, copy=False)
     w = w.astype(acc, copy=False)
+    gather = _correlate_gather(b.shape, w.shape[0], tuple(k), tuple(s), tuple(d), tuple(lo), tuple(Y),
+                               groups) if xp is np else None
+    if gather is not None:  # small: the same columns, GEMM and layout, gathered (see _correlate_gather)
+        (hi, columns), output = gather
+        F, g = w.shape[0], groups
+        cols = padded(xp, b, lo, hi).ravel().take(columns)
+        out = xp.matmul(w.reshape(g, F // g, -1), cols.reshape(g, cols.shape[0] // g, -1))
+        return out.ravel().take(output)
     if winograd_applies(k, s, d, lo, groups, Y):
         return winograd_correlate(xp, b, w, lo, Y)
     if _per_sample(s, Y):
@@ -759,9 +821,15 @@ def _conv_shape(params, in_shapes, out_shapes, where):
     return ins, [(x[0], f) + _conv_out(params, x[2:], where)]
 
 
+@functools.lru_cache(maxsize=256)
+def _conv_out_cached(kernel, stride, dilate, pad, X):
+    """``_conv_out`` of the forward, per geometry (a numeric check re-runs one small convolution thousands of
+    times); an error is raised again on every call (``lru_cache`` keeps results only)."""
+    return _conv_out({"kernel": kernel, "stride": stride, "dilate": dilate, "pad": pad}, X, "Convolution")
+
+
 def _conv_fwd(xp, x, w, b=None, *, kernel, stride, dilate, pad, num_group, **_):
-    p = {"kernel": kernel, "stride": stride, "dilate": dilate, "pad": pad}
-    Y = _conv_out(p, x.shape[2:], "Convolution")
+    Y = _conv_out_cached(tuple(kernel), tuple(stride), tuple(dilate), tuple(pad), x.shape[2:])
     y = correlate(xp, x, w, kernel, stride, dilate, pad, Y, num_group)
     if b is not None:
         y += b.astype(y.dtype, copy=False).reshape((1, -1) + (1,) * len(kernel))
