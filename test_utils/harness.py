@@ -153,7 +153,7 @@ class Harness:
         if not self._based:
             self.base()
         self.reset_aux()
-        return [to_numpy(o) for o in self.exe.rerun_downstream(list(names))]
+        return [to_numpy(o) for o in self.exe.rerun_downstream(names)]
 
     def assert_deterministic(self, who, what="the forward"):
         assert_deterministic(self.exe, self.is_train, self.aux_initial, who, what)

@@ -80,6 +80,9 @@ KINK_SLACK = 0.1
 #: mismatching elements examined for kinks before giving up when none of them is one
 KINK_PROBE = 64
 
+#: ``ndarray.sum()`` without its Python wrapper (``numpy._core._methods._sum`` calls exactly this)
+_add_reduce = np.add.reduce
+
 
 # -- explicit steps ----------------------------------------------------------------------------------------
 
@@ -388,7 +391,8 @@ def projected_objective(sym, weights, who="check_numeric_gradient"):
     Returns:
         ``(ref_sym, loss_heads, make_objective)``: ``loss_heads[k]`` is True for loss-head outputs;
         ``make_objective(base_outputs)`` freezes the loss constants at the base point and returns
-        ``objective(outputs) -> (value, magnitude)``.
+        ``objective(outputs) -> (value, magnitude)``; ``objective.value(outputs)`` is its value alone (the same
+        float, one array pass less per output: what a numeric gradient evaluates per perturbation).
     """
     heads = sym.heads()
     n = len(heads)
@@ -434,6 +438,21 @@ def projected_objective(sym, weights, who="check_numeric_gradient"):
                     mag += m
             return total, mag
 
+        def value(outputs):
+            # objective(outputs)[0], the same float for float: the same terms, summed by the same reduction
+            # (``ndarray.sum`` is ``np.add.reduce`` over every axis), without the magnitude's pass -- this is
+            # what a numeric gradient evaluates once per perturbation
+            total = 0.0
+            for k in range(n):
+                out = np.asarray(outputs[k], np.float64)
+                if losses[k] is None:
+                    total += float(_add_reduce(weights[k] * out, None))
+                else:
+                    fn, sl = losses[k]
+                    total += fn(outputs[sl], out)[0]
+            return total
+
+        objective.value = value
         return objective
 
     return ref_sym, loss_heads, make_objective
