@@ -152,7 +152,8 @@ KINK_NAMES = list(_kink_cases(np.random.default_rng(0)))
 @pytest.mark.parametrize("case", KINK_NAMES)
 @tu.with_seed()
 def test_kinked_ops_at_kinks_pass_and_say_so(case, dtype):
-    check_kinked_case(case, dtype)
+    res = check_kinked_case(case, dtype)  # asserts the warning, the kinks found and the re-drawn points
+    assert res.kinks and not res.excluded
 
 
 def check_kinked_case(case, dtype):
@@ -393,7 +394,8 @@ def test_progress_bar_without_tqdm_is_silent(monkeypatch):
     monkeypatch.setattr(differencer, "PROGRESS_DELAY", 0.0)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        tu.check_numeric_gradient(S.tanh(S.Variable("x")), [np.ones(5)])
+        res = tu.check_numeric_gradient(S.tanh(S.Variable("x")), [np.ones(5)])
+    assert list(res) == ["x"] and not res.excluded
 
 
 def test_small_checks_take_milliseconds():
