@@ -45,10 +45,16 @@ def _la_type(params, in_types, out_types, where="op"):
 # ----------------------------------------------------------------------------
 
 
-def _square(where, name, shape):
+def _matrices(where, name, shape):
+    """``shape`` as a tuple, checked to be a tensor of matrices (ndim >= 2)."""
     shape = tuple(shape)
     if len(shape) < 2:
         raise ShapeError(f"{where}: input {name!r} must be a tensor of matrices (ndim >= 2), got shape {shape}")
+    return shape
+
+
+def _square(where, name, shape):
+    shape = _matrices(where, name, shape)
     if shape[-1] != shape[-2]:
         raise ShapeError(f"{where}: input {name!r} must hold square matrices, got shape {shape}")
     return shape
@@ -400,9 +406,7 @@ def _syrk_shape(params, in_shapes, out_shapes, where):
     (a,) = in_shapes
     if a is None:
         return in_shapes, out_shapes
-    a = tuple(a)
-    if len(a) < 2:
-        raise ShapeError(f"{where}: input 'A' must be a tensor of matrices (ndim >= 2), got shape {a}")
+    a = _matrices(where, "A", a)
     k = a[-1] if params["transpose"] else a[-2]
     return [a], [a[:-2] + (k, k)]
 
@@ -442,9 +446,7 @@ def _gelqf_shape(params, in_shapes, out_shapes, where):
     (a,) = in_shapes
     if a is None:
         return in_shapes, out_shapes
-    a = tuple(a)
-    if len(a) < 2:
-        raise ShapeError(f"{where}: input 'A' must be a tensor of matrices (ndim >= 2), got shape {a}")
+    a = _matrices(where, "A", a)
     if a[-2] > a[-1]:
         raise ShapeError(f"{where}: input 'A' {a} must have at most as many rows as columns (LQ factorisation)")
     return [a], [a, a[:-1] + (a[-2],)]
