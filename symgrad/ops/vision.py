@@ -1264,12 +1264,18 @@ register(
 )
 
 
-def _pack_shape(params, in_shapes, out_shapes, where):
-    (v,) = in_shapes
-    if v is None:
-        return in_shapes, out_shapes
-    K = math.prod(params["kernel"])
-    return in_shapes, [(v[0], 2 * K * params["num_deformable_group"]) + tuple(v[2:])]
+def _packed_shape(per_tap):
+    """Shape rule of a pack op: ``(N, per_tap * K * num_deformable_group, *spatial)`` from its ``(N, ...)`` input
+    (offsets: 2 per kernel tap, masks: 1)."""
+
+    def rule(params, in_shapes, out_shapes, where):
+        (v,) = in_shapes
+        if v is None:
+            return in_shapes, out_shapes
+        K = math.prod(params["kernel"])
+        return in_shapes, [(v[0], per_tap * K * params["num_deformable_group"]) + tuple(v[2:])]
+
+    return rule
 
 
 register(
@@ -1277,7 +1283,7 @@ register(
     params={**_DEFORM_GEOM, "direction": Param("int", 0)},
     prepare=_deform_prepare("_deformable_offset_pack"),
     forward=_pack_fwd,
-    infer_shape=_pack_shape,
+    infer_shape=_packed_shape(2),
     # linear; adjoint: broadcast each offset channel back over its group's channels
     gradient=lambda F, n, g: [F._deformable_offset_unpack(g[0], n.inputs[0], **n.params)],
     doc="Group-sum of deformable columns into one direction of the offset layout (hidden).",
@@ -1533,20 +1539,12 @@ register(
 )
 
 
-def _mask_pack_shape(params, in_shapes, out_shapes, where):
-    (v,) = in_shapes
-    if v is None:
-        return in_shapes, out_shapes
-    K = math.prod(params["kernel"])
-    return in_shapes, [(v[0], K * params["num_deformable_group"]) + tuple(v[2:])]
-
-
 register(
     "_deformable_mask_pack",
     params=dict(_DEFORM_GEOM),
     prepare=_deform_prepare("_deformable_mask_pack"),
     forward=_mask_pack_fwd,
-    infer_shape=_mask_pack_shape,
+    infer_shape=_packed_shape(1),
     # linear; adjoint: broadcast each mask channel back over its group's channels
     gradient=lambda F, n, g: [F._deformable_mask_unpack(g[0], n.inputs[0], **n.params)],
     doc="Group-sum of deformable columns into the mask layout (hidden).",
