@@ -679,7 +679,7 @@ def _create(op, args, kwargs, name=None, attr=None, hint=None):
         param_kwargs.update(positional_params)
     if op.variadic and op.variadic not in param_kwargs and op.variadic in op.params:
         param_kwargs[op.variadic] = len(args)
-    params = op.parse_params(param_kwargs, where)
+    params, strings = op.parse_params_and_strings(param_kwargs, where)
     if op.prepare is not None:
         params = op.prepare(params, node_name)
     names = op.list_inputs(params) + op.list_aux(params)
@@ -702,14 +702,7 @@ def _create(op, args, kwargs, name=None, attr=None, hint=None):
         if len(s._outputs) != 1:
             raise ShapeError(f"{where}: input {iname!r} must be a single output, got a group of {len(s)}")
         inputs.append(s._outputs[0])
-    attrs = AttrScope.current_attrs()
-    if attr:
-        attrs.update({k: str(v) for k, v in attr.items()})
-    for k, v in param_kwargs.items():
-        attrs[k] = v if isinstance(v, str) else param_to_str(v)
-    node = Node(op, node_name, params, attrs, inputs, op.n_outputs(params))
-    n_visible = op.n_visible(params)
-    return Symbol([(node, 0)] if n_visible == 1 else [(node, i) for i in range(n_visible)])
+    return _node_symbol(op, node_name, params, strings, inputs, attr)
 
 
 def _simple_call(op, args, kwargs, attr):
@@ -732,12 +725,20 @@ def _simple_call(op, args, kwargs, attr):
 
 def _create_simple(op, inputs, param_kwargs, node_name, where):
     """``_create``'s result for a ``_simple_call``: the same parse, attributes and node."""
-    attrs = AttrScope.current_attrs()
     if param_kwargs:
         params, strings = op.parse_params_and_strings(param_kwargs, where)
-        attrs.update(strings)
-    else:
-        params = op.parse_params(param_kwargs, where) if op.params else {}
+    else:  # defaults only (the parse still reports a missing required parameter)
+        params, strings = (op.parse_params({}, where) if op.params else {}), {}
+    return _node_symbol(op, node_name, params, strings, inputs, None)
+
+
+def _node_symbol(op, node_name, params, strings, inputs, attr):
+    """The node (attributes: the current AttrScope's, then ``attr``, then the parameters as given, as
+    strings) and the Symbol of its visible outputs."""
+    attrs = AttrScope.current_attrs()
+    if attr:
+        attrs.update({k: str(v) for k, v in attr.items()})
+    attrs.update(strings)
     n_out = op.n_outputs(params)
     node = Node(op, node_name, params, attrs, inputs, n_out)
     n_visible = n_out if op.num_visible is None else op.n_visible(params)
