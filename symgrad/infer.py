@@ -32,36 +32,30 @@ def _describe(value, kind):
     return str(tuple(value)) if kind == "shape" else str(np.dtype(value))
 
 
-def _apply_rule(node, rule, ins, outs, kind, unknown_dims):
-    """``rule``'s answer for ``node``.
+def _retry(node, rule, ins, outs, kind, unknown_dims, first):
+    """``rule``'s answer for ``node`` after it raised ``first`` on the values known.
 
     With unknown dimensions, a rule that fails on shapes holding a 0 (an unknown dimension: ``(0, 3) + (2, 0)``,
     a Reshape of an unknown size) is asked again with those shapes unknown altogether, and once more with
     each of them alone kept; the answers that do not fail are merged (dimension by dimension), so the rule
-    still fills in what the known parts determine. If every retry fails, the first error stands.
+    still fills in what the known parts determine. If every retry fails, the first error stands (a rule
+    crashing with anything but a ShapeError/TypeError/ValueError is reported as the op's inference failure).
     """
     try:
-        try:
-            return rule(node.params, list(ins), list(outs), where(node))
-        except Exception as first:
-            if not unknown_dims:
-                raise
-            values = list(ins) + list(outs)
-            partial = [j for j, v in enumerate(values) if _partial(v)]
-            if not partial:
-                raise
-            answers = []
-            for keep in [None, *partial] if len(partial) > 1 else [None]:
-                trial = [None if j in partial and j != keep else v for j, v in enumerate(values)]
-                try:
-                    answers.append(rule(node.params, trial[:len(ins)], trial[len(ins):], where(node)))
-                except Exception:
-                    continue
-                if keep is None and _determines_all(answers[0]):
-                    break  # merged answers keep the first where it is complete: the others cannot add anything
-            if not answers:
-                raise first from None
-            return _merge_answers(answers, len(ins), len(outs))
+        values = list(ins) + list(outs)
+        partial = [j for j, v in enumerate(values) if _partial(v)] if unknown_dims else []
+        answers = []
+        for keep in [None, *partial] if len(partial) > 1 else [None] if partial else []:
+            trial = [None if j in partial and j != keep else v for j, v in enumerate(values)]
+            try:
+                answers.append(rule(node.params, trial[:len(ins)], trial[len(ins):], where(node)))
+            except Exception:
+                continue
+            if keep is None and _determines_all(answers[0]):
+                break  # merged answers keep the first where it is complete: the others cannot add anything
+        if not answers:
+            raise first
+        return _merge_answers(answers, len(ins), len(outs))
     except (ShapeError, TypeError, ValueError):
         raise
     except Exception as exc:  # a rule crashing on odd input is still the op's error
@@ -135,8 +129,8 @@ def _run(nodes: Sequence[Node], known: dict, kind: str, unknown_dims: bool = Fal
             rule = op.infer_shape if shape else (op.infer_type or same_type)
             try:  # the rule gets copies: what it returns is compared with what was known
                 new_ins, new_outs = rule(node.params, ins[:], outs[:], where(node))
-            except Exception:  # again, with the retries and the error wrapping of _apply_rule
-                new_ins, new_outs = _apply_rule(node, rule, ins, outs, kind, unknown_dims)
+            except Exception as first:
+                new_ins, new_outs = _retry(node, rule, ins, outs, kind, unknown_dims, first)
             if len(new_ins) < len(ins) or len(new_outs) < len(outs):  # a short answer says nothing of the rest
                 new_ins = [*new_ins, *[None] * (len(ins) - len(new_ins))]
                 new_outs = [*new_outs, *[None] * (len(outs) - len(new_outs))]
