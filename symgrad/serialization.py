@@ -278,9 +278,8 @@ def _topo_indices(doc_nodes, inputs_of, heads, err) -> list[int]:
     return order
 
 
-def _build_op_node(op, name, attrs, inputs, version, where, err, parsed):
-    """The node of one operator entry. ``parsed``: this file's parameter sets parsed so far, by op and
-    strings (a model repeats a few: DenseNet-121's 120 BatchNorm nodes share one)."""
+def _build_op_node(op, name, attrs, inputs, version, where, err):
+    """The node of one operator entry."""
     params_kw, hidden_for_inputs = {}, {}
     if version < MXNET_VERSION:
         attrs, hidden_for_inputs = _upgrade_hidden(attrs)
@@ -296,15 +295,10 @@ def _build_op_node(op, name, attrs, inputs, version, where, err, parsed):
     try:
         if op.variadic and op.variadic in op.params and op.variadic not in params_kw:
             params_kw[op.variadic] = str(len(inputs))
-        if op.prepare is None and not op.extra_params:
-            key = (op.name, *params_kw.items())
-            if key not in parsed:
-                parsed[key] = op.parse_params(params_kw, where)
-            params = dict(parsed[key])
-        else:
-            params = op.parse_params(params_kw, where)
-            if op.prepare is not None:
-                params = op.prepare(params, name)
+        # (parsed once per distinct parameter set: a model repeats a few, DenseNet-121's 120 BatchNorms share one)
+        params = op.parse_params_and_strings(params_kw, where)[0]
+        if op.prepare is not None:
+            params = op.prepare(params, name)
         names = op.list_inputs(params) + op.list_aux(params)
         n_out = op.n_outputs(params)
     except (ParamError, ShapeError, TypeError, ValueError, KeyError, IndexError) as exc:
@@ -384,7 +378,6 @@ def _from_doc(doc, err):
         names.append(name)
         attrs_of.append(_node_attrs(raw, where, err))
     built: dict[int, Node] = {}
-    parsed: dict[tuple, dict] = {}
     for i in _topo_indices(doc_nodes, inputs_of, heads, err):
         where = f"node {i} ({doc_nodes[i]['op']} {names[i]!r})"
         if ops[i] is None:
@@ -395,7 +388,7 @@ def _from_doc(doc, err):
             built[i] = Node(None, names[i], {}, dict(attrs), (), 1)
         else:
             inputs = [(built[s], j) for s, j in inputs_of[i]]
-            built[i] = _build_op_node(ops[i], names[i], dict(attrs_of[i]), inputs, version, where, err, parsed)
+            built[i] = _build_op_node(ops[i], names[i], dict(attrs_of[i]), inputs, version, where, err)
     outputs = []
     for k, (h, j) in enumerate(heads):
         node = built[h]
