@@ -205,6 +205,7 @@ class Executor:
         nodes, arg_nodes, aux_nodes = symbol._arg_and_aux_nodes() if _nodes is None else _nodes
         self._arg_names = [n.name for n in arg_nodes]
         self._arg_positions = {n: k for k, n in enumerate(self._arg_names)}
+        self._rerun_memo: dict = {}  # argument names -> (plan, positions, runner) of rerun_downstream
         self._aux_names = [n.name for n in aux_nodes]
         self._output_names = symbol.list_outputs()
         arg_arrays = _arrays(args, self._arg_names, "bind args", ctx, required=True)
@@ -576,7 +577,7 @@ class Executor:
         # a numeric check calls this once per perturbation (thousands of times, ~10 us of work each): the
         # runner of each argument set is looked up once per plan, by the names as given
         plan = self._plan
-        memo = self.__dict__.setdefault("_rerun_memo", {})
+        memo = self._rerun_memo
         key = tuple(names)
         hit = memo.get(key)
         if hit is None or hit[0] is not plan:
