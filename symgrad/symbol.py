@@ -166,6 +166,24 @@ class Symbol:
         return Symbol([(n, i) for n in self._nodes()
                        for i in range(n.op.n_visible(n.params) if n.op is not None else 1)])
 
+    def replace_ops(self, replace) -> Symbol:
+        """A copy of this graph in which ``replace(name, op, params)`` may swap the operator of each op node.
+
+        ``replace`` returns an ``OpDef`` to run instead (same inputs, parameters, outputs and name) or None to
+        keep the node. Variables and the shape of the graph are unchanged; nodes downstream of a swapped one are
+        rebuilt, the rest shared. The numeric checkers evaluate a network on the pieces its forward chose this
+        way (``test_utils.decisions.pinned_symbol``).
+        """
+        new: dict[int, Node] = {}
+        for node in self._nodes():
+            op = replace(node.name, node.op, node.params) if node.op is not None else None
+            inputs = [(new.get(src.id, src), i) for src, i in node.inputs]
+            if op is None and all(a[0] is b[0] for a, b in zip(inputs, node.inputs)):
+                continue
+            new[node.id] = Node(op if op is not None else node.op, node.name, node.params, node.attrs, inputs,
+                                node.num_outputs)
+        return Symbol([(new.get(n.id, n), i) for n, i in self._outputs])
+
     def get_children(self) -> Symbol | None:
         """The inputs of the head node(s), or None when there are none (a variable).
 

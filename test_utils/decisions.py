@@ -15,11 +15,18 @@ its registration (``OpDef.decisions``, a list of ``symgrad.ops.registry.Decision
 What differs then between the two runs is rounding alone, unless something else is wrong.
 ``check_consistency`` uses both when a comparison between entries of different dtypes or devices fails.
 
+The same record pins *pieces* for the numeric checkers (``pinned_symbol``): a copy of the graph in which
+every decision op evaluates the piece its recorded choices select (``OpDef.pinned``), so finite differences
+taken around the recorded point differentiate exactly the function the backward differentiates there. Pinning
+by value (above) changes inputs so that a second run *decides* like the first; pinning pieces keeps every input
+and fixes the *function*.
+
 Cost: one instruction-by-instruction forward per call; the recorded inputs are host copies.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -29,7 +36,8 @@ from symgrad.context import array_context
 from .context import to_numpy
 from .report import format_index
 
-__all__ = ["DecisionFlipWarning", "Flip", "DecisionRecord", "record_decisions", "pin_decisions", "format_flips"]
+__all__ = ["DecisionFlipWarning", "Flip", "DecisionRecord", "record_decisions", "pin_decisions", "format_flips",
+           "Pinning", "pinned_symbol"]
 
 _MAX_ROUNDS = 4  # pinning one window can move a neighbouring (overlapping) window's near tie: re-decide
 
@@ -329,3 +337,72 @@ def format_flips(flips, limit=10) -> list:
     if len(flips) > limit:
         lines.append(f"  ... and {len(flips) - limit} more")
     return lines
+
+
+# == pinned pieces (the numeric checkers' reference) ============================================================
+
+
+@dataclass
+class Pinning:
+    """What ``pinned_symbol`` did to a graph.
+
+    Attributes:
+        pinned: names of the decision nodes now evaluated on their recorded piece.
+        unpinnable: decision nodes left as they are (an op without a ``pinned`` rule, or not in the record):
+            finite differences may cross their kinks, which the kink test then judges.
+        opaque: ``Custom`` nodes: Python operators whose discrete choices, if any, symgrad cannot see.
+    """
+
+    pinned: list = field(default_factory=list)
+    unpinnable: list = field(default_factory=list)
+    opaque: list = field(default_factory=list)
+
+    @property
+    def complete(self) -> bool:
+        """Every discrete choice of the graph is pinned (nothing left for the kink test)."""
+        return not self.unpinnable and not self.opaque
+
+
+def pinned_symbol(sym, record: DecisionRecord):
+    """``(sym evaluated on the pieces ``record`` chose, Pinning)``.
+
+    Each decision node that ``record`` saw (by name) runs ``op.pinned`` with the recorded choices instead of
+    its forward: a relu keeps its recorded mask, a max pooling reads the recorded tap of every window, however
+    the inputs move. Only forward values of the copy are meaningful (it has no gradients); bind it like ``sym``.
+
+    >>> import numpy as np, symgrad as sg
+    >>> r = sg.sym.relu(sg.sym.Variable("x"), name="r")
+    >>> rec = record_decisions(r.bind(sg.cpu(), {"x": np.array([-1.0, 2.0])}))
+    >>> pinned, how = pinned_symbol(r, rec)
+    >>> pinned.bind(sg.cpu(), {"x": np.array([3.0, -4.0])}).forward()[0].tolist(), how.pinned
+    ([0.0, -4.0], ['r'])
+    """
+    how = Pinning()
+
+    def replace(name, op, params):
+        if op.name == "Custom":
+            how.opaque.append(name)
+            return None
+        if op.decisions is None:
+            return None
+        seen = record.nodes.get(name)
+        if op.pinned is None or seen is None or seen.op != op.name:
+            how.unpinnable.append(name)
+            return None
+        how.pinned.append(name)
+        return _pinned_op(op, seen.choices)
+
+    return sym.replace_ops(replace), how
+
+
+def _pinned_op(op, choices):
+    """``op`` with its forward replaced by ``op.pinned`` at ``choices`` (host arrays, moved to the device once)."""
+    on_device = {}
+
+    def forward(xp, *inputs, **params):
+        fixed = on_device.get(xp)
+        if fixed is None:
+            fixed = on_device[xp] = [c if xp is np else xp.asarray(c) for c in choices]
+        return op.pinned(xp, fixed, *inputs, **params)
+
+    return dataclasses.replace(op, forward=forward, gradient=None, decisions=None, pinned=None, accepts_out=False)

@@ -332,7 +332,7 @@ def _float_math(fn):
 # ----------------------------------------------------------------------------
 
 
-def _unary(name, fwd, grad, aliases=(), doc="", params=None, infer_type=None, decisions=None):
+def _unary(name, fwd, grad, aliases=(), doc="", params=None, infer_type=None, decisions=None, pinned=None):
     """Register ``y = fwd(xp, x, **params)``; ``grad(F, x, y, gy, **params)`` is a Symbol (or None).
 
     The output keeps the input dtype. ``decisions(xp, x, **params)``: the op's discrete choices
@@ -374,7 +374,7 @@ def _unary(name, fwd, grad, aliases=(), doc="", params=None, infer_type=None, de
 
         forward.specialize = specialize
     return register(name, aliases=aliases, forward=forward, infer_shape=same_shape, infer_type=infer_type,
-                    gradient=rule, params=params, decisions=decisions, doc=doc or f"Elementwise {name}.")
+                    gradient=rule, params=params, decisions=decisions, pinned=pinned, doc=doc or f"Elementwise {name}.")
 
 
 def _reads(grad):
@@ -570,8 +570,10 @@ _unary("arctanh", _float_in(lambda xp, x: xp.arctanh(x)), lambda F, x, y, g: g /
 _unary("sigmoid", _float_in(_sigmoid), lambda F, x, y, g: g * (y * (1.0 - y)))
 # relu' = 1 where x > 0 else 0 (MXNet takes 0 at x = 0)
 # (NaN passes through relu, as MXNet's IsNan(a) || a > 0 ? a : 0)
+# pinned: the recorded mask instead of x > 0 (NaN still passes)
 _unary("relu", lambda xp, x: xp.where((x > 0) | (x != x), x, 0), lambda F, x, y, g: F._backward_relu(g, x),
-       decisions=lambda xp, x: elementwise(0, choice=x > 0, value=x))
+       decisions=lambda xp, x: elementwise(0, choice=x > 0, value=x),
+       pinned=lambda xp, choices, x: xp.where(choices[0] | (x != x), x, 0).astype(x.dtype, copy=False))
 # softsign = x / (1 + |x|): softsign' = 1 / (1 + |x|)^2
 _unary("softsign", _float_in(lambda xp, x: x / (1.0 + xp.abs(x))),
        lambda F, x, y, g: g / F.square(F.abs(x) + 1.0))

@@ -71,6 +71,13 @@ def _act_decisions(xp, x, act_type):
     return elementwise(0, choice=x > 0, value=x) if act_type == "relu" else []
 
 
+def _act_pinned(xp, choices, x, act_type):
+    # relu on its recorded mask: x where the base point had x > 0, else 0
+    if act_type != "relu":
+        return _act_fwd(xp, x, act_type)
+    return xp.where(choices[0], x, 0).astype(x.dtype, copy=False)
+
+
 register(
     "Activation",
     params={"act_type": Param("str", choices=_ACT)},
@@ -79,6 +86,7 @@ register(
     infer_type=float_inputs("data"),
     gradient=_act_grad,
     decisions=_act_decisions,
+    pinned=_act_pinned,
     doc="Elementwise activation: relu, sigmoid, tanh, softrelu or softsign.",
 )
 
@@ -174,8 +182,17 @@ def _leaky_fwd(xp, x, gamma=None, *, is_train, act_type, slope, lower_bound, upp
     return out if isinstance(out, tuple) else (out,)
 
 
-def _leaky_compute(xp, x, gamma, is_train, act_type, slope, lower_bound, upper_bound):
-    pos = x > 0
+def _leaky_pinned(xp, choices, x, gamma=None, *, is_train, act_type, slope, lower_bound, upper_bound):
+    # each branch on the side x had at the base point (choices[0] = x > 0 there): elu's e^x - 1 is evaluated
+    # at positive x too where the base point was negative
+    pos = choices[0] if act_type != "gelu" else None
+    out = _leaky_compute(xp, x, gamma, is_train, act_type, slope, lower_bound, upper_bound, pos=pos)
+    return out if isinstance(out, tuple) else (out,)
+
+
+def _leaky_compute(xp, x, gamma, is_train, act_type, slope, lower_bound, upper_bound, pos=None):
+    pinned = pos is not None
+    pos = x > 0 if pos is None else pos
     if act_type == "leaky":
         return xp.where(pos, x, x * slope).astype(x.dtype, copy=False)
     if act_type == "prelu":
@@ -188,7 +205,8 @@ def _leaky_compute(xp, x, gamma, is_train, act_type, slope, lower_bound, upper_b
             mask = xp.full(x.shape, (lower_bound + upper_bound) / 2.0, dtype=x.dtype)
         return xp.where(pos, x, x * mask).astype(x.dtype, copy=False), mask
     if act_type in ("elu", "selu"):
-        neg = xp.expm1(xp.minimum(x, 0))  # e^x - 1 on the negative side (no overflow for large x)
+        # e^x - 1 on the negative side (no overflow for large x)
+        neg = xp.expm1(xp.where(pos, 0, x) if pinned else xp.minimum(x, 0))
         if act_type == "elu":
             return xp.where(pos, x, neg * slope).astype(x.dtype, copy=False)
         return (xp.where(pos, x, neg * _SELU_ALPHA) * _SELU_LAMBDA).astype(x.dtype, copy=False)
@@ -241,6 +259,7 @@ register(
     infer_type=float_inputs("data"),
     gradient=_leaky_grad,
     decisions=_leaky_decisions,
+    pinned=_leaky_pinned,
     needs_is_train=True,
     doc="Leaky ReLU family: leaky (slope), prelu (learned per-channel gamma), rrelu (random slope in "
     "training, the mean slope in inference; outputs 'output' and 'mask'), elu, selu, gelu (erf form).",

@@ -418,9 +418,32 @@ def _pool_decisions(xp, x, **params):
     return [Decision((0,), idx, _window_gap(xp, x, k, s, p, Y), _window_support(x.shape[2:], k, s, p))]
 
 
+def _pool_pinned(xp, choices, x, **params):
+    """Pooling's outputs with every max window reading the tap recorded in ``choices[0]`` (``_argmax``'s)."""
+    if params["pool_type"] != "max":
+        return _pool_outputs(xp, x, **params)
+    return (*_pinned_max(xp, choices[0], x, params),)
+
+
+def _pool_pinned_single(xp, choices, x, **params):
+    return _pool_pinned(xp, choices, x, **params)[0]
+
+
+def _pinned_max(xp, idx, x, params):
+    # y[o] = x[window o, tap idx[o]]: one where per tap, starting from tap 0 (so -inf padding reads as in forward)
+    k, s, p, Y = pool_geometry(params, x.shape[2:])
+    out = None
+    for t, v in _taps(xp, _pad_for(xp, x, k, s, p, Y, _lowest(x.dtype)), k, s, Y):
+        out = v.copy() if out is None else xp.where(idx == t, v, out)
+    if not keeps_argmax(params):
+        return (out,)
+    flat = _flat_index(xp, idx, x.shape, k, s, p, Y)
+    return out, _mark_padding_picks(xp, flat, idx, out, x.shape, k, s, p, Y)
+
+
 #: Pooling's rules with a single output (no workspace): ``Pooling_v1``'s, as MXNet's legacy op has none
 SINGLE_OUTPUT_RULES = dict(num_outputs=1, num_visible=None, output_names=None, forward=_pool_fwd,
-                           infer_shape=_pool_shape, infer_type=float_inputs("data"))
+                           infer_shape=_pool_shape, infer_type=float_inputs("data"), pinned=_pool_pinned_single)
 
 register(
     "Pooling",
@@ -435,6 +458,7 @@ register(
     infer_type=_pool_outputs_type,
     gradient=_pool_grad,
     decisions=_pool_decisions,
+    pinned=_pool_pinned,
     doc="Max/avg/sum/lp pooling over 1-3 spatial axes with MXNet's conventions (valid/full/same, global_pool, "
     "count_include_pad).",
 )

@@ -297,6 +297,12 @@ class OpDef:
     # decisions(xp, *inputs, **params) -> list of Decision: the discrete choices forward makes from its
     # inputs (relu's mask, a max-pool window's argmax); None for ops without any (see ``Decision``)
     decisions: Callable | None = None
+    # pinned(xp, choices, *inputs, **params) -> forward's outputs on the piece that ``choices`` (the ``choice``
+    # arrays of ``decisions``, recorded at a base point) selects: relu's ``where(mask, x, 0)``, max pooling's
+    # value at the recorded tap. That piece is the smooth function the backward differentiates at the base
+    # point, so the numeric checkers evaluate it (``test_utils.decisions.pinned_symbol``) and a finite
+    # difference never crosses a kink the forward did not choose. None: the decisions cannot be pinned.
+    pinned: Callable | None = None
     # a sampling op (its output is a fresh random draw): the numeric gradient checkers refuse symbols holding one
     is_random: bool = False
     doc: str = ""
