@@ -184,6 +184,20 @@ class Symbol:
                                 node.num_outputs)
         return Symbol([(new.get(n.id, n), i) for n, i in self._outputs])
 
+    def isolate(self, name: str) -> Symbol:
+        """The op node ``name`` alone: its operator, parameters and attributes applied to fresh Variables named
+        after its input slots (``data``, ``weight``, ...; auxiliary states stay auxiliary), with its visible
+        outputs. A whole-model check names a faulty node by checking each node this way at its recorded inputs.
+        """
+        for node in self._nodes():
+            if node.op is not None and node.name == name:
+                break
+        else:
+            raise KeyError(f"isolate: no operator node named {name!r} in this graph")
+        inputs = [(Node(None, slot, {}, {}, [], 1), 0) for slot in node.input_names()]
+        alone = Node(node.op, node.name, node.params, node.attrs, inputs, node.num_outputs)
+        return Symbol([(alone, i) for i in range(node.op.n_visible(node.params))])
+
     def get_children(self) -> Symbol | None:
         """The inputs of the head node(s), or None when there are none (a variable).
 

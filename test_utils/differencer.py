@@ -592,7 +592,7 @@ def directional(harness, r: dict, eps, objective: Callable):
     """Derivative of ``delta -> objective(outputs at x + delta r)`` at 0 by central differences (the arguments of
     ``r`` move along it). Returns ``(value, width)``. Cost: 2 partial forward passes -- always serial: two
     evaluations are less than a worker's bind."""
-    harness.base()
+    harness.ensure_base()  # taken before the probe moves anything (a stale base is retaken, a fresh one kept)
     names = list(r)
     arrays = {n: harness.array(n) for n in names}
     base = {n: harness.host(n).astype(np.float64) for n in names}

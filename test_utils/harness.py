@@ -148,6 +148,11 @@ class Harness:
         self._based = True
         return [np.array(to_numpy(o), copy=True) for o in outs]
 
+    def ensure_base(self):
+        """Take the base of the partial re-runs unless the current one is still valid (every argument as it was)."""
+        if not self._based:
+            self.base()
+
     def outputs(self, names) -> list:
         """Every output after the bound arrays of ``names`` were changed in place (a partial re-run)."""
         if not self._based:

@@ -1,0 +1,1032 @@
+"""Whole-model gradient checks: ``check_model``, the engine behind ``symgrad check``.
+
+A network is piecewise smooth: its ReLU masks, max-pool windows and clip bounds pick a piece at the point
+checked, and backprop differentiates that piece. The numeric side here differentiates the same piece: the
+analytic run records every decision (``decisions.record_decisions``) and the float64 reference evaluates the
+graph with those decisions pinned (``decisions.pinned_symbol``), so a finite difference never crosses a kink
+the forward did not choose, however many ReLUs a weight moves. Only opaque ``Custom`` ops keep kinks; the
+elements they affect are judged by the kink test, and the report says which elements were judged how.
+
+The cost model (``mode="fast"``, the default) fits a network:
+
+1. **detect**: per argument, ``DIRECTIONS`` directional derivatives ``d/dt f(x + t r)`` along random ``r``
+   (2 partial forward passes each) against ``analytic . r``. On the pinned piece the difference is exact up to
+   float64 rounding and the step's curvature, so the tolerance is the checkers' own model (rtol of the dtype,
+   plus both sides' rounding noise) applied to the projection, and a passing argument costs a few passes
+   however large it is;
+2. **localise**, only where a direction fails: bisect its support (the half whose projection fails worse),
+   down to ``LEAF`` elements, then per-element differences on those and on ``samples`` random others, so the
+   report still names the worst elements and diagnoses the pattern;
+3. **attribute**, only when some argument fails: every op node is checked alone at its recorded inputs (its
+   own VJP against its own pinned forward, one direction over all its inputs), and the nodes whose backward
+   is wrong are named (``NodeFault``).
+
+``mode="sample"`` (``samples`` random elements per argument) and ``mode="full"`` (every element, through
+``check_numeric_gradient``) stay for whoever asks.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .context import to_device, to_numpy
+
+__all__ = ["check_model", "ModelCheckResult", "ArgResult", "NodeFault", "ModelInputError", "MODES",
+           "DEFAULT_SAMPLES", "DIRECTIONS", "prepare_model", "infer_shapes", "variable_roles", "random_values",
+           "deterministic_dropout", "render_table"]
+
+#: ``mode`` values: directional detection with localisation, sampled elements, every element
+MODES = ("fast", "sample", "full")
+#: elements per argument checked in sample mode, and sampled beside the bisection's leaf when localising
+DEFAULT_SAMPLES = 256
+#: random directions per argument in fast mode
+DIRECTIONS = 2
+#: the bisection stops at this many elements
+LEAF = 32
+#: op input slots that hold learned parameters (for the random values: scaled by fan-in)
+PARAM_SLOTS = ("weight", "bias", "gamma", "beta", "parameters", "alpha")
+WHO = "check_model"
+
+
+class ModelInputError(ValueError):
+    """A model, its shapes or its parameter values cannot be checked as given (the message says which)."""
+
+
+# == the model's inputs =========================================================================================
+
+
+def _few(names, k=8) -> str:
+    names = list(names)
+    return ", ".join(names[:k]) + (f", ... ({len(names)} in all)" if len(names) > k else "")
+
+
+def _one_line(exc) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0] if text else type(exc).__name__
+
+
+def infer_shapes(sym, shapes: dict, known: dict | None = None):
+    """``(arg_shapes, out_shapes, aux_shapes)`` as dicts/list from ``shapes`` (over ``known`` ones, e.g. from a
+    params file) and the ``__shape__`` attributes; ``ModelInputError`` naming what stays unknown."""
+    from symgrad.base import SymgradError
+
+    inputs = sym.list_inputs()
+    for name in shapes:
+        if name not in inputs:
+            raise ModelInputError(f"--shape {name}=...: {name!r} is not an input of the model (inputs: "
+                                  f"{_few(inputs)})")
+    given = {**(known or {}), **shapes}
+    try:
+        arg_shapes, out_shapes, aux_shapes = sym.infer_shape_partial(**given)
+    except (SymgradError, ValueError) as exc:
+        raise ModelInputError(f"the shapes do not infer: {_one_line(exc)}") from None
+    args, aux = sym.list_arguments(), sym.list_auxiliary_states()
+    unknown = [n for n, s in zip(args + aux, list(arg_shapes) + list(aux_shapes)) if s is None or 0 in s]
+    if unknown or any(s is None for s in out_shapes):
+        missing = unknown or ["an output"]
+        raise ModelInputError(f"the shapes do not infer: the shape of {_few(missing, 4)} is unknown; give the input "
+                              "shapes (--shape NAME=D1,D2,..., e.g. --shape data=1,3,224,224)")
+    return dict(zip(args, arg_shapes)), list(out_shapes), dict(zip(aux, aux_shapes))
+
+
+def variable_roles(sym, arg_shapes: dict) -> dict:
+    """``{argument: (role, upper bound or None)}``: ``"index"`` for an argument that only feeds inputs its op
+    never differentiates (labels, indices; the bound is the number of valid values), ``"param"`` for a learned
+    parameter slot (weight, bias, gamma, ...), else ``"data"``."""
+    internals = sym.get_internals()
+    try:
+        every = dict(zip(internals.list_outputs(), internals.infer_shape_partial(**arg_shapes)[1]))
+    except Exception:  # the bounds are a courtesy: without them labels are 0/1
+        every = dict(arg_shapes)
+    uses: dict = {}
+    for node in sym.to_networkx().nodes.values():
+        node = node["node"]
+        if node.op is None:
+            continue
+        slots = node.input_names()
+        in_shapes = {slot: every.get(src.name if src.op is None else src.output_name(idx))
+                     for (src, idx), slot in zip(node.inputs, slots)}
+        for (src, _), slot in zip(node.inputs, slots):
+            if src.op is not None or src.name not in arg_shapes:
+                continue
+            index = slot in tuple(node.op.no_grad_inputs)
+            bound = _index_bound(node.op.name, slot, node.params, in_shapes, arg_shapes[src.name]) if index else None
+            uses.setdefault(src.name, []).append((slot, index, bound))
+    roles = {}
+    for name in arg_shapes:
+        u = uses.get(name, [])
+        if u and all(index for _, index, _ in u):
+            bounds = [b for _, _, b in u if b is not None]
+            roles[name] = ("index", min(bounds) if bounds else None)
+        elif any(slot in PARAM_SLOTS for slot, _, _ in u):
+            roles[name] = ("param", None)
+        else:
+            roles[name] = ("data", None)
+    return roles
+
+
+def _index_bound(op, slot, params, in_shapes, own_shape):
+    """How many valid values an index input of ``op`` has (None: 0/1 labels or unknown)."""
+    def dim(shape, axis):
+        if shape is None or not len(shape):
+            return None
+        return int(shape[int(axis) % len(shape)])
+
+    data = in_shapes.get("data")
+    if slot == "label":
+        if data is None or tuple(data) == tuple(own_shape):
+            return None  # a probability / regression label of the data's shape
+        if params.get("multi_output"):
+            return dim(data, 1)
+        if params.get("preserve_shape"):
+            return dim(data, -1)
+        return int(np.prod(data[1:])) if len(data) > 1 else None
+    if op == "Embedding":
+        return int(params.get("input_dim", 0)) or None
+    if op == "one_hot":
+        return int(params.get("depth", 0)) or None
+    if op in ("take", "_contrib_take"):
+        return dim(in_shapes.get("a"), params.get("axis", 0))
+    if op == "pick":
+        return dim(data, params.get("axis", -1) if params.get("axis") is not None else -1)
+    if slot in ("sequence_length", "length"):
+        return dim(data, params.get("axis", 0))
+    if data is not None and len(data):
+        return int(min(data))
+    return None
+
+
+def _given(value, name, shape, what):
+    """A value from the params file, refused unless it has the shape the model needs."""
+    value = np.asarray(value)
+    if tuple(value.shape) != tuple(shape):
+        raise ModelInputError(f"--params: {what}{name!r} has shape {tuple(value.shape)} in the file but the model "
+                              f"needs {tuple(shape)}")
+    return value
+
+
+def random_values(sym, arg_shapes: dict, aux_shapes: dict, given_args: dict, given_aux: dict, seed: int):
+    """Seeded values for every argument and auxiliary state not given: indices/labels as valid integers, weights
+    uniform with a fan-in scale (so deep networks neither explode nor vanish), the rest uniform in [-1, 1]."""
+    rng = np.random.default_rng(seed)
+    roles = variable_roles(sym, arg_shapes)
+    args, aux = {}, {}
+    for name, shape in arg_shapes.items():
+        if name in given_args:
+            value = _given(given_args[name], name, shape, "")
+            args[name] = value.astype(np.float64) if value.dtype.kind == "f" else value
+            continue
+        role, bound = roles[name]
+        if role == "index":
+            low = 1 if name.endswith("length") else 0
+            high = bound + (1 if low else 0) if bound else 2
+            args[name] = rng.integers(low, max(high, low + 1), size=shape).astype(np.float64)
+        elif role == "param" and len(shape) >= 2:
+            fan_in = int(np.prod(shape[1:])) or 1
+            args[name] = rng.uniform(-1.0, 1.0, size=shape) * math.sqrt(3.0 / fan_in)
+        elif role == "param" and name.endswith("gamma"):
+            args[name] = rng.uniform(0.5, 1.5, size=shape)
+        elif role == "param":
+            args[name] = rng.uniform(-0.5, 0.5, size=shape)
+        else:
+            args[name] = rng.uniform(-1.0, 1.0, size=shape)
+    for name, shape in aux_shapes.items():
+        if name in given_aux:
+            aux[name] = _given(given_aux[name], name, shape, "auxiliary state ").astype(np.float64)
+        elif name.endswith("var"):
+            aux[name] = rng.uniform(0.5, 1.5, size=shape)
+        else:
+            aux[name] = rng.uniform(-0.5, 0.5, size=shape)
+    return args, aux, roles
+
+
+def deterministic_dropout(sym):
+    """``(symbol, names)``: Dropout ops rewritten to p=0 (identity), since finite differences need a
+    deterministic forward; the names of the ops rewritten."""
+    from symgrad.serialization import load_json
+
+    doc = json.loads(sym.tojson())
+    names = []
+    for node in doc["nodes"]:
+        if node.get("op") == "Dropout":
+            node.setdefault("attrs", {})["p"] = "0"
+            names.append(node["name"])
+    if not names:
+        return sym, []
+    return load_json(json.dumps(doc)), names
+
+
+@dataclass
+class PreparedModel:
+    """A model ready to check: the symbol (Dropout as identity), every argument's and auxiliary state's value
+    (float64 or integer), each argument's role, and what came from where."""
+
+    sym: object
+    label: str
+    args: dict
+    aux: dict
+    roles: dict
+    out_shapes: list
+    given: list = field(default_factory=list)
+    ignored: list = field(default_factory=list)
+    dropouts: list = field(default_factory=list)
+
+
+def _load_symbol(model):
+    from symgrad.symbol import Symbol
+
+    if isinstance(model, Symbol):
+        return model, model.name or "symbol"
+    if isinstance(model, (str, os.PathLike)):
+        from symgrad.serialization import load
+
+        path = os.fspath(model)
+        if not os.path.exists(path):
+            raise ModelInputError(f"model {path}: no such file")
+        return load(path), os.path.basename(path)
+    raise TypeError(f"{WHO}: model must be a Symbol or the path of a symbol JSON file, got {type(model).__name__}")
+
+
+def _load_params(params) -> tuple[dict, dict]:
+    if params is None:
+        return {}, {}
+    if isinstance(params, (str, os.PathLike)):
+        from symgrad.serialization import load_params
+
+        path = os.fspath(params)
+        if not os.path.exists(path):
+            raise ModelInputError(f"params {path}: no such file")
+        return load_params(path)
+    if isinstance(params, tuple) and len(params) == 2:
+        return dict(params[0]), dict(params[1])
+    if isinstance(params, dict):  # MXNet's save_checkpoint layout ('arg:NAME' / 'aux:NAME') or plain names
+        args, aux = {}, {}
+        for k, v in params.items():
+            kind, _, name = k.partition(":") if ":" in k else ("arg", "", k)
+            (aux if kind == "aux" else args)[name] = np.asarray(to_numpy(v))
+        return args, aux
+    raise TypeError(f"{WHO}: params must be a .params/.npz path, a dict or an (args, aux) pair, "
+                    f"got {type(params).__name__}")
+
+
+def prepare_model(model, params=None, shapes=None, seed=0) -> PreparedModel:
+    """Load ``model`` (a Symbol or a symbol JSON path) and ``params`` (a path, a dict, or ``(args, aux)``), infer
+    every shape from ``shapes`` (``{input: shape}``) and the parameter values, and fill what is not given with
+    seeded random values (``random_values``)."""
+    sym, label = _load_symbol(model)
+    given_args, given_aux = _load_params(params)
+    inputs = sym.list_inputs()
+    known = {k: np.shape(v) for k, v in {**given_args, **given_aux}.items() if k in inputs}
+    ignored = sorted(k for k in {**given_args, **given_aux} if k not in inputs)
+    shapes = {k: tuple(int(d) for d in v) for k, v in dict(shapes or {}).items()}
+    arg_shapes, out_shapes, aux_shapes = infer_shapes(sym, shapes, known)
+    sym, dropouts = deterministic_dropout(sym)
+    args, aux, roles = random_values(sym, arg_shapes, aux_shapes, given_args, given_aux, seed)
+    given = sorted(k for k in {**given_args, **given_aux} if k in inputs)
+    return PreparedModel(sym, label, args, aux, roles, out_shapes, given, ignored, dropouts)
+
+
+# == results ====================================================================================================
+
+
+class ArgResult(dict):
+    """One row of the report: ``name``, ``shape``, ``role``, ``grad_req``, ``checked`` (elements compared),
+    ``size``, ``method``, ``max_error`` (largest |analytic - numeric|), ``worst_ratio`` (largest error /
+    allowed error, < 1 passes), ``verdict`` ("pass", "FAIL", "skip", "not checked"), ``diagnosis`` (a line or
+    None), ``worst`` (the worst elements: ``(index, analytic, numeric)``) and ``notes``."""
+
+    __getattr__ = dict.get
+
+
+def _row(name, shape, role, req, **kw):
+    r = ArgResult(name=name, shape=list(map(int, shape)), size=int(np.prod(shape)) if len(shape) else 1, role=role,
+                  grad_req=req, checked=0, method=None, max_error=None, worst_ratio=None, verdict="not checked",
+                  diagnosis=None, worst=[], notes=[])
+    r.update(kw)
+    return r
+
+
+@dataclass
+class NodeFault:
+    """An op node whose own backward disagrees with its own (pinned) forward at its recorded inputs.
+
+    Attributes:
+        position: the node's place among the graph's op nodes in topological order (0-based).
+        name, op: the node's name and operator (``Custom`` nodes: ``op_type`` too).
+        inputs: the inputs whose gradient is wrong.
+        worst_ratio: error / allowed error of the node's directional check.
+        diagnosis: what the per-element comparison of its worst input looks like (or None).
+    """
+
+    position: int
+    name: str
+    op: str
+    op_type: str | None
+    inputs: list
+    worst_ratio: float
+    diagnosis: str | None = None
+
+    def describe(self) -> str:
+        kind = f"Custom op_type {self.op_type!r}" if self.op_type else self.op
+        what = self.diagnosis or f"backward disagrees with its forward (error {self.worst_ratio:.3g} x tolerance)"
+        return f"node {self.position} {self.name!r} ({kind}): gradient of {', '.join(self.inputs)} wrong: {what}"
+
+
+@dataclass
+class ModelCheckResult:
+    """What ``check_model`` found. ``rows``: one ``ArgResult`` per argument; ``faults``: the op nodes named as
+    wrong (``NodeFault``, empty when every argument passes); ``partial``: the check was interrupted and the rows
+    not yet checked say so; ``pinning``: which decision nodes the numeric side pinned (``decisions.Pinning``)."""
+
+    label: str
+    dtype: str
+    mode: str
+    seed: int
+    rows: list
+    faults: list = field(default_factory=list)
+    pinning: object = None
+    seconds: float = 0.0
+    partial: bool = False
+    interrupted: str | None = None
+    header: dict = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return not self.partial and all(r["verdict"] != "FAIL" for r in self.rows)
+
+    @property
+    def failed(self) -> list:
+        return [r for r in self.rows if r["verdict"] == "FAIL"]
+
+    def counts(self) -> dict:
+        out = {"pass": 0, "FAIL": 0, "skip": 0, "not checked": 0}
+        for r in self.rows:
+            out[r["verdict"]] = out.get(r["verdict"], 0) + 1
+        return out
+
+    def table(self) -> list[str]:
+        return render_table(self.rows)
+
+    def summary(self) -> str:
+        c = self.counts()
+        skipped = f", {c['skip']} skipped (not differentiable)" if c["skip"] else ""
+        left = f", {c['not checked']} not checked" if c["not checked"] else ""
+        if self.partial:
+            verdict = f"PARTIAL ({self.interrupted or 'interrupted'})"
+        else:
+            verdict = "every gradient passes" if self.ok else f"{c['FAIL']} gradient{'s' if c['FAIL'] != 1 else ''} FAIL"
+        return f"{verdict}: {c['pass']} passed, {c['FAIL']} failed{skipped}{left} in {self.seconds:.1f} s"
+
+    def lines(self) -> list[str]:
+        out = self.table() + [""]
+        if self.pinning is not None:
+            out.append(_pinning_line(self.pinning))
+        for fault in self.faults:
+            out.append("faulty " + fault.describe())
+        if self.failed and not self.faults and not self.partial:
+            out.append("no single node's backward disagrees with its own forward at its recorded inputs: the error "
+                       "comes from how the nodes are connected or from an input the local checks cannot move")
+        out.append(self.summary())
+        return out
+
+    def __str__(self):
+        return "\n".join(self.lines())
+
+    def to_dict(self) -> dict:
+        c = self.counts()
+        doc = {**self.header, "model": self.label, "dtype": self.dtype, "mode": self.mode, "seed": self.seed,
+               "arguments": [dict(r) for r in self.rows], "faulty_nodes": [vars(f) for f in self.faults],
+               "pinned_decision_nodes": len(self.pinning.pinned) if self.pinning is not None else 0,
+               "opaque_nodes": list(self.pinning.opaque) if self.pinning is not None else [],
+               "passed": c["pass"], "failed": c["FAIL"], "skipped": c["skip"], "not_checked": c["not checked"],
+               "ok": self.ok, "partial": self.partial, "interrupted": self.interrupted,
+               "seconds": round(self.seconds, 3)}
+        return _json_safe(doc)
+
+
+def _pinning_line(p) -> str:
+    text = f"numeric side pinned to the forward's pieces at {len(p.pinned)} decision node(s)"
+    if p.opaque:
+        text += f"; opaque Custom node(s) judged by the kink test: {_few(p.opaque, 4)}"
+    if p.unpinnable:
+        text += f"; not pinned (kink test): {_few(p.unpinnable, 4)}"
+    return text
+
+
+def _fmt_err(v) -> str:
+    if v is None:
+        return "-"
+    if not math.isfinite(v):
+        return str(v)
+    return f"{v:.2e}"
+
+
+def render_table(rows) -> list[str]:
+    head = ("argument", "shape", "req", "checked", "max |error|", "err/tol", "verdict", "diagnosis")
+    body = []
+    for r in rows:
+        shape = "x".join(map(str, r["shape"])) or "scalar"
+        method = r["method"] or ""
+        checked = "-" if r["verdict"] in ("skip", "not checked") else (
+            f"dir/{r['size']}" if method.startswith("direction") else f"{r['checked']}/{r['size']}")
+        notes = "; ".join(([r["diagnosis"]] if r["diagnosis"] else []) + r["notes"])
+        body.append((r["name"], shape, r["grad_req"], checked, _fmt_err(r["max_error"]),
+                     "-" if r["worst_ratio"] is None else f"{r['worst_ratio']:.2g}", r["verdict"], notes))
+    widths = [max(len(str(x[i])) for x in [head, *body]) for i in range(len(head) - 1)]
+    line = lambda cells: "  ".join(f"{c:<{w}}" if i != 4 else f"{c:>{w}}"
+                                   for i, (c, w) in enumerate(zip(cells, widths))) + "  " + cells[-1]
+    out = [line(head).rstrip(), "  ".join("-" * w for w in widths) + "  " + "-" * 9]
+    out += [line(b).rstrip() for b in body]
+    return out
+
+
+def _json_safe(v):
+    if isinstance(v, float) and not math.isfinite(v):
+        return None
+    if isinstance(v, dict):
+        return {k: _json_safe(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_json_safe(x) for x in v]
+    if isinstance(v, np.generic):
+        return v.item()
+    return v
+
+
+# == the engine =================================================================================================
+
+
+@dataclass
+class _Projection:
+    """One directional comparison: ``analytic . r`` against the numeric derivative along ``r``."""
+
+    analytic: float
+    numeric: float
+    allowed: float
+
+    @property
+    def error(self) -> float:
+        return abs(self.analytic - self.numeric)
+
+    @property
+    def ratio(self) -> float:
+        if not math.isfinite(self.error):
+            return math.inf
+        return self.error / self.allowed if self.allowed > 0 else (0.0 if self.error == 0 else math.inf)
+
+    @property
+    def ok(self) -> bool:
+        return bool(self.error <= self.allowed)
+
+
+class _Point:
+    """One symbol at one point: the analytic gradients in the dtype under test (from dirty buffers, with their
+    rounding noise) and the float64 numeric reference pinned to the analytic forward's decisions.
+
+    Args:
+        sym: the symbol; ``values``/``aux``: float64 (or integer) arrays; ``live``: arguments to differentiate;
+        ``reqs``: grad_req per argument; ``dtype``: under test; ``rng``: the draws (weights, buffers, directions);
+        ``emulate``: estimate the analytic rounding noise by emulation (whole models) or only by measurement
+        against the float64 backward (single nodes: cheap, and the same code rounds differently only).
+    """
+
+    def __init__(self, sym, values, aux, live, reqs, dtype, ctx, seed, *, pin=True, emulate=True):
+        from .decisions import pinned_symbol, record_decisions
+        from .harness import Harness, RoundingEmulator, analytic_noise, assert_deterministic, with_measured
+        from .numeric import projected_objective
+        from .tolerance import NOISE_FACTOR, get_rtol
+
+        self.sym, self.dt, self.ctx, self.seed, self.live = sym, np.dtype(dtype), ctx, int(seed), list(live)
+        rng = np.random.default_rng(self.seed)
+        self.rtol = float(get_rtol(None, self.dt))
+        self.point = {k: (v.astype(self.dt) if v.dtype.kind == "f" else v.copy()) for k, v in values.items()}
+        self.aux = {k: v.astype(self.dt) for k, v in aux.items()}
+        self.out_shapes = sym.infer_shape(**{k: v.shape for k, v in self.point.items()})[1]
+        weights = [(rng.random(s) + 0.1).astype(self.dt) for s in self.out_shapes]
+        self.weights64 = [w.astype(np.float64) for w in weights]
+        ref_sym, loss_heads, make_objective = projected_objective(sym, self.weights64, WHO)
+        self.heads = [None if loss else w for w, loss in zip(weights, loss_heads)]
+        # -- the analytic side: forward(is_train=True) recording every decision, backward into dirty buffers
+        initial = {k: rng.normal(0, 0.01, size=self.point[k].shape).astype(self.dt) for k in self.live}
+        bufs = {k: to_device(v.copy(), ctx) for k, v in initial.items()}
+        exe = sym.bind(ctx, {k: to_device(v.copy(), ctx) for k, v in self.point.items()}, args_grad=bufs,
+                       grad_req={k: (reqs[k] if k in bufs else "null") for k in self.point},
+                       aux_states={k: to_device(v.copy(), ctx) for k, v in self.aux.items()})
+        assert_deterministic(exe, True, self.aux, WHO, "the forward with is_train=True")
+        self.exe = exe
+        self.record = record_decisions(exe, is_train=True)
+        exe.backward([None if h is None else to_device(h, ctx) for h in self.heads])
+        self.analytic = {}
+        for k in self.live:
+            got = np.array(to_numpy(bufs[k]), np.float64)
+            self.analytic[k] = got - initial[k].astype(np.float64) if reqs[k] == "add" else got
+        # -- its rounding noise
+        if emulate:
+            _, self.a_noise = analytic_noise(sym, self.point, self.aux, self.heads, self.live, self.dt,
+                                             actual=self.analytic)
+        else:  # one exact float64 backward: what the dtype's run differs from it by is its rounding
+            exact = RoundingEmulator(sym, self.point, self.aux, self.live, np.float64).gradients([self.heads],
+                                                                                                 False)[0]
+            eps = float(np.finfo(self.dt).eps)
+            floor = {k: NOISE_FACTOR * eps * np.abs(exact[k]) for k in self.live}
+            self.a_noise = with_measured(floor, exact, self.analytic, self.dt)
+        # -- the numeric side: float64, pinned, re-running only what depends on the moved argument
+        self.pinning = None
+        if pin:
+            ref_sym, self.pinning = pinned_symbol(ref_sym, self.record)
+        self.ref = Harness.bind(ref_sym, self.point, self.aux, ctx=ctx, dtype=np.float64, is_train=True)
+        self.objective = make_objective([np.asarray(b, np.float64) for b in self.ref.base()])
+        self.scalar = lambda outs: self.objective(outs)[0]
+        self.f_noise = self.ref.evaluation_noise(self.objective, np.float64)
+        self.ref.base()
+
+    def direction(self, k, j=0):
+        """Random direction ``j`` of argument ``k``: random signs, magnitudes in [0.5, 1.5) (each element moves by
+        about the per-element step); drawn from a generator of its own (seed, argument, j), so a worker that
+        checks some arguments draws the same directions as one process checking all."""
+        shape = self.point[k].shape
+        rng = np.random.default_rng([self.seed, self.live.index(k) if k in self.live else 0, j])
+        return rng.uniform(0.5, 1.5, size=shape) * np.where(rng.random(size=shape) < 0.5, -1.0, 1.0)
+
+    def project(self, r: dict) -> _Projection:
+        """``analytic . r`` against the central difference along ``r`` (arguments of ``r`` move together)."""
+        from .differencer import default_steps, directional
+        from .tolerance import scaled_atol
+
+        scale = max(float(np.max(np.abs(self.point[k]), initial=0.0)) for k in r) if r else 0.0
+        h = float(default_steps(scale, np.float64, "central"))
+        numeric, width = directional(self.ref, r, h, self.scalar)
+        terms = [self.analytic[k] * v for k, v in r.items()]
+        analytic = float(sum(np.sum(t) for t in terms))
+        noise = self.f_noise / width + float(sum(np.sum(self.a_noise[k] * np.abs(v)) for k, v in r.items()))
+        atol = scaled_atol(self.rtol, sum(float(np.sum(np.abs(t))) for t in terms))
+        return _Projection(analytic, numeric, atol + self.rtol * abs(numeric) + noise)
+
+    def elements(self, k, indices):
+        """``(numeric, widths)`` of ``k``'s elements ``indices`` by central differences on the reference."""
+        from .differencer import ElementProbe, default_steps, derivative, sweep
+
+        steps = default_steps(self.point[k].astype(np.float64), np.float64, "central")
+        arr = self.ref.array(k)
+        probes = [ElementProbe(arr, ix, k) for ix in indices]
+        evaluate = lambda: [self.scalar(self.ref.outputs([k]))]
+        numeric, widths = np.zeros(len(indices)), np.ones(len(indices))
+        for j, (probe, deltas, samples) in enumerate(sweep(probes, (steps[ix] for ix in indices), evaluate,
+                                                           "central")):
+            (d,), widths[j] = derivative("central", deltas, samples, probe.label)
+            numeric[j] = float(np.real(d))
+        self.ref.reset_aux()
+        return numeric, widths, steps
+
+
+# == the check ==================================================================================================
+
+
+class _Interrupted(KeyboardInterrupt):
+    """SIGTERM while checking (``symgrad check`` turns it into this; Ctrl-C is a plain KeyboardInterrupt)."""
+
+
+class _ModelCheck:
+    """The three phases over one ``_Point`` of the whole model (see the module docstring)."""
+
+    def __init__(self, prep: PreparedModel, rows: dict, dtype, ctx, mode, samples, seed, directions, progress,
+                 executor, pin, locate=True):
+        self.prep, self.rows, self.ctx, self.mode = prep, rows, ctx, mode
+        self.samples, self.seed, self.directions = int(samples), int(seed), int(directions)
+        self.progress, self.executor, self.pin, self.locate = progress, executor, pin, locate
+        self.dt = np.dtype(dtype)
+        self.checked = [n for n, r in rows.items() if r["verdict"] != "skip"]
+        self.live = [n for n in self.checked if rows[n]["grad_req"] != "null"]
+        self.point = None
+
+    # -- phase 0: the analytic pass and the pinned reference
+    def start(self):
+        reqs = {n: r["grad_req"] for n, r in self.rows.items()}
+        self.point = _Point(self.prep.sym, self.prep.args, self.prep.aux, self.live, reqs, self.dt, self.ctx,
+                            self.seed, pin=self.pin, emulate=False)
+        for k in self.checked:
+            if self.rows[k]["grad_req"] == "null":
+                self._null(k)
+
+    def _null(self, k):
+        row = self.rows[k]
+        buf = self.point.exe.grad_dict.get(k)
+        written = buf is not None and np.any(np.asarray(to_numpy(buf)) != 0)
+        row.update(method="buffer unchanged (grad_req null)", checked=row["size"], verdict="pass")
+        if written:
+            row.update(verdict="FAIL", diagnosis="the gradient buffer was written although grad_req is 'null'")
+
+    # -- phase 1 (fast): directions; phase 2: localisation
+    def fast(self, k, bar):
+        row = self.rows[k]
+        worst = None
+        for j in range(self.directions):
+            r = self.point.direction(k, j)
+            proj = self.point.project({k: r})
+            if worst is None or proj.ratio > worst[0].ratio:
+                worst = (proj, r)
+            bar.update()
+        proj, r = worst
+        row.update(method=f"directional ({self.directions} random directions)", checked=row["size"],
+                   max_error=proj.error, worst_ratio=proj.ratio, verdict="pass" if proj.ok else "FAIL")
+        if not proj.ok:
+            self._localise(k, r)
+
+    def _localise(self, k, r):
+        """Bisect the failing direction's support to ``LEAF`` elements, then compare those and a random sample
+        element by element (the report's worst elements and diagnosis)."""
+        row = self.rows[k]
+        shape = self.point.point[k].shape
+        support = np.arange(int(np.prod(shape)) if shape else 1)
+        while len(support) > LEAF:
+            halves = (support[: len(support) // 2], support[len(support) // 2:])
+            tests = [self.point.project({k: _restricted(r, half, shape)}) for half in halves]
+            if not any(not t.ok for t in tests):
+                break  # the error is spread thinly: no half fails alone
+            support = halves[int(np.argmax([t.ratio for t in tests]))]
+        size = int(np.prod(shape)) if shape else 1
+        rng = np.random.default_rng([self.seed, self.live.index(k), 99])
+        others = np.setdiff1d(rng.choice(size, min(size, self.samples), replace=False), support)
+        flat = np.sort(np.concatenate([support, others]))
+        indices = [tuple(int(i) for i in np.unravel_index(f, shape)) for f in flat]
+        failed_direction = row["verdict"] == "FAIL"
+        _compare(self.point, self.prep.sym, self.ctx, self.rows[k], k, indices, len(indices) == size,
+                 localised=failed_direction)
+        row["verdict"] = "FAIL"  # the direction failed on the pinned (exact) reference, whatever the sample shows
+
+    # -- sample mode
+    def sample(self, k, bar):
+        shape = self.point.point[k].shape
+        size = int(np.prod(shape)) if shape else 1
+        if size <= self.samples:
+            indices = [tuple(int(i) for i in ix) for ix in np.ndindex(*shape)]
+        else:
+            rng = np.random.default_rng([self.seed, self.live.index(k), 98])
+            flat = np.sort(rng.choice(size, self.samples, replace=False))
+            indices = [tuple(int(i) for i in np.unravel_index(f, shape)) for f in flat]
+        _compare(self.point, self.prep.sym, self.ctx, self.rows[k], k, indices, len(indices) == size)
+        bar.update()
+
+    # -- phase 3: the faulty node
+    def locate_needed(self) -> bool:
+        return self.locate and any(r["verdict"] == "FAIL" for r in self.rows.values())
+
+    def attribute(self) -> list:
+        """Check every op node alone at the inputs the analytic forward gave it (its own VJP against its own
+        pinned forward, one random direction over all its differentiable inputs); the nodes that fail."""
+        order, seen = [], {}
+
+        def hook(node, inputs):
+            order.append(node)
+            seen[node.name] = [np.array(to_numpy(a), copy=True) for a in inputs]
+            return None
+
+        self.point.exe.forward_with_hook(hook, is_train=True)
+        faults = []
+        for position, node in enumerate(order):
+            fault = self._check_node(position, node, seen[node.name])
+            if fault is not None:
+                faults.append(fault)
+        return faults
+
+    def _check_node(self, position, node, inputs):
+        sym = self.prep.sym.isolate(node.name)
+        values = dict(zip(node.input_names(), inputs))
+        args = {n: _as64(values[n]) for n in sym.list_arguments()}
+        aux = {n: _as64(values[n]) for n in sym.list_auxiliary_states()}
+        frozen = set(node.op.no_grad_inputs)
+        live = [n for n in args if args[n].dtype.kind == "f" and n not in frozen]
+        if not live or getattr(node.op, "is_random", False):
+            return None
+        point = _Point(sym, args, aux, live, {n: "write" for n in args}, self.dt, self.ctx, self.seed + position,
+                       pin=self.pin, emulate=False)
+        r = {n: point.direction(n) for n in live}
+        whole = point.project(r)
+        if whole.ok:
+            return None
+        bad = [n for n in live if not point.project({n: r[n]}).ok] or live
+        row = _row(bad[0], args[bad[0]].shape, "data", "write")
+        size = row["size"]
+        rng = np.random.default_rng([self.seed, position])
+        flat = np.sort(rng.choice(size, min(size, 64), replace=False))
+        shape = args[bad[0]].shape
+        indices = [tuple(int(i) for i in np.unravel_index(f, shape)) for f in flat]
+        _compare(point, sym, self.ctx, row, bad[0], indices, len(indices) == size)
+        return NodeFault(position, node.name, node.op.name, node.params.get("op_type") if node.op.name == "Custom"
+                         else None, bad, whole.ratio, row["diagnosis"])
+
+
+def _as64(v):
+    v = np.asarray(v)
+    return v.astype(np.float64) if v.dtype.kind == "f" else v
+
+
+def _compare(p, sym, ctx, row, k, indices, whole, localised=False):
+    """Per-element differences of ``indices`` against the analytic gradient, under the checkers' tolerance
+    model; mismatches at kinks of unpinned (opaque) ops whose analytic value is a subgradient are left out."""
+    from .compare import compare
+    from .mxnet_checks import diagnosis_context
+    from .numeric import element_kinks
+    from .report import GradientCheckError
+    from .tolerance import scaled_atol
+
+    numeric, widths, steps = p.elements(k, indices)
+    pick = tuple(np.array(indices).T) if indices and len(indices[0]) else ()
+    analytic = p.analytic[k][pick] if pick else p.analytic[k].reshape(-1)
+    a_noise = np.asarray(p.a_noise[k], np.float64)[pick] if pick else np.asarray(p.a_noise[k]).reshape(-1)
+    n_noise = p.f_noise / widths
+    atol = scaled_atol(p.rtol, numeric)
+    err = np.abs(analytic - numeric)
+    allowed = atol + p.rtol * np.abs(numeric) + n_noise + a_noise
+    bad = ~(err <= allowed)
+    exclude = np.zeros(len(indices), bool)
+    if bad.any() and (p.pinning is None or not p.pinning.complete):
+        tol = np.zeros(p.point[k].shape)
+        for ix, a in zip(indices, allowed):
+            tol[ix] = a
+        kinks = element_kinks(p.ref, k, p.scalar, [indices[j] for j in np.flatnonzero(bad)], steps,
+                              p.analytic[k], tol, f_noise=p.f_noise)
+        at_kink = {kk.index for kk in kinks if kk.subgradient}
+        exclude = np.array([ix in at_kink for ix in indices], bool)
+        if exclude.any():
+            row["notes"].append(f"{int(exclude.sum())} element(s) at kinks of unpinned ops left out (kink test)")
+    kept = ~exclude
+    ratio = np.where(allowed > 0, err / np.where(allowed > 0, allowed, 1.0), np.where(err > 0, np.inf, 0.0))
+    order = np.argsort(-np.where(kept, np.nan_to_num(ratio, nan=np.inf), -1.0))[:5]
+    method = "all elements" if whole else f"{len(indices)} elements"
+    row.update(method=(f"direction failed; bisected, {method} compared" if localised else method),
+               checked=len(indices), verdict="pass",
+               worst=[(list(indices[j]), float(analytic[j]), float(numeric[j])) for j in order if kept[j]])
+    if not localised:
+        row.update(max_error=float(np.max(err[kept], initial=0.0)), worst_ratio=float(np.max(ratio[kept],
+                                                                                             initial=0.0)))
+    shape = p.point[k].shape
+    a_c, n_c, an_c, nn_c, ex_c = analytic, numeric, a_noise, n_noise, exclude
+    context = None
+    if whole and shape:  # the argument's own layout: structural diagnoses (transposed, broadcast) apply
+        a_c, n_c, an_c, nn_c, ex_c = (v.reshape(shape) for v in (analytic, numeric, a_noise, n_noise, exclude))
+
+        def context(k=k, noise=an_c):
+            return diagnosis_context(sym, ctx, p.point, p.aux, p.heads, k, p.out_shapes, (), noise=noise)
+    try:
+        compare(a_c, n_c, p.rtol, atol, check=WHO, arg_name=k, names=("analytic", "numeric"), noise=nn_c,
+                analytic_noise=an_c, noise_dtype=p.dt, exclude=ex_c, context=context,
+                what=f"analytic gradient of {k!r} does not match the numeric gradient")
+    except GradientCheckError as failure:
+        row.update(verdict="FAIL", diagnosis=failure.diagnosis or f"{failure.n_mismatch} of {failure.size} "
+                   "compared elements differ", mismatches=failure.n_mismatch)
+        return
+    if localised:
+        row["diagnosis"] = ("the random directions fail but no compared element does alone: many small errors "
+                            "add up along the direction")
+
+
+def _restricted(r, flat_support, shape):
+    out = np.zeros(int(np.prod(shape)) if shape else 1)
+    out[flat_support] = r.reshape(-1)[flat_support]
+    return out.reshape(shape)
+
+
+# == progress ===================================================================================================
+
+#: seconds between progress lines on a non-terminal
+PROGRESS_EVERY = 5.0
+
+
+class _Progress:
+    """Progress of the work units: a tqdm bar on a terminal, else (``progress=True``) one line every
+    ``PROGRESS_EVERY`` seconds (done / total, rate, remaining time) that a CI log file keeps."""
+
+    def __init__(self, total, enabled, desc=WHO, stream=None):
+        self.total, self.done, self.desc = int(total), 0, desc
+        self.stream = sys.stderr if stream is None else stream
+        self.enabled = bool(enabled) and self.total > 0
+        self.t0 = self.last = time.perf_counter()
+        self.bar = None
+        if self.enabled and _isatty(self.stream):
+            from tqdm.auto import tqdm
+
+            self.bar = tqdm(total=self.total, desc=desc, file=self.stream, leave=False)
+
+    def update(self, n=1):
+        self.done += n
+        if not self.enabled:
+            return
+        if self.bar is not None:
+            self.bar.update(n)
+            return
+        now = time.perf_counter()
+        if now - self.last >= PROGRESS_EVERY or self.done == self.total:
+            self.last = now
+            self.line(now)
+
+    def line(self, now=None, what="checked"):
+        if not self.enabled or self.bar is not None:
+            return
+        elapsed = (now or time.perf_counter()) - self.t0
+        rate = self.done / elapsed if elapsed > 0 else 0.0
+        left = (self.total - self.done) / rate if rate > 0 else math.inf
+        eta = f"about {left:.0f} s left" if math.isfinite(left) else "time left unknown"
+        print(f"{self.desc}: {self.done}/{self.total} {what}, {rate:.2f}/s, {elapsed:.0f} s so far, {eta}",
+              file=self.stream, flush=True)
+
+    def note(self, text):
+        if self.enabled and self.bar is None:
+            print(f"{self.desc}: {text}", file=self.stream, flush=True)
+
+    def close(self):
+        if self.bar is not None:
+            self.bar.close()
+
+
+def _isatty(stream) -> bool:
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError):
+        return False
+
+
+# == the entry point ============================================================================================
+
+
+def _rows(prep, grad_req) -> dict:
+    names = list(prep.args)
+    if isinstance(grad_req, str):
+        reqs = dict.fromkeys(names, grad_req)
+    elif isinstance(grad_req, dict):
+        unknown = [k for k in grad_req if k not in names]
+        if unknown:
+            raise ModelInputError(f"grad_req: {unknown[0]!r} is not an argument of the model (arguments: "
+                                  f"{_few(names)})")
+        reqs = {k: grad_req.get(k, "write") for k in names}
+    else:
+        raise TypeError(f"{WHO}: grad_req must be a string or a dict, got {type(grad_req).__name__}")
+    for k, v in reqs.items():
+        if v not in ("write", "add", "null"):
+            raise ModelInputError(f"grad_req {v!r} for {k!r}: must be write, add or null")
+    rows = {n: _row(n, np.shape(prep.args[n]), prep.roles[n][0], reqs[n]) for n in names}
+    for n in names:
+        if prep.roles[n][0] == "index":
+            rows[n].update(verdict="skip", grad_req="null", diagnosis="index input (labels/indices): not differentiable")
+    return rows
+
+
+def check_model(model, params=None, *, shapes=None, dtype="float32", mode="fast", samples=DEFAULT_SAMPLES, seed=0,
+                grad_req="write", ctx=None, executor=None, progress=False, directions=DIRECTIONS, pin=True,
+                locate=True, raise_on_failure=True, keep_partial=False) -> ModelCheckResult:
+    """Check the gradient of every argument of a whole model numerically, and name the faulty node.
+
+    Args:
+        model: a ``Symbol``, the path of an MXNet ``*-symbol.json``, or a ``PreparedModel``.
+        params: the values: a ``.params``/``.npz`` path, a dict (``arg:NAME``/``aux:NAME`` or plain names) or
+            ``(args, aux)``; every input not given gets seeded random values (``random_values``).
+        shapes: ``{input: shape}`` for what the params and the file's ``__shape__`` attributes do not give.
+        dtype: the dtype under test (the numeric reference is float64).
+        mode: ``"fast"`` (default: directions, localisation where one fails), ``"sample"`` (``samples`` random
+            elements per argument) or ``"full"`` (every element, ``check_numeric_gradient`` per argument).
+        seed: the random values, weights, buffers and directions.
+        grad_req: ``"write"``/``"add"``/``"null"`` or a dict per argument (others ``write``).
+        ctx: the device of the analytic run (default cpu).
+        executor: a ``concurrent.futures.Executor``: the arguments are shared between its workers (each rebuilds
+            the same point from the model's JSON), with the same results as without it.
+        progress: show progress (a bar on a terminal, a line every few seconds otherwise).
+        directions: random directions per argument in fast mode.
+        pin: evaluate the numeric side on the forward's pieces (``decisions.pinned_symbol``); False: unpinned,
+            kinks judged by the kink test alone.
+        locate: when an argument fails, check every op node alone and name the faulty ones.
+        raise_on_failure: raise ``GradientCheckError`` (its ``result`` attribute holds the result) when a gradient
+            fails; False: return the result.
+        keep_partial: on Ctrl-C (or ``symgrad check``'s SIGTERM), return the rows checked so far marked partial
+            instead of raising ``KeyboardInterrupt``.
+
+    Returns:
+        A ``ModelCheckResult``: ``rows`` (one ``ArgResult`` per argument), ``faults`` (``NodeFault``), ``ok``.
+
+    Cost (fast mode, every gradient right): one analytic forward and backward, about ten float64 forwards for
+    the noise estimates, and ``2 x directions`` partial forwards per argument.
+    """
+    from symgrad.context import cpu
+
+    if mode not in MODES:
+        raise ValueError(f"{WHO}: mode must be one of {MODES}, got {mode!r}")
+    if samples < 1:
+        raise ValueError(f"{WHO}: samples must be at least 1, got {samples}")
+    prep = model if isinstance(model, PreparedModel) else prepare_model(model, params, shapes, seed)
+    ctx = cpu() if ctx is None else ctx
+    rows = _rows(prep, grad_req)
+    check = _ModelCheck(prep, rows, dtype, ctx, mode, samples, seed, directions, progress, executor, pin, locate)
+    result = ModelCheckResult(prep.label, np.dtype(dtype).name, mode, int(seed), [rows[n] for n in prep.args])
+    result.header = {"given": prep.given, "ignored_params": prep.ignored, "dropout_as_identity": prep.dropouts}
+    np.random.seed(seed)  # the checkers' own draws (full mode's projection weights, dirty buffers)
+    t0 = time.perf_counter()
+    try:
+        _run(check, result)
+    except KeyboardInterrupt as stop:
+        result.partial = True
+        result.interrupted = "SIGTERM" if isinstance(stop, _Interrupted) else "SIGINT"
+        if not keep_partial:
+            raise
+    finally:
+        result.seconds = time.perf_counter() - t0
+    if raise_on_failure and not result.ok and not result.partial:
+        from .report import GradientCheckError
+
+        first = result.failed[0]
+        raise GradientCheckError(f"{WHO}: {prep.label}\n" + "\n".join(result.lines()), check=WHO,
+                                 arg_name=first["name"], diagnosis=first["diagnosis"], result=result,
+                                 faults=result.faults)
+    return result
+
+
+def _run(check, result):
+    if check.mode == "full":
+        _full(check)
+        return
+    units = len(check.live) * (check.directions if check.mode == "fast" else 1)
+    bar = _Progress(units, check.progress, "symgrad check")
+    try:
+        bar.note(f"analytic pass, noise estimates and the pinned reference ({len(check.live)} arguments)")
+        check.start()
+        result.pinning = check.point.pinning
+        if check.executor is not None:
+            _spread(check, bar)
+        else:
+            for k in check.live:
+                (check.fast if check.mode == "fast" else check.sample)(k, bar)
+        if check.locate_needed():
+            bar.note("an argument fails: checking each node alone")
+            result.faults = check.attribute()
+    finally:
+        bar.close()
+
+
+def _full(check):
+    from . import check_numeric_gradient
+    from .report import GradientCheckError
+
+    dt = check.dt
+    values = {k: (v.astype(dt) if v.dtype.kind == "f" else v) for k, v in check.prep.args.items()}
+    aux_v = {k: v.astype(dt) for k, v in check.prep.aux.items()}
+    for n in check.checked:
+        row = check.rows[n]
+        row.update(method="every element (check_numeric_gradient)", checked=row["size"], verdict="pass")
+        try:
+            res = check_numeric_gradient(check.prep.sym, values, aux_states=aux_v or None,
+                                         grad_nodes={n: row["grad_req"]}, dtype=dt.type, ctx=check.ctx,
+                                         progress=check.progress, executor=check.executor)
+        except GradientCheckError as err:
+            worst = err.worst[0] if err.worst else None
+            row.update(verdict="FAIL", diagnosis=err.diagnosis or _one_line(err), mismatches=err.n_mismatch)
+            if worst is not None:
+                row.update(max_error=worst[3], worst_ratio=(worst[3] / worst[4]) if worst[4] > 0 else math.inf)
+            continue
+        if n in res:
+            a, num = res[n]
+            row["max_error"] = float(np.max(np.abs(a - num), initial=0.0))
+        excluded = len(getattr(res, "excluded", {}).get(n, ()))
+        if excluded:
+            row["notes"].append(f"{excluded} element(s) at non-differentiable points left out")
+
+
+# == spread over an executor ====================================================================================
+
+
+def _spread(check, bar):
+    """Share the arguments between the executor's workers: each rebuilds the same ``_Point`` from the model's
+    JSON and values (every draw is seeded per argument) and returns its rows."""
+    import pickle
+
+    blob = pickle.dumps((check.prep.sym.tojson(), check.prep.args, check.prep.aux, check.prep.roles,
+                         {n: r["grad_req"] for n, r in check.rows.items()}, check.dt.name, check.mode,
+                         check.samples, check.seed, check.directions, check.pin))
+    n_tasks = min(len(check.live), 8)
+    shares = [check.live[i::n_tasks] for i in range(n_tasks)]
+    futures = [check.executor.submit(_remote_rows, blob, share) for share in shares if share]
+    for future in futures:
+        for name, row in future.result():
+            check.rows[name].update(row)
+            bar.update(check.directions if check.mode == "fast" else 1)
+
+
+def _remote_rows(blob, names):
+    """A worker's share of ``_spread``: the rows of ``names``."""
+    import pickle
+
+    from symgrad.context import cpu
+    from symgrad.serialization import load_json
+
+    text, args, aux, roles, reqs, dtype, mode, samples, seed, directions, pin = pickle.loads(blob)
+    prep = PreparedModel(load_json(text), "", args, aux, roles, [])
+    rows = _rows(prep, reqs)
+    check = _ModelCheck(prep, rows, dtype, cpu(), mode, samples, seed, directions, False, None, pin)
+    check.start()
+    quiet = _Progress(0, False)
+    for k in names:
+        (check.fast if mode == "fast" else check.sample)(k, quiet)
+    return [(k, dict(rows[k])) for k in names]
