@@ -336,7 +336,8 @@ def _unary(name, fwd, grad, aliases=(), doc="", params=None, infer_type=None, de
     """Register ``y = fwd(xp, x, **params)``; ``grad(F, x, y, gy, **params)`` is a Symbol (or None).
 
     The output keeps the input dtype. ``decisions(xp, x, **params)``: the op's discrete choices
-    (``registry.Decision``), for ops with kinks or jumps.
+    (``registry.Decision``), for ops with kinks or jumps; ``pinned(xp, choices, x, **params)``: forward on the
+    piece the recorded ``choices`` select (``OpDef.pinned``; cast to the input dtype here, as forward).
     """
     params = dict(params or {})
     reads = _reads(grad) if grad is not None else ()
@@ -366,6 +367,9 @@ def _unary(name, fwd, grad, aliases=(), doc="", params=None, infer_type=None, de
     def forward(xp, x, **p):
         return _keep(fwd(xp, x, **p), x)
 
+    def pinned_rule(xp, choices, x, **p):  # the recorded piece, in the input dtype as forward
+        return _keep(pinned(xp, choices, x, **p), x)
+
     if name in _UFUNC_UNARY:
         ufunc, kinds = _UFUNC_UNARY[name]
 
@@ -374,7 +378,8 @@ def _unary(name, fwd, grad, aliases=(), doc="", params=None, infer_type=None, de
 
         forward.specialize = specialize
     return register(name, aliases=aliases, forward=forward, infer_shape=same_shape, infer_type=infer_type,
-                    gradient=rule, params=params, decisions=decisions, pinned=pinned, doc=doc or f"Elementwise {name}.")
+                    gradient=rule, params=params, decisions=decisions,
+                    pinned=pinned_rule if pinned is not None else None, doc=doc or f"Elementwise {name}.")
 
 
 def _reads(grad):
@@ -496,6 +501,17 @@ def _sign_choice(xp, x):
     return elementwise(0, choice=xp.sign(x), value=x)
 
 
+def _abs_pinned(xp, choices, x):
+    # piece: sign(x0) x (0 where x0 = 0, as |x|' = sign 0 = 0 there; NaN where x0 was NaN)
+    c = choices[0]
+    return xp.where(c == 0, 0, c * x)
+
+
+def _recorded_constant(xp, choices, x, **params):
+    # piece of a piecewise-constant op (sign, rounding): the recorded choice is forward's value
+    return choices[0].astype(x.dtype)  # a copy in forward's dtype (forward casts to it too)
+
+
 def _rounded_choice(rounding):
     # rounding ops jump where x crosses a rounding boundary: the integer they pick is the choice
     def decide(xp, x):
@@ -507,8 +523,9 @@ def _rounded_choice(rounding):
 _unary("negative", lambda xp, x: -x, lambda F, x, y, g: -g)  # d(-x) = -1
 _unary("_copy", lambda xp, x: x.copy(), lambda F, x, y, g: g, aliases=("identity",))
 # |x|' = sign x (0 at 0, as MXNet)
-_unary("abs", lambda xp, x: xp.abs(x), lambda F, x, y, g: g * F.sign(x), decisions=_sign_choice)
-_unary("sign", lambda xp, x: xp.sign(x), None, decisions=_sign_choice)  # piecewise constant
+_unary("abs", lambda xp, x: xp.abs(x), lambda F, x, y, g: g * F.sign(x), decisions=_sign_choice, pinned=_abs_pinned)
+# piecewise constant; pinned: the recorded sign
+_unary("sign", lambda xp, x: xp.sign(x), None, decisions=_sign_choice, pinned=_recorded_constant)
 for _name, _rounding, _doc in [
     ("round", _float_in(_round_half_away), "Round half away from zero."),
     ("rint", _float_in(_rint_mxnet), "Round to the nearest integer; halves go down (MXNet)."),
@@ -517,7 +534,8 @@ for _name, _rounding, _doc in [
     ("trunc", _float_in(lambda xp, x: xp.trunc(x)), ""),
     ("fix", _float_in(_fix_mxnet), "Round toward zero."),
 ]:
-    _unary(_name, _rounding, None, doc=_doc, decisions=_rounded_choice(_rounding))
+    # pinned: the recorded rounded value (a constant piece)
+    _unary(_name, _rounding, None, doc=_doc, decisions=_rounded_choice(_rounding), pinned=_recorded_constant)
 _unary("zeros_like", lambda xp, x: xp.zeros_like(x), None)
 _unary("ones_like", lambda xp, x: xp.ones_like(x), None)
 _unary("logical_not", lambda xp, x: x == 0, None, doc="1 where x == 0, else 0 (in the input dtype).")
@@ -583,6 +601,16 @@ def _hard_sigmoid_fwd(xp, x, alpha, beta):
     return xp.clip(x * alpha + beta, 0.0, 1.0)
 
 
+def _hard_sigmoid_pinned(xp, choices, x, alpha, beta):
+    # piece: alpha x + beta on the recorded middle segment (c = 1), the constant 0 / 1 on the others: there u is
+    # kept on its recorded side and clipped as forward does (forward's value at the base point, NaN passes)
+    x = x.astype(np.float64) if _is_int(x.dtype) else x
+    c = choices[0]
+    u = x * alpha + beta
+    side = xp.where(c == 0, xp.where(u > 0, 0.0, u), xp.where(u < 1, 1.0, u))
+    return xp.where(c == 1, u, xp.clip(side, 0.0, 1.0))
+
+
 def _hard_sigmoid_grad(F, x, y, g, alpha, beta):
     # y = clip(alpha x + beta, 0, 1): y' = alpha strictly inside (0, 1), else 0 (MXNet's strict bounds)
     u = x * alpha + beta
@@ -596,6 +624,7 @@ def _hard_sigmoid_choice(xp, x, alpha, beta):
 
 
 _unary("hard_sigmoid", _float_in(_hard_sigmoid_fwd), _hard_sigmoid_grad, decisions=_float_in(_hard_sigmoid_choice),
+       pinned=_hard_sigmoid_pinned,
        params={"alpha": Param("float", 0.2), "beta": Param("float", 0.5)}, infer_type=float_inputs("data"),
        doc="max(0, min(1, alpha * x + beta)).")
 
@@ -666,11 +695,27 @@ register(
 # -- clip ---------------------------------------------------------------------------------
 
 
+def _clip_bounds(x, a_min, a_max):
+    # the bounds are float32 parameters in MXNet (real_t), cast to the input dtype
+    return (np.asarray(a_min, dtype=np.float32).astype(x.dtype)[()],
+            np.asarray(a_max, dtype=np.float32).astype(x.dtype)[()])
+
+
+def _clip_select(xp, x, lo, hi, above, below):
+    return xp.where(above, hi, xp.where(below, lo, x))
+
+
 def _clip_fwd(xp, x, a_min, a_max):
     # MXNet order: above a_max -> a_max, else below a_min -> a_min, else x (NaN passes)
-    lo = np.asarray(a_min, dtype=np.float32).astype(x.dtype)[()]
-    hi = np.asarray(a_max, dtype=np.float32).astype(x.dtype)[()]
-    return xp.where(x > hi, hi, xp.where(x < lo, lo, x))
+    lo, hi = _clip_bounds(x, a_min, a_max)
+    return _clip_select(xp, x, lo, hi, x > hi, x < lo)
+
+
+def _clip_pinned(xp, choices, x, a_min, a_max):
+    # piece: x where the base point was kept (segment 1), else the bound it was clipped to
+    lo, hi = _clip_bounds(x, a_min, a_max)
+    c = choices[0]
+    return _clip_select(xp, x, lo, hi, c == 2, c == 0)
 
 
 def _clip_grad(F, x, y, g, a_min, a_max):
@@ -681,13 +726,15 @@ def _clip_grad(F, x, y, g, a_min, a_max):
 
 
 def _clip_choice(xp, x, a_min, a_max):
-    # the segment: 0 below a_min, 1 inside (bounds included, slope 1), 2 above a_max; bounds as _clip_fwd
-    lo = np.asarray(a_min, dtype=np.float32).astype(x.dtype)[()]
-    hi = np.asarray(a_max, dtype=np.float32).astype(x.dtype)[()]
-    return elementwise(0, choice=(x >= lo).astype(np.int8) + (x > hi), value=x)
+    # the segment, decided in forward's order: 2 above a_max, else 0 below a_min, else 1 (kept: bounds included,
+    # slope 1, as the gradient; NaN too). (It was (x >= lo) + (x > hi), which called x in (a_max, a_min) "kept"
+    # when a_min > a_max, where forward gives a_max and the gradient 0, and NaN "below", where forward passes it.)
+    lo, hi = _clip_bounds(x, a_min, a_max)
+    return elementwise(0, choice=xp.where(x > hi, 2, xp.where(x < lo, 0, 1)).astype(np.int8), value=x)
 
 
 _unary("clip", _clip_fwd, _clip_grad, params={"a_min": Param("float"), "a_max": Param("float")}, decisions=_clip_choice,
+       pinned=_clip_pinned,
        doc="Clip to [a_min, a_max]; the gradient passes where a_min <= x <= a_max.")
 
 
@@ -771,9 +818,10 @@ _SCALAR_KERNELS = {
 }
 
 
-def _scalar(name, fwd, grad, aliases=(), params=None, choice=None):
+def _scalar(name, fwd, grad, aliases=(), params=None, choice=None, piece=None):
     """Register ``y = fwd(xp, x, s)``; ``grad(F, x, y, gy, s)``; ``choice(xp, x, s) -> (choice, value)``
-    of an op with a kink or jump (``registry.Decision``), on the operands forward computes with."""
+    of an op with a kink or jump (``registry.Decision``), on the operands forward computes with;
+    ``piece(xp, c, x, s)``: forward on the piece a recorded choice ``c`` selects (``OpDef.pinned``)."""
     if grad is None:
         rule = _zero_grad
     else:
@@ -808,8 +856,23 @@ def _scalar(name, fwd, grad, aliases=(), params=None, choice=None):
         c, v = choice(xp, *_scalar_operands(x, scalar, is_int))
         return elementwise(0, choice=c, value=v)
 
+    def pinned(xp, choices, x, scalar, is_int=True):
+        x, s = _scalar_operands(x, scalar, is_int)
+        return _keep(piece(xp, choices[0], x, s), x)
+
     return register(name, aliases=aliases, forward=forward, infer_shape=same_shape, infer_type=_scalar_type,
-                    gradient=rule, params=dict(params or _SCALAR), decisions=decisions if choice else None)
+                    gradient=rule, params=dict(params or _SCALAR), decisions=decisions if choice else None,
+                    pinned=pinned if piece else None)
+
+
+def _side_piece(xp, c, a, b):
+    # piece of maximum / minimum: a where the base point chose a (NaN in a passes, as forward), else b
+    return xp.where(c | (a != a), a, b)
+
+
+def _constant_piece(xp, c, a, b):
+    # piece of a comparison: the recorded 0/1 (a copy; the caller casts it to forward's dtype)
+    return c.copy()
 
 
 def _int_safe_pow(xp, a, b):
@@ -841,10 +904,11 @@ _scalar("_rpower_scalar", lambda xp, x, s: xp.power(s, x.astype(np.float64) if _
 # hypot(x, s)' = x / hypot(x, s) = x / y
 _scalar("_hypot_scalar", lambda xp, x, s: xp.hypot(x, s), lambda F, x, y, g, s: g * (x / y), aliases=("_HypotScalar",))
 # max(x, s)' = 1 where x >= s (MXNet: ties go to x); min likewise with x <= s
+# pinned: x where the base point chose x, else s
 _scalar("_maximum_scalar", lambda xp, x, s: xp.maximum(x, s), lambda F, x, y, g, s: g * (x >= s),
-        aliases=("_MaximumScalar",), choice=lambda xp, x, s: (x >= s, x - s))
+        aliases=("_MaximumScalar",), choice=lambda xp, x, s: (x >= s, x - s), piece=_side_piece)
 _scalar("_minimum_scalar", lambda xp, x, s: xp.minimum(x, s), lambda F, x, y, g, s: g * (x <= s),
-        aliases=("_MinimumScalar",), choice=lambda xp, x, s: (x <= s, x - s))
+        aliases=("_MinimumScalar",), choice=lambda xp, x, s: (x <= s, x - s), piece=_side_piece)
 # x mod s has slope 1 almost everywhere; s mod x = s - x floor(s/x) has slope -floor(s/x)
 # (integer operands: MXNet's mod gradient is 0, as for every integer-valued op; _zero_grad_if_int)
 _scalar("_mod_scalar", lambda xp, x, s: xp.zeros_like(x) if s == 0 else xp.mod(x, s),
@@ -860,8 +924,9 @@ for _name, _alias, _f in [
     ("_lesser_scalar", "_LesserScalar", lambda xp, x, s: x < s),
     ("_lesser_equal_scalar", "_LesserEqualScalar", lambda xp, x, s: x <= s),
 ]:
-    # comparisons: 0/1 in the input dtype, zero gradient; the 0/1 they output is their decision
-    _scalar(_name, _f, None, aliases=(_alias,), choice=lambda xp, x, s, f=_f: (f(xp, x, s), x - s))
+    # comparisons: 0/1 in the input dtype, zero gradient; the 0/1 they output is their decision (and pinned piece)
+    _scalar(_name, _f, None, aliases=(_alias,), choice=lambda xp, x, s, f=_f: (f(xp, x, s), x - s),
+            piece=_constant_piece)
 for _name, _alias, _f in [
     ("_logical_and_scalar", "_LogicalAndScalar", lambda xp, x, s: (x != 0) & (s != 0)),
     ("_logical_or_scalar", "_LogicalOrScalar", lambda xp, x, s: (x != 0) | (s != 0)),
@@ -873,10 +938,10 @@ for _name, _alias, _f in [
 # smooth_l1(x, sigma): 0.5 (sigma x)^2 for |x| < 1/sigma^2, |x| - 0.5/sigma^2 otherwise.
 # Its derivative sigma^2 x inside, sign(x) outside, is exactly clip(sigma^2 x, -1, 1)
 # (MXNet's smooth_l1_gradient; the boundary |x| = 1/sigma^2 gives +-1 both ways).
-def _smooth_l1_fwd(xp, x, s):
+def _smooth_l1_fwd(xp, x, s, linear=None):
     s2 = s * s
     a = xp.abs(x)
-    return xp.where(a > 1.0 / s2, a - 0.5 / s2, 0.5 * x * x * s2)
+    return xp.where(a > 1.0 / s2 if linear is None else linear, a - 0.5 / s2, 0.5 * x * x * s2)
 
 
 def _smooth_l1_choice(xp, x, s):
@@ -885,8 +950,10 @@ def _smooth_l1_choice(xp, x, s):
     return excess > 0, excess
 
 
+# pinned: the branch recorded (|x| - 0.5/sigma^2 where the base point was outside, else the quadratic)
 _scalar("smooth_l1", _smooth_l1_fwd,
-        lambda F, x, y, g, s: g * F.clip(x * (s * s), a_min=-1.0, a_max=1.0), choice=_smooth_l1_choice)
+        lambda F, x, y, g, s: g * F.clip(x * (s * s), a_min=-1.0, a_max=1.0), choice=_smooth_l1_choice,
+        piece=lambda xp, c, x, s: _smooth_l1_fwd(xp, x, s, linear=c))
 
 
 # ----------------------------------------------------------------------------
@@ -925,14 +992,15 @@ class _BinaryOps:
         self.lt = pick("broadcast_lesser", "_lesser")
 
 
-def _binary(names, fwd, grad, aliases=((), ()), choice=None, fast=None):
+def _binary(names, fwd, grad, aliases=((), ()), choice=None, fast=None, piece=None):
     """Register ``y = fwd(a, b)`` as ``elemwise``-style and ``broadcast``-style ops.
 
     ``grad(F, o, a, b, y, gy)`` returns the two full-shape gradients, combining
     values with ``o.mul``/``o.div``/... of the matching flavour; for the
     broadcast form each is then reduced to its input's shape by ``_sum_to_like``.
     ``grad=None``: no gradient (comparisons, logic). ``choice(xp, a, b) -> (choice, value)``: the
-    elementwise decision of an op with a kink or jump (``registry.Decision``), read from both inputs.
+    elementwise decision of an op with a kink or jump (``registry.Decision``), read from both inputs;
+    ``piece(xp, c, a, b)``: forward on the piece a recorded choice ``c`` selects (``OpDef.pinned``).
     ``fast``: the operator ``fwd`` applies (its kernel for two inputs of one float dtype).
     """
     same_name, bcast_name = names
@@ -963,13 +1031,19 @@ def _binary(names, fwd, grad, aliases=((), ()), choice=None, fast=None):
         c, v = choice(xp, a, b)
         return elementwise(0, 1, choice=c, value=v)
 
+    def pinned(xp, choices, a, b):
+        return _keep(piece(xp, choices[0], a, b), a)
+
     dec = decisions if choice else None
+    pin = pinned if piece else None
     if same_name:
         register(same_name, aliases=aliases[0], inputs=("lhs", "rhs"), forward=forward,
-                 infer_shape=_same_shape_binary, gradient=same_rule if grad else _zero_grad, decisions=dec)
+                 infer_shape=_same_shape_binary, gradient=same_rule if grad else _zero_grad, decisions=dec,
+                 pinned=pin)
     if bcast_name:
         register(bcast_name, aliases=aliases[1], inputs=("lhs", "rhs"), forward=forward,
-                 infer_shape=_broadcast_shape, gradient=bcast_rule if grad else _zero_grad, decisions=dec)
+                 infer_shape=_broadcast_shape, gradient=bcast_rule if grad else _zero_grad, decisions=dec,
+                 pinned=pin)
 
 
 _binary(("elemwise_add", "broadcast_add"), lambda xp, a, b: a + b, lambda F, o, a, b, y, g: (g, g),
@@ -1001,6 +1075,7 @@ _binary(
     lambda F, o, a, b, y, g: (g * o.ge(a, b), g * o.lt(a, b)),
     aliases=(("_Maximum",), ()),
     choice=lambda xp, a, b: (a >= b, a - b),
+    piece=_side_piece,  # lhs where the base point chose lhs (a >= b), else rhs
 )
 _binary(
     ("_minimum", "broadcast_minimum"),
@@ -1008,6 +1083,7 @@ _binary(
     lambda F, o, a, b, y, g: (g * o.le(a, b), g * o.gt(a, b)),
     aliases=(("_Minimum",), ()),
     choice=lambda xp, a, b: (a <= b, a - b),
+    piece=_side_piece,  # lhs where the base point chose lhs (a <= b), else rhs
 )
 # a mod b = a - b floor(a/b): (1, -floor(a/b)) almost everywhere; 0 for integer operands (MXNet)
 _binary(
@@ -1033,7 +1109,8 @@ for _pair, _als, _fn in [
     (("_lesser", "broadcast_lesser"), "_Lesser", lambda xp, a, b: a < b),
     (("_lesser_equal", "broadcast_lesser_equal"), "_Lesser_Equal", lambda xp, a, b: a <= b),
 ]:
-    _binary(_pair, _fn, None, aliases=((_als,), ()), choice=lambda xp, a, b, f=_fn: (f(xp, a, b), a - b))
+    _binary(_pair, _fn, None, aliases=((_als,), ()), choice=lambda xp, a, b, f=_fn: (f(xp, a, b), a - b),
+            piece=_constant_piece)  # pinned: the recorded 0/1
 for _pair, _als, _fn in [
     (("_logical_and", "broadcast_logical_and"), "_Logical_And", lambda xp, a, b: (a != 0) & (b != 0)),
     (("_logical_or", "broadcast_logical_or"), "_Logical_Or", lambda xp, a, b: (a != 0) | (b != 0)),

@@ -72,10 +72,10 @@ def _act_decisions(xp, x, act_type):
 
 
 def _act_pinned(xp, choices, x, act_type):
-    # relu on its recorded mask: x where the base point had x > 0, else 0
+    # relu on its recorded mask: x where the base point had x > 0, else 0 (NaN passes, as forward's maximum(x, 0))
     if act_type != "relu":
         return _act_fwd(xp, x, act_type)
-    return xp.where(choices[0], x, 0).astype(x.dtype, copy=False)
+    return xp.where(choices[0] | (x != x), x, 0).astype(x.dtype, copy=False)
 
 
 register(

@@ -77,10 +77,11 @@ def _finish(out, x):
     return out.astype(x.dtype, copy=False) if out.dtype != x.dtype else out
 
 
-def _reducer(name, compute, gradient, aliases=(), infer_shape=_reduce_shape, doc="", choice=None):
+def _reducer(name, compute, gradient, aliases=(), infer_shape=_reduce_shape, doc="", choice=None, piece=None):
     """Register a ReduceAxesParam reduction: ``compute(xp, x, axes, keepdims)``; ``choice(xp, x, axes)``
-    returns the decision list of a reduction that picks elements (max, min). Returns the forward (for a
-    kernel to attach to)."""
+    returns the decision list of a reduction that picks elements (max, min), ``piece(xp, choices, x, axes,
+    keepdims)`` its value on the elements the recorded ``choices`` picked (``OpDef.pinned``). Returns the
+    forward (for a kernel to attach to)."""
 
     def forward(xp, x, axis, keepdims, exclude):
         axes = reduce_axes(x.ndim, axis, exclude, name)
@@ -88,6 +89,10 @@ def _reducer(name, compute, gradient, aliases=(), infer_shape=_reduce_shape, doc
 
     def decisions(xp, x, axis, keepdims, exclude):
         return choice(xp, x, reduce_axes(x.ndim, axis, exclude, name))
+
+    def pinned(xp, choices, x, axis, keepdims, exclude):
+        axes = reduce_axes(x.ndim, axis, exclude, name)
+        return _finish(piece(xp, choices, x, axes, keepdims), x)
 
     register(
         name,
@@ -97,6 +102,7 @@ def _reducer(name, compute, gradient, aliases=(), infer_shape=_reduce_shape, doc
         params=dict(_REDUCE_PARAMS),
         gradient=gradient,
         decisions=decisions if choice else None,
+        pinned=pinned if piece else None,
         doc=doc,
     )
     return forward
@@ -240,6 +246,12 @@ def _extreme_grad(F, n, g):
     return [_unreduce(F, g[0], n) * (x == _unreduce(F, n.outputs[0], n))]
 
 
+def _to_last(xp, a, axes):
+    """``a`` with the reduced axes moved to the end and flattened into one."""
+    moved = xp.moveaxis(a, axes, tuple(range(-len(axes), 0)))
+    return moved.reshape(moved.shape[: moved.ndim - len(axes)] + (-1,))
+
+
 def _extreme_choice(sign):
     """Decisions of max (sign 1) / min (sign -1): which elements equal the extreme (the gradient's mask)."""
 
@@ -247,8 +259,7 @@ def _extreme_choice(sign):
         y = x * sign  # min is max of -x
         top = y.max(axis=axes, keepdims=True)
         # margin: the winner's lead over the runner-up (>= 0; 0 on a tie), the others' distance below the top
-        moved = xp.moveaxis(y, axes, tuple(range(-len(axes), 0)))
-        flat = moved.reshape(moved.shape[: moved.ndim - len(axes)] + (-1,))
+        flat = _to_last(xp, y, axes)
         second = xp.sort(flat, axis=-1)[..., -2] if flat.shape[-1] > 1 else xp.full(flat.shape[:-1], -np.inf)
         second = second.reshape(top.shape)
         margin = xp.where(y == top, y - second, y - top)
@@ -261,12 +272,32 @@ def _extreme_choice(sign):
     return choice
 
 
+def _extreme_piece(extreme):
+    """Pinned max / min: each slice's value at the first element the recorded mask marks (``choices[0]``, the
+    elements equal to the extreme at the base point). A slice whose mask marks nothing (its extreme was NaN)
+    is reduced as forward reduces it."""
+
+    def piece(xp, choices, x, axes, keepdims):
+        mask = _to_last(xp, choices[0], axes)
+        first = mask.argmax(axis=-1)[..., None]  # the first marked element (argmax's tie rule)
+        picked = xp.take_along_axis(_to_last(xp, x, axes), first, axis=-1)[..., 0]
+        plain = extreme(x, axis=axes)
+        picked = xp.where(mask.any(axis=-1).reshape(plain.shape), picked.reshape(plain.shape), plain)
+        return picked.reshape(reduced_shape(x.shape, axes, True)) if keepdims else picked
+
+    return piece
+
+
+# pinned (max and min): the element the base point picked in each slice; on an exact tie, the first of the
+# tied elements, though the gradient (MXNet's) goes in full to every one of them: a tie has no piece whose
+# derivative is that gradient
 _reducer(
     "max",
     lambda xp, x, axes, keepdims: x.max(axis=axes, keepdims=keepdims),
     _extreme_grad,
     aliases=("max_axis",),
     choice=_extreme_choice(1),
+    piece=_extreme_piece(lambda x, axis: x.max(axis=axis)),
     infer_shape=_nonempty_reduce_shape,
     doc="Maximum over ``axis``; the gradient goes to every element equal to the maximum.",
 )
@@ -276,6 +307,7 @@ _reducer(
     _extreme_grad,
     aliases=("min_axis",),
     choice=_extreme_choice(-1),
+    piece=_extreme_piece(lambda x, axis: x.min(axis=axis)),
     infer_shape=_nonempty_reduce_shape,
     doc="Minimum over ``axis``; the gradient goes to every element equal to the minimum.",
 )
