@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from symgrad.ops.registry import acc_dtype
+
 from .context import to_device, to_numpy
 from .tolerance import NOISE_FACTOR
 
@@ -297,6 +299,17 @@ EMULATION_RUNS = 6
 EMULATION_SIGMAS = 12.0
 
 
+def _hashed_uniform(v, run):
+    """Uniform draws in [0, 1), one per element of the float64 array ``v``: a splitmix64 hash of the element's
+    bits and of ``run``, so equal values draw alike."""
+    with np.errstate(over="ignore"):
+        h = v.view(np.uint64) + np.uint64(run) * np.uint64(0x9E3779B97F4A7C15)
+        h = (h ^ (h >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        h = (h ^ (h >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        h = h ^ (h >> np.uint64(31))
+    return (h >> np.uint64(11)).astype(np.float64) / 2.0**53
+
+
 def round_to_grid(value, bits, run=0):
     """``value`` rounded to ``bits`` significant bits, up or down at random (stochastic rounding: up with
     probability equal to the distance from the lower grid point, so the rounding is unbiased and at most one
@@ -310,12 +323,7 @@ def round_to_grid(value, bits, run=0):
     q = 2.0 ** (bits + 1)  # m in [0.5, 1): spacing 2^-(bits+1) is the ulp there
     t = np.abs(m) * q
     lo = np.floor(t)
-    with np.errstate(over="ignore"):  # splitmix64 of (bits of v, run)
-        h = v.view(np.uint64) + np.uint64(run) * np.uint64(0x9E3779B97F4A7C15)
-        h = (h ^ (h >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-        h = (h ^ (h >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-        h = h ^ (h >> np.uint64(31))
-    u = (h >> np.uint64(11)).astype(np.float64) / 2.0**53
+    u = _hashed_uniform(v, run)
     rounded = np.copysign(lo + (u < t - lo), m) / q
     return np.where(np.isfinite(v), np.ldexp(rounded, e), v).astype(value.dtype, copy=False)
 
@@ -326,6 +334,40 @@ def perturb_relative(value, eps, rng):
         return value
     u = rng.uniform(-1.0, 1.0, np.shape(value))
     return (np.asarray(value, np.float64) * (1.0 + eps * u)).astype(value.dtype, copy=False)
+
+
+#: ops every output element of which is a sum of K terms accumulated in one op (a GEMM's K loop, a reduction), so
+#: that the rounding of its partial sums, not only that of its result, is in its error: unscaled bilinear
+#: contractions of two tensor inputs (convolutions and their adjoints, dot and its adjoints, FullyConnected; a
+#: further input is a bias added as one more term, or is read for its shape only) and plain sums over axes.
+#: Applied to the squares of its inputs such an op gives ``sum t^2`` of its terms ``t``; applied to ones, K.
+ACCUMULATING_OPS = frozenset({
+    "Convolution", "Convolution_v1", "_npx_convolution", "Deconvolution", "_npx_deconvolution",
+    "_conv_forward_like", "_conv_transpose_like", "_conv_weight_grad",
+    "FullyConnected", "dot", "_dot_grad_lhs", "_dot_grad_rhs", "batch_dot",
+    "sum", "sum_axis", "nansum", "_sum_to_like",
+})
+
+
+def accumulation_noise(terms, total, squares, eps) -> np.ndarray:
+    """Root-mean-square rounding error a sum of ``terms`` (K, per element) committed in a float of machine epsilon
+    ``eps`` has beyond the rounding of its result -- what an emulation that rounds an op's output alone misses.
+
+    The sum runs term by term in an order unrelated to the terms (a GEMM's K loop, FMA: one rounding per
+    partial sum ``s_i``, uniform within half an ulp <= ``eps |s_i| / 2``, RMS ``eps |s_i| / (2 sqrt 3)``), so its
+    error has variance ``(eps^2 / 12) sum_{i<K} s_i^2``. Over the orders of the terms, a partial sum of ``i`` of
+    them has mean ``(i / K) S`` and variance ``i (K - i) / (K - 1)`` times theirs, which gives
+    ``sum_{i<=K} E[s_i^2] = (K + 1) (2 S^2 + Q) / 6``, ``S`` the sum (``total``), ``Q`` the sum of the squared terms
+    (``squares``); the last partial sum is the result, rounded by the emulation itself. A sum done pairwise or in
+    blocks has smaller partial sums, so this is the upper end of what a correct implementation commits in any
+    order: a sequential float32 sum shows 0.66 to 0.83 of it (tests/test_consistency_noise.py), ResNet-18's
+    float32 convolutions (OpenBLAS; im2col and Winograd F(2x2, 3x3), forward and both adjoints) and dense layer
+    0.15 to 0.7.
+    """
+    k = np.asarray(terms, np.float64)
+    s2 = np.square(np.asarray(total, np.float64))
+    partial = (k + 1.0) * (2.0 * s2 + np.asarray(squares, np.float64)) / 6.0 - s2
+    return eps / (2.0 * np.sqrt(3.0)) * np.sqrt(np.maximum(partial, 0.0))
 
 
 def emulation_bits(dtype):
@@ -343,12 +385,22 @@ class RoundingEmulator:
     commits at each operation, at different places. Equal values round
     alike and values on the grid stay put: signs, exact zeros, exact ties, ``x == max(x)`` and ``x == clip
     bound`` relations are kept, so a ReLU decision, a max-pool tie or a clip at its bound never flips between
-    runs, as it would not between two correct implementations in ``dtype``. Every value of the backward that
+    runs (where the noise of its inputs would flip it, the pinning of ``gradients`` keeps it), as it would not
+    between two correct implementations in ``dtype``. Every value of the backward that
     carries head gradients is multiplied by ``1 + eps * u`` (``u`` uniform in [-1, 1], independent per
     element): the backward's sums then show the accumulation noise a ``dtype`` sum has, even over terms that
-    are on the grid. Rounding
-    inside one fused op (a hidden ``_backward_X`` op's internal sums) is seen only through its inputs and
-    output.
+    are on the grid.
+
+    Rounding inside one op is seen from outside only, through its inputs and its one rounded output, except in
+    the ops that accumulate long sums (``ACCUMULATING_OPS``: convolutions and their adjoints, dot,
+    FullyConnected, sums over axes): a float32 GEMM over K terms rounds every partial sum, up to ~``sqrt(K)``
+    times the rounding of its result, and far more where the result cancels (measured on ResNet-18 at 64x64:
+    the convolutions' own float32 error 2 to 13 times one rounding of their output; emulating that one rounding
+    alone, every emulated value's error fell 3.5 to 5.5 times short of the real one). Their outputs also get
+    ``accumulation_noise`` -- from K (the op on ones), the sum and the sum of squared terms (the op on the
+    squares of its inputs), computed once on the exact run's values -- times a draw of unit variance, hashed
+    from the value like the rounding (so equal values still move alike), in the accumulation dtype (float16
+    ops accumulate in float32). Other fused ops (a hidden ``_backward_X`` op's internal sums) are not modelled.
     """
 
     def __init__(self, sym, values: dict, aux: dict, names, dtype, *, is_train=True, seed=0, outputs=False):
@@ -371,6 +423,13 @@ class RoundingEmulator:
         self.eps = float(np.finfo(self.dtype).eps) if self.dtype.kind == "f" else 0.0
         self.bound = set(self.args) | set(self.aux)  # any other variable of the plan is a head gradient
         self._carry = {}
+        self.acc_eps = float(np.finfo(acc_dtype(self.dtype)).eps) if self.dtype.kind == "f" else 0.0
+        self._decisions = None  # the exact forward's (test_utils.decisions.DecisionRecord), pinned when emulating
+        self._sigma: dict = {}  # (row or None for the forward, node id) -> accumulation noise, from the exact run
+        self._values: dict = {}  # the exact run's values by (node id, output), while it runs
+        self._heads: dict = {}  # the head gradients of the backward running, by variable name
+        self._row = None  # the row whose backward runs (None: the forward)
+        self._terms: dict = {}  # (node id, input shapes) -> the number of terms each output element sums
 
     def _round(self, value):
         return round_to_grid(value, self.bits, self.run)
@@ -384,33 +443,110 @@ class RoundingEmulator:
             self._carry[node.id] = found
         return found
 
+    # -- rounding inside the accumulating ops --------------------------------------------------------------
+    def _input(self, src, idx):
+        """The value of input ``(src, idx)`` in the exact run, or None where it is not known."""
+        if src.op is not None:
+            return self._values.get((src.id, idx))
+        for arrays in (self.exe.arg_dict, self.exe.aux_dict):
+            if src.name in arrays:
+                return np.asarray(to_numpy(arrays[src.name]))
+        return self._heads.get(src.name)
+
+    def _op(self, node, inputs):
+        params = dict(node.params)
+        if node.op.needs_is_train:
+            params["is_train"] = self.is_train
+        return np.asarray(node.op.forward(np, *inputs, **params), np.float64)
+
+    def _exact(self, node, k, value, phase):
+        """The exact run's hook (before emulated runs): keeps every value while the run lasts, and the
+        ``accumulation_noise`` of each ``ACCUMULATING_OPS`` output -- K from the op on ones, the sum of squared
+        terms from the op on the squares of its inputs."""
+        self._values[(node.id, k)] = value
+        if node.op is None or node.op.name not in ACCUMULATING_OPS or k != 0 or not self.acc_eps:
+            return value
+        inputs = [self._input(src, idx) for src, idx in node.inputs]
+        if all(x is not None and x.dtype.kind == "f" for x in inputs) and value.dtype.kind == "f":
+            key = (node.id, tuple(x.shape for x in inputs))
+            terms = self._terms.get(key)
+            if terms is None:  # the count of terms depends on the shapes alone
+                terms = self._terms[key] = self._op(node, [np.ones(x.shape) for x in inputs])
+            squares = self._op(node, [np.square(x, dtype=np.float64) for x in inputs])
+            self._sigma[(self._row, node.id)] = accumulation_noise(terms, value, squares, self.acc_eps)
+        return value
+
     def _emulate(self, node, k, value, phase):
         """Values computed from forward values only (the forward, and the backward's masks such as
         ``x == broadcast(max)``): rounded, so decisions, ties and bounds are kept. Values that carry head
         gradients -- the terms the gradient's sums accumulate, read by no decision -- get an independent
-        relative error of up to ``eps`` each, which also stands for the rounding inside the ops that sum them."""
+        relative error of up to ``eps`` each, which also stands for the rounding inside the ops that sum them
+        a few terms at a time. The outputs of ``ACCUMULATING_OPS`` first get the rounding of their long sums:
+        the exact run's ``accumulation_noise`` times a draw of unit variance (uniform, hashed from the value like
+        the rounding, with another key)."""
+        sigma = self._sigma.get((self._row, node.id)) if k == 0 else None
+        if sigma is not None:
+            v = np.ascontiguousarray(value, np.float64)
+            u = _hashed_uniform(v, self.run + 0x5EED)
+            value = (v + sigma * np.sqrt(3.0) * (2.0 * u - 1.0)).astype(value.dtype, copy=False)
         if phase == "forward" or not self._carries(node):
             return self._round(value)
         return perturb_relative(value, self.eps, self.rng)
 
+    # -- runs ----------------------------------------------------------------------------------------------
     def gradients(self, rows, rounding: bool) -> list[dict]:
         """One forward, then one backward per entry of ``rows`` (a list of head-gradient lists); each row's dict
-        also holds the outputs when the emulator was made with ``outputs=True`` (no rows: the outputs alone)."""
+        also holds the outputs when the emulator was made with ``outputs=True`` (no rows: the outputs alone).
+
+        An emulated run (``rounding``) takes the decisions (relu masks, max-pool choices: ``test_utils.decisions``)
+        of the exact run before it, pinned by value where its rounding would flip one: a flip is a jump, not
+        rounding, and two correct implementations whose rounding differs decide alike (``check_consistency``
+        pins the flips between its entries the same way). Without it, the accumulation noise of a ReLU input
+        within rounding of 0 (a small batch's normalisation) flipped its mask in some runs, and every gradient
+        upstream took the jump for noise (ResNet-18: hundreds of times its real float32 error). The exact run
+        that ``noise`` makes first records them, and the accumulation noise of its values (for its rows); without
+        one, an emulated run makes it first."""
+        if rounding and self._decisions is None:
+            self._measured_run(rows)
+        return self._run(rows, rounding)
+
+    def _measured_run(self, rows):
+        """The exact run that records the decisions and the accumulation noise the emulated runs use."""
+        self._sigma.clear()
+        try:
+            return self._run(rows, False, measure=True)
+        finally:
+            self._values.clear()
+
+    def _run(self, rows, rounding, measure=False):
+        from .decisions import pin_decisions, record_decisions
+
         exe = self.exe
         self.run += 1
         for k, v in self.aux.items():
             exe.aux_dict[k][...] = v
         # the arguments and head gradients are given exactly in the dtype under test: only what is computed rounds
-        exe.set_value_hook(self._emulate if rounding else None)
+        exe.set_value_hook(self._emulate if rounding else self._exact if measure else None)
+        self._row = None
         try:
-            outs = exe.forward(is_train=self.is_train)
+            if rounding:
+                pin_decisions(exe, self._decisions, is_train=self.is_train)
+                outs = exe.outputs
+            elif measure:
+                self._decisions = record_decisions(exe, is_train=self.is_train)
+                outs = exe.outputs
+            else:
+                outs = exe.forward(is_train=self.is_train)
             values = {n: np.array(to_numpy(o), np.float64, copy=True) for n, o in zip(self.out_names, outs)}
             out = [] if rows else [dict(values)]
-            for heads in rows:
-                exe.backward([None if h is None else np.asarray(to_numpy(h), np.float64) for h in heads])
+            for i, heads in enumerate(rows):
+                heads = [None if h is None else np.asarray(to_numpy(h), np.float64) for h in heads]
+                self._row, self._heads = i, {f"__head_grad{j}__": h for j, h in enumerate(heads) if h is not None}
+                exe.backward(heads)
                 out.append({**values, **{k: b.copy() for k, b in self.bufs.items()}})
         finally:
             exe.set_value_hook(None)
+            self._row, self._heads = None, {}
             for k, v in self.aux.items():
                 exe.aux_dict[k][...] = v
         return out
@@ -418,13 +554,14 @@ class RoundingEmulator:
     def noise(self, rows) -> tuple[list, list]:
         """``(exact, noise)``: per row, ``{name: float64 gradient}`` and ``{name: EMULATION_SIGMAS x the RMS
         deviation of EMULATION_RUNS emulated runs}``. Cost: ``EMULATION_RUNS + 1`` forwards and that many
-        backwards per row."""
-        exact = self.gradients(rows, False)
+        backwards per row, and one more evaluation of each accumulating op per row."""
         eps = float(np.finfo(self.dtype).eps) if self.dtype.kind == "f" else 0.0
         if self.bits is None or not (self.names or self.out_names) or self.dtype.itemsize >= 8:
             # float64 under test: its forward rounding is the run itself, and its backward's (~1e-16 relative)
             # is far below the numeric reference's noise; only the rounding of the result is counted
+            exact = self.gradients(rows, False)
             return exact, [{k: NOISE_FACTOR * eps * np.abs(g) for k, g in e.items()} for e in exact]
+        exact = self._measured_run(rows)
         square = [{k: np.zeros_like(g) for k, g in e.items()} for e in exact]
         for _ in range(EMULATION_RUNS):
             for sq, run, ex in zip(square, self.gradients(rows, True), exact):
