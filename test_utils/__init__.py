@@ -38,6 +38,7 @@ if TYPE_CHECKING:  # loaded on first use by __getattr__ below
         check_symbolic_forward,
         simple_forward,
     )
+    from .model_check import ModelCheckResult, check_model
     from .numeric import numeric_grad, register_loss_objective
     from .report import GradientCheckError
     from .seed import with_seed
@@ -94,6 +95,9 @@ __all__ = [
     "NondifferentiableError",
     "gradcheck",
     "gradgradcheck",
+    # whole models
+    "check_model",
+    "ModelCheckResult",
     # reporting
     "GradientCheckError",
     "DecisionFlipWarning",
@@ -115,6 +119,7 @@ _EXPORTS = {
     **dict.fromkeys(["diagnose", "register_rule"], "diagnose"),
     **dict.fromkeys(["check_numeric_gradient", "check_speed", "check_symbolic_backward", "check_symbolic_forward",
                      "simple_forward"], "mxnet_checks"),
+    **dict.fromkeys(["check_model", "ModelCheckResult"], "model_check"),
     **dict.fromkeys(["numeric_grad", "register_loss_objective"], "numeric"),
     "GradientCheckError": "report",
     "with_seed": "seed",

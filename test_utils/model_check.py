@@ -38,7 +38,7 @@ import numpy as np
 
 from .context import to_device, to_numpy
 
-__all__ = ["check_model", "ModelCheckResult", "ArgResult", "NodeFault", "ModelInputError", "MODES",
+__all__ = ["check_model", "ModelCheckResult", "ArgResult", "NodeFault", "ModelInputError", "CheckInterrupted", "MODES",
            "DEFAULT_SAMPLES", "DIRECTIONS", "prepare_model", "infer_shapes", "variable_roles", "random_values",
            "deterministic_dropout", "render_table"]
 
@@ -49,7 +49,14 @@ DEFAULT_SAMPLES = 256
 #: random directions per argument in fast mode
 DIRECTIONS = 2
 #: the bisection stops at this many elements
-LEAF = 32
+LEAF = 8
+#: elements sampled beside the bisection's leaf when localising a failing argument
+LOCALISE_SAMPLES = 16
+#: mismatching elements kink-tested (4 partial forwards each, only where unpinned ops remain) before concluding
+#: that the mismatches are an error, not kinks
+KINK_PROBE = 8
+#: random-sign projections allow K x the l2 norm of the elements' tolerances (false alarm < 2 exp(-K^2/2))
+HOEFFDING_K = 6.0
 #: op input slots that hold learned parameters (for the random values: scaled by fan-in)
 PARAM_SLOTS = ("weight", "bias", "gamma", "beta", "parameters", "alpha")
 WHO = "check_model"
@@ -62,7 +69,8 @@ class ModelInputError(ValueError):
 # == the model's inputs =========================================================================================
 
 
-def _few(names, k=8) -> str:
+def few(names, k=8) -> str:
+    """Up to ``k`` names, then how many there are in all."""
     names = list(names)
     return ", ".join(names[:k]) + (f", ... ({len(names)} in all)" if len(names) > k else "")
 
@@ -81,7 +89,7 @@ def infer_shapes(sym, shapes: dict, known: dict | None = None):
     for name in shapes:
         if name not in inputs:
             raise ModelInputError(f"--shape {name}=...: {name!r} is not an input of the model (inputs: "
-                                  f"{_few(inputs)})")
+                                  f"{few(inputs)})")
     given = {**(known or {}), **shapes}
     try:
         arg_shapes, out_shapes, aux_shapes = sym.infer_shape_partial(**given)
@@ -91,7 +99,7 @@ def infer_shapes(sym, shapes: dict, known: dict | None = None):
     unknown = [n for n, s in zip(args + aux, list(arg_shapes) + list(aux_shapes)) if s is None or 0 in s]
     if unknown or any(s is None for s in out_shapes):
         missing = unknown or ["an output"]
-        raise ModelInputError(f"the shapes do not infer: the shape of {_few(missing, 4)} is unknown; give the input "
+        raise ModelInputError(f"the shapes do not infer: the shape of {few(missing, 4)} is unknown; give the input "
                               "shapes (--shape NAME=D1,D2,..., e.g. --shape data=1,3,224,224)")
     return dict(zip(args, arg_shapes)), list(out_shapes), dict(zip(aux, aux_shapes))
 
@@ -414,9 +422,9 @@ class ModelCheckResult:
 def _pinning_line(p) -> str:
     text = f"numeric side pinned to the forward's pieces at {len(p.pinned)} decision node(s)"
     if p.opaque:
-        text += f"; opaque Custom node(s) judged by the kink test: {_few(p.opaque, 4)}"
+        text += f"; opaque Custom node(s) judged by the kink test: {few(p.opaque, 4)}"
     if p.unpinnable:
-        text += f"; not pinned (kink test): {_few(p.unpinnable, 4)}"
+        text += f"; not pinned (kink test): {few(p.unpinnable, 4)}"
     return text
 
 
@@ -498,7 +506,7 @@ class _Point:
 
     def __init__(self, sym, values, aux, live, reqs, dtype, ctx, seed, *, pin=True, emulate=True):
         from .decisions import pinned_symbol, record_decisions
-        from .harness import Harness, RoundingEmulator, analytic_noise, assert_deterministic, with_measured
+        from .harness import Harness, analytic_noise, assert_deterministic, with_measured
         from .numeric import projected_objective
         from .tolerance import NOISE_FACTOR, get_rtol
 
@@ -530,13 +538,13 @@ class _Point:
         if emulate:
             _, self.a_noise = analytic_noise(sym, self.point, self.aux, self.heads, self.live, self.dt,
                                              actual=self.analytic)
-        else:  # one exact float64 backward: what the dtype's run differs from it by is its rounding
-            exact = RoundingEmulator(sym, self.point, self.aux, self.live, np.float64).gradients([self.heads],
-                                                                                                 False)[0]
+        else:  # one float64 backward deciding as this run did: what this run differs from it by is its rounding
+            exact = self._float64_gradients(sym, reqs)
             eps = float(np.finfo(self.dt).eps)
             floor = {k: NOISE_FACTOR * eps * np.abs(exact[k]) for k in self.live}
             self.a_noise = with_measured(floor, exact, self.analytic, self.dt)
         # -- the numeric side: float64, pinned, re-running only what depends on the moved argument
+        self._tol = {}
         self.pinning = None
         if pin:
             ref_sym, self.pinning = pinned_symbol(ref_sym, self.record)
@@ -546,27 +554,71 @@ class _Point:
         self.f_noise = self.ref.evaluation_noise(self.objective, np.float64)
         self.ref.base()
 
+    def _float64_gradients(self, sym, reqs) -> dict:
+        """The gradients of the same point in float64 with every decision pinned by value to this run's
+        (``decisions.pin_decisions``: a ReLU input within rounding of 0 decides as in the dtype under test), so
+        they differ from ``analytic`` by the dtype's rounding alone, never by a flipped mask."""
+        from symgrad.context import cpu
+
+        from .decisions import pin_decisions
+
+        host = lambda v: v.astype(np.float64) if v.dtype.kind == "f" else v.copy()
+        bufs = {k: np.zeros(self.point[k].shape) for k in self.live}
+        exe = sym.bind(cpu(), {k: host(v) for k, v in self.point.items()}, args_grad=bufs,
+                       grad_req={k: ("write" if k in bufs else "null") for k in self.point},
+                       aux_states={k: host(v) for k, v in self.aux.items()})
+        pin_decisions(exe, self.record, is_train=True)
+        exe.backward([None if h is None else h.astype(np.float64) for h in self.heads])
+        return {k: bufs[k] for k in self.live}
+
     def direction(self, k, j=0):
-        """Random direction ``j`` of argument ``k``: random signs, magnitudes in [0.5, 1.5) (each element moves by
-        about the per-element step); drawn from a generator of its own (seed, argument, j), so a worker that
-        checks some arguments draws the same directions as one process checking all."""
+        """Direction ``j`` of argument ``k``: magnitudes in [0.5, 1.5) (each element moves by about the per-element
+        step), signs those of the analytic gradient for ``j == 0`` (*aligned*: an error that follows the gradient,
+        a scaled or partly sign-flipped rule, adds up without cancelling) and random otherwise (an error
+        unrelated to the gradient). Drawn from a generator of its own (seed, argument, j), so a worker that checks
+        some arguments draws the same directions as one process checking all. Returns ``(r, random_signs)``."""
         shape = self.point[k].shape
         rng = np.random.default_rng([self.seed, self.live.index(k) if k in self.live else 0, j])
-        return rng.uniform(0.5, 1.5, size=shape) * np.where(rng.random(size=shape) < 0.5, -1.0, 1.0)
+        signs = np.where(rng.random(size=shape) < 0.5, -1.0, 1.0)
+        if j == 0:
+            signs = np.where(self.analytic[k] > 0, 1.0, np.where(self.analytic[k] < 0, -1.0, signs))
+        return rng.uniform(0.5, 1.5, size=shape) * signs, j != 0
 
-    def project(self, r: dict) -> _Projection:
-        """``analytic . r`` against the central difference along ``r`` (arguments of ``r`` move together)."""
+    def tolerance(self, k) -> np.ndarray:
+        """The error each element of ``k``'s gradient may have: the checkers' model, ``rtol x (max |g| + |g_i|)``
+        (atol scaled to the argument's largest entry, as ``check_numeric_gradient``'s) plus the analytic side's
+        rounding noise."""
+        tol = self._tol.get(k)
+        if tol is None:
+            a = np.abs(self.analytic[k])
+            tol = self._tol[k] = self.rtol * (float(np.max(a, initial=0.0)) + a) + self.a_noise[k]
+        return tol
+
+    def project(self, r: dict, random_signs=True) -> _Projection:
+        """``analytic . r`` against the central difference along ``r`` (arguments of ``r`` move together).
+
+        Allowed: the rounding noise of the difference, ``rtol |numeric|``, and what the elements' own tolerances
+        ``t_i`` (``tolerance``) add up to along ``r``: at most ``sum t_i |r_i|`` (any signs); with random signs
+        drawn independently of the errors, a sum of ``e_i r_i`` with ``|e_i| <= t_i`` exceeds
+        ``HOEFFDING_K sqrt(sum (t_i r_i)^2)`` with probability below ``2 exp(-K^2 / 2)`` (Hoeffding), so the
+        smaller of the two bounds is used there. A correct gradient's errors are rounding, far below ``t_i``.
+        """
         from .differencer import default_steps, directional
-        from .tolerance import scaled_atol
 
+        # the per-element step divided by |r|: all elements move at once, and along the gradient (the aligned
+        # direction) they move the objective coherently, so the curvature term of the difference grows with the
+        # length of the whole displacement (measured on a BatchNorm net: 4e-4 relative at the per-element step,
+        # 1e-7 at this one), while the rounding noise stays far below the projection's tolerance
         scale = max(float(np.max(np.abs(self.point[k]), initial=0.0)) for k in r) if r else 0.0
-        h = float(default_steps(scale, np.float64, "central"))
+        length = math.sqrt(sum(float(np.sum(v * v)) for v in r.values()))
+        h = float(default_steps(scale, np.float64, "central")) / max(length, 1.0)
         numeric, width = directional(self.ref, r, h, self.scalar)
-        terms = [self.analytic[k] * v for k, v in r.items()]
-        analytic = float(sum(np.sum(t) for t in terms))
-        noise = self.f_noise / width + float(sum(np.sum(self.a_noise[k] * np.abs(v)) for k, v in r.items()))
-        atol = scaled_atol(self.rtol, sum(float(np.sum(np.abs(t))) for t in terms))
-        return _Projection(analytic, numeric, atol + self.rtol * abs(numeric) + noise)
+        analytic = float(sum(np.sum(self.analytic[k] * v) for k, v in r.items()))
+        weighted = [self.tolerance(k) * np.abs(v) for k, v in r.items()]
+        bound = float(sum(np.sum(w) for w in weighted))
+        if random_signs:
+            bound = min(bound, HOEFFDING_K * math.sqrt(sum(float(np.sum(w * w)) for w in weighted)))
+        return _Projection(analytic, numeric, bound + self.rtol * abs(numeric) + self.f_noise / width)
 
     def elements(self, k, indices):
         """``(numeric, widths)`` of ``k``'s elements ``indices`` by central differences on the reference."""
@@ -588,8 +640,8 @@ class _Point:
 # == the check ==================================================================================================
 
 
-class _Interrupted(KeyboardInterrupt):
-    """SIGTERM while checking (``symgrad check`` turns it into this; Ctrl-C is a plain KeyboardInterrupt)."""
+class CheckInterrupted(KeyboardInterrupt):
+    """SIGTERM while checking (``symgrad check`` turns the signal into this; Ctrl-C is a plain KeyboardInterrupt)."""
 
 
 class _ModelCheck:
@@ -627,18 +679,18 @@ class _ModelCheck:
         row = self.rows[k]
         worst = None
         for j in range(self.directions):
-            r = self.point.direction(k, j)
-            proj = self.point.project({k: r})
+            r, random_signs = self.point.direction(k, j)
+            proj = self.point.project({k: r}, random_signs)
             if worst is None or proj.ratio > worst[0].ratio:
-                worst = (proj, r)
+                worst = (proj, r, random_signs)
             bar.update()
-        proj, r = worst
-        row.update(method=f"directional ({self.directions} random directions)", checked=row["size"],
+        proj, r, random_signs = worst
+        row.update(method=f"directional ({self.directions} directions)", checked=row["size"],
                    max_error=proj.error, worst_ratio=proj.ratio, verdict="pass" if proj.ok else "FAIL")
         if not proj.ok:
-            self._localise(k, r)
+            self._localise(k, r, random_signs)
 
-    def _localise(self, k, r):
+    def _localise(self, k, r, random_signs):
         """Bisect the failing direction's support to ``LEAF`` elements, then compare those and a random sample
         element by element (the report's worst elements and diagnosis)."""
         row = self.rows[k]
@@ -646,13 +698,13 @@ class _ModelCheck:
         support = np.arange(int(np.prod(shape)) if shape else 1)
         while len(support) > LEAF:
             halves = (support[: len(support) // 2], support[len(support) // 2:])
-            tests = [self.point.project({k: _restricted(r, half, shape)}) for half in halves]
-            if not any(not t.ok for t in tests):
-                break  # the error is spread thinly: no half fails alone
+            tests = [self.point.project({k: _restricted(r, half, shape)}, random_signs) for half in halves]
+            # the worse half, also when neither fails alone (an error spread thinly): the leaf holds the worst
+            # elements either way, and the element comparison below says which case it is
             support = halves[int(np.argmax([t.ratio for t in tests]))]
         size = int(np.prod(shape)) if shape else 1
         rng = np.random.default_rng([self.seed, self.live.index(k), 99])
-        others = np.setdiff1d(rng.choice(size, min(size, self.samples), replace=False), support)
+        others = np.setdiff1d(rng.choice(size, min(size, self.samples, LOCALISE_SAMPLES), replace=False), support)
         flat = np.sort(np.concatenate([support, others]))
         indices = [tuple(int(i) for i in np.unravel_index(f, shape)) for f in flat]
         failed_direction = row["verdict"] == "FAIL"
@@ -706,11 +758,17 @@ class _ModelCheck:
             return None
         point = _Point(sym, args, aux, live, {n: "write" for n in args}, self.dt, self.ctx, self.seed + position,
                        pin=self.pin, emulate=False)
-        r = {n: point.direction(n) for n in live}
-        whole = point.project(r)
-        if whole.ok:
+        whole, bad = None, []
+        for j in range(self.directions):
+            r = {n: point.direction(n, j)[0] for n in live}
+            proj = point.project(r, j != 0)
+            if proj.ok:
+                continue
+            whole = proj if whole is None or proj.ratio > whole.ratio else whole
+            bad += [n for n in live if n not in bad and not point.project({n: r[n]}, j != 0).ok]
+        if whole is None:
             return None
-        bad = [n for n in live if not point.project({n: r[n]}).ok] or live
+        bad = bad or live
         row = _row(bad[0], args[bad[0]].shape, "data", "write")
         size = row["size"]
         rng = np.random.default_rng([self.seed, position])
@@ -751,7 +809,7 @@ def _compare(p, sym, ctx, row, k, indices, whole, localised=False):
         for ix, a in zip(indices, allowed):
             tol[ix] = a
         kinks = element_kinks(p.ref, k, p.scalar, [indices[j] for j in np.flatnonzero(bad)], steps,
-                              p.analytic[k], tol, f_noise=p.f_noise)
+                              p.analytic[k], tol, f_noise=p.f_noise, probe=KINK_PROBE)
         at_kink = {kk.index for kk in kinks if kk.subgradient}
         exclude = np.array([ix in at_kink for ix in indices], bool)
         if exclude.any():
@@ -863,7 +921,7 @@ def _rows(prep, grad_req) -> dict:
         unknown = [k for k in grad_req if k not in names]
         if unknown:
             raise ModelInputError(f"grad_req: {unknown[0]!r} is not an argument of the model (arguments: "
-                                  f"{_few(names)})")
+                                  f"{few(names)})")
         reqs = {k: grad_req.get(k, "write") for k in names}
     else:
         raise TypeError(f"{WHO}: grad_req must be a string or a dict, got {type(grad_req).__name__}")
@@ -929,7 +987,7 @@ def check_model(model, params=None, *, shapes=None, dtype="float32", mode="fast"
         _run(check, result)
     except KeyboardInterrupt as stop:
         result.partial = True
-        result.interrupted = "SIGTERM" if isinstance(stop, _Interrupted) else "SIGINT"
+        result.interrupted = "SIGTERM" if isinstance(stop, CheckInterrupted) else "SIGINT"
         if not keep_partial:
             raise
     finally:

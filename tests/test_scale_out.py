@@ -17,7 +17,7 @@ import pytest
 
 import symgrad as sg
 from symgrad import cli, model_zoo
-from symgrad.test_utils import GradientCheckError, check_numeric_gradient
+from symgrad.test_utils import GradientCheckError, check_model, check_numeric_gradient
 from symgrad.test_utils.differencer import SPREAD_TASKS, Recipe, Spread
 from symgrad.test_utils.torch_checks import gradcheck, gradgradcheck
 
@@ -197,13 +197,10 @@ def test_cli_workers_give_the_serial_report(capsys):
     assert serial == spread
 
 
-@pytest.mark.parametrize("mode", ["fast", "full"])
+@pytest.mark.parametrize("mode", ["fast", "sample", "full"])
 def test_check_model_modes_on_a_pool(pool, mode):
     sym = model_zoo.load_example("mlp")
-    arg_shapes, _, aux_shapes = cli.infer_shapes(sym, {})
-    reqs = cli.parse_grad_req(None, list(arg_shapes))
-    values, aux, roles = cli.random_values(sym, arg_shapes, aux_shapes, {}, {}, 0)
-    rows = [cli.check_model(sym, values, aux, reqs=reqs, roles=roles, mode=mode, executor=ex) for ex in (None, pool)]
+    rows = [check_model(sym, mode=mode, samples=8, executor=ex).rows for ex in (None, pool)]
     assert rows[0] == rows[1]
     assert all(r["verdict"] in ("pass", "skip") for r in rows[1])
 

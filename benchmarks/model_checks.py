@@ -1,0 +1,186 @@
+"""Whole-model checks on real networks: false alarms on correct models, planted bugs caught, time.
+
+    python benchmarks/model_checks.py false-alarms [--seeds 5] [--out FILE.jsonl]
+    python benchmarks/model_checks.py planted [--seeds 25] [--out FILE.jsonl]
+    python benchmarks/model_checks.py time [--nets resnet18_v1,densenet121,inceptionv3]
+    python benchmarks/model_checks.py table FILE.jsonl [...]
+
+The networks are MXNet 1.9.1 exports of Gluon model-zoo nets (``tests/fixtures/make_gluon_exports.py`` writes
+them into a cache outside git, ``tests/gluon_exports.py`` finds it) with their exported parameters, and the
+eight zoo symbols committed in ``tests/fixtures/zoo`` (seeded random values). Every run goes through
+``symgrad.test_utils.check_model`` as ``symgrad check`` does; each result is one JSON line (appended as it
+comes, so a long sweep can be read while it runs and resumed: lines already in ``--out`` are not re-run).
+
+- ``false-alarms``: every net, float32 and float64, ``--seeds`` seeds, modes fast (the default) and sample
+  (``--samples`` elements per argument: 16, so that a sweep finishes in hours, not days; each sampled element
+  is compared as in a full sample run). A correct model must pass: any FAIL is a false alarm.
+- ``planted``: ``tests/planted_network.py``'s swish CustomOp spliced into resnet18_v1 between its first
+  BatchNorm and ReLU, correct and with four shipped-style bugs, default settings: caught, and the faulty node
+  named ``planted_fwd``?
+- ``time``: the default check of the full-size exports (224 x 224, inceptionv3 299 x 299) in float32.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "tests"))
+
+import gluon_exports  # noqa: E402
+import planted_network  # noqa: E402
+
+import symgrad as sg  # noqa: E402
+from symgrad.test_utils import check_model  # noqa: E402
+
+ZOO = os.path.join(HERE, "..", "tests", "fixtures", "zoo")
+#: Gluon exports and the input size of the checks (the smallest at which every gradient is nonzero; the nets
+#: ending in a fixed-size pooling or dense layer need their full size)
+EXPORTS = {"resnet18_v1": 64, "mobilenetv2_1.0": 64, "mobilenet1.0": 64, "resnet50_v1": 64, "squeezenet1.1": 224,
+           "vgg11_bn": 224, "densenet121": 224, "inceptionv3": 299}
+ZOO_NETS = {"resnet18_v1": 64, "resnet18_v2": 64, "mobilenet0.25": 64, "mobilenetv2_0.25": 64, "alexnet": 64,
+            "squeezenet1.0": 224, "densenet121": 224, "inceptionv3": 299}
+FULL = {"resnet18_v1": 224, "densenet121": 224, "inceptionv3": 299, "mobilenetv2_1.0": 224, "squeezenet1.1": 224}
+
+
+def _model(source, net):
+    if source == "export":
+        sym_path, params, _ = gluon_exports.export_path(net)
+        return sym_path, params
+    return os.path.join(ZOO, f"{net}-symbol.json"), None
+
+
+def _check(model, params, size, **kw):
+    t0 = time.perf_counter()
+    res = check_model(model, params, shapes={"data": (1, 3, size, size)}, raise_on_failure=False, **kw)
+    return res, time.perf_counter() - t0
+
+
+def _done(out):
+    seen = set()
+    if out and os.path.exists(out):
+        with open(out) as f:
+            for line in f:
+                seen.add(json.loads(line)["key"])
+    return seen
+
+
+def _emit(out, doc):
+    line = json.dumps(doc)
+    print(line, flush=True)
+    if out:
+        with open(out, "a") as f:
+            f.write(line + "\n")
+
+
+def false_alarms(args):
+    seen = _done(args.out)
+    jobs = [(src, net, size) for src, nets in (("export", EXPORTS), ("zoo", ZOO_NETS)) for net, size in nets.items()]
+    jobs.sort(key=lambda j: j[2])  # the small inputs first
+    for src, net, size in jobs:
+        for seed in range(args.seeds):
+            for dtype in ("float32", "float64"):
+                for mode in ("fast", "sample"):
+                    key = f"{src}/{net}/{size}/{dtype}/{mode}/{seed}"
+                    if key in seen:
+                        continue
+                    model, params = _model(src, net)
+                    res, seconds = _check(model, params, size, dtype=dtype, mode=mode, seed=seed,
+                                          samples=args.samples, locate=False)
+                    _emit(args.out, {"key": key, "source": src, "net": net, "size": size, "dtype": dtype,
+                                     "mode": mode, "seed": seed, "ok": res.ok, "failed": [r["name"] for r in res.failed],
+                                     "arguments": len(res.rows), "seconds": round(seconds, 2)})
+
+
+def planted(args):
+    seen = _done(args.out)
+    sym_path, params, _ = gluon_exports.export_path("resnet18_v1")
+    with open(sym_path) as f:
+        text = f.read()
+    for seed in range(args.seeds):
+        for variant in planted_network.VARIANTS:
+            key = f"planted/{variant}/{seed}"
+            if key in seen:
+                continue
+            sym = planted_network.spliced_symbol(text, variant)
+            t0 = time.perf_counter()
+            res = check_model(sym, params, shapes={"data": (2, 3, 32, 32)}, seed=seed, raise_on_failure=False)
+            _emit(args.out, {"key": key, "variant": variant, "seed": seed, "caught": not res.ok,
+                             "named": [f.name for f in res.faults], "diagnosis": [f.diagnosis for f in res.faults],
+                             "failed": [r["name"] for r in res.failed],
+                             "seconds": round(time.perf_counter() - t0, 2)})
+
+
+def timing(args):
+    for net in args.nets.split(","):
+        model, params = _model("export", net)
+        size = FULL[net]
+        res, seconds = _check(model, params, size, dtype="float32")
+        _emit(args.out, {"key": f"time/{net}/{size}", "net": net, "size": size, "ok": res.ok,
+                         "arguments": len(res.rows), "seconds": round(seconds, 1),
+                         "threads": os.environ.get("OPENBLAS_NUM_THREADS", "default")})
+
+
+def table(args):
+    rows = []
+    for path in args.files:
+        with open(path) as f:
+            rows += [json.loads(line) for line in f]
+    fa = [r for r in rows if "mode" in r]
+    if fa:
+        print("| net (source, size) | float32 fast | float32 sample | float64 fast | float64 sample | s per check |")
+        print("|---|---|---|---|---|---|")
+        groups = {}
+        for r in fa:
+            groups.setdefault((r["net"], r["source"], r["size"]), []).append(r)
+        for (net, src, size), rs in groups.items():
+            cells = []
+            for dtype in ("float32", "float64"):
+                for mode in ("fast", "sample"):
+                    sel = [r for r in rs if r["dtype"] == dtype and r["mode"] == mode]
+                    cells.append(f"{sum(not r['ok'] for r in sel)}/{len(sel)} FAIL" if sel else "-")
+            secs = sorted(r["seconds"] for r in rs if r["mode"] == "fast")
+            print(f"| {net} ({src}, {size}) | " + " | ".join(cells) + f" | {secs[len(secs) // 2] if secs else '-'} |")
+    pl = [r for r in rows if "variant" in r]
+    if pl:
+        print("\n| planted variant | seeds | caught | node named | median s |")
+        print("|---|---|---|---|---|")
+        for v in planted_network.VARIANTS:
+            sel = [r for r in pl if r["variant"] == v]
+            if not sel:
+                continue
+            named = sum(r["named"] == [planted_network.NODE] for r in sel)
+            secs = sorted(r["seconds"] for r in sel)
+            print(f"| {v} | {len(sel)} | {sum(r['caught'] for r in sel)} | {named} | {secs[len(secs) // 2]} |")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    p = sub.add_parser("false-alarms")
+    p.add_argument("--seeds", type=int, default=5)
+    p.add_argument("--samples", type=int, default=16)
+    p.add_argument("--out")
+    p.set_defaults(func=false_alarms)
+    p = sub.add_parser("planted")
+    p.add_argument("--seeds", type=int, default=25)
+    p.add_argument("--out")
+    p.set_defaults(func=planted)
+    p = sub.add_parser("time")
+    p.add_argument("--nets", default="resnet18_v1,densenet121,inceptionv3")
+    p.add_argument("--out")
+    p.set_defaults(func=timing)
+    p = sub.add_parser("table")
+    p.add_argument("files", nargs="+")
+    p.set_defaults(func=table)
+    args = ap.parse_args()
+    sg.cpu()  # noqa: the import above is the point; keep flake quiet
+    args.func(args)
+
+
+if __name__ == "__main__":
+    main()

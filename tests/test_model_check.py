@@ -1,0 +1,242 @@
+"""Whole-model checks (``symgrad.test_utils.check_model`` and ``symgrad check``): no false alarm on correct real
+networks, planted bugs caught with the faulty node named, progress to a file, SIGTERM's partial table, spreading.
+
+The real networks are MXNet 1.9.1 exports of Gluon model-zoo nets (``tests/gluon_exports.py``: skipped without
+MXNet's venv or the cache) and the zoo symbols committed in ``tests/fixtures/zoo``.
+"""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+import symgrad as sg
+from symgrad import cli
+from symgrad.test_utils import GradientCheckError, check_model
+from symgrad.test_utils import decisions as dec
+from symgrad.test_utils import model_check as mc
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import gluon_exports  # noqa: E402
+import planted_network  # noqa: E402
+
+S = sg.sym
+ZOO = os.path.join(HERE, "fixtures", "zoo")
+PLANTED = os.path.join(HERE, "planted_network.py")
+
+
+def _resnet18_export():
+    sym_path, params_path, _ = gluon_exports.export_path("resnet18_v1")
+    return sym_path, params_path
+
+
+# -- the pinned reference ---------------------------------------------------------------------------------------
+
+
+def test_pinned_reference_differentiates_the_forwards_piece_across_many_relus():
+    # a bias moves every element of a ReLU's input: with inputs near 0, an unpinned difference crosses kinks
+    x = S.Variable("x")
+    y = S.Activation(S.FullyConnected(x, num_hidden=50, name="fc"), act_type="relu", name="act")
+    rng = np.random.default_rng(3)
+    values = {"x": rng.normal(size=(40, 30)) * 1e-3, "fc_weight": rng.normal(size=(50, 30)) * 1e-3,
+              "fc_bias": rng.normal(size=50) * 1e-9}
+    exe = y.bind(sg.cpu(), {k: v.copy() for k, v in values.items()})
+    record = dec.record_decisions(exe, is_train=True)
+    pinned, how = dec.pinned_symbol(y, record)
+    assert how.pinned == ["act"] and how.complete
+    mask = (values["x"] @ values["fc_weight"].T + values["fc_bias"]) > 0  # independent: numpy
+    head = rng.normal(size=(40, 50))
+    h = 1e-6
+    moved = lambda d: {**values, "fc_bias": values["fc_bias"] + d}
+    f = lambda sym, d: float(np.sum(head * sym.bind(sg.cpu(), moved(d)).forward()[0]))
+    numeric = (f(pinned, h) - f(pinned, -h)) / (2 * h)
+    assert np.isclose(numeric, np.sum(head * mask), rtol=1e-6)  # d/db sum(head * relu) on the recorded mask
+    unpinned = (f(y, h) - f(y, -h)) / (2 * h)
+    assert not np.isclose(unpinned, np.sum(head * mask), rtol=1e-2)  # the kinks crossed: why pinning exists
+
+
+# -- the Python API ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.slow  # a real ResNet-18 export: about a minute
+def test_check_model_passes_a_correct_real_network_and_reports_each_argument():
+    sym_path, params_path = _resnet18_export()
+    res = check_model(sym_path, params_path, shapes={"data": (1, 3, 64, 64)}, seed=1)
+    assert res.ok and not res.faults and len(res.rows) == 63
+    assert all(r["verdict"] == "pass" and r["method"].startswith("directional") for r in res.rows)
+    assert len(res.pinning.pinned) == 19 and res.pinning.complete  # 17 relus, 1 max pool, ... every decision
+    assert "every gradient passes: 63 passed, 0 failed" in str(res)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_zoo_nets_pass_in_every_mode(dtype):
+    sym = sg.sym.load(os.path.join(ZOO, "resnet18_v2-symbol.json"))
+    for mode in ("fast", "sample"):
+        res = check_model(sym, shapes={"data": (1, 3, 64, 64)}, dtype=dtype, mode=mode, samples=4, seed=2)
+        assert res.ok, str(res)
+
+
+@pytest.mark.slow  # a real ResNet-18 export: about a minute
+@pytest.mark.parametrize("variant", planted_network.BUGGY)
+def test_planted_bug_in_resnet18_is_caught_and_its_node_named(variant):
+    sym_path, params_path = _resnet18_export()
+    with open(sym_path) as f:
+        sym = planted_network.spliced_symbol(f.read(), variant)
+    with pytest.raises(GradientCheckError) as info:
+        check_model(sym, params_path, shapes={"data": (1, 3, 64, 64)}, seed=4)
+    res = info.value.result
+    assert [(f.name, f.op, f.op_type) for f in res.faults] == [("planted_fwd", "Custom", variant)]
+    assert f"node {res.faults[0].position} 'planted_fwd' (Custom op_type '{variant}')" in str(info.value)
+    assert res.pinning.opaque == ["planted_fwd"]  # the one node the numeric side cannot pin
+    # the arguments upstream of the planted op fail; none downstream of it does
+    failed = {r["name"] for r in res.failed}
+    assert failed and failed <= {"data", "resnetv10_conv0_weight", "resnetv10_batchnorm0_gamma",
+                                 "resnetv10_batchnorm0_beta"}
+
+
+@pytest.mark.slow  # a real ResNet-18 export: about a minute
+def test_planted_twin_passes():
+    sym_path, params_path = _resnet18_export()
+    with open(sym_path) as f:
+        sym = planted_network.spliced_symbol(f.read(), "planted_ok")
+    res = check_model(sym, params_path, shapes={"data": (1, 3, 64, 64)}, seed=4)
+    assert res.ok and not res.faults
+
+
+@pytest.mark.slow  # a real ResNet-18 export: about a minute
+def test_planted_scale_is_diagnosed_on_the_argument_and_the_node():
+    sym_path, params_path = _resnet18_export()
+    with open(sym_path) as f:
+        sym = planted_network.spliced_symbol(f.read(), "planted_scaled")
+    res = check_model(sym, params_path, shapes={"data": (1, 3, 64, 64)}, seed=5, raise_on_failure=False)
+    assert not res.ok
+    assert "1.01 x numeric" in res.faults[0].diagnosis
+    gamma = next(r for r in res.rows if r["name"] == "resnetv10_batchnorm0_gamma")
+    assert gamma["verdict"] == "FAIL" and "1.01 x numeric" in gamma["diagnosis"]
+    assert gamma["worst"]  # the worst elements, from the bisection's leaf and a sample
+
+
+def test_bisection_finds_a_single_wrong_element():
+    # one element of a 4096-element weight gets a wrong gradient: the directions catch it, the bisection finds it
+    class _OneWrong(sg.operator.CustomOp):
+        def forward(self, is_train, req, in_data, out_data, aux):
+            self.assign(out_data[0], req[0], in_data[0] * 1.0)
+
+        def backward(self, req, out_grad, in_data, out_data, in_grad, aux):
+            g = np.array(out_grad[0], copy=True)
+            g.reshape(-1)[1234] *= 3.0
+            self.assign(in_grad[0], req[0], g)
+
+    @sg.operator.register("mc_one_wrong")
+    class _Prop(sg.operator.CustomOpProp):
+        def __init__(self):
+            super().__init__(need_top_grad=True)
+
+        def infer_shape(self, in_shape):
+            return in_shape, [in_shape[0]], []
+
+        def create_operator(self, ctx, shapes, dtypes):
+            return _OneWrong()
+
+    w = S.Variable("w")
+    y = S.tanh(S.Custom(w, op_type="mc_one_wrong", name="wrong"))
+    res = check_model(y, {"w": np.random.default_rng(0).normal(size=(64, 64))}, dtype="float64",
+                      raise_on_failure=False)
+    row = res.rows[0]
+    assert row["verdict"] == "FAIL"
+    assert row["worst"][0][0] == list(np.unravel_index(1234, (64, 64)))
+    assert [f.name for f in res.faults] == ["wrong"]
+
+
+def test_grad_req_null_and_add_rows():
+    x = S.Variable("x")
+    y = S.FullyConnected(x, num_hidden=3, name="fc")
+    rng = np.random.default_rng(1)
+    res = check_model(y, {"x": rng.normal(size=(4, 5))}, grad_req={"x": "null", "fc_bias": "add"}, seed=3)
+    by = {r["name"]: r for r in res.rows}
+    assert by["x"]["method"].startswith("buffer unchanged") and by["x"]["verdict"] == "pass"
+    assert by["fc_bias"]["grad_req"] == "add" and by["fc_bias"]["verdict"] == "pass"
+
+
+def test_bad_inputs_are_named():
+    x = S.Variable("x")
+    with pytest.raises(ValueError, match="mode must be one of"):
+        check_model(S.tanh(x), shapes={"x": (2,)}, mode="quick")
+    with pytest.raises(ValueError, match="'nope' is not an input"):
+        check_model(S.tanh(x), shapes={"nope": (2,)})
+    with pytest.raises(ValueError, match="grad_req: 'y' is not an argument"):
+        check_model(S.tanh(x), shapes={"x": (2,)}, grad_req={"y": "null"})
+    with pytest.raises(TypeError, match="model must be a Symbol"):
+        check_model(42)
+
+
+# -- the command ------------------------------------------------------------------------------------------------
+
+
+def _symgrad(*argv, **kw):
+    return subprocess.run([sys.executable, "-m", "symgrad", *map(str, argv)], capture_output=True, text=True, **kw)
+
+
+@pytest.mark.slow  # a real ResNet-18 export: about a minute
+def test_cli_checks_a_custom_op_model_with_import(tmp_path):
+    sym_path, params_path = _resnet18_export()
+    spliced = tmp_path / "planted-symbol.json"
+    with open(sym_path) as f:
+        spliced.write_text(planted_network.splice(f.read(), "planted_at_output"))
+    done = _symgrad("check", spliced, "--params", params_path, "--shape", "data=1,3,64,64", "--import", PLANTED,
+                    "--json")
+    assert done.returncode == 1, done.stderr
+    doc = json.loads(done.stdout)
+    assert [f["name"] for f in doc["faulty_nodes"]] == ["planted_fwd"]
+    assert doc["opaque_nodes"] == ["planted_fwd"]
+    # without --import the Custom op is unknown: a usage error naming it (exit 2)
+    done = _symgrad("check", spliced, "--params", params_path, "--shape", "data=1,3,64,64")
+    assert done.returncode == 2 and "planted_at_output" in done.stderr
+
+
+def test_cli_import_errors_are_usage_errors(capsys):
+    assert cli.main(["check", "--example", "lenet", "--import", "no_such_module_xyz"]) == 2
+    assert "--import no_such_module_xyz" in capsys.readouterr().err
+    assert cli.main(["info", "--example", "lenet", "--import", "/nonexistent/file.py"]) == 2
+
+
+def test_progress_to_a_file_is_lines_with_rate_and_eta(tmp_path, monkeypatch):
+    monkeypatch.setattr(mc, "PROGRESS_EVERY", 0.0)
+    log = tmp_path / "progress.txt"
+    with open(log, "w") as err:
+        done = subprocess.run([sys.executable, "-c", "import symgrad.test_utils.model_check as m; m.PROGRESS_EVERY = 0;"
+                               "from symgrad import cli; raise SystemExit(cli.main(['check', '--example', 'lenet', "
+                               "'--progress']))"], stdout=subprocess.PIPE, stderr=err, text=True)
+    assert done.returncode == 0
+    lines = log.read_text().splitlines()
+    assert "\r" not in log.read_text()
+    counted = [ln for ln in lines if " checked, " in ln]
+    assert counted and counted[-1].startswith("symgrad check: 18/18 checked")  # 9 arguments x 2 directions
+    assert all("/s, " in ln and " left" in ln for ln in counted)
+
+
+def test_sigterm_prints_the_partial_table_and_exits_143(tmp_path):
+    sym = sg.sym.load(os.path.join(ZOO, "resnet18_v1-symbol.json"))
+    path = tmp_path / "net-symbol.json"
+    sym.save(str(path))
+    proc = subprocess.Popen([sys.executable, "-m", "symgrad", "check", str(path), "--shape", "data=1,3,64,64",
+                             "--mode", "sample", "--progress"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    deadline = time.time() + 120
+    seen = ""
+    while time.time() < deadline:  # wait until some argument is checked (a progress line), then stop it
+        line = proc.stderr.readline()
+        seen += line
+        if " checked, " in line:
+            break
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 143, err
+    assert "PARTIAL (SIGTERM)" in out
+    assert "not checked" in out and " pass" in out
