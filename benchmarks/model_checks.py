@@ -14,7 +14,7 @@ comes, so a long sweep can be read while it runs and resumed: lines already in `
 - ``false-alarms``: every net, float32 and float64, ``--seeds`` seeds, modes fast (the default) and sample
   (``--samples`` elements per argument: 16, so that a sweep finishes in hours, not days; each sampled element
   is compared as in a full sample run). A correct model must pass: any FAIL is a false alarm.
-- ``planted``: ``tests/planted_network.py``'s swish CustomOp spliced into resnet18_v1 between its first
+- ``planted``: ``tests/planted_network.py``'s softplus CustomOp spliced into resnet18_v1 between a
   BatchNorm and ReLU, correct and with four shipped-style bugs, default settings: caught, and the faulty node
   named ``planted_fwd``?
 - ``time``: the default check of the full-size exports (224 x 224, inceptionv3 299 x 299) in float32.

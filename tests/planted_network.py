@@ -1,15 +1,16 @@
 """Gradient bugs planted in a real network: a Python CustomOp spliced between a BatchNorm and its ReLU.
 
-The op is swish, ``y = x sigmoid(x)`` (``y' = s + x s (1 - s)``), with a correct backward (``planted_ok``) and
-backwards wrong the way shipped ones were:
+The op is softplus, ``y = log(1 + e^x)`` (``y' = sigmoid(x)``), with a correct backward (``planted_ok``) and
+backwards wrong the way shipped ones were (softplus is positive, so the ReLU after it passes every element and
+hides no error; swish, negative below 0, made the ReLU zero the head gradient exactly where ``x < -1``):
 
 - ``planted_scaled``: 1% too large everywhere (a constant folded wrongly);
 - ``planted_sign``: the sign flipped only where ``x < -1`` (a branch written for one region);
 - ``planted_channel``: channel 0 ignores the head gradient (uses 1 instead of ``dy``);
 - ``planted_at_output``: the derivative evaluated at the output instead of the input (``f'(f(x))``).
 
-``splice(json_text, op_type)`` inserts the op after the first BatchNorm whose consumer is a ReLU (``Activation``
-relu) of an MXNet symbol JSON; importing this module registers the ops (``symgrad check ... --import
+``splice(json_text, op_type)`` inserts the op between a BatchNorm and the ReLU (``Activation`` relu) it feeds in
+an MXNet symbol JSON; importing this module registers the ops (``symgrad check ... --import
 tests/planted_network.py``).
 """
 
@@ -30,23 +31,22 @@ def _sigmoid(x):
     return 1.0 / (1.0 + np.exp(-x))
 
 
-def _swish_grad(x):
-    s = _sigmoid(x)
-    return s + x * s * (1.0 - s)
+def _softplus_grad(x):
+    return _sigmoid(x)  # d/dx log(1 + e^x) = e^x / (1 + e^x)
 
 
-class _Swish(sg.operator.CustomOp):
+class _Softplus(sg.operator.CustomOp):
     def __init__(self, variant):
         super().__init__()
         self.variant = variant
 
     def forward(self, is_train, req, in_data, out_data, aux):
         x = np.asarray(in_data[0])
-        self.assign(out_data[0], req[0], (x * _sigmoid(x)).astype(x.dtype))
+        self.assign(out_data[0], req[0], np.logaddexp(0.0, x).astype(x.dtype))
 
     def backward(self, req, out_grad, in_data, out_data, in_grad, aux):
         x, g, y = np.asarray(in_data[0]), np.asarray(out_grad[0]), np.asarray(out_data[0])
-        d = _swish_grad(x)
+        d = _softplus_grad(x)
         if self.variant == "planted_scaled":
             dx = 1.01 * g * d
         elif self.variant == "planted_sign":
@@ -55,7 +55,7 @@ class _Swish(sg.operator.CustomOp):
             dx = g * d
             dx[:, 0] = d[:, 0]
         elif self.variant == "planted_at_output":
-            dx = g * _swish_grad(y)
+            dx = g * _softplus_grad(y)
         else:
             dx = g * d
         self.assign(in_grad[0], req[0], dx.astype(x.dtype))
@@ -76,7 +76,7 @@ def _prop(variant):
             return [in_shape[0]], [in_shape[0]], []
 
         def create_operator(self, ctx, shapes, dtypes):
-            return _Swish(variant)
+            return _Softplus(variant)
 
     Prop.__name__ = f"{variant}_prop"
     return Prop
@@ -86,19 +86,24 @@ for _variant in VARIANTS:
     sg.operator.register(_variant)(_prop(_variant))
 
 
-def splice(json_text: str, op_type: str) -> str:
-    """The symbol JSON with a ``Custom`` node of ``op_type`` (named ``planted_fwd``) between the first BatchNorm
-    feeding a relu ``Activation`` and that activation."""
+def splice(json_text: str, op_type: str, occurrence: int = 1) -> str:
+    """The symbol JSON with a ``Custom`` node of ``op_type`` (named ``planted_fwd``) between a BatchNorm feeding a
+    relu ``Activation`` and that activation: the pair number ``occurrence`` (0-based). The default, 1, is the first
+    residual block's in ResNet-18; the stem's pair (0) is followed by a max pooling, which passes no head gradient
+    to the small values where ``planted_sign``'s bug lives, so no check of the whole model can see that one."""
     doc = json.loads(json_text)
     nodes = doc["nodes"]
+    seen = 0
     for k, node in enumerate(nodes):
         if node["op"] != "Activation" or node.get("attrs", {}).get("act_type") != "relu":
             continue
         src = node["inputs"][0][0]
         if nodes[src]["op"] == "BatchNorm":
-            break
+            if seen == occurrence:
+                break
+            seen += 1
     else:
-        raise ValueError("no BatchNorm feeds a relu Activation in this model")
+        raise ValueError(f"this model has no BatchNorm -> relu pair number {occurrence}")
     at = src + 1
 
     def shift(i):
@@ -115,5 +120,5 @@ def splice(json_text: str, op_type: str) -> str:
     return json.dumps(doc)
 
 
-def spliced_symbol(json_text: str, op_type: str):
-    return sg.sym.load_json(splice(json_text, op_type))
+def spliced_symbol(json_text: str, op_type: str, occurrence: int = 1):
+    return sg.sym.load_json(splice(json_text, op_type, occurrence))
