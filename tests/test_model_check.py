@@ -154,6 +154,84 @@ def test_bisection_finds_a_single_wrong_element():
     assert [f.name for f in res.faults] == ["wrong"]
 
 
+def _steep(scale=1e4, seed=0):
+    # tanh(1e4 (W x + b)) with W x + b within 1e-5 of 0: the objective's curvature along any argument is so large
+    # that the central difference at the default step errs by up to 70x the float64 tolerance (measured before
+    # the step refinement: every argument FAIL in float32 and float64)
+    data = S.Variable("data")
+    rng = np.random.default_rng(seed)
+    x, w = rng.normal(size=(2, 4)), rng.normal(size=(3, 4))
+    values = {"data": x, "fc_weight": w, "fc_bias": -(x[0] @ w.T) + 1e-5 * rng.normal(size=3)}
+    return data, values, scale
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_a_steep_correct_model_passes_by_refining_the_step(dtype, seed):
+    data, values, scale = _steep(seed=seed)
+    y = S.tanh(S.FullyConnected(data, num_hidden=3, name="fc") * scale)
+    res = check_model(y, values, dtype=dtype, seed=seed, raise_on_failure=False, locate=False)
+    assert [r["verdict"] for r in res.rows] == ["pass"] * 3, res.lines()
+
+
+class _SteepTanh(sg.operator.CustomOp):
+    """tanh(1e4 x) with its derivative 1e4 (1 - y^2) taken 1% too large."""
+
+    def forward(self, is_train, req, in_data, out_data, aux):
+        self.assign(out_data[0], req[0], np.tanh(1e4 * in_data[0]))
+
+    def backward(self, req, out_grad, in_data, out_data, in_grad, aux):
+        y = np.asarray(out_data[0])
+        self.assign(in_grad[0], req[0], 1.01 * 1e4 * (1.0 - y * y) * out_grad[0])
+
+
+@sg.operator.register("mc_steep_scaled")
+class _SteepTanhProp(sg.operator.CustomOpProp):
+    def __init__(self):
+        super().__init__(need_top_grad=True)
+
+    def infer_shape(self, in_shape):
+        return in_shape, [in_shape[0]], []
+
+    def create_operator(self, ctx, shapes, dtypes):
+        return _SteepTanh()
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_a_wrong_gradient_on_a_steep_model_settles_and_fails(dtype):
+    # the refined difference settles at once on the wrong rule's error (1% of a gradient of ~1e4)
+    data, values, _ = _steep()
+    y = S.Custom(S.FullyConnected(data, num_hidden=3, name="fc"), op_type="mc_steep_scaled", name="steep")
+    res = check_model(y, values, dtype=dtype, raise_on_failure=False)
+    assert [r["verdict"] for r in res.rows] == ["FAIL"] * 3, res.lines()
+    assert [f.name for f in res.faults] == ["steep"]
+
+
+def test_settle_gives_no_verdict_when_rounding_outgrows_the_tolerance_first():
+    # tanh(1e6 x) near 0 with a tolerance of 1e-9: the difference is still far from settled when its rounding
+    # passes a quarter of the tolerance, so the projection is unsettled (no verdict), not a failure
+    x = S.Variable("x")
+    y = S.sum(S.tanh(x * 1e6))
+    prep = mc.prepare_model(y, {"x": np.array([1e-7, -2e-7, 3e-7])})
+    check = mc._ModelCheck(prep, mc._rows(prep, "write"), "float64", sg.cpu(), "fast", 16, 0, 2, False, None, True)
+    check.start()
+    proj = check.point.settle({"x": np.ones(3)}, 1e-3, 0.0, 1e6, 1e-9)
+    assert not proj.settled and proj.step < 1e-3
+
+
+def test_an_unsettled_argument_is_reported_without_a_verdict(monkeypatch):
+    # one refinement only: the steep model's differences cannot settle, and the rows say so instead of FAIL
+    monkeypatch.setattr(mc, "MAX_REFINE", 1)
+    data, values, scale = _steep()
+    y = S.tanh(S.FullyConnected(data, num_hidden=3, name="fc") * scale)
+    with pytest.warns(RuntimeWarning, match="unsettled"):
+        res = check_model(y, values, dtype="float64", locate=False)
+    verdicts = [r["verdict"] for r in res.rows]
+    assert "unsettled" in verdicts and "FAIL" not in verdicts and res.ok
+    row = next(r for r in res.rows if r["verdict"] == "unsettled")
+    assert "did not settle" in row["diagnosis"] and "unsettled (no verdict)" in res.summary()
+
+
 def test_grad_req_null_and_add_rows():
     x = S.Variable("x")
     y = S.FullyConnected(x, num_hidden=3, name="fc")
