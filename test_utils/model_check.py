@@ -553,6 +553,8 @@ class _Point:
             eps = float(np.finfo(self.dt).eps)
             floor = {k: NOISE_FACTOR * eps * np.abs(exact[k]) for k in self.live}
             self.a_noise = with_measured(floor, exact, self.analytic, self.dt)
+            self._measured = {k: 2.0 * np.abs(self.analytic[k] - exact[k]) for k in self.live}
+        self._confirmed = emulate or self.dt.itemsize >= 8
         # -- the numeric side: float64, pinned, re-running only what depends on the moved argument
         self._tol = {}
         self.pinning = None
@@ -563,6 +565,31 @@ class _Point:
         self.scalar = lambda outs: self.objective(outs)[0]
         self.f_noise = self.ref.evaluation_noise(self.objective, np.float64)
         self.ref.base()
+
+    def confirm_noise(self) -> bool:
+        """Excuse measured rounding beyond ``with_measured``'s cap where emulation shows rounding reaches that far.
+
+        The measured noise (twice ``|g_dtype - g_float64|``, the same graph deciding alike) is capped at
+        ``MEASURED_CAP`` of the largest gradient of the model, so that a precision bug is never taken for noise.
+        Real float32 rounding can exceed the cap where a small gradient comes out of cancelling large terms
+        (measured: a depthwise conv weight of MobileNetV2 behind a BatchNorm, 1.2% between float32 and float64
+        at one element, 2x the cap). Only when something fails is the rounding emulated
+        (``harness.analytic_noise``, ``EMULATION_RUNS`` float64 passes); the measured difference is then
+        excused up to the emulated envelope. A wrong rule computes the same wrong value in both dtypes, so it
+        has no measured difference to excuse. Returns True when the noise grew (tolerances are retaken)."""
+        if self._confirmed:
+            return False
+        from .harness import analytic_noise
+
+        self._confirmed = True
+        _, emulated = analytic_noise(self.sym, self.point, self.aux, self.heads, self.live, self.dt)
+        grew = False
+        for k in self.live:
+            raised = np.maximum(self.a_noise[k], np.minimum(self._measured[k], emulated[k]))
+            grew = grew or bool(np.any(raised > self.a_noise[k]))
+            self.a_noise[k] = raised
+        self._tol.clear()
+        return grew
 
     def _float64_gradients(self, sym, reqs) -> dict:
         """The gradients of the same point in float64 with every decision pinned by value to this run's
@@ -747,6 +774,9 @@ class _ModelCheck:
                 break
             bar.update()
         failing = [t for t in taken if t[0].settled and not t[0].ok]
+        if failing and self.point.confirm_noise():  # the rounding was under-estimated: judge again
+            taken = [(self.point.project({k: r}, rs), r, rs) for _, r, rs in taken]
+            failing = [t for t in taken if t[0].settled and not t[0].ok]
         unsettled = [t for t in taken if not t[0].settled]
         proj, r, random_signs = max(failing or unsettled or taken, key=lambda t: t[0].ratio)
         verdict = "FAIL" if failing else "unsettled" if unsettled else "pass"
@@ -867,16 +897,22 @@ def _compare(p, sym, ctx, row, k, indices, whole, localised=False):
     numeric, widths, steps = p.elements(k, indices)
     pick = tuple(np.array(indices).T) if indices and len(indices[0]) else ()
     analytic = p.analytic[k][pick] if pick else p.analytic[k].reshape(-1)
-    a_noise = np.asarray(p.a_noise[k], np.float64)[pick] if pick else np.asarray(p.a_noise[k]).reshape(-1)
+    picked = lambda v: np.asarray(v, np.float64)[pick] if pick else np.asarray(v, np.float64).reshape(-1)
+    a_noise = picked(p.a_noise[k])
     n_noise = np.asarray(p.f_noise / widths, np.float64).copy()
     atol = scaled_atol(p.rtol, numeric)
     err = np.abs(analytic - numeric)
     allowed = atol + p.rtol * np.abs(numeric) + n_noise + a_noise
     bad = ~(err <= allowed)
+    if bad.any() and not localised and p.confirm_noise():  # the rounding was under-estimated: judge again
+        a_noise = picked(p.a_noise[k])
+        allowed = atol + p.rtol * np.abs(numeric) + n_noise + a_noise
+        bad = ~(err <= allowed)
     unsettled = np.zeros(len(indices), bool)
-    # after a failed direction the verdict is taken (on the pinned reference): the elements only show where and
-    # how, so neither the step refinement nor the kink test is spent on them
-    for j in np.flatnonzero(bad) if not localised else ():  # retake each failing difference at shorter steps (``_Point.settle``)
+    # each failing difference is retaken at shorter steps (``_Point.settle``); after a failed direction the
+    # verdict is taken (on the pinned reference) and the elements only show where and how, so neither the step
+    # refinement nor the kink test is spent on them
+    for j in np.flatnonzero(bad) if not localised else ():
         onehot = np.zeros(p.point[k].shape)
         onehot[indices[j]] = 1.0
         proj = p.settle({k: onehot}, float(steps[indices[j]]), float(numeric[j]), float(analytic[j]),
