@@ -3,6 +3,7 @@
     python benchmarks/model_checks.py false-alarms [--seeds 5] [--out FILE.jsonl]
     python benchmarks/model_checks.py planted [--seeds 100] [--out FILE.jsonl]
     python benchmarks/model_checks.py time [--nets resnet18_v1,densenet121,inceptionv3]
+    python benchmarks/model_checks.py block [--seeds 5] [--out FILE.jsonl]
     python benchmarks/model_checks.py table FILE.jsonl [...]
 
 The networks are MXNet 1.9.1 exports of Gluon model-zoo nets (``tests/fixtures/make_gluon_exports.py`` writes
@@ -17,6 +18,9 @@ comes, so a long sweep can be read while it runs and resumed: lines already in `
 - ``planted``: ``tests/planted_network.py``'s softplus CustomOp spliced into resnet18_v1 between a
   BatchNorm and ReLU, correct and with four shipped-style bugs, default settings at 1 x 3 x 64 x 64: caught, and
   the faulty node named ``planted_fwd``?
+- ``block``: ``check_numeric_gradient``, ``check_backward`` and ``gradcheck(fast_mode=True)`` at their defaults
+  on the correct ResNet basic block of ``tests/resnet_block.py`` (56 x 56), float32 and float64: any failure is
+  a false alarm.
 - ``time``: the default check of the full-size exports (224 x 224, inceptionv3 299 x 299) in float32.
 """
 
@@ -33,6 +37,7 @@ sys.path.insert(0, os.path.join(HERE, "..", "tests"))
 
 import gluon_exports  # noqa: E402
 import planted_network  # noqa: E402
+import resnet_block  # noqa: E402
 
 import symgrad as sg  # noqa: E402
 from symgrad.test_utils import check_model  # noqa: E402
@@ -116,6 +121,41 @@ def planted(args):
                              "seconds": round(time.perf_counter() - t0, 2)})
 
 
+def block(args):
+    import numpy as np
+
+    import symgrad.test_utils as tu
+    from symgrad.test_utils.chainer_checks import check_backward
+    from symgrad.test_utils.torch_checks import gradcheck
+
+    seen = _done(args.out)
+    rb = resnet_block
+    checkers = {
+        "check_backward": lambda xs, rng, dt: check_backward(rb.block, xs, rng.standard_normal(
+            (1, rb.C, 56, 56)).astype(dt), progress=False),
+        "gradcheck_fast": lambda xs, rng, dt: gradcheck(rb.block, xs, fast_mode=True, progress=False),
+        "check_numeric_gradient": lambda xs, rng, dt: tu.check_numeric_gradient(
+            rb.symbol(), dict(zip(rb.NAMES, xs)), dtype=dt, progress=False),
+    }
+    for seed in range(args.seeds):
+        for dt in (np.float32, np.float64):
+            for name, run in checkers.items():
+                key = f"block/{name}/{np.dtype(dt).name}/{seed}"
+                if key in seen:
+                    continue
+                rng = np.random.default_rng(seed)
+                xs = rb.inputs(rng, dt)
+                np.random.seed(seed)
+                t0 = time.perf_counter()
+                try:
+                    run(xs, rng, dt)
+                    ok, error = True, None
+                except tu.GradientCheckError as err:
+                    ok, error = False, str(err).split("\n")[0]
+                _emit(args.out, {"key": key, "checker": name, "dtype": np.dtype(dt).name, "seed": seed, "ok": ok,
+                                 "error": error, "seconds": round(time.perf_counter() - t0, 2)})
+
+
 def timing(args):
     for net in args.nets.split(","):
         model, params = _model("export", net)
@@ -146,6 +186,16 @@ def table(args):
                     cells.append(f"{sum(not r['ok'] for r in sel)}/{len(sel)} FAIL" if sel else "-")
             secs = sorted(r["seconds"] for r in rs if r["mode"] == "fast")
             print(f"| {net} ({src}, {size}) | " + " | ".join(cells) + f" | {secs[len(secs) // 2] if secs else '-'} |")
+    bl = [r for r in rows if "checker" in r]
+    if bl:
+        print("\n| checker on the ResNet block (56x56) | float32 | float64 | median s |")
+        print("|---|---|---|---|")
+        for name in dict.fromkeys(r["checker"] for r in bl):
+            sel = [r for r in bl if r["checker"] == name]
+            cells = [f"{sum(not r['ok'] for r in sel if r['dtype'] == d)}/{sum(r['dtype'] == d for r in sel)} FAIL"
+                     for d in ("float32", "float64")]
+            secs = sorted(r["seconds"] for r in sel)
+            print(f"| {name} | " + " | ".join(cells) + f" | {secs[len(secs) // 2]} |")
     pl = [r for r in rows if "variant" in r]
     if pl:
         print("\n| planted variant | seeds | caught | node named | median s |")
@@ -172,6 +222,10 @@ def main():
     p.add_argument("--seeds", type=int, default=100)
     p.add_argument("--out")
     p.set_defaults(func=planted)
+    p = sub.add_parser("block")
+    p.add_argument("--seeds", type=int, default=5)
+    p.add_argument("--out")
+    p.set_defaults(func=block)
     p = sub.add_parser("time")
     p.add_argument("--nets", default="resnet18_v1,densenet121,inceptionv3")
     p.add_argument("--out")

@@ -199,6 +199,14 @@ class FuncGraph:
         exe, bufs = self.executor(names)
         return self.vjp(exe, bufs, heads)
 
+    def decisions(self):
+        """What the forward in the dtypes under test decides (``decisions.record_decisions``): the pieces a
+        pinned ``Reference`` evaluates."""
+        from .decisions import record_decisions
+
+        exe, _ = self.executor([])
+        return record_decisions(exe, is_train=True)
+
     def assert_no_gradient(self, names):
         """Inputs with no_grads: symgrad.grad must find no gradient (None) for them."""
         names = [n for n in names if n in self.arg_names]
@@ -229,7 +237,7 @@ class Reference:
     (``differencer.Spread``); directional derivatives (two evaluations) stay here.
     """
 
-    def __init__(self, graph, ndtype, weights, progress=True, executor=None):
+    def __init__(self, graph, ndtype, weights, progress=True, executor=None, record=None):
         self.graph = graph
         self.executor = executor
         self.dtype = np.dtype(ndtype) if ndtype is not None else np.dtype(
@@ -237,6 +245,11 @@ class Reference:
         self.objective_weights = weights
         self.progress = progress
         ref_sym, _, make_objective = projected_objective(graph.sym, weights, graph.who)
+        self.pinning = None
+        if record is not None:  # evaluated on the pieces the forward under test chose (decisions.pinned_symbol)
+            from .decisions import pinned_symbol
+
+            ref_sym, self.pinning = pinned_symbol(ref_sym, record)
         self.ref_sym = ref_sym
         self.harness = Harness.bind(ref_sym, graph.values, graph.aux, ctx=sg.cpu(), dtype=ndtype)
         self.args = {k: self.harness.host(k) for k in graph.values}
