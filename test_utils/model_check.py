@@ -544,6 +544,10 @@ class _Point:
         for k in self.live:
             got = np.array(to_numpy(bufs[k]), np.float64)
             self.analytic[k] = got - initial[k].astype(np.float64) if reqs[k] == "add" else got
+        self._tol = {}
+        self.pinning = None
+        if pin:
+            ref_sym, self.pinning = pinned_symbol(ref_sym, self.record)
         # -- its rounding noise
         if emulate:
             _, self.a_noise = analytic_noise(sym, self.point, self.aux, self.heads, self.live, self.dt,
@@ -552,14 +556,10 @@ class _Point:
             exact = self._float64_gradients(sym, reqs)
             eps = float(np.finfo(self.dt).eps)
             floor = {k: NOISE_FACTOR * eps * np.abs(exact[k]) for k in self.live}
-            self.a_noise = with_measured(floor, exact, self.analytic, self.dt)
             self._measured = {k: 2.0 * np.abs(self.analytic[k] - exact[k]) for k in self.live}
+            self.a_noise = with_measured(floor, exact, self.analytic, self.dt)
         self._confirmed = emulate or self.dt.itemsize >= 8
         # -- the numeric side: float64, pinned, re-running only what depends on the moved argument
-        self._tol = {}
-        self.pinning = None
-        if pin:
-            ref_sym, self.pinning = pinned_symbol(ref_sym, self.record)
         self.ref = Harness.bind(ref_sym, self.point, self.aux, ctx=ctx, dtype=np.float64, is_train=True)
         self.objective = make_objective([np.asarray(b, np.float64) for b in self.ref.base()])
         self.scalar = lambda outs: self.objective(outs)[0]
@@ -685,27 +685,33 @@ class _Point:
         as long: with ``D`` and ``D'`` at ``h`` and ``h/4``, ``D' - D = 15 c (h/4)^2``, Richardson's
         ``R = D' + (D' - D) / 15`` removes the ``h^2`` term, and ``|D' - D|`` (15x the error left in ``D'``)
         bounds what is left in ``R`` while the ``h^2`` law holds. The comparison is judged at the first level
-        whose truncation bound is within the gradient's own tolerance ``bound`` (settled); a wrong gradient
-        settles at once (``D`` and ``D'`` agree, and differ from the analytic value). When the rounding
+        whose truncation bound is within the gradient's own tolerance ``bound`` (settled) when it passes, and at
+        the second settled level in a row when it fails; a wrong gradient settles at once (``D``, ``D'`` and
+        ``D''`` agree, and differ from the analytic value). When the rounding
         (17/15 of ``D'``'s) grows past a quarter of the tolerance first, the numeric side cannot decide: the
         returned projection has ``settled=False`` and the caller reports "unsettled", never FAIL.
         """
         from .differencer import directional
 
-        best = None
+        best, failed_before = None, False
         for _ in range(MAX_REFINE):
             h /= 4.0
             d, width = directional(self.ref, r, h, self.scalar)
             noise, trunc, rich = self.f_noise / width * 17.0 / 15.0, abs(d - first), d + (d - first) / 15.0
             proj = _Projection(analytic, rich, bound + self.rtol * abs(rich) + noise + trunc,
                                settled=trunc <= bound, step=h, noise=noise)
-            if proj.settled:
+            # a pass at a settled level stands; a failure must settle twice in a row (two steps agreeing once
+            # can be a coincidence before the h^2 law holds: measured on MobileNetV2 at 64x64 in float32, the
+            # differences go 1.45e6, 1.22e6, 1.79e6, 1.867e6, 1.872e6 as the step shrinks)
+            if proj.settled and (proj.ok or failed_before):
                 return proj
+            failed_before = proj.settled
             if best is None or proj.allowed < best.allowed:
                 best = proj
             if noise > bound / 4.0:
                 break
             first = d
+        best.settled = False
         return best
 
     def elements(self, k, indices):

@@ -245,6 +245,17 @@ def test_float32_rounding_beyond_the_measured_cap_is_confirmed_by_emulation(mode
     assert res.ok, res.lines()
 
 
+@pytest.mark.slow
+def test_mobilenetv2_float32_at_64_passes_where_two_steps_agreed_by_coincidence():
+    # float32, seed 1: conv0_weight's aligned difference goes 1.45e6, 1.22e6, 1.79e6, 1.867e6, 1.872e6 as the
+    # step shrinks (analytic 1.95e6, float64 backward 1.873e6): the first two agree within the float32 tolerance
+    # by chance, and judging there failed a correct model; a failure must now settle twice in a row
+    sym_path, params_path, _ = gluon_exports.export_path("mobilenetv2_1.0")
+    res = check_model(sym_path, params_path, shapes={"data": (1, 3, 64, 64)}, seed=1, raise_on_failure=False,
+                      locate=False)
+    assert res.ok, res.lines()
+
+
 def test_grad_req_null_and_add_rows():
     x = S.Variable("x")
     y = S.FullyConnected(x, num_hidden=3, name="fc")
