@@ -97,7 +97,8 @@ def false_alarms(args):
                     res, seconds = _check(model, params, size, dtype=dtype, mode=mode, seed=seed,
                                           samples=args.samples, locate=False)
                     _emit(args.out, {"key": key, "source": src, "net": net, "size": size, "dtype": dtype,
-                                     "mode": mode, "seed": seed, "ok": res.ok, "failed": [r["name"] for r in res.failed],
+                                     "mode": mode, "seed": seed, "ok": res.ok,
+                                     "failed": [r["name"] for r in res.failed],
                                      "unsettled": [r["name"] for r in res.rows if r["verdict"] == "unsettled"],
                                      "arguments": len(res.rows), "seconds": round(seconds, 2)})
 

@@ -360,8 +360,9 @@ class _Directional:
         ReLU masks, pooling windows ... of the forward under test): what backprop differentiates, whatever kinks
         the step ``eps`` along ``r`` crosses. Taken only when the unpinned reference, with its kink handling
         (exact kinks re-drawn and named in warnings), fails: a backward that matches the derivative of the
-        forward's own piece is what backprop computes, so the pass stands; a wrong rule fails both. Measured on a ResNet basic block at
-        56x56: Chainer's eps=1e-3 along r crosses ReLU kinks and fails a correct block by 3% unpinned."""
+        forward's own piece is what backprop computes, so the pass stands; a wrong rule fails both. Measured on
+        a ResNet basic block at 56x56: Chainer's eps=1e-3 along r crosses ReLU kinks and fails a correct block
+        by 3% unpinned."""
         record = self.graph.decisions()
         if not record.nodes:
             return False  # nothing to pin: the plain reference is the same

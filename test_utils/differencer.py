@@ -35,7 +35,9 @@ the parent turns them into derivatives in probe order, so the numbers are those 
 
 from __future__ import annotations
 
+import math
 import pickle
+import sys
 import threading
 import time
 import uuid
@@ -50,6 +52,7 @@ __all__ = [
     "METHODS",
     "COMPLEX_STEP",
     "PROGRESS_DELAY",
+    "PROGRESS_EVERY",
     "default_steps",
     "min_step",
     "ElementProbe",
@@ -77,6 +80,8 @@ COMPLEX_STEP = 1e-20
 
 #: seconds a numeric sweep runs before it shows a progress bar
 PROGRESS_DELAY = 2.0
+#: seconds between progress lines on a non-terminal (``Progress(lines=True)``)
+PROGRESS_EVERY = 5.0
 
 #: sample offsets (multiples of the step) of each rule; the kink rule's base point is given, not sampled
 OFFSETS = {"central": (-1.0, 1.0), "richardson": (-1.0, -0.5, 0.5, 1.0), "complex_step": (1.0,),
@@ -470,11 +475,22 @@ def kink_test(probe, h, evaluate, center, noise, floor=0.0, rule="kink") -> Kink
 
 
 class Progress:
-    """A tqdm bar that appears only once the work has run ``PROGRESS_DELAY`` seconds (tqdm imported lazily)."""
+    """Progress of ``total`` work units, in one of two forms.
 
-    def __init__(self, total, enabled=True, desc="numeric gradient"):
-        self.total, self.enabled, self.desc = int(total), bool(enabled), desc
-        self.start = time.perf_counter()
+    - a tqdm bar (tqdm imported lazily; without tqdm, nothing), once the work has run ``delay`` seconds
+      (default ``PROGRESS_DELAY``: a check of milliseconds shows nothing);
+    - with ``lines=True`` and ``stream`` not a terminal (a CI log file): one line every ``PROGRESS_EVERY`` seconds,
+      "done/total, rate, time so far, time left", that a log keeps (no carriage-return redraws), and ``note``
+      lines between phases.
+    """
+
+    def __init__(self, total, enabled=True, desc="numeric gradient", *, delay=None, lines=False, stream=None,
+                 unit="elem"):
+        self.total, self.enabled, self.desc, self.unit = int(total), bool(enabled), desc, unit
+        self.stream = stream
+        self.delay = PROGRESS_DELAY if delay is None else float(delay)
+        self.lines = bool(lines) and not _isatty(sys.stderr if stream is None else stream)
+        self.start = self.last = time.perf_counter()
         self.done = 0
         self.bar = None
 
@@ -482,7 +498,15 @@ class Progress:
         self.done += n
         if self.bar is not None:
             self.bar.update(n)
-        elif self.enabled and time.perf_counter() - self.start > PROGRESS_DELAY:
+            return
+        if not self.enabled or self.total <= 0:
+            return
+        now = time.perf_counter()
+        if self.lines:
+            if now - self.last >= PROGRESS_EVERY or self.done == self.total:
+                self.last = now
+                self.line(now)
+        elif now - self.start > self.delay:
             self._open()
 
     def _open(self):
@@ -491,7 +515,21 @@ class Progress:
         except ImportError:  # optional dependency: no bar, no complaint
             self.enabled = False
             return
-        self.bar = tqdm(total=self.total, initial=self.done, desc=self.desc, unit="elem", leave=False)
+        self.bar = tqdm(total=self.total, initial=self.done, desc=self.desc, unit=self.unit, leave=False,
+                        file=self.stream)
+
+    def line(self, now=None, what="checked"):
+        elapsed = (now or time.perf_counter()) - self.start
+        rate = self.done / elapsed if elapsed > 0 else 0.0
+        left = (self.total - self.done) / rate if rate > 0 else math.inf
+        eta = f"about {left:.0f} s left" if math.isfinite(left) else "time left unknown"
+        print(f"{self.desc}: {self.done}/{self.total} {what}, {rate:.2f}/s, {elapsed:.0f} s so far, {eta}",
+              file=self.stream or sys.stderr, flush=True)
+
+    def note(self, text):
+        """A line between phases (line mode only)."""
+        if self.enabled and self.lines and self.total > 0:
+            print(f"{self.desc}: {text}", file=self.stream or sys.stderr, flush=True)
 
     def close(self):
         if self.bar is not None:
@@ -503,6 +541,13 @@ class Progress:
 
     def __exit__(self, *exc):
         self.close()
+
+
+def _isatty(stream) -> bool:
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError):
+        return False
 
 
 def _element_probes(harness, name, indices=None):

@@ -30,7 +30,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import sys
 import time
 import warnings
 from dataclasses import dataclass, field
@@ -38,6 +37,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .context import to_device, to_numpy
+from .differencer import Progress
 
 __all__ = ["check_model", "ModelCheckResult", "ArgResult", "NodeFault", "ModelInputError", "CheckInterrupted", "MODES",
            "DEFAULT_SAMPLES", "DIRECTIONS", "prepare_model", "infer_shapes", "variable_roles", "random_values",
@@ -393,7 +393,8 @@ class ModelCheckResult:
         if self.partial:
             verdict = f"PARTIAL ({self.interrupted or 'interrupted'})"
         else:
-            verdict = "every gradient passes" if self.ok else f"{c['FAIL']} gradient{'s' if c['FAIL'] != 1 else ''} FAIL"
+            plural = "s" if c["FAIL"] != 1 else ""
+            verdict = "every gradient passes" if self.ok else f"{c['FAIL']} gradient{plural} FAIL"
         return f"{verdict}: {c['pass']} passed, {c['FAIL']} failed{skipped}{left} in {self.seconds:.1f} s"
 
     def lines(self) -> list[str]:
@@ -986,65 +987,6 @@ def _restricted(r, flat_support, shape):
     return out.reshape(shape)
 
 
-# == progress ===================================================================================================
-
-#: seconds between progress lines on a non-terminal
-PROGRESS_EVERY = 5.0
-
-
-class _Progress:
-    """Progress of the work units: a tqdm bar on a terminal, else (``progress=True``) one line every
-    ``PROGRESS_EVERY`` seconds (done / total, rate, remaining time) that a CI log file keeps."""
-
-    def __init__(self, total, enabled, desc=WHO, stream=None):
-        self.total, self.done, self.desc = int(total), 0, desc
-        self.stream = sys.stderr if stream is None else stream
-        self.enabled = bool(enabled) and self.total > 0
-        self.t0 = self.last = time.perf_counter()
-        self.bar = None
-        if self.enabled and _isatty(self.stream):
-            from tqdm.auto import tqdm
-
-            self.bar = tqdm(total=self.total, desc=desc, file=self.stream, leave=False)
-
-    def update(self, n=1):
-        self.done += n
-        if not self.enabled:
-            return
-        if self.bar is not None:
-            self.bar.update(n)
-            return
-        now = time.perf_counter()
-        if now - self.last >= PROGRESS_EVERY or self.done == self.total:
-            self.last = now
-            self.line(now)
-
-    def line(self, now=None, what="checked"):
-        if not self.enabled or self.bar is not None:
-            return
-        elapsed = (now or time.perf_counter()) - self.t0
-        rate = self.done / elapsed if elapsed > 0 else 0.0
-        left = (self.total - self.done) / rate if rate > 0 else math.inf
-        eta = f"about {left:.0f} s left" if math.isfinite(left) else "time left unknown"
-        print(f"{self.desc}: {self.done}/{self.total} {what}, {rate:.2f}/s, {elapsed:.0f} s so far, {eta}",
-              file=self.stream, flush=True)
-
-    def note(self, text):
-        if self.enabled and self.bar is None:
-            print(f"{self.desc}: {text}", file=self.stream, flush=True)
-
-    def close(self):
-        if self.bar is not None:
-            self.bar.close()
-
-
-def _isatty(stream) -> bool:
-    try:
-        return bool(stream.isatty())
-    except (AttributeError, ValueError):
-        return False
-
-
 # == the entry point ============================================================================================
 
 
@@ -1066,7 +1008,8 @@ def _rows(prep, grad_req) -> dict:
     rows = {n: _row(n, np.shape(prep.args[n]), prep.roles[n][0], reqs[n]) for n in names}
     for n in names:
         if prep.roles[n][0] == "index":
-            rows[n].update(verdict="skip", grad_req="null", diagnosis="index input (labels/indices): not differentiable")
+            rows[n].update(verdict="skip", grad_req="null",
+                           diagnosis="index input (labels/indices): not differentiable")
     return rows
 
 
@@ -1146,7 +1089,7 @@ def _run(check, result):
         _full(check)
         return
     units = len(check.live) * (check.directions if check.mode == "fast" else 1)
-    bar = _Progress(units, check.progress, "symgrad check")
+    bar = Progress(units, check.progress, "symgrad check", delay=0.0, lines=True, unit="direction")
     try:
         bar.note(f"analytic pass, noise estimates and the pinned reference ({len(check.live)} arguments)")
         check.start()
@@ -1223,7 +1166,7 @@ def _remote_rows(blob, names):
     rows = _rows(prep, reqs)
     check = _ModelCheck(prep, rows, dtype, cpu(), mode, samples, seed, directions, False, None, pin)
     check.start()
-    quiet = _Progress(0, False)
+    quiet = Progress(0, False)
     for k in names:
         (check.fast if mode == "fast" else check.sample)(k, quiet)
     return [(k, dict(rows[k])) for k in names]

@@ -221,7 +221,7 @@ def test_dropout_is_checked_as_identity(capsys, tmp_path):
 
 def test_progress_on_long_work(capsys, monkeypatch):
     # stderr is not a terminal here: --progress writes lines (done / total, rate, time left), not a redrawn bar
-    monkeypatch.setattr(model_check, "PROGRESS_EVERY", 0.0)
+    monkeypatch.setattr(differencer, "PROGRESS_EVERY", 0.0)
     code, _, err = run(capsys, "check", "--example", "mlp", "--progress")
     assert code == 0 and "symgrad check: " in err and " checked, " in err and " left" in err and "\r" not in err
     code, _, err = run(capsys, "check", "--example", "mlp", "--no-progress")

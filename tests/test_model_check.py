@@ -17,7 +17,7 @@ import pytest
 
 import symgrad as sg
 from symgrad import cli
-from symgrad.test_utils import GradientCheckError, check_model
+from symgrad.test_utils import GradientCheckError, check_model, differencer
 from symgrad.test_utils import decisions as dec
 from symgrad.test_utils import model_check as mc
 
@@ -309,10 +309,10 @@ def test_cli_import_errors_are_usage_errors(capsys):
 
 
 def test_progress_to_a_file_is_lines_with_rate_and_eta(tmp_path, monkeypatch):
-    monkeypatch.setattr(mc, "PROGRESS_EVERY", 0.0)
+    monkeypatch.setattr(differencer, "PROGRESS_EVERY", 0.0)
     log = tmp_path / "progress.txt"
     with open(log, "w") as err:
-        done = subprocess.run([sys.executable, "-c", "import symgrad.test_utils.model_check as m; m.PROGRESS_EVERY = 0;"
+        done = subprocess.run([sys.executable, "-c", "import symgrad.test_utils.differencer as m; m.PROGRESS_EVERY = 0;"
                                "from symgrad import cli; raise SystemExit(cli.main(['check', '--example', 'lenet', "
                                "'--progress']))"], stdout=subprocess.PIPE, stderr=err, text=True)
     assert done.returncode == 0
