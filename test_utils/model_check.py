@@ -30,6 +30,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import sys
 import time
 import warnings
 from dataclasses import dataclass, field
@@ -836,9 +837,10 @@ class _ModelCheck:
     def locate_needed(self) -> bool:
         return self.locate and any(r["verdict"] == "FAIL" for r in self.rows.values())
 
-    def attribute(self) -> list:
+    def attribute(self, share=None) -> list:
         """Check every op node alone at the inputs the analytic forward gave it (its own VJP against its own
-        pinned forward, one random direction over all its differentiable inputs); the nodes that fail."""
+        pinned forward, one random direction over all its differentiable inputs); the nodes that fail.
+        ``share = (i, n)``: only the nodes at positions ``i, i + n, i + 2n, ...`` (a worker's part)."""
         order, seen = [], {}
 
         def hook(node, inputs):
@@ -849,6 +851,8 @@ class _ModelCheck:
         self.point.exe.forward_with_hook(hook, is_train=True)
         faults = []
         for position, node in enumerate(order):
+            if share is not None and position % share[1] != share[0]:
+                continue
             fault = self._check_node(position, node, seen[node.name])
             if fault is not None:
                 faults.append(fault)
@@ -1101,7 +1105,7 @@ def _run(check, result):
                 (check.fast if check.mode == "fast" else check.sample)(k, bar)
         if check.locate_needed():
             bar.note("an argument fails: checking each node alone")
-            result.faults = check.attribute()
+            result.faults = check.attribute() if check.executor is None else _spread_attribution(check)
     finally:
         bar.close()
 
@@ -1137,14 +1141,68 @@ def _full(check):
 # == spread over an executor ====================================================================================
 
 
-def _spread(check, bar):
-    """Share the arguments between the executor's workers: each rebuilds the same ``_Point`` from the model's
-    JSON and values (every draw is seeded per argument) and returns its rows."""
+def _blob(check) -> bytes:
     import pickle
 
-    blob = pickle.dumps((check.prep.sym.tojson(), check.prep.args, check.prep.aux, check.prep.roles,
+    text = check.prep.sym.tojson()
+    return pickle.dumps((_custom_sources(text), text, check.prep.args, check.prep.aux, check.prep.roles,
                          {n: r["grad_req"] for n, r in check.rows.items()}, check.dt.name, check.mode,
                          check.samples, check.seed, check.directions, check.pin))
+
+
+def _custom_sources(text) -> list:
+    """``[(module name, file)]`` of the modules that registered the model's ``Custom`` op types: a worker process
+    imports them before loading the model (``symgrad check --import ... --workers N``)."""
+    from symgrad.operator import get_registered
+
+    types = {n.get("attrs", {}).get("op_type") for n in json.loads(text)["nodes"] if n.get("op") == "Custom"}
+    sources = []
+    for op_type in sorted(t for t in types if t):
+        module = sys.modules.get(get_registered(op_type).__module__)
+        entry = (module.__name__, getattr(module, "__file__", None)) if module is not None else None
+        if entry is not None and entry not in sources:
+            sources.append(entry)
+    return sources
+
+
+def _import_sources(sources):
+    import importlib
+    import importlib.util
+
+    for name, path in sources:
+        if name in sys.modules:
+            continue
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            if not path:
+                raise
+            spec = importlib.util.spec_from_file_location(name, path)
+            module = importlib.util.module_from_spec(spec)
+            sys.modules[name] = module
+            spec.loader.exec_module(module)
+
+
+def _remote_check(blob):
+    """The ``_ModelCheck`` a worker rebuilds from ``_blob``, its phase 0 done (the same point: every draw is
+    seeded)."""
+    import pickle
+
+    from symgrad.context import cpu
+    from symgrad.serialization import load_json
+
+    sources, text, args, aux, roles, reqs, dtype, mode, samples, seed, directions, pin = pickle.loads(blob)
+    _import_sources(sources)
+    prep = PreparedModel(load_json(text), "", args, aux, roles, [])
+    check = _ModelCheck(prep, _rows(prep, reqs), dtype, cpu(), mode, samples, seed, directions, False, None, pin)
+    check.start()
+    return check
+
+
+def _spread(check, bar):
+    """Share the arguments between the executor's workers: each rebuilds the same ``_Point`` from the model's
+    JSON and values (every draw is seeded per argument) and returns its rows, localised where they fail."""
+    blob = _blob(check)
     n_tasks = min(len(check.live), 8)
     shares = [check.live[i::n_tasks] for i in range(n_tasks)]
     futures = [check.executor.submit(_remote_rows, blob, share) for share in shares if share]
@@ -1156,17 +1214,22 @@ def _spread(check, bar):
 
 def _remote_rows(blob, names):
     """A worker's share of ``_spread``: the rows of ``names``."""
-    import pickle
-
-    from symgrad.context import cpu
-    from symgrad.serialization import load_json
-
-    text, args, aux, roles, reqs, dtype, mode, samples, seed, directions, pin = pickle.loads(blob)
-    prep = PreparedModel(load_json(text), "", args, aux, roles, [])
-    rows = _rows(prep, reqs)
-    check = _ModelCheck(prep, rows, dtype, cpu(), mode, samples, seed, directions, False, None, pin)
-    check.start()
+    check = _remote_check(blob)
     quiet = Progress(0, False)
     for k in names:
-        (check.fast if mode == "fast" else check.sample)(k, quiet)
-    return [(k, dict(rows[k])) for k in names]
+        (check.fast if check.mode == "fast" else check.sample)(k, quiet)
+    return [(k, dict(check.rows[k])) for k in names]
+
+
+def _spread_attribution(check) -> list:
+    """``attribute`` with the op nodes shared between the executor's workers (node checks are seeded by their
+    position: the faults are the serial run's)."""
+    blob = _blob(check)
+    n_tasks = 8
+    futures = [check.executor.submit(_remote_faults, blob, (i, n_tasks)) for i in range(n_tasks)]
+    faults = [f for future in futures for f in future.result()]
+    return sorted(faults, key=lambda f: f.position)
+
+
+def _remote_faults(blob, share):
+    return _remote_check(blob).attribute(share)

@@ -10,6 +10,8 @@ from __future__ import annotations
 import concurrent.futures
 import json
 import multiprocessing
+import os
+import sys
 import warnings
 
 import numpy as np
@@ -208,3 +210,20 @@ def test_check_model_modes_on_a_pool(pool, mode):
 def test_cli_workers_must_be_positive(capsys):
     assert cli.main(["check", "--example", "mlp", "--workers", "0"]) == 2
     assert "--workers 0" in capsys.readouterr().err
+
+
+def test_check_model_localises_and_attributes_on_a_pool_as_serially(pool):
+    # a wrong node (tests/planted_network.py's planted_scaled, in a small conv net): the rows (bisected and
+    # compared elements) and the faulty node from the pool are the serial run's
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import planted_network
+
+    data = S.Variable("data")
+    y = S.Convolution(data, kernel=(3, 3), num_filter=4, name="conv")
+    y = S.Custom(S.BatchNorm(y, fix_gamma=False, name="bn"), op_type="planted_scaled", name="planted_fwd")
+    y = S.FullyConnected(S.Activation(y, act_type="relu", name="relu"), num_hidden=3, name="fc")
+    results = [check_model(y, shapes={"data": (2, 3, 8, 8)}, dtype="float64", executor=ex, raise_on_failure=False)
+               for ex in (None, pool)]
+    assert results[0].rows == results[1].rows and not results[0].ok
+    assert [vars(f) for f in results[0].faults] == [vars(f) for f in results[1].faults]
+    assert [f.name for f in results[1].faults] == [planted_network.NODE]
