@@ -59,6 +59,8 @@ LOCALISE_SAMPLES = 16
 KINK_PROBE = 8
 #: random-sign projections allow K x the l2 norm of the elements' tolerances (false alarm < 2 exp(-K^2/2))
 HOEFFDING_K = 6.0
+#: the step of the one-sided first try, relative to the argument's scale (truncation ~1e-6 of the curvature term)
+FORWARD_STEP = 1e-6
 #: at most this many step refinements (each a quarter of the last) of a difference that fails at the default step
 MAX_REFINE = 8
 #: op input slots that hold learned parameters (for the random values: scaled by fan-in)
@@ -566,7 +568,7 @@ class _Point:
         self.objective = make_objective([np.asarray(b, np.float64) for b in self.ref.base()])
         self.scalar = lambda outs: self.objective(outs)[0]
         self.f_noise = self.ref.evaluation_noise(self.objective, np.float64)
-        self.ref.base()
+        self.f0 = self.scalar(self.ref.base())
 
     def confirm_noise(self) -> bool:
         """Excuse measured rounding beyond ``with_measured``'s cap where emulation shows rounding reaches that far.
@@ -644,7 +646,7 @@ class _Point:
     def analytic_along(self, r: dict) -> float:
         return float(sum(np.sum(self.analytic[k] * v) for k, v in r.items()))
 
-    def project(self, r: dict, random_signs=True, refine=True) -> _Projection:
+    def project(self, r: dict, random_signs=True, refine=True, one_sided=True) -> _Projection:
         """``analytic . r`` against the central difference along ``r`` (arguments of ``r`` move together).
 
         Allowed: the rounding noise of the difference, ``rtol |numeric|``, and what the elements' own tolerances
@@ -661,9 +663,21 @@ class _Point:
         # 1e-7 at this one), while the rounding noise stays far below the projection's tolerance
         scale = max(float(np.max(np.abs(self.point[k]), initial=0.0)) for k in r) if r else 0.0
         length = math.sqrt(sum(float(np.sum(v * v)) for v in r.values()))
+        analytic, bound = self.analytic_along(r), self.bound(r, random_signs)
+        if one_sided:
+            # first a forward difference from the base point's objective (one pass instead of two; DenseNet-121
+            # at 224: 215 -> 111 s) at FORWARD_STEP x the scale. It counts only as a pass, and only where its
+            # rounding (f_noise / h, 6x the central difference's) is below a tenth of the tolerance, so that no
+            # pass leans on the noise allowance; anything else is retaken centrally
+            h = FORWARD_STEP * max(scale, 1.0) / max(length, 1.0)
+            numeric, width = directional(self.ref, r, h, self.scalar, at_base=self.f0)
+            noise = self.f_noise / width
+            quick = _Projection(analytic, numeric, bound + self.rtol * abs(numeric) + noise, step=h, noise=noise)
+            if quick.ok and noise <= 0.1 * bound:
+                return quick
         h = float(default_steps(scale, np.float64, "central")) / max(length, 1.0)
         numeric, width = directional(self.ref, r, h, self.scalar)
-        analytic, bound, noise = self.analytic_along(r), self.bound(r, random_signs), self.f_noise / width
+        noise = self.f_noise / width
         first = _Projection(analytic, numeric, bound + self.rtol * abs(numeric) + noise, step=h, noise=noise)
         return first if first.ok or not refine else self.settle(r, h, numeric, analytic, bound)
 
@@ -801,10 +815,11 @@ class _ModelCheck:
         row = self.rows[k]
         shape = self.point.point[k].shape
         support = np.arange(int(np.prod(shape)) if shape else 1)
-        whole = self.point.project({k: r}, random_signs, refine=False)
+        whole = self.point.project({k: r}, random_signs, refine=False, one_sided=False)
         while len(support) > LEAF:
             halves = (support[: len(support) // 2], support[len(support) // 2:])
-            first = self.point.project({k: _restricted(r, halves[0], shape)}, random_signs, refine=False)
+            first = self.point.project({k: _restricted(r, halves[0], shape)}, random_signs, refine=False,
+                                       one_sided=False)
             tests = [first, self.point.rest(whole, first, {k: _restricted(r, halves[1], shape)}, random_signs)]
             # the worse half, also when neither fails alone (an error spread thinly): the leaf holds the worst
             # elements either way, and the element comparison below says which case it is

@@ -256,6 +256,25 @@ def test_mobilenetv2_float32_at_64_passes_where_two_steps_agreed_by_coincidence(
     assert res.ok, res.lines()
 
 
+def test_a_passing_argument_costs_one_forward_difference_per_direction(monkeypatch):
+    # the one-sided first try (one partial forward) stands for a correct gradient; its value agrees with the
+    # central difference to the curvature term of FORWARD_STEP
+    calls = []
+    original = differencer.directional
+    monkeypatch.setattr(differencer, "directional", lambda *a, **k: calls.append("at_base" in k) or original(*a, **k))
+    y = S.FullyConnected(S.tanh(S.FullyConnected(S.Variable("x"), num_hidden=6, name="fc1")), num_hidden=2,
+                         name="fc2")
+    prep = mc.prepare_model(y, shapes={"x": (4, 5)})
+    check = mc._ModelCheck(prep, mc._rows(prep, "write"), "float64", sg.cpu(), "fast", 16, 0, 2, False, None, True)
+    check.start()
+    r, random_signs = check.point.direction("fc1_weight", 1)
+    quick = check.point.project({"fc1_weight": r}, random_signs)
+    central = check.point.project({"fc1_weight": r}, random_signs, one_sided=False)
+    assert calls == [True, False] and quick.ok and central.ok
+    assert abs(quick.numeric - central.numeric) <= 1e-5 * abs(central.numeric)
+    assert check_model(y, shapes={"x": (4, 5)}, dtype="float64").ok and calls.count(False) == 1  # none more
+
+
 def test_grad_req_null_and_add_rows():
     x = S.Variable("x")
     y = S.FullyConnected(x, num_hidden=3, name="fc")
