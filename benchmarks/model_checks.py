@@ -172,6 +172,15 @@ def table(args):
     for path in args.files:
         with open(path) as f:
             rows += [json.loads(line) for line in f]
+    timed = [r for r in rows if r["key"].startswith("time/")]
+    if timed:
+        print("| model (float32 unless said) | input | arguments | check | seconds | passed |")
+        print("|---|---|---|---|---|---|")
+        for r in timed:
+            torch_row = "torch" in r
+            what = ("`torch.autograd.gradcheck(fast_mode=True)`, float64" if torch_row else "`symgrad check` (default)")
+            count = r.get("tensors", r.get("arguments"))
+            print(f"| {r['net']} | {r['size']}x{r['size']} | {count} | {what} | {r['seconds']} | {r['ok']} |")
     fa = [r for r in rows if "mode" in r]
     if fa:
         print("| net (source, size) | float32 fast | float32 sample | float64 fast | float64 sample | s per check |")
@@ -235,7 +244,6 @@ def main():
     p.add_argument("files", nargs="+")
     p.set_defaults(func=table)
     args = ap.parse_args()
-    sg.cpu()  # noqa: the import above is the point; keep flake quiet
     args.func(args)
 
 
