@@ -39,7 +39,6 @@ import gluon_exports  # noqa: E402
 import planted_network  # noqa: E402
 import resnet_block  # noqa: E402
 
-import symgrad as sg  # noqa: E402
 from symgrad.test_utils import check_model  # noqa: E402
 
 ZOO = os.path.join(HERE, "..", "tests", "fixtures", "zoo")

@@ -5,13 +5,12 @@ pinned reference (``decisions.pinned_symbol``) differentiates the forward's own 
 
 import numpy as np
 import pytest
+import resnet_block as rb
 
 import symgrad as sg
 from symgrad.test_utils import GradientCheckError, check_numeric_gradient
 from symgrad.test_utils.chainer_checks import check_backward
 from symgrad.test_utils.torch_checks import gradcheck
-
-import resnet_block as rb
 
 S = sg.sym
 
