@@ -570,6 +570,21 @@ class _Point:
         self.f_noise = self.ref.evaluation_noise(self.objective, np.float64)
         self.f0 = self.scalar(self.ref.base())
 
+    def rounding_could_explain(self, k, proj: _Projection, r, random_signs) -> bool:
+        """Whether ``proj`` (a failed projection of ``k`` along ``r``) would pass with the measured difference
+        from float64 taken uncapped as the noise: only then can emulating the rounding (``confirm_noise``)
+        change the verdict. A wrong rule has no measured difference to speak of (measured: a planted 1% bug in
+        ResNet-18 at 64x64 spent 17% of its check emulating for nothing)."""
+        if self._confirmed:
+            return False
+        a = np.abs(self.analytic[k])
+        loose = self.rtol * (float(np.max(a, initial=0.0)) + a) + np.maximum(self.a_noise[k], self._measured[k])
+        weighted = loose * np.abs(r)
+        bound = float(np.sum(weighted))
+        if random_signs:
+            bound = min(bound, HOEFFDING_K * math.sqrt(float(np.sum(weighted * weighted))))
+        return proj.error <= proj.allowed - self.bound({k: r}, random_signs) + bound
+
     def confirm_noise(self) -> bool:
         """Excuse measured rounding beyond ``with_measured``'s cap where emulation shows rounding reaches that far.
 
@@ -796,7 +811,8 @@ class _ModelCheck:
                 break
             bar.update()
         failing = [t for t in taken if t[0].settled and not t[0].ok]
-        if failing and self.point.confirm_noise():  # the rounding was under-estimated: judge again
+        if failing and any(self.point.rounding_could_explain(k, *t) for t in failing) \
+                and self.point.confirm_noise():  # the rounding was under-estimated: judge again
             taken = [(self.point.project({k: r}, rs), r, rs) for _, r, rs in taken]
             failing = [t for t in taken if t[0].settled and not t[0].ok]
         unsettled = [t for t in taken if not t[0].settled]
@@ -930,7 +946,9 @@ def _compare(p, sym, ctx, row, k, indices, whole, localised=False):
     err = np.abs(analytic - numeric)
     allowed = atol + p.rtol * np.abs(numeric) + n_noise + a_noise
     bad = ~(err <= allowed)
-    if bad.any() and not localised and p.confirm_noise():  # the rounding was under-estimated: judge again
+    measured = picked(p._measured[k]) if not p._confirmed else a_noise
+    if bad.any() and not localised and np.any(err[bad] <= (allowed - a_noise + np.maximum(a_noise, measured))[bad]) \
+            and p.confirm_noise():  # the rounding was under-estimated: judge again
         a_noise = picked(p.a_noise[k])
         allowed = atol + p.rtol * np.abs(numeric) + n_noise + a_noise
         bad = ~(err <= allowed)
