@@ -6,6 +6,7 @@ pinned reference (``decisions.pinned_symbol``) differentiates the forward's own 
 import numpy as np
 import pytest
 import resnet_block as rb
+from custom_unary import register_unary
 
 import symgrad as sg
 from symgrad.test_utils import GradientCheckError, check_numeric_gradient
@@ -52,16 +53,7 @@ class _LateMask(sg.operator.CustomOp):
         self.assign(in_grad[0], req[0], out_grad[0] * (np.asarray(in_data[0]) > 0.3))
 
 
-@sg.operator.register("block_late_mask")
-class _LateMaskProp(sg.operator.CustomOpProp):
-    def __init__(self):
-        super().__init__(need_top_grad=True)
-
-    def infer_shape(self, in_shape):
-        return in_shape, [in_shape[0]], []
-
-    def create_operator(self, ctx, shapes, dtypes):
-        return _LateMask()
+register_unary("block_late_mask", _LateMask)
 
 
 def _late_mask_block(*args):

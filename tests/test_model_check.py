@@ -25,6 +25,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import gluon_exports  # noqa: E402
 import planted_network  # noqa: E402
+from custom_unary import register_unary  # noqa: E402
 
 S = sg.sym
 ZOO = os.path.join(HERE, "fixtures", "zoo")
@@ -133,17 +134,7 @@ def test_bisection_finds_a_single_wrong_element():
             g.reshape(-1)[1234] *= 3.0
             self.assign(in_grad[0], req[0], g)
 
-    @sg.operator.register("mc_one_wrong")
-    class _Prop(sg.operator.CustomOpProp):
-        def __init__(self):
-            super().__init__(need_top_grad=True)
-
-        def infer_shape(self, in_shape):
-            return in_shape, [in_shape[0]], []
-
-        def create_operator(self, ctx, shapes, dtypes):
-            return _OneWrong()
-
+    register_unary("mc_one_wrong", _OneWrong)
     w = S.Variable("w")
     y = S.tanh(S.Custom(w, op_type="mc_one_wrong", name="wrong"))
     res = check_model(y, {"w": np.random.default_rng(0).normal(size=(64, 64))}, dtype="float64",
@@ -185,16 +176,7 @@ class _SteepTanh(sg.operator.CustomOp):
         self.assign(in_grad[0], req[0], 1.01 * 1e4 * (1.0 - y * y) * out_grad[0])
 
 
-@sg.operator.register("mc_steep_scaled")
-class _SteepTanhProp(sg.operator.CustomOpProp):
-    def __init__(self):
-        super().__init__(need_top_grad=True)
-
-    def infer_shape(self, in_shape):
-        return in_shape, [in_shape[0]], []
-
-    def create_operator(self, ctx, shapes, dtypes):
-        return _SteepTanh()
+register_unary("mc_steep_scaled", _SteepTanh)
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
