@@ -682,7 +682,7 @@ class _Point:
         if one_sided:
             # first a forward difference from the base point's objective (one pass instead of two; DenseNet-121
             # at 224: 215 -> 111 s) at FORWARD_STEP x the scale. It counts only as a pass, and only where its
-            # rounding (f_noise / h, 6x the central difference's) is below a tenth of the tolerance, so that no
+            # rounding (f_noise / h, 12x the central difference's) is below a tenth of the tolerance, so that no
             # pass leans on the noise allowance; anything else is retaken centrally
             h = FORWARD_STEP * max(scale, 1.0) / max(length, 1.0)
             numeric, width = directional(self.ref, r, h, self.scalar, at_base=self.f0)
