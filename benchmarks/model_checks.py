@@ -167,10 +167,13 @@ def timing(args):
 
 
 def table(args):
-    rows = []
+    by_key = {}  # a key in several files (a sweep resumed into another) counts once, its last line
     for path in args.files:
         with open(path) as f:
-            rows += [json.loads(line) for line in f]
+            for line in f:
+                row = json.loads(line)
+                by_key[row["key"]] = row
+    rows = list(by_key.values())
     timed = [r for r in rows if r["key"].startswith("time/")]
     if timed:
         print("| model (float32 unless said) | input | arguments | check | seconds | passed |")
