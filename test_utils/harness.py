@@ -166,15 +166,16 @@ class Harness:
         assert_deterministic(self.exe, self.is_train, self.aux_initial, who, what)
         self._based = False
 
-    def evaluation_noise(self, objective, dtype) -> float:
+    def evaluation_noise(self, objective, dtype, runs=None) -> float:
         """The rounding noise of one evaluation of ``objective(outputs) -> (value, magnitude)`` in ``dtype`` --
         divided by a difference's width, the numeric noise of the tolerance model: the larger of ``NOISE_FACTOR *
         eps * magnitude`` (the final sum) and ``objective_noise`` (cancellation inside the forward)."""
         eps = float(np.finfo(np.dtype(dtype)).eps)
         magnitude = objective(self.base())[1]
-        return max(NOISE_FACTOR * eps * magnitude, self.objective_noise(lambda outs: objective(outs)[0], dtype))
+        return max(NOISE_FACTOR * eps * magnitude,
+                   self.objective_noise(lambda outs: objective(outs)[0], dtype, runs=runs))
 
-    def objective_noise(self, objective, dtype) -> float:
+    def objective_noise(self, objective, dtype, runs=None) -> float:
         """Rounding noise of ``objective(outputs)`` evaluated in ``dtype``.
 
         ``EMULATION_SIGMAS`` times the root-mean-square deviation of ``EMULATION_RUNS`` forwards whose every
@@ -183,7 +184,7 @@ class Harness:
         mean(x)|``, the sums inside an op) that ``eps * sum|terms|`` of the final sum does not. Capped at
         ``NOISE_FACTOR * eps * sum |v|`` over every value the forward computes -- the magnitude of all that was
         summed: a decision the noise flips (a max tie inside a second-order graph) moves the objective by a
-        jump, not by rounding. Cost: ``EMULATION_RUNS + 2`` forwards."""
+        jump, not by rounding. Cost: ``runs + 2`` forwards (``runs``: default ``EMULATION_RUNS``)."""
         dt = np.dtype(dtype)
         if dt.kind != "f":
             return 0.0
@@ -214,11 +215,12 @@ class Harness:
             finally:
                 self.exe.set_value_hook(None)
 
+        runs = EMULATION_RUNS if runs is None else int(runs)
         exact = run(magnitude)
-        square = sum((run(noisy) - exact) ** 2 for _ in range(EMULATION_RUNS))
+        square = sum((run(noisy) - exact) ** 2 for _ in range(runs))
         self.reset_aux()
         self._based = False
-        return min(EMULATION_SIGMAS * float(np.sqrt(square / EMULATION_RUNS)), NOISE_FACTOR * total[0])
+        return min(EMULATION_SIGMAS * float(np.sqrt(square / runs)), NOISE_FACTOR * total[0])
 
 
 def trace_values(exe, is_train, aux_initial=None) -> list:
