@@ -84,6 +84,8 @@ def _emit(out, doc):
 def false_alarms(args):
     seen = _done(args.out)
     jobs = [(src, net, size) for src, nets in (("export", EXPORTS), ("zoo", ZOO_NETS)) for net, size in nets.items()]
+    if args.nets:
+        jobs = [j for j in jobs if j[1] in args.nets.split(",")]
     jobs.sort(key=lambda j: j[2])  # the small inputs first, every net in the cheap fast mode before sample mode
     for mode in args.modes.split(","):
         for src, net, size in jobs:
@@ -228,6 +230,7 @@ def main():
     p.add_argument("--seeds", type=int, default=5)
     p.add_argument("--samples", type=int, default=16)
     p.add_argument("--modes", default="fast,sample")
+    p.add_argument("--nets", help="only these nets (comma-separated names)")
     p.add_argument("--out")
     p.set_defaults(func=false_alarms)
     p = sub.add_parser("planted")
