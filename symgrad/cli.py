@@ -17,13 +17,9 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import math
 import os
 import re
 import sys
-import time
-
-import numpy as np
 
 __all__ = ["main", "CLIError", "MODES", "DEFAULT_SAMPLES", "import_modules"]
 
@@ -183,27 +179,18 @@ def import_modules(items) -> list:
     """Import each ``--import`` item: a dotted module name, or the path of a ``.py`` file (run as a module named
     after the file), so that the ``Custom`` ops it registers are known before the model loads."""
     import importlib
-    import importlib.util
+
+    from .test_utils.model_check import load_module_file
 
     done = []
     for item in items or ():
         if item.endswith(".py") or os.sep in item or "/" in item:
-            path = os.path.abspath(item)
-            if not os.path.isfile(path):
+            if not os.path.isfile(item):
                 raise CLIError(f"--import {item}: no such file")
-            name = os.path.splitext(os.path.basename(path))[0]
-            spec = importlib.util.spec_from_file_location(name, path)
-            module = importlib.util.module_from_spec(spec)
-            sys.modules[name] = module
-            folder = os.path.dirname(path)
-            sys.path.insert(0, folder)  # the file's own imports of its neighbours
             try:
-                spec.loader.exec_module(module)
+                load_module_file(item)
             except Exception as exc:
-                sys.modules.pop(name, None)
                 raise CLIError(f"--import {item}: {type(exc).__name__}: {_one_line(exc)}") from None
-            finally:
-                sys.path.remove(folder)
         else:
             try:
                 importlib.import_module(item)

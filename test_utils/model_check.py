@@ -1202,9 +1202,32 @@ def _custom_sources(text) -> list:
     return sources
 
 
+def load_module_file(path, name=None):
+    """Run the ``.py`` file ``path`` as the module ``name`` (default: the file's name) and return it: the way
+    ``symgrad check --import FILE`` and ``check_model``'s workers make a file's ``Custom`` ops known. The file's
+    folder is on ``sys.path`` while it runs (its own imports of its neighbours); a file that raises leaves no
+    module behind."""
+    import importlib.util
+
+    path = os.path.abspath(path)
+    name = name or os.path.splitext(os.path.basename(path))[0]
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    folder = os.path.dirname(path)
+    sys.path.insert(0, folder)
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        sys.modules.pop(name, None)
+        raise
+    finally:
+        sys.path.remove(folder)
+    return module
+
+
 def _import_sources(sources):
     import importlib
-    import importlib.util
 
     for name, path in sources:
         if name in sys.modules:
@@ -1214,10 +1237,7 @@ def _import_sources(sources):
         except ImportError:
             if not path:
                 raise
-            spec = importlib.util.spec_from_file_location(name, path)
-            module = importlib.util.module_from_spec(spec)
-            sys.modules[name] = module
-            spec.loader.exec_module(module)
+            load_module_file(path, name)
 
 
 def _remote_check(blob):
