@@ -581,13 +581,8 @@ class _Point:
         ResNet-18 at 64x64 spent 17% of its check emulating for nothing)."""
         if self._confirmed:
             return False
-        a = np.abs(self.analytic[k])
-        loose = self.rtol * (float(np.max(a, initial=0.0)) + a) + np.maximum(self.a_noise[k], self._measured[k])
-        weighted = loose * np.abs(r)
-        bound = float(np.sum(weighted))
-        if random_signs:
-            bound = min(bound, HOEFFDING_K * math.sqrt(float(np.sum(weighted * weighted))))
-        return proj.error <= proj.allowed - self.bound({k: r}, random_signs) + bound
+        loose = self.bound({k: r}, random_signs, noise={k: np.maximum(self.a_noise[k], self._measured[k])})
+        return proj.error <= proj.allowed - self.bound({k: r}, random_signs) + loose
 
     def confirm_noise(self) -> bool:
         """Excuse measured rounding beyond ``with_measured``'s cap where emulation shows rounding reaches that far.
@@ -644,19 +639,22 @@ class _Point:
             signs = np.where(self.analytic[k] > 0, 1.0, np.where(self.analytic[k] < 0, -1.0, signs))
         return rng.uniform(0.5, 1.5, size=shape) * signs, j != 0
 
-    def tolerance(self, k) -> np.ndarray:
+    def tolerance(self, k, noise=None) -> np.ndarray:
         """The error each element of ``k``'s gradient may have: the checkers' model, ``rtol x (max |g| + |g_i|)``
         (atol scaled to the argument's largest entry, as ``check_numeric_gradient``'s) plus the analytic side's
-        rounding noise."""
+        rounding noise (``noise``: another noise array instead, not cached)."""
+        if noise is not None:
+            a = np.abs(self.analytic[k])
+            return self.rtol * (float(np.max(a, initial=0.0)) + a) + noise
         tol = self._tol.get(k)
         if tol is None:
-            a = np.abs(self.analytic[k])
-            tol = self._tol[k] = self.rtol * (float(np.max(a, initial=0.0)) + a) + self.a_noise[k]
+            tol = self._tol[k] = self.tolerance(k, self.a_noise[k])
         return tol
 
-    def bound(self, r: dict, random_signs=True) -> float:
-        """What the elements' own tolerances add up to along ``r`` (see ``project``)."""
-        weighted = [self.tolerance(k) * np.abs(v) for k, v in r.items()]
+    def bound(self, r: dict, random_signs=True, noise=None) -> float:
+        """What the elements' own tolerances add up to along ``r`` (see ``project``; ``noise``: ``{name: noise
+        array}`` instead of the analytic side's rounding noise)."""
+        weighted = [self.tolerance(k, None if noise is None else noise[k]) * np.abs(v) for k, v in r.items()]
         bound = float(sum(np.sum(w) for w in weighted))
         if random_signs:
             bound = min(bound, HOEFFDING_K * math.sqrt(sum(float(np.sum(w * w)) for w in weighted)))

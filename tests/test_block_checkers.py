@@ -24,7 +24,8 @@ def test_check_backward_passes_a_correct_block(seed, dtype):
     rng = np.random.default_rng(seed)
     xs = rb.inputs(rng, dtype)
     np.random.seed(seed)
-    check_backward(rb.block, xs, rng.standard_normal((1, rb.C, 56, 56)).astype(dtype), progress=False)
+    head = rng.standard_normal((1, rb.C, 56, 56)).astype(dtype)
+    assert check_backward(rb.block, xs, head, progress=False) is None  # a failure raises GradientCheckError
 
 
 @DTYPES
@@ -40,7 +41,8 @@ def test_gradcheck_fast_mode_passes_a_correct_block(seed, dtype):
 def test_check_numeric_gradient_passes_a_correct_block(seed, dtype):  # ~1 min: every element of 12 500
     np.random.seed(seed)
     values = dict(zip(rb.NAMES, rb.inputs(np.random.default_rng(seed), dtype)))
-    check_numeric_gradient(rb.symbol(), values, dtype=dtype, progress=False)
+    res = check_numeric_gradient(rb.symbol(), values, dtype=dtype, progress=False)
+    assert set(res) == set(rb.NAMES) and not any(res.excluded.values())  # every input checked, none left out
 
 
 class _LateMask(sg.operator.CustomOp):
