@@ -22,7 +22,7 @@ import operator
 import numpy as np
 
 from ..base import ParamError, ShapeError
-from .registry import Param, broadcast_shapes, elementwise, float_inputs, get_op, register, same_shape
+from .registry import Param, broadcast_shapes, elementwise, float_inputs, get_op, masked, register, same_shape
 
 
 def _keep(r, like):
@@ -591,7 +591,7 @@ _unary("sigmoid", _float_in(_sigmoid), lambda F, x, y, g: g * (y * (1.0 - y)))
 # pinned: the recorded mask instead of x > 0 (NaN still passes)
 _unary("relu", lambda xp, x: xp.where((x > 0) | (x != x), x, 0), lambda F, x, y, g: F._backward_relu(g, x),
        decisions=lambda xp, x: elementwise(0, choice=x > 0, value=x),
-       pinned=lambda xp, choices, x: xp.where(choices[0] | (x != x), x, 0).astype(x.dtype, copy=False))
+       pinned=lambda xp, choices, x: masked(xp, x, choices[0]))
 # softsign = x / (1 + |x|): softsign' = 1 / (1 + |x|)^2
 _unary("softsign", _float_in(lambda xp, x: x / (1.0 + xp.abs(x))),
        lambda F, x, y, g: g / F.square(F.abs(x) + 1.0))

@@ -268,6 +268,19 @@ def elementwise(*inputs: int, choice, value) -> list:
     return [Decision(tuple(inputs), choice, value)]
 
 
+def masked(xp, x, mask):
+    """``x`` where ``mask``, else 0, NaN passing everywhere: a relu on a recorded mask (helper for ``pinned``
+    rules). ``x * mask`` takes a third of the time of ``where(mask | isnan(x), x, 0)`` on large arrays (a
+    pinned relu runs in every evaluation of a whole-model check); ``+ 0.0`` turns ``-0.0`` into forward's
+    ``0.0``; only +-inf where the mask is off (inf * 0 = NaN) need the fix, found by one read."""
+    with np.errstate(invalid="ignore"):
+        y = xp.multiply(x, mask, dtype=x.dtype)
+    y += 0.0
+    if not bool(xp.isfinite(y).all()):
+        y[xp.isinf(x) & ~mask] = 0
+    return y
+
+
 @dataclass
 class OpDef:
     """Everything about one operator. See module docstring."""
