@@ -552,7 +552,6 @@ class _Point:
         for k in self.live:
             got = np.array(to_numpy(bufs[k]), np.float64)
             self.analytic[k] = got - initial[k].astype(np.float64) if reqs[k] == "add" else got
-        self._tol = {}
         self.pinning = None
         if pin:
             ref_sym, self.pinning = pinned_symbol(ref_sym, self.record)
@@ -564,8 +563,13 @@ class _Point:
             exact = self._float64_gradients(sym, reqs)
             eps = float(np.finfo(self.dt).eps)
             floor = {k: NOISE_FACTOR * eps * np.abs(exact[k]) for k in self.live}
-            self._measured = {k: 2.0 * np.abs(self.analytic[k] - exact[k]) for k in self.live}
             self.a_noise = with_measured(floor, exact, self.analytic, self.dt)
+            # kept for confirm_noise (float32 under test only) in float32: an estimate of rounding needs no more
+            # digits, and every such dict of a whole-model check holds one copy of every parameter (VGG-11:
+            # 133M parameters, 1 GB in float64)
+            self._measured = {} if self.dt.itemsize >= 8 else {
+                k: _f32(2.0 * np.abs(self.analytic[k] - exact[k])) for k in self.live}
+            del exact, floor
         self._confirmed = emulate or self.dt.itemsize >= 8
         # -- the numeric side: float64, pinned, re-running only what depends on the moved argument
         self.ref = Harness.bind(ref_sym, self.point, self.aux, ctx=ctx, dtype=np.float64, is_train=True)
@@ -606,7 +610,6 @@ class _Point:
             raised = np.maximum(self.a_noise[k], np.minimum(self._measured[k], emulated[k]))
             grew = grew or bool(np.any(raised > self.a_noise[k]))
             self.a_noise[k] = raised
-        self._tol.clear()
         return grew
 
     def _float64_gradients(self, sym, reqs) -> dict:
@@ -634,21 +637,24 @@ class _Point:
         some arguments draws the same directions as one process checking all. Returns ``(r, random_signs)``."""
         shape = self.point[k].shape
         rng = np.random.default_rng([self.seed, self.live.index(k) if k in self.live else 0, j])
-        signs = np.where(rng.random(size=shape) < 0.5, -1.0, 1.0)
+        flip = rng.random(size=shape) < 0.5
         if j == 0:
-            signs = np.where(self.analytic[k] > 0, 1.0, np.where(self.analytic[k] < 0, -1.0, signs))
-        return rng.uniform(0.5, 1.5, size=shape) * signs, j != 0
+            g = self.analytic[k]
+            flip = np.where(g != 0, g < 0, flip)
+        r = rng.uniform(0.5, 1.5, size=shape)
+        np.negative(r, out=r, where=flip)
+        return r, j != 0
 
     def tolerance(self, k, noise=None) -> np.ndarray:
         """The error each element of ``k``'s gradient may have: the checkers' model, ``rtol x (max |g| + |g_i|)``
         (atol scaled to the argument's largest entry, as ``check_numeric_gradient``'s) plus the analytic side's
-        rounding noise (``noise``: another noise array instead, not cached)."""
-        if noise is not None:
-            a = np.abs(self.analytic[k])
-            return self.rtol * (float(np.max(a, initial=0.0)) + a) + noise
-        tol = self._tol.get(k)
-        if tol is None:
-            tol = self._tol[k] = self.tolerance(k, self.a_noise[k])
+        rounding noise (``noise``: another noise array instead). Not cached: three elementwise passes cost far
+        less than the partial forward each direction takes, and a cache is one more copy of every parameter."""
+        tol = np.abs(self.analytic[k])
+        top = float(np.max(tol, initial=0.0))
+        tol += top
+        tol *= self.rtol
+        tol += self.a_noise[k] if noise is None else noise
         return tol
 
     def bound(self, r: dict, random_signs=True, noise=None) -> float:
@@ -922,6 +928,11 @@ class _ModelCheck:
         _compare(point, sym, self.ctx, row, bad[0], indices, len(indices) == size)
         return NodeFault(position, node.name, node.op.name, node.params.get("op_type") if node.op.name == "Custom"
                          else None, bad, whole.ratio, row["diagnosis"])
+
+
+def _f32(a):
+    """``a`` (non-negative) in float32, beyond float32's range as its largest value (a noise estimate only)."""
+    return np.minimum(a, float(np.finfo(np.float32).max)).astype(np.float32)
 
 
 def _as64(v):
