@@ -280,6 +280,9 @@ class _State:
         self.name = name
         self.prop = get_registered(op_type)(**kwargs)
         self._ops = {}
+        #: ``{j: (buffer, req)}`` during one backward: ``in_grad[j]`` is an argument's gradient buffer (set and
+        #: cleared by ``Executor.backward``)
+        self.grad_targets = {}
 
     def __repr__(self):  # keeps plan/attr printing readable
         return f"<custom {self.op_type}>"
@@ -287,7 +290,7 @@ class _State:
     def per_executor(self) -> _State:
         """A state sharing this node's prop but with its own operator instances (one per executor)."""
         own = object.__new__(_State)
-        own.op_type, own.name, own.prop, own._ops = self.op_type, self.name, self.prop, {}
+        own.op_type, own.name, own.prop, own._ops, own.grad_targets = self.op_type, self.name, self.prop, {}, {}
         return own
 
     def operator(self, xp, in_data):
@@ -419,7 +422,11 @@ def _custom_bwd(xp, *arrays, num_args, __state__, reqs, has_ograd):
     if not has_ograd:
         out_grad = [xp.zeros_like(o) for o in out_data]
     w_in, w_out, w_og, w_aux = (_wrap(xp, a) for a in (in_data, out_data, out_grad, aux))
-    in_grad = _wrap(xp, [xp.zeros_like(x) for x in in_data])
+    # an argument's own gradient buffer and grad_req where the executor hands them over (Executor.backward:
+    # dirty, 'write' or 'add', as MXNet's); elsewhere a zeroed buffer to be written
+    given = st.grad_targets
+    reqs = [given[j][1] if j in given and reqs[j] != "null" else r for j, r in enumerate(reqs)]
+    in_grad = _wrap(xp, [given[j][0] if j in given else xp.zeros_like(x) for j, x in enumerate(in_data)])
     op = _call(st, "create_operator", lambda: st.operator(xp, w_in))
     _call(st, "backward", lambda: op.backward(req=list(reqs), out_grad=w_og, in_data=w_in, out_data=w_out,
                                                in_grad=in_grad, aux=w_aux))

@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 
 import symgrad as sg
+import symgrad.test_utils as tu
 
 S = sg.sym
 mx = sg  # an MXNet custom op only changes its import
@@ -201,3 +202,105 @@ def test_unregistered_op_type_and_second_order():
     (g,) = sg.grad(S.sum(S.Custom(x, op_type="scale_sq", k=1.0)[0]), [x])
     with pytest.raises(ValueError, match="_backward_Custom.*second-order"):
         sg.grad(S.sum(g), [x])
+
+
+# -- grad_req and the gradient buffer as MXNet hands them to CustomOp.backward ------------------------------------
+
+
+class _Doubling(mx.operator.CustomOp):
+    """y = 2x; ``backward`` writes ``in_grad`` the way ``how`` says and records what it was handed."""
+
+    seen = []
+
+    def __init__(self, how):
+        self.how = how
+
+    def forward(self, is_train, req, in_data, out_data, aux):
+        self.assign(out_data[0], req[0], in_data[0] * 2)
+
+    def backward(self, req, out_grad, in_data, out_data, in_grad, aux):
+        _Doubling.seen.append((req[0], np.array(in_grad[0], copy=True)))
+        g = out_grad[0] * 2
+        if self.how == "assign":  # honours req, as MXNet's ops must
+            self.assign(in_grad[0], req[0], g)
+        elif self.how == "overwrite":  # ignores req='add'
+            in_grad[0][:] = g
+        elif self.how == "accumulate":  # reads the buffer it should overwrite under 'write'
+            in_grad[0][:] += g
+        elif self.how == "raise":
+            in_grad[0][:] = 99.0
+            raise RuntimeError("backward failed after writing in_grad")
+
+
+for _how in ("assign", "overwrite", "accumulate", "raise"):
+    def _prop(how=_how):
+        class _Prop(mx.operator.CustomOpProp):
+            def list_arguments(self):
+                return ["data"]
+
+            def list_outputs(self):
+                return ["output"]
+
+            def infer_shape(self, in_shape):
+                return in_shape, [in_shape[0]], []
+
+            def create_operator(self, ctx, shapes, dtypes):
+                return _Doubling(how)
+
+        mx.operator.register(f"doubling_{how}")(_Prop)
+
+    _prop()
+
+
+def _doubling(how):
+    return S.Custom(S.Variable("x"), op_type=f"doubling_{how}", name="d")
+
+
+@pytest.mark.parametrize("req", ["write", "add"])
+def test_custom_op_gets_the_arguments_grad_req_and_its_dirty_buffer(req):
+    # an argument's gradient computed by one custom op alone: the op gets MXNet's req and the buffer as the
+    # caller left it (not a zeroed temporary), and the caller's array ends as req says
+    x, buf = np.arange(6.0).reshape(2, 3), np.full((2, 3), 5.0)
+    exe = _doubling("assign").bind(sg.cpu(), {"x": x}, args_grad={"x": buf}, grad_req=req)
+    exe.forward(is_train=True)
+    _Doubling.seen.clear()
+    exe.backward([np.ones((2, 3))])
+    (got_req, handed), = _Doubling.seen
+    assert got_req == req
+    np.testing.assert_array_equal(handed, np.full((2, 3), 5.0))
+    np.testing.assert_array_equal(buf, np.full((2, 3), 2.0 + (5.0 if req == "add" else 0.0)))
+
+
+def test_custom_op_whose_gradient_is_summed_writes_a_fresh_buffer():
+    # x feeds the custom op and a plain op: the contributions are summed by the executor, so the op writes a
+    # zeroed temporary with req 'write' and the executor applies the argument's 'add'
+    x = S.Variable("x")
+    sym = S.Custom(x, op_type="doubling_assign", name="d") + 3 * x
+    buf = np.full((2, 3), 1.0)
+    exe = sym.bind(sg.cpu(), {"x": np.ones((2, 3))}, args_grad={"x": buf}, grad_req="add")
+    exe.forward(is_train=True)
+    _Doubling.seen.clear()
+    exe.backward([np.ones((2, 3))])
+    (got_req, handed), = _Doubling.seen
+    assert got_req == "write" and not handed.any()
+    np.testing.assert_array_equal(buf, np.full((2, 3), 1.0 + 2.0 + 3.0))
+
+
+@pytest.mark.parametrize("how, req", [("overwrite", "add"), ("accumulate", "write")])
+def test_check_symbolic_backward_catches_an_op_that_ignores_req(how, req):
+    # the two shipped MXNet custom-op bugs: '=' where req is 'add', '+=' into a buffer that is not zero
+    x = np.random.default_rng(0).random((2, 3))
+    tu.check_symbolic_backward(_doubling("assign"), {"x": x}, [np.ones((2, 3))], {"x": np.full((2, 3), 2.0)},
+                               grad_req=req, dtype=np.float64)
+    with pytest.raises(tu.GradientCheckError, match=f"grad_req '{req}'"):
+        tu.check_symbolic_backward(_doubling(how), {"x": x}, [np.ones((2, 3))], {"x": np.full((2, 3), 2.0)},
+                                   grad_req=req, dtype=np.float64)
+
+
+def test_a_custom_backward_that_raises_leaves_the_callers_buffer_alone():
+    buf = np.full((2, 3), 7.0)
+    exe = _doubling("raise").bind(sg.cpu(), {"x": np.ones((2, 3))}, args_grad={"x": buf}, grad_req="add")
+    exe.forward(is_train=True)
+    with pytest.raises(RuntimeError, match="backward failed"):
+        exe.backward([np.ones((2, 3))])
+    np.testing.assert_array_equal(buf, np.full((2, 3), 7.0))

@@ -446,7 +446,12 @@ class Executor:
         for slot, g in zip(plan.head_grad_slots, heads):
             if slot is not None:
                 vals[slot] = g
-        self._run("backward", vals, self._last_is_train, plan.run_backward_for(heads))
+        own = self._hand_buffers_to_custom_ops()
+        try:
+            self._run("backward", vals, self._last_is_train, plan.run_backward_for(heads))
+        finally:
+            for state in own.values():
+                state.grad_targets = {}
         # only now, with the whole backward done, touch the user's gradient arrays
         xp = self._xp
         with self._ctx.device_scope():
@@ -459,10 +464,26 @@ class Executor:
                         arr[...] = 0
                     continue
                 g = vals[slot]
-                if req == "write":
+                if req == "write" or name in own:  # a custom op given the buffer has applied req itself
                     arr[...] = g
                 else:
                     xp.add(arr, g, out=arr, casting="unsafe")
+
+    def _hand_buffers_to_custom_ops(self) -> dict:
+        """Give each CustomOp whose ``in_grad[j]`` is an argument's whole gradient that argument's grad_req and a
+        copy of its gradient buffer, dirty as the caller left it (MXNet hands the op the buffer itself: an op
+        must honour ``req``, ``self.assign(in_grad[j], req[j], g)``; one that overwrites under 'add' or adds
+        into a 'write' buffer is wrong there and is wrong here). The copy keeps the caller's array untouched
+        until the whole backward has run. Returns ``{argument name: state}`` of the arguments handed over."""
+        own = {}
+        for a, (state, j) in self._plan.stateful_grad_outputs().items():
+            name, arr = self._arg_names[a], self.grad_arrays[a]
+            req = self._reqs[name]
+            if arr is None or req not in ("write", "add"):
+                continue
+            state.grad_targets[j] = (arr.copy(), req)
+            own[name] = state
+        return own
 
     def _normalize_out_grads(self, out_grads):
         plan = self._plan

@@ -217,6 +217,22 @@ class Plan:
             kernel = _kernel(node, xp, types, kernels)
         return Instr(fn, ins, outs, node, op.needs_is_train, tuple_out, kernel)
 
+    def stateful_grad_outputs(self) -> dict:
+        """``{argument position: (state, j)}`` for the arguments whose gradient is output ``j`` of a backward
+        node with per-executor state (a CustomOp's ``_backward_Custom``) and nothing else: no sum with other
+        contributions, read by no later instruction. The executor hands those ops the argument's own gradient
+        buffer and grad_req, as MXNet's executor does (``CustomOp.backward``'s ``req`` and ``in_grad``)."""
+        producer, read = {}, set()
+        for ins in self.backward_instrs:
+            read.update(ins.ins)
+            state = ins.node.params.get("__state__")
+            own = self._states.get(id(state)) if state is not None else None
+            if own is not None and ins.node.op.name == "_backward_Custom":
+                for j, s in enumerate(ins.outs):
+                    producer[s] = (own, j)
+        return {a: producer[s] for a, s in enumerate(self.grad_slots)
+                if s is not None and s in producer and s not in read}
+
     def run_backward_for(self, head_grads):
         """The backward function for these head gradients: the generated one with kernels when each given
         head gradient has its output's dtype, else (another float dtype: the kernels' dtypes may not
