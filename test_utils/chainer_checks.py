@@ -335,6 +335,7 @@ def _check_backward(who, func, x_data, y_grad, params, eps, atol, rtol, no_grads
     check_step(eps, check.ref.dtype, check.ref.dtype, who, " Use a larger eps, or keep the float64 reference "
                "(dtype=None, float64_reference=True).")
     check.run()
+    graph.probe_buffers(checked, heads, who)
     return None
 
 

@@ -16,7 +16,9 @@ fills with what it knows beyond the arrays:
   alone (the head gradient zeroed elsewhere); ``actual == term`` means the rule ignored every other slice;
 - ``"broadcast_axes"``: ``[(label, size), ...]``: output axes the argument is broadcast over;
 - ``"kinks"``: ``report.Kink`` facts of mismatching elements found at non-differentiable points;
-- ``"arg_name"``: the argument checked.
+- ``"arg_name"``: the argument checked;
+- ``"initial_buffer"``: what the gradient buffer held before a backward with grad_req 'write' (checkers
+  start from dirty buffers): ``actual == initial_buffer + expected`` means the backward added into it.
 
 Add a rule with ``register_rule(fn)``; a rule takes ``(actual, expected)`` (or ``(actual, expected,
 context)`` when ``fn.uses_context = True``) and returns a string (or a ``Diagnosis``) or None.
@@ -70,6 +72,7 @@ PATTERNS = {
     "rounding": "every error within a few times the estimated rounding noise",
     "kink": "mismatch at non-differentiable points",
     "spread": "error over many elements with no simple pattern",
+    "stale_buffer": "actual = the buffer's initial content + expected (added into a 'write' buffer)",
     "custom": "a registered rule that returned a plain string",
 }
 
@@ -197,6 +200,26 @@ def _offset(actual, expected):
         return Diagnosis(f"actual = expected {sign} {_nice(abs(c))} everywhere: a constant offset (a bias or "
                          "constant term added twice or missing)", "offset", offset=c)
     return None
+
+
+def _stale_buffer(actual, expected, context):
+    """actual = what the 'write' buffer held before + expected: a backward that adds where it should write."""
+    initial = (context or {}).get("initial_buffer")
+    if initial is None:
+        return None
+    initial = np.broadcast_to(np.asarray(initial, np.float64), actual.shape)
+    error = float(np.max(np.abs(actual - expected), initial=0.0))
+    # the buffer explains (almost) the whole error on every element, not just on average: a wrong element
+    # that the small dirty buffer happens to shift a little is not a stale buffer
+    left = float(np.max(np.abs(actual - initial - expected), initial=0.0))
+    if not np.any(initial) or error == 0.0 or left > FIT_RTOL * error:
+        return None
+    return Diagnosis("actual = the buffer's initial content + expected: the backward reads a stale buffer: it adds "
+                     "into a gradient buffer it should overwrite (grad_req 'write': MXNet does not zero the buffer "
+                     "first; self.assign(in_grad[i], req[i], ...) writes)", "stale_buffer")
+
+
+_stale_buffer.uses_context = True  # type: ignore[attr-defined]
 
 
 def _close(a, b) -> bool:
@@ -352,7 +375,7 @@ _rounding.uses_context = True  # type: ignore[attr-defined]
 
 # one-slice evidence is exact (it comes from re-running the backward), so it goes before the ratio fit,
 # which a 4-element bias gradient can satisfy by chance
-RULES: list[Rule] = [_nonfinite, _rounding, _broadcast_reduction, _scaled, _offset, _transposed,
+RULES: list[Rule] = [_nonfinite, _rounding, _stale_buffer, _broadcast_reduction, _scaled, _offset, _transposed,
                      _sign_partly_flipped, _confined, _small_relative]
 
 

@@ -199,6 +199,17 @@ class FuncGraph:
         exe, bufs = self.executor(names)
         return self.vjp(exe, bufs, heads)
 
+    def probe_buffers(self, names, heads, who):
+        """``buffers.probe`` of the graph's custom ops: grad_req 'add' and repeated backward calls, against the
+        gradients of ``names`` for ``heads`` (None entries: loss heads)."""
+        from .buffers import custom_nodes, probe
+
+        if not names or not custom_nodes(self.sym):
+            return
+        grads = {k: g.astype(np.float64) for k, g in self.analytic(names, heads).items()}
+        dtype = max((self.values[n].dtype for n in names), key=lambda d: np.finfo(d).eps)
+        probe(self.sym, self.values, self.aux, heads, grads, dtype, self.ctx, who)
+
     def decisions(self):
         """What the forward in the dtypes under test decides (``decisions.record_decisions``): the pieces a
         pinned ``Reference`` evaluates."""

@@ -33,6 +33,7 @@ from ._inputs import (
     parse_aux,
     parse_location,
 )
+from .buffers import probe
 from .compare import _violations, compare
 from .context import default_context, synchronize, to_device, to_numpy
 from .differencer import COMPLEX_STEP, METHODS, Recipe, Spread, check_executor, default_steps, gradient
@@ -363,8 +364,11 @@ def check_symbolic_backward(sym, location, out_grads, expected, rtol=None, atol=
         req = reqs[name]
         facts = {"grad_req": req}
 
-        def context(name=name):
-            return diagnosis_context(sym, ctx, loc, aux, heads, name, out_shapes)
+        def context(name=name, req=req):
+            found = diagnosis_context(sym, ctx, loc, aux, heads, name, out_shapes)
+            if req == "write":
+                found["initial_buffer"] = initial[name]
+            return found
 
         try:
             if req == "null":
@@ -386,6 +390,9 @@ def check_symbolic_backward(sym, location, out_grads, expected, rtol=None, atol=
         except GradientCheckError as err:
             failures.append(err)
     _raise_first(failures)
+    live = {k: (g.astype(np.float64) - initial[k].astype(np.float64) if reqs[k] == "add" else g.astype(np.float64))
+            for k, g in grads.items() if reqs[k] != "null"}
+    probe(sym, loc, aux, heads, live, next(iter(grads.values())).dtype if grads else np.float64, ctx, who)
     return grads
 
 
@@ -556,7 +563,9 @@ def check_numeric_gradient(sym, location, aux_states=None, numeric_eps=None, rto
         text = kink_warning(setup.who, run.first_kinks, run.redrawn, run.excluded,
                             redrawn_note=" (result.redrawn, result.location)", excluded_note="; result.excluded")
         warnings.warn(NondifferentiablePointWarning(text), stacklevel=2)
-    return run.compare(rounds)
+    result = run.compare(rounds)
+    run.probe_buffers(rounds)
+    return result
 
 
 class _NumericSetup:
@@ -725,6 +734,14 @@ class _NumericRun:
         return dict(got=got, analytic=analytic, numeric=numeric, n_noise=n_noise, a_noise=a_noise, found=found,
                     atol=atol)
 
+    def probe_buffers(self, r):
+        """Phase 6: custom ops given grad_req 'add' and called twice (``buffers.probe``), against this pass's
+        gradients."""
+        s = self.s
+        live = [k for k in s.checked]
+        probe(s.sym, self.point, s.aux, self.heads, {k: r["analytic"][k] for k in live}, s.dtype, s.ctx, s.who,
+              noise={k: r["a_noise"][k] for k in live})
+
     def _atol(self, numeric):
         """The given atol, or (atol=None) the dtype's rtol times the largest |numeric| entry of the argument: an
         error below that share of the gradient's own scale is at rounding level in the dtype under test."""
@@ -785,8 +802,11 @@ class _NumericRun:
         left = [kk for kk in r["found"].get(name, []) if kk.index not in set(self.excluded.get(name, ()))]
 
         def context(name=name, left=left):
-            return diagnosis_context(s.sym, s.ctx, self.point, s.aux, self.heads, name, s.out_shapes, left,
-                                     noise=r["n_noise"][name] + r["a_noise"][name])
+            found = diagnosis_context(s.sym, s.ctx, self.point, s.aux, self.heads, name, s.out_shapes, left,
+                                      noise=r["n_noise"][name] + r["a_noise"][name])
+            if s.reqs[name] == "write":
+                found["initial_buffer"] = self.initial[name]
+            return found
 
         compare(r["analytic"][name], r["numeric"][name], s.rtol, r["atol"][name], check=s.who, arg_name=name,
                 what=f"analytic gradient of {name!r} does not match the numeric gradient (grad_req {s.reqs[name]!r})",

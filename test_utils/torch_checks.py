@@ -281,6 +281,8 @@ def _gradcheck(who, func, inputs, names, eps, atol, rtol, nondet_tol, check_unde
         break
     if check_undefined_grad:
         check.undefined_grad(exe, bufs)
+    if out_diff:
+        graph.probe_buffers(used, check.probe_heads(out_diff), who)
     kinks.warn(stacklevel=5)
     return True
 
@@ -311,6 +313,14 @@ class _Check:
                  for s, dt in zip(self.graph.out_shapes, self.graph.out_dtypes)]
         if k is not None:
             heads[k] = np.asarray(value).reshape(self.graph.out_shapes[k]).astype(heads[k].dtype)
+        return heads
+
+    def probe_heads(self, out_diff):
+        """Seeded random head gradients on the float outputs, zeros elsewhere (``buffers.probe``)."""
+        rng = np.random.default_rng(21)
+        heads = self._heads()
+        for k in out_diff:
+            heads[k] = rng.standard_normal(heads[k].shape).astype(heads[k].dtype)
         return heads
 
     def _oname(self, k):
