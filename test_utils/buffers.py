@@ -24,9 +24,8 @@ import json
 
 import numpy as np
 
-from .context import to_device, to_numpy
-
 from .compare import compare
+from .context import to_device, to_numpy
 
 CALLS = 2
 #: what each buffer holds after ``CALLS`` backward calls under each req, by model: ``(B, g) -> array``

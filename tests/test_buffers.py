@@ -50,7 +50,9 @@ for _how in ("assign", "overwrite", "stale", "kept"):
 
     _register()
 
-FOUND = {"overwrite": "ignores req='add'", "stale": "reads a stale buffer: it adds into a gradient buffer it should overwrite", "kept": "accumulates across backward calls"}
+FOUND = {"overwrite": "ignores req='add'",
+         "stale": "reads a stale buffer: it adds into a gradient buffer it should overwrite",
+         "kept": "accumulates across backward calls"}
 X = np.random.default_rng(3).random((3, 4))
 
 
