@@ -31,6 +31,7 @@ if TYPE_CHECKING:  # loaded on first use by __getattr__ below
     from .data import rand_ndarray, rand_shape_2d, rand_shape_3d, rand_shape_nd, random_arrays, random_uniform_arrays
     from .decisions import DecisionFlipWarning
     from .diagnose import diagnose, register_rule
+    from .model_check import ModelCheckResult, check_model
     from .mxnet_checks import (
         check_numeric_gradient,
         check_speed,
@@ -38,7 +39,6 @@ if TYPE_CHECKING:  # loaded on first use by __getattr__ below
         check_symbolic_forward,
         simple_forward,
     )
-    from .model_check import ModelCheckResult, check_model
     from .numeric import numeric_grad, register_loss_objective
     from .report import GradientCheckError
     from .seed import with_seed

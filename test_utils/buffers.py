@@ -26,6 +26,9 @@ import numpy as np
 
 from .compare import compare
 from .context import to_device, to_numpy
+from .report import hide_from_pytest as _hide_from_pytest
+
+__tracebackhide__ = _hide_from_pytest  # a failed check shows its report, not these frames
 
 CALLS = 2
 #: what each buffer holds after ``CALLS`` backward calls under each req, by model: ``(B, g) -> array``

@@ -60,8 +60,11 @@ from .funcgraph import (
 from .harness import analytic_noise
 from .numeric import check_step
 from .report import GradientCheckError, NondifferentiableError, Report, format_index
+from .report import hide_from_pytest as _hide_from_pytest
 from .seed import seeded_check
 from .tolerance import NOISE_FACTOR
+
+__tracebackhide__ = _hide_from_pytest  # a failed check shows its report, not these frames
 
 __all__ = ["check_backward", "check_double_backward", "numerical_grad", "NondifferentiableError"]
 

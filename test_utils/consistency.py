@@ -45,8 +45,11 @@ from .decisions import DecisionFlipWarning, format_flips, pin_decisions, record_
 from .harness import RoundingEmulator, refuse_random_ops
 from .mxnet_checks import _raise_first
 from .report import GradientCheckError
+from .report import hide_from_pytest as _hide_from_pytest
 from .seed import seeded_check
 from .tolerance import get_tols
+
+__tracebackhide__ = _hide_from_pytest  # a failed check shows its report, not these frames
 
 __all__ = ["check_consistency", "DecisionFlipWarning"]
 

@@ -35,6 +35,9 @@ from symgrad.context import array_context
 
 from .context import to_numpy
 from .report import format_index
+from .report import hide_from_pytest as _hide_from_pytest
+
+__tracebackhide__ = _hide_from_pytest  # a failed check shows its report, not these frames
 
 __all__ = ["DecisionFlipWarning", "Flip", "DecisionRecord", "record_decisions", "pin_decisions", "format_flips",
            "Pinning", "pinned_symbol"]

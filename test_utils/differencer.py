@@ -47,6 +47,9 @@ import numpy as np
 
 from .context import to_numpy
 from .harness import as_array_like
+from .report import hide_from_pytest as _hide_from_pytest
+
+__tracebackhide__ = _hide_from_pytest  # a failed check shows its report, not these frames
 
 __all__ = [
     "METHODS",

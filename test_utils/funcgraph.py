@@ -27,6 +27,9 @@ from .harness import Harness, analytic_noise, refuse_random_ops
 from .mxnet_checks import diagnosis_context
 from .numeric import MAX_REDRAWS, element_kinks, kink_warning, move_off_kink, projected_objective
 from .report import GradientCheckError
+from .report import hide_from_pytest as _hide_from_pytest
+
+__tracebackhide__ = _hide_from_pytest  # a failed check shows its report, not these frames
 
 __all__ = ["FuncGraph", "Reference", "symbols_of", "variable_in", "param_dict", "as_tuple", "MAX_LOCALISE",
            "KinkRedraws", "OnlyKinks", "only_kinks"]

@@ -15,7 +15,10 @@ import numpy as np
 from symgrad.ops.registry import acc_dtype
 
 from .context import to_device, to_numpy
+from .report import hide_from_pytest as _hide_from_pytest
 from .tolerance import NOISE_FACTOR
+
+__tracebackhide__ = _hide_from_pytest  # a failed check shows its report, not these frames
 
 __all__ = ["Harness", "as_array_like", "trace_values", "assert_deterministic", "RoundingEmulator", "analytic_noise",
            "with_measured", "RandomOpError", "refuse_random_ops"]

@@ -39,6 +39,9 @@ import numpy as np
 
 from .context import to_device, to_numpy
 from .differencer import Progress
+from .report import hide_from_pytest as _hide_from_pytest
+
+__tracebackhide__ = _hide_from_pytest  # a failed check shows its report, not these frames
 
 __all__ = ["check_model", "ModelCheckResult", "ArgResult", "NodeFault", "ModelInputError", "CheckInterrupted", "MODES",
            "DEFAULT_SAMPLES", "DIRECTIONS", "prepare_model", "infer_shapes", "variable_roles", "random_values",

@@ -50,8 +50,11 @@ from .numeric import (
     resolve_numeric_eps,
 )
 from .report import GradientCheckError, NondifferentiablePointWarning
+from .report import hide_from_pytest as _hide_from_pytest
 from .seed import seeded_check
 from .tolerance import get_tols, scaled_atol
+
+__tracebackhide__ = _hide_from_pytest  # a failed check shows its report, not these frames
 
 __all__ = [
     "check_symbolic_forward",

@@ -44,7 +44,10 @@ from .differencer import (
 )
 from .harness import Harness, as_array_like, assert_deterministic, refuse_random_ops, trace_values
 from .report import Kink, format_index
+from .report import hide_from_pytest as _hide_from_pytest
 from .tolerance import min_numeric_eps, numeric_noise
+
+__tracebackhide__ = _hide_from_pytest  # a failed check shows its report, not these frames
 
 __all__ = [
     "numeric_grad",

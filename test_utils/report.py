@@ -172,6 +172,16 @@ class GradientCheckError(AssertionError):
         return (_restore, (type(self), str(self), state))
 
 
+def hide_from_pytest(excinfo) -> bool:
+    """pytest's ``__tracebackhide__`` of symgrad's checker modules: for a failed check pytest shows the report
+    and the user's own frames, not ~90 lines of symgrad's source and locals; any other exception (a bug in
+    symgrad, a bad argument) keeps every frame."""
+    return excinfo.errisinstance(GradientCheckError)
+
+
+__tracebackhide__ = hide_from_pytest
+
+
 class NondifferentiableError(ValueError):
     """The function is not differentiable at the sampled point (Chainer's ``NondifferentiableError``).
 

@@ -51,8 +51,11 @@ from .funcgraph import MAX_LOCALISE, FuncGraph, KinkRedraws, OnlyKinks, Referenc
 from .harness import RoundingEmulator, analytic_noise, with_measured
 from .numeric import check_step
 from .report import GradientCheckError, Report
+from .report import hide_from_pytest as _hide_from_pytest
 from .seed import seeded_check
 from .tolerance import numeric_noise
+
+__tracebackhide__ = _hide_from_pytest  # a failed check shows its report, not these frames
 
 __all__ = ["gradcheck", "gradgradcheck"]
 

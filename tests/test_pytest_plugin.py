@@ -202,6 +202,80 @@ def test_a_failing_check_prints_the_line_that_reproduces_it(pytester, monkeypatc
     assert _report(other.stdout.str(), "test_check") != first["test_check"]  # another seed, other weights
 
 
+DRAWS_THEN_FAILS = """
+import numpy as np
+import symgrad as sg
+from symgrad.test_utils import check_numeric_gradient
+
+def test_draws():
+    x = np.random.normal(size=3)  # drawn by the test before any checker runs
+    print("DRAW", repr(float(x[0])))
+    check_numeric_gradient(sg.sym.Variable("x") * 2.0, {"x": x}, dtype=np.float64, progress=False)
+    assert False
+"""
+
+NO_SYMGRAD = """
+import numpy as np
+
+def test_state():
+    np.random.seed(3)
+    np.random.random()
+
+def test_untouched():
+    print("DRAW", repr(float(np.random.random())))
+"""
+
+
+def test_the_reproduction_line_replays_the_tests_own_draws(pytester, monkeypatch):
+    # a test of a module using symgrad is seeded before it runs: its own np.random draws replay from the
+    # printed seed (before, only the checker's draws did: one element came out 10.06, then 2.76)
+    pytester.makepyfile(test_draws=DRAWS_THEN_FAILS)
+    first = pytester.runpytest(*PLUGIN, "-s")
+    first.assert_outcomes(failed=1)
+    out = first.stdout.str()
+    seed = re.search(r"symgrad seed: (\d+)", out).group(1)
+    draw = re.search(r"DRAW (\S+)", out).group(1)
+    monkeypatch.setenv("SYMGRAD_TEST_SEED", seed)
+    again = pytester.runpytest(*PLUGIN, "-s")
+    assert re.search(r"DRAW (\S+)", again.stdout.str()).group(1) == draw
+
+
+def test_tests_of_other_projects_keep_their_global_rng(pytester):
+    # a module without symgrad is not seeded: the state a previous test left carries over, as without symgrad
+    pytester.makepyfile(test_plain=NO_SYMGRAD)
+    result = pytester.runpytest(*PLUGIN, "-s", "-p", "no:randomly")
+    result.assert_outcomes(passed=2)
+    np.random.seed(3)
+    np.random.random()
+    assert f"DRAW {float(np.random.random())!r}" in result.stdout.str()
+
+
+def test_a_failed_check_shows_the_report_not_symgrads_frames(pytester):
+    # before: ~90 lines of symgrad's own source and locals above each report
+    pytester.makepyfile(test_frames="""
+import numpy as np
+import symgrad as sg
+from symgrad.test_utils import check_numeric_gradient
+
+def test_wrong():
+    x = sg.sym.Variable("x")
+    check_numeric_gradient(2 * x + sg.sym.BlockGrad(3 * x), {"x": np.ones(3)}, dtype=np.float64, progress=False)
+""")
+    out = pytester.runpytest(*PLUGIN).stdout.str()
+    assert "does not match the numeric gradient" in out and "test_frames.py" in out
+    assert "mxnet_checks.py" not in out and "compare.py" not in out, out
+    # an error that is not a failed check (here a bad argument) keeps symgrad's frames for whoever debugs it
+    pytester.makepyfile(test_bad="""
+import numpy as np
+import symgrad as sg
+from symgrad.test_utils import check_numeric_gradient
+
+def test_bad():
+    check_numeric_gradient(sg.sym.Variable("x") * 2.0, {"x": np.ones(3)}, dtype="float7")
+""")
+    assert "mxnet_checks.py" in pytester.runpytest(*PLUGIN, "test_bad.py").stdout.str()
+
+
 def test_bad_seed_is_a_usage_error(pytester, monkeypatch):
     pytester.makepyfile("def test_x(rng):\n    pass\n")
     result = pytester.runpytest(*PLUGIN, "--symgrad-seed=abc")
