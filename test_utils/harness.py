@@ -610,10 +610,13 @@ def with_measured(noise: dict, exact: dict, actual: dict, dtype, scale=None) -> 
     (default: the largest ``|exact|`` entry of all the arrays); float64 under test: ``noise`` unchanged."""
     if np.dtype(dtype).itemsize >= 8:
         return noise
-    if scale is None:
-        scale = max((float(np.max(np.abs(g), initial=0.0)) for g in exact.values()), default=0.0)
+    if scale is None:  # of the finite entries: one NaN gradient must not make every element's noise NaN
+        scale = max((float(np.max(np.abs(g), where=np.isfinite(g), initial=0.0)) for g in exact.values()),
+                    default=0.0)
     out = {}
     for k, v in noise.items():
-        measured = 2.0 * np.abs(np.asarray(to_numpy(actual[k]), np.float64) - exact[k])
+        with np.errstate(invalid="ignore"):
+            measured = 2.0 * np.abs(np.asarray(to_numpy(actual[k]), np.float64) - exact[k])
+        measured[np.isnan(measured)] = 0.0  # a NaN gradient is judged as NaN, not excused as noise
         out[k] = np.maximum(v, np.minimum(measured, MEASURED_CAP * scale))
     return out

@@ -534,7 +534,9 @@ class _Point:
         self.sym, self.dt, self.ctx, self.seed, self.live = sym, np.dtype(dtype), ctx, int(seed), list(live)
         rng = np.random.default_rng(self.seed)
         self.rtol = float(get_rtol(None, self.dt))
-        self.point = {k: (v.astype(self.dt) if v.dtype.kind == "f" else v.copy()) for k, v in values.items()}
+        # nothing writes the point: the executors bind it as it is, the reference binds float64 copies (a
+        # whole-model check holds each such dict as one more copy of every parameter)
+        self.point = {k: (v.astype(self.dt, copy=False) if v.dtype.kind == "f" else v) for k, v in values.items()}
         self.aux = {k: v.astype(self.dt) for k, v in aux.items()}
         self.out_shapes = sym.infer_shape(**{k: v.shape for k, v in self.point.items()})[1]
         weights = [(rng.random(s) + 0.1).astype(self.dt) for s in self.out_shapes]
@@ -543,8 +545,8 @@ class _Point:
         self.heads = [None if loss else w for w, loss in zip(weights, loss_heads)]
         # -- the analytic side: forward(is_train=True) recording every decision, backward into dirty buffers
         initial = {k: rng.normal(0, 0.01, size=self.point[k].shape).astype(self.dt) for k in self.live}
-        bufs = {k: to_device(v.copy(), ctx) for k, v in initial.items()}
-        exe = sym.bind(ctx, {k: to_device(v.copy(), ctx) for k, v in self.point.items()}, args_grad=bufs,
+        bufs = {k: to_device(v.copy() if reqs[k] == "add" else v, ctx) for k, v in initial.items()}
+        exe = sym.bind(ctx, {k: to_device(v, ctx) for k, v in self.point.items()}, args_grad=bufs,
                        grad_req={k: (reqs[k] if k in bufs else "null") for k in self.point},
                        aux_states={k: to_device(v.copy(), ctx) for k, v in self.aux.items()})
         assert_deterministic(exe, True, self.aux, WHO, "the forward with is_train=True")
@@ -562,16 +564,18 @@ class _Point:
         if emulate:
             _, self.a_noise = analytic_noise(sym, self.point, self.aux, self.heads, self.live, self.dt,
                                              actual=self.analytic)
+        elif self.dt.itemsize >= 8:  # float64 under test: the floor alone (with_measured adds nothing)
+            eps = float(np.finfo(self.dt).eps)
+            self.a_noise = {k: NOISE_FACTOR * eps * np.abs(self.analytic[k]) for k in self.live}
+            self._measured = {}
         else:  # one float64 backward deciding as this run did: what this run differs from it by is its rounding
             exact = self._float64_gradients(sym, reqs)
             eps = float(np.finfo(self.dt).eps)
             floor = {k: NOISE_FACTOR * eps * np.abs(exact[k]) for k in self.live}
             self.a_noise = with_measured(floor, exact, self.analytic, self.dt)
-            # kept for confirm_noise (float32 under test only) in float32: an estimate of rounding needs no more
-            # digits, and every such dict of a whole-model check holds one copy of every parameter (VGG-11:
-            # 133M parameters, 1 GB in float64)
-            self._measured = {} if self.dt.itemsize >= 8 else {
-                k: _f32(2.0 * np.abs(self.analytic[k] - exact[k])) for k in self.live}
+            # kept for confirm_noise in float32: an estimate of rounding needs no more digits, and every such
+            # dict of a whole-model check holds one copy of every parameter (VGG-11: 133M, 1 GB in float64)
+            self._measured = {k: _f32(2.0 * np.abs(self.analytic[k] - exact[k])) for k in self.live}
             del exact, floor
         self._confirmed = emulate or self.dt.itemsize >= 8
         # -- the numeric side: float64, pinned, re-running only what depends on the moved argument

@@ -331,16 +331,20 @@ def test_fast_mode_catches_one_wrong_element_among_a_thousand():
     def func(x):
         return S.Custom(x, op_type="tt_triple_one_off")
 
+    # one random u and v: the error is 2.25 |u_0 v_0| ~ 2.25e-3 |z z'| for standard normal z, z', caught where
+    # that exceeds 1.6e-4, i.e. |z z'| > 0.07: about 88% of the draws (a fast-mode check is a random projection)
     caught = 0
-    for seed in range(10):
+    for seed in range(40):
         np.random.seed(seed)
         x = np.random.default_rng(seed).standard_normal(1000)
-        with pytest.raises(GradientCheckError, match="fast mode") as info:
+        try:
             gradcheck(func, (x,), fast_mode=True)
-        caught += 1
-        analytic, numeric = info.value.fast
-        assert abs(analytic - numeric) < 1e-5 * 1000 * 0.9  # below PyTorch's worst-case allowance
-    assert caught == 10
+        except GradientCheckError as err:
+            assert "fast mode" in str(err)
+            caught += 1
+            analytic, numeric = err.fast
+            assert abs(analytic - numeric) < 1e-5 * 1000 * 0.9  # below PyTorch's worst-case allowance
+    assert caught >= 32, caught
     rng = np.random.default_rng(0)
     u = rng.choice([-1.0, 1.0], 1000) / np.sqrt(1000)
     v = rng.choice([-1.0, 1.0], 50) / np.sqrt(50)
