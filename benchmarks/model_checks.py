@@ -162,10 +162,27 @@ def timing(args):
     for net in args.nets.split(","):
         model, params = _model("export", net)
         size = FULL[net]
+        if args.workers:
+            _timing_cli(args, net, model, params, size)
+            continue
         res, seconds = _check(model, params, size, dtype="float32")
         _emit(args.out, {"key": f"time/{net}/{size}", "net": net, "size": size, "ok": res.ok,
                          "arguments": len(res.rows), "seconds": round(seconds, 1),
                          "threads": os.environ.get("OPENBLAS_NUM_THREADS", "default")})
+
+
+def _timing_cli(args, net, model, params, size):
+    """The command a user runs, ``symgrad check ... --workers N``, timed from outside (start-up included)."""
+    import subprocess
+
+    cmd = ["symgrad", "check", model, "--params", params, "--shape", f"data=1,3,{size},{size}",
+           "--workers", str(args.workers)]
+    t0 = time.perf_counter()
+    done = subprocess.run(cmd, capture_output=True, text=True)
+    seconds = time.perf_counter() - t0
+    _emit(args.out, {"key": f"time/{net}/{size}/workers{args.workers}", "net": net, "size": size,
+                     "ok": done.returncode == 0, "workers": args.workers, "seconds": round(seconds, 1),
+                     "summary": done.stdout.strip().splitlines()[-1] if done.stdout.strip() else done.stderr[-300:]})
 
 
 def table(args):
@@ -243,6 +260,7 @@ def main():
     p.set_defaults(func=block)
     p = sub.add_parser("time")
     p.add_argument("--nets", default="resnet18_v1,densenet121,inceptionv3")
+    p.add_argument("--workers", type=int, help="time `symgrad check --workers N` instead of the serial check_model")
     p.add_argument("--out")
     p.set_defaults(func=timing)
     p = sub.add_parser("table")

@@ -35,6 +35,7 @@ the parent turns them into derivatives in probe order, so the numbers are those 
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import pickle
 import sys
@@ -157,12 +158,26 @@ class DirectionProbe:
 
     def set(self, delta) -> float:
         for n, arr in self.arrays.items():
-            arr[...] = as_array_like(arr, (self.base[n] + float(delta) * self.r[n]).astype(arr.dtype))
+            base, r = self.base[n], self.r[n]
+            if _in_place(arr, base, r):  # the same two roundings, no temporaries (VGG's fc6: 3 x 0.8 GB)
+                np.multiply(r, float(delta), out=arr)
+                arr += base
+            else:
+                arr[...] = as_array_like(arr, (base + float(delta) * r).astype(arr.dtype))
         return float(delta)
 
     def restore(self):
         for n, arr in self.arrays.items():
-            arr[...] = as_array_like(arr, self.base[n].astype(arr.dtype))
+            if isinstance(arr, np.ndarray):
+                arr[...] = self.base[n]
+            else:
+                arr[...] = as_array_like(arr, self.base[n].astype(arr.dtype))
+
+
+def _in_place(arr, base, r) -> bool:
+    """Whether ``arr = base + delta * r`` can be computed in ``arr`` itself: host arrays of one float dtype."""
+    return (isinstance(arr, np.ndarray) and isinstance(base, np.ndarray) and isinstance(r, np.ndarray)
+            and arr.dtype == base.dtype == r.dtype and arr.dtype.kind == "f" and arr.shape == base.shape == r.shape)
 
 
 # == the loop ===============================================================================================
@@ -645,7 +660,7 @@ def directional(harness, r: dict, eps, objective: Callable, *, at_base=None):
     harness.ensure_base()  # taken before the probe moves anything (a stale base is retaken, a fresh one kept)
     names = list(r)
     arrays = {n: harness.array(n) for n in names}
-    base = {n: harness.host(n).astype(np.float64) for n in names}
+    base = {n: harness.host(n).astype(np.float64, copy=False) for n in names}  # host() is a copy already
     probe = DirectionProbe(arrays, base, r)
     evaluate = lambda: [objective(harness.outputs(names))]
     if at_base is not None:
@@ -660,3 +675,56 @@ def directional(harness, r: dict, eps, objective: Callable, *, at_base=None):
     harness.reset_aux()
     (d,), width = derivative("central", deltas, samples)
     return float(d), width
+
+
+@dataclasses.dataclass
+class Settled:
+    """A difference retaken at shorter steps (``settle``): ``value`` (Richardson-extrapolated), what the comparison
+    with the analytic value allows, whether the truncation had settled within the gradient's own tolerance, the
+    last step and the rounding part of ``allowed``."""
+
+    value: float
+    allowed: float
+    settled: bool
+    step: float
+    noise: float
+    analytic: float
+
+    @property
+    def ok(self) -> bool:
+        return bool(abs(self.analytic - self.value) <= self.allowed)
+
+
+def settle(difference: Callable, h: float, first: float, analytic: float, bound: float, f_noise: float,
+           rtol: float, max_refine: int = 8) -> Settled:
+    """Retake a central difference that failed at step ``h`` at ``h/4, h/16, ...`` until it settles.
+
+    ``difference(step) -> (value, width)`` is the central difference at ``step`` (``first``: its value at ``h``);
+    ``bound``: the gradient's own tolerance along the direction (the comparison also allows ``rtol`` of the
+    numeric value and the rounding ``f_noise / width``). A central difference errs by its truncation, ``c h^2``
+    (the objective's curvature along the direction), plus rounding, ``f_noise / h``. With ``D`` and ``D'`` at
+    ``h`` and ``h/4``, ``D' - D = 15 c (h/4)^2``: Richardson's ``R = D' + (D' - D) / 15`` removes the ``h^2``
+    term, and ``|D' - D|`` (15x the error left in ``D'``) bounds what is left in ``R`` while the ``h^2`` law
+    holds. The comparison is judged at the first level whose truncation bound is within ``bound`` (settled)
+    when it passes, and at the second settled level in a row when it fails (two steps agreeing once can be a
+    coincidence before the ``h^2`` law holds: measured on MobileNetV2 at 64x64 in float32, 1.45e6, 1.22e6,
+    1.79e6, 1.867e6, 1.872e6 as the step shrinks); a wrong gradient settles at once. When the rounding (17/15
+    of ``D'``'s) grows past a quarter of ``bound`` first, the numeric side cannot decide: the result has
+    ``settled=False`` (callers report it as undecided, never as a failure). Cost: 2 evaluations per level.
+    """
+    best, failed_before = None, False
+    for _ in range(max_refine):
+        h /= 4.0
+        d, width = difference(h)
+        noise, trunc, rich = f_noise / width * 17.0 / 15.0, abs(d - first), d + (d - first) / 15.0
+        got = Settled(rich, bound + rtol * abs(rich) + noise + trunc, trunc <= bound, h, noise, analytic)
+        if got.settled and (got.ok or failed_before):
+            return got
+        failed_before = got.settled
+        if best is None or got.allowed < best.allowed:
+            best = got
+        if noise > bound / 4.0:
+            break
+        first = d
+    best.settled = False
+    return best

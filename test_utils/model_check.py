@@ -720,45 +720,18 @@ class _Point:
                            self.bound(r_rest, random_signs) + self.rtol * abs(numeric) + noise, noise=noise)
 
     def settle(self, r: dict, h: float, first: float, analytic: float, bound: float) -> _Projection:
-        """Retake a difference that failed at step ``h`` at ``h/4, h/16, ...`` until it settles.
-
-        A central difference errs by its truncation, ``c h^2`` (the objective's curvature along ``r``), plus
-        rounding, ``f_noise / h``. On most nets the default step makes both negligible, but where a layer
+        """Retake a difference along ``r`` that failed at step ``h`` at ``h/4, h/16, ...`` until it settles
+        (``differencer.settle``). On most nets the default step makes truncation negligible, but where a layer
         amplifies enormously (a BatchNorm normalising 2 values per channel: batch 2 at 1x1 spatial size, where
         ``x_hat = d / sqrt(d^2 + 4 eps)`` turns on a scale of ``sqrt(eps)``) the truncation at the default step
         can exceed the gradient itself (measured: 3.0e7 against 2.4e8 on a ResNet-18 conv weight, converging
-        to the analytic value as the step shrinks). So a failing difference is retaken with steps a quarter
-        as long: with ``D`` and ``D'`` at ``h`` and ``h/4``, ``D' - D = 15 c (h/4)^2``, Richardson's
-        ``R = D' + (D' - D) / 15`` removes the ``h^2`` term, and ``|D' - D|`` (15x the error left in ``D'``)
-        bounds what is left in ``R`` while the ``h^2`` law holds. The comparison is judged at the first level
-        whose truncation bound is within the gradient's own tolerance ``bound`` (settled) when it passes, and at
-        the second settled level in a row when it fails; a wrong gradient settles at once (``D``, ``D'`` and
-        ``D''`` agree, and differ from the analytic value). When the rounding
-        (17/15 of ``D'``'s) grows past a quarter of the tolerance first, the numeric side cannot decide: the
-        returned projection has ``settled=False`` and the caller reports "unsettled", never FAIL.
-        """
-        from .differencer import directional
+        to the analytic value as the step shrinks). A projection that does not settle has ``settled=False``:
+        the caller reports "unsettled", never FAIL."""
+        from .differencer import directional, settle
 
-        best, failed_before = None, False
-        for _ in range(MAX_REFINE):
-            h /= 4.0
-            d, width = directional(self.ref, r, h, self.scalar)
-            noise, trunc, rich = self.f_noise / width * 17.0 / 15.0, abs(d - first), d + (d - first) / 15.0
-            proj = _Projection(analytic, rich, bound + self.rtol * abs(rich) + noise + trunc,
-                               settled=trunc <= bound, step=h, noise=noise)
-            # a pass at a settled level stands; a failure must settle twice in a row (two steps agreeing once
-            # can be a coincidence before the h^2 law holds: measured on MobileNetV2 at 64x64 in float32, the
-            # differences go 1.45e6, 1.22e6, 1.79e6, 1.867e6, 1.872e6 as the step shrinks)
-            if proj.settled and (proj.ok or failed_before):
-                return proj
-            failed_before = proj.settled
-            if best is None or proj.allowed < best.allowed:
-                best = proj
-            if noise > bound / 4.0:
-                break
-            first = d
-        best.settled = False
-        return best
+        got = settle(lambda step: directional(self.ref, r, step, self.scalar), h, first, analytic, bound,
+                     self.f_noise, self.rtol, MAX_REFINE)
+        return _Projection(analytic, got.value, got.allowed, settled=got.settled, step=got.step, noise=got.noise)
 
     def elements(self, k, indices):
         """``(numeric, widths)`` of ``k``'s elements ``indices`` by central differences on the reference."""
