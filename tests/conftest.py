@@ -26,3 +26,16 @@ def _no_top_level_test_utils():
 
 
 _STRAY = "a top-level `test_utils` was imported: import the checkers as `symgrad.test_utils`"
+
+
+@pytest.fixture
+def outside_a_seeded_test():
+    """The test body runs as a script would: no test seed (the plugin seeds every test of a module using
+    symgrad), so a checker seeds its own draws (``seed.check_seed``)."""
+    from symgrad.test_utils import seed
+
+    token = seed._current.set(None)
+    try:
+        yield
+    finally:
+        seed._current.reset(token)

@@ -140,7 +140,7 @@ def test_batchnorm_aux_states_are_compared_and_returned():
 # == MXNet's input semantics ================================================================================
 
 
-def test_random_arguments_are_drawn_in_sorted_name_order_and_filled_in(monkeypatch):
+def test_random_arguments_are_drawn_in_sorted_name_order_and_filled_in(monkeypatch, outside_a_seeded_test):
     monkeypatch.delenv("SYMGRAD_TEST_SEED", raising=False)  # (--symgrad-seed sets it for the session)
     # inside a seeded test (as MXNet's tests are) the draws come straight from numpy's global RNG
     params = {"fc_weight": np.full((5, 6), 0.5)}

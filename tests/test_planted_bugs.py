@@ -531,7 +531,7 @@ def _failing_calls():
 
 
 @pytest.mark.parametrize("checker", list(_failing_calls()))
-def test_every_report_ends_with_the_seed_and_a_one_line_reproduction(checker, monkeypatch):
+def test_every_report_ends_with_the_seed_and_a_one_line_reproduction(checker, monkeypatch, outside_a_seeded_test):
     monkeypatch.delenv("SYMGRAD_TEST_SEED", raising=False)
     call, random_draws = _failing_calls()[checker]
     np.random.seed(11)
