@@ -189,6 +189,28 @@ def _scaled(actual, expected, context=None):
 _scaled.uses_context = True  # type: ignore[attr-defined]
 
 
+#: ``_accumulated_drifting``: each element's ratio within this share of the integer n
+DRIFT_BAND = 0.08
+
+
+def _accumulated_drifting(actual, expected):
+    """actual ~ n x expected, n >= 3, the ratio varying a few percent: n backward calls accumulated whose
+    gradients differed a little (a training loop that never zeroes an input's gradient while the parameters
+    move: the seed question of ``../shared/reference/004_*``, ratios 9.2 to 10.6 after 10 SGD steps)."""
+    big = np.abs(expected) > 1e-3 * float(np.max(np.abs(expected), initial=0.0))
+    if big.sum() < 4:
+        return None
+    ratio = actual[big] / expected[big]
+    n = round(float(np.median(ratio)))
+    if n < 3 or not np.all(np.abs(ratio - n) <= DRIFT_BAND * n):
+        return None
+    lo, hi = float(ratio.min()), float(ratio.max())
+    return Diagnosis(f"actual ~ {n} x expected (the ratio varies from {lo:.3g} to {hi:.3g}): accumulated over {n} "
+                     f"backward calls (grad_req 'add', or a gradient not zeroed between calls) whose gradients "
+                     f"differed a little -- parameters updated between the calls", "accumulated", float(n),
+                     ratio_range=(lo, hi))
+
+
 def _offset(actual, expected):
     """actual = expected + c for one constant c."""
     if actual.size < 2:
@@ -375,8 +397,8 @@ _rounding.uses_context = True  # type: ignore[attr-defined]
 
 # one-slice evidence is exact (it comes from re-running the backward), so it goes before the ratio fit,
 # which a 4-element bias gradient can satisfy by chance
-RULES: list[Rule] = [_nonfinite, _rounding, _stale_buffer, _broadcast_reduction, _scaled, _offset, _transposed,
-                     _sign_partly_flipped, _confined, _small_relative]
+RULES: list[Rule] = [_nonfinite, _rounding, _stale_buffer, _broadcast_reduction, _scaled, _accumulated_drifting,
+                     _offset, _transposed, _sign_partly_flipped, _confined, _small_relative]
 
 
 def register_rule(rule: Rule, first: bool = False) -> Rule:
