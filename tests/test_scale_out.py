@@ -227,3 +227,27 @@ def test_check_model_localises_and_attributes_on_a_pool_as_serially(pool):
     assert results[0].rows == results[1].rows and not results[0].ok
     assert [vars(f) for f in results[0].faults] == [vars(f) for f in results[1].faults]
     assert [f.name for f in results[1].faults] == [planted_network.NODE]
+
+
+def test_only_the_worst_failing_arguments_are_localised_serially_and_on_a_pool(pool):
+    # a wrong op fails every argument upstream of it; localising each costs ~70 partial forwards (7 of them in
+    # the planted ResNet-18): the LOCALISE_MAX worst are, the others say so, and the pool picks the same ones
+    from symgrad.test_utils import model_check as mc
+
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import planted_network
+
+    h = S.Variable("data")
+    for i in range(3):
+        h = S.FullyConnected(h, num_hidden=5, name=f"fc{i}")
+    y = S.tanh(S.Custom(h, op_type="planted_scaled", name="planted_fwd"))
+    runs = [check_model(y, shapes={"data": (2, 5)}, dtype="float64", raise_on_failure=False, executor=ex)
+            for ex in (None, pool)]
+    assert runs[0].rows == runs[1].rows
+    failed = runs[0].failed
+    assert len(failed) == 7  # data and three weights and biases
+    localised = [r["name"] for r in failed if r["method"].startswith("direction failed; bisected")]
+    assert len(localised) == mc.LOCALISE_MAX
+    assert all("not localised element by element" in "; ".join(r["notes"]) for r in failed if r["name"] not in
+               localised)
+    assert [f.name for run in runs for f in run.faults] == [planted_network.NODE] * 2
