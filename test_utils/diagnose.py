@@ -15,6 +15,10 @@ fills with what it knows beyond the arrays:
 - ``"slice_terms"``: ``[(label, term, n_terms), ...]``: the gradient obtained from one slice of an output
   alone (the head gradient zeroed elsewhere); ``actual == term`` means the rule ignored every other slice;
 - ``"broadcast_axes"``: ``[(label, size), ...]``: output axes the argument is broadcast over;
+- ``"head_doubled"``: the gradient the backward gives for twice the head gradients (a backward ignoring its
+  head gradient gives the same);
+- ``"arrays"``: ``[(label, array)]``: the inputs and outputs of the gradient's shape (``actual`` equal to one
+  of them: the wrong array returned);
 - ``"kinks"``: ``report.Kink`` facts of mismatching elements found at non-differentiable points;
 - ``"arg_name"``: the argument checked;
 - ``"initial_buffer"``: what the gradient buffer held before a backward with grad_req 'write' (checkers
@@ -72,6 +76,8 @@ PATTERNS = {
     "rounding": "every error within a few times the estimated rounding noise",
     "kink": "mismatch at non-differentiable points",
     "spread": "error over many elements with no simple pattern",
+    "head_ignored": "the gradient does not scale with the head gradient",
+    "returned_array": "actual = an input, an output or the head gradient itself",
     "stale_buffer": "actual = the buffer's initial content + expected (added into a 'write' buffer)",
     "custom": "a registered rule that returned a plain string",
 }
@@ -290,6 +296,35 @@ def _sign_partly_flipped(actual, expected):
     return None
 
 
+def _head_ignored(actual, expected, context):
+    """The backward does not scale with its head gradient: doubling out_grad leaves the gradient unchanged."""
+    doubled = (context or {}).get("head_doubled")
+    if doubled is None or not np.any(actual) or np.shape(doubled) != actual.shape:
+        return None
+    if not _close(np.asarray(doubled, np.float64), actual) or _close(actual, expected):
+        return None
+    return Diagnosis("the backward ignores the head gradient: twice the head gradient gives the same gradient "
+                     "(it returns the derivative for a head gradient of ones, or a constant; multiply by "
+                     "out_grad)", "head_ignored")
+
+
+_head_ignored.uses_context = True  # type: ignore[attr-defined]
+
+
+def _returned_array(actual, expected, context):
+    """actual is one of the op's inputs or outputs (or the head gradient) as it is: the wrong array returned."""
+    for label, array in (context or {}).get("arrays", ()):
+        array = np.asarray(array, np.float64)
+        if array.shape == actual.shape and np.any(array) and _close(actual, array) and not _close(expected, array):
+            return Diagnosis(f"actual = {label} itself: the backward returns the wrong array (an input, an output "
+                             "or the head gradient passed through instead of the gradient)", "returned_array",
+                             array=label)
+    return None
+
+
+_returned_array.uses_context = True  # type: ignore[attr-defined]
+
+
 def _broadcast_reduction(actual, expected, context):
     """actual = the contribution of one output slice alone: g[0] instead of g.sum(0).
 
@@ -397,8 +432,9 @@ _rounding.uses_context = True  # type: ignore[attr-defined]
 
 # one-slice evidence is exact (it comes from re-running the backward), so it goes before the ratio fit,
 # which a 4-element bias gradient can satisfy by chance
-RULES: list[Rule] = [_nonfinite, _rounding, _stale_buffer, _broadcast_reduction, _scaled, _accumulated_drifting,
-                     _offset, _transposed, _sign_partly_flipped, _confined, _small_relative]
+RULES: list[Rule] = [_nonfinite, _rounding, _stale_buffer, _returned_array, _head_ignored, _broadcast_reduction,
+                     _scaled, _accumulated_drifting, _offset, _transposed, _sign_partly_flipped, _confined,
+                     _small_relative]
 
 
 def register_rule(rule: Rule, first: bool = False) -> Rule:
@@ -477,8 +513,9 @@ def _with_kinks(a, e, context, names):
 def diagnose(actual, expected, names=("actual", "expected"), *, context=None) -> Diagnosis | None:
     """A one-line guess at the bug making ``actual`` differ from ``expected``, or None.
 
-    Rules, in order: non-finite values; one slice instead of the sum over a broadcast axis (needs
-    ``context["slice_terms"]``); ``actual = k x expected`` (k = 0 missing, -1 sign, 2 counted
+    Rules, in order: non-finite values; rounding; a stale 'write' buffer (``context["initial_buffer"]``); the
+    wrong array returned (``context["arrays"]``); the head gradient ignored (``context["head_doubled"]``); one
+    slice instead of the sum over a broadcast axis (needs ``context["slice_terms"]``); ``actual = k x expected`` (k = 0 missing, -1 sign, 2 counted
     twice, n accumulated n times, 1/n over-normalised or averaged over a broadcast axis, k ~ 1 off by ~1%,
     other k scaled); a constant offset; transposed axes; sign flipped on part of the elements; error
     confined to a few elements; a small relative error everywhere. Mismatches at kinks

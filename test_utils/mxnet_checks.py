@@ -152,24 +152,33 @@ def _broadcast_axes(arg_shape, out_shapes, out_names):
     return axes
 
 
-def _slice_probe(sym, ctx, loc, aux, heads, names):
-    """``{name: [(label, gradient, n_slices)]}``: the gradient when the head gradient is kept on one slice only.
+def _backward_probes(sym, ctx, loc, aux, heads, name) -> dict:
+    """What the backward gives for ``name`` under other head gradients, and the arrays it could have returned by
+    mistake: ``diagnose``'s context keys ``slice_terms``, ``head_doubled`` and ``arrays``.
 
-    For every output and every axis of length > 1, one backward with the head gradient zeroed outside
-    index 0 of that axis (and on every other output). A rule whose gradient equals that of the full
-    head gradient ignores the other slices: ``g[0]`` where ``g.sum(0)`` was due. Empty when an output
-    is a loss head (its gradient does not depend on a head gradient). Cost: one forward and one backward
-    per (output, axis).
+    ``slice_terms``: ``[(label, gradient, n_slices)]``, the gradient with the head gradient kept on one slice
+    only (for every output and every axis of length > 1, zeroed outside index 0 of that axis and on every other
+    output). A rule whose gradient equals that of the full head gradient ignores the other slices: ``g[0]``
+    where ``g.sum(0)`` was due. ``head_doubled``: the gradient for twice the head gradients -- a backward
+    linear in its head gradient doubles; one that ignores it does not change (and then equals every slice term
+    too, which is not a wrong reduction). ``arrays``: ``[(label, array)]`` of the arguments and outputs of the
+    gradient's shape (a backward returning one of them returned the wrong array). Nothing for loss heads (their
+    gradient does not depend on a head gradient). Cost: one forward and one backward per (output, axis), and one.
     """
-    if not names or any(h is None for h in heads):
-        return {}
+    found = {"arrays": [(f"the value of argument {k!r}", np.asarray(to_numpy(v), np.float64))
+                        for k, v in loc.items() if np.shape(v) == np.shape(loc[name])]}
+    if any(h is None for h in heads):
+        return found
     heads = [np.asarray(to_numpy(h)) for h in heads]
-    grads = {n: to_device(np.zeros(loc[n].shape), ctx, loc[n].dtype) for n in names}
-    exe = sym.bind(ctx, _on(ctx, loc), args_grad=grads, grad_req={n: "write" for n in names},
-                   aux_states=_on(ctx, aux))
-    exe.forward(is_train=True)
+    grad = to_device(np.zeros(loc[name].shape), ctx, loc[name].dtype)
+    exe = sym.bind(ctx, _on(ctx, loc), args_grad={name: grad}, grad_req={name: "write"}, aux_states=_on(ctx, aux))
+    outs = exe.forward(is_train=True)
     out_names = sym.list_outputs()
-    terms = {n: [] for n in names}
+    found["arrays"] += [(f"the value of output {n!r}", np.asarray(to_numpy(o), np.float64)) for n, o in zip(out_names, outs)
+                        if np.shape(o) == np.shape(loc[name])]
+    found["arrays"] += [(f"the head gradient of {n!r}", h.astype(np.float64)) for n, h in zip(out_names, heads)
+                        if h.shape == np.shape(loc[name])]
+    terms = []
     for k, h in enumerate(heads):
         for axis in range(h.ndim):
             if h.shape[axis] < 2:
@@ -180,9 +189,10 @@ def _slice_probe(sym, ctx, loc, aux, heads, names):
             masked[k][tuple(sl)] = h[tuple(sl)]
             exe.backward([to_device(m, ctx) for m in masked])
             label = f"output {out_names[k]!r} slice [{', '.join('0' if a == axis else ':' for a in range(h.ndim))}]"
-            for n in names:
-                terms[n].append((label, np.array(to_numpy(grads[n]), np.float64), h.shape[axis]))
-    return terms
+            terms.append((label, np.array(to_numpy(grad), np.float64), h.shape[axis]))
+    exe.backward([to_device(2 * h, ctx) for h in heads])
+    found.update(slice_terms=terms, head_doubled=np.array(to_numpy(grad), np.float64))
+    return found
 
 
 def diagnosis_context(sym, ctx, loc, aux, heads, name, out_shapes, kinks=(), noise=None):
@@ -196,7 +206,7 @@ def diagnosis_context(sym, ctx, loc, aux, heads, name, out_shapes, kinks=(), noi
                "kinks": list(kinks)}
     dtype = np.asarray(loc[name]).dtype
     try:
-        context["slice_terms"] = _slice_probe(sym, ctx, loc, aux, heads, [name]).get(name, [])
+        context.update(_backward_probes(sym, ctx, loc, aux, heads, name))
         if noise is None and dtype.kind == "f" and dtype.itemsize < 8:
             noise = harness_analytic_noise(sym, loc, aux, heads, [name], dtype)[1][name]
     except Exception as exc:  # the probes must never hide the real failure

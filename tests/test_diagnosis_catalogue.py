@@ -1,0 +1,85 @@
+"""Diagnoses of shipped bug classes that need more than the two arrays: a backward that ignores its head
+gradient, and one that returns the wrong array (its input, its output, the head gradient). Before, both were
+called "one slice of the head gradient was used ... wrong broadcast reduction" or "no simple pattern"."""
+
+import numpy as np
+import pytest
+
+import symgrad as sg
+import symgrad.test_utils as tu
+
+BACKWARDS = {
+    "correct": lambda x, y, g: g * (1 - y * y),
+    "ignores the head gradient": lambda x, y, g: 1 - y * y,
+    "returns its input": lambda x, y, g: x,
+    "returns its output": lambda x, y, g: y,
+    "returns the head gradient": lambda x, y, g: g,
+}
+NAMED = {
+    "ignores the head gradient": "the backward ignores the head gradient",
+    "returns its input": "the value of argument 'x' itself: the backward returns the wrong array",
+    "returns its output": "the value of output 'dc_output' itself: the backward returns the wrong array",
+    "returns the head gradient": "the head gradient of 'dc_output' itself: the backward returns the wrong array",
+}
+
+
+def _register(kind):
+    class _Tanh(sg.operator.CustomOp):
+        def forward(self, is_train, req, in_data, out_data, aux):
+            self.assign(out_data[0], req[0], np.tanh(in_data[0]))
+
+        def backward(self, req, out_grad, in_data, out_data, in_grad, aux):
+            self.assign(in_grad[0], req[0], BACKWARDS[kind](in_data[0], out_data[0], out_grad[0]))
+
+    @sg.operator.register(f"dc_{kind}")
+    class _Prop(sg.operator.CustomOpProp):
+        def infer_shape(self, in_shape):
+            return in_shape, [in_shape[0]], []
+
+        def create_operator(self, ctx, shapes, dtypes):
+            return _Tanh()
+
+
+for _kind in BACKWARDS:
+    _register(_kind)
+
+
+def _sym(kind):
+    return sg.sym.Custom(sg.sym.Variable("x"), op_type=f"dc_{kind}", name="dc")
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("kind", sorted(NAMED))
+def test_check_numeric_gradient_names_the_bug(kind, dtype):
+    x = np.random.default_rng(0).standard_normal((3, 4))
+    with pytest.raises(tu.GradientCheckError) as info:
+        tu.check_numeric_gradient(_sym(kind), {"x": x}, dtype=dtype, progress=False)
+    assert NAMED[kind] in info.value.diagnosis
+    assert "broadcast" not in info.value.diagnosis
+
+
+@pytest.mark.parametrize("kind", sorted(NAMED))
+def test_check_symbolic_backward_names_the_bug(kind):
+    x = np.random.default_rng(1).standard_normal((3, 4))
+    head = np.random.default_rng(2).standard_normal((3, 4))
+    with pytest.raises(tu.GradientCheckError) as info:
+        tu.check_symbolic_backward(_sym(kind), {"x": x}, [head], {"x": head * (1 - np.tanh(x) ** 2)},
+                                   dtype=np.float64)
+    assert NAMED[kind] in info.value.diagnosis
+
+
+def test_the_correct_twin_passes():
+    x = np.random.default_rng(0).standard_normal((3, 4))
+    for dtype in (np.float32, np.float64):
+        tu.check_numeric_gradient(_sym("correct"), {"x": x}, dtype=dtype, progress=False)
+
+
+def test_a_wrong_reduction_is_still_named_as_such():
+    # the gradient of a broadcast bias taken from one slice: it scales with the head gradient, so it is not
+    # "ignores the head gradient"; and it is no input or output
+    from symgrad.test_utils.diagnose import diagnose
+
+    g = np.random.default_rng(3).standard_normal((5, 4))
+    context = {"slice_terms": [("output 'y' slice [0, :]", g[0], 5)], "head_doubled": 2 * g[0],
+               "arrays": [("the value of argument 'b'", np.ones(4))]}
+    assert "wrong broadcast reduction" in diagnose(g[0], g.sum(0), context=context)
