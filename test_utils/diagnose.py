@@ -515,13 +515,13 @@ def diagnose(actual, expected, names=("actual", "expected"), *, context=None) ->
 
     Rules, in order: non-finite values; rounding; a stale 'write' buffer (``context["initial_buffer"]``); the
     wrong array returned (``context["arrays"]``); the head gradient ignored (``context["head_doubled"]``); one
-    slice instead of the sum over a broadcast axis (needs ``context["slice_terms"]``); ``actual = k x expected`` (k = 0 missing, -1 sign, 2 counted
-    twice, n accumulated n times, 1/n over-normalised or averaged over a broadcast axis, k ~ 1 off by ~1%,
-    other k scaled); a constant offset; transposed axes; sign flipped on part of the elements; error
-    confined to a few elements; a small relative error everywhere. Mismatches at kinks
-    (``context["kinks"]``) are named as non-differentiable points. Arrays of different shapes are not
-    diagnosed. ``names`` replace the words "actual" and "expected" in the text (``("analytic",
-    "numeric")`` for a numeric check).
+    slice instead of the sum over a broadcast axis (needs ``context["slice_terms"]``); ``actual = k x
+    expected`` (k = 0 missing, -1 sign, 2 counted twice, n accumulated n times, 1/n over-normalised or averaged
+    over a broadcast axis, k ~ 1 off by ~1%, other k scaled); ~n x expected with a drifting ratio (accumulated
+    while parameters moved); a constant offset; transposed axes; sign flipped on part of the elements; error
+    confined to a few elements; a small relative error everywhere. Mismatches at kinks (``context["kinks"]``)
+    are named as non-differentiable points. Arrays of different shapes are not diagnosed. ``names`` replace the
+    words "actual" and "expected" in the text (``("analytic", "numeric")`` for a numeric check).
     """
     a = np.asarray(actual, dtype=np.float64)
     e = np.asarray(expected, dtype=np.float64)

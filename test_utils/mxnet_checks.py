@@ -174,8 +174,8 @@ def _backward_probes(sym, ctx, loc, aux, heads, name) -> dict:
     exe = sym.bind(ctx, _on(ctx, loc), args_grad={name: grad}, grad_req={name: "write"}, aux_states=_on(ctx, aux))
     outs = exe.forward(is_train=True)
     out_names = sym.list_outputs()
-    found["arrays"] += [(f"the value of output {n!r}", np.asarray(to_numpy(o), np.float64)) for n, o in zip(out_names, outs)
-                        if np.shape(o) == np.shape(loc[name])]
+    found["arrays"] += [(f"the value of output {n!r}", np.asarray(to_numpy(o), np.float64))
+                        for n, o in zip(out_names, outs) if np.shape(o) == np.shape(loc[name])]
     found["arrays"] += [(f"the head gradient of {n!r}", h.astype(np.float64)) for n, h in zip(out_names, heads)
                         if h.shape == np.shape(loc[name])]
     terms = []
