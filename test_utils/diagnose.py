@@ -19,6 +19,8 @@ fills with what it knows beyond the arrays:
   head gradient gives the same);
 - ``"arrays"``: ``[(label, array)]``: the inputs and outputs of the gradient's shape (``actual`` equal to one
   of them: the wrong array returned);
+- ``"other_expected"``: ``[(name, array)]``: the expected gradients of the other arguments of the same shape
+  (``actual`` equal to one of them: d/da and d/db swapped);
 - ``"kinks"``: ``report.Kink`` facts of mismatching elements found at non-differentiable points;
 - ``"arg_name"``: the argument checked;
 - ``"initial_buffer"``: what the gradient buffer held before a backward with grad_req 'write' (checkers
@@ -77,6 +79,7 @@ PATTERNS = {
     "kink": "mismatch at non-differentiable points",
     "spread": "error over many elements with no simple pattern",
     "head_ignored": "the gradient does not scale with the head gradient",
+    "swapped": "actual = the expected gradient of another argument",
     "returned_array": "actual = an input, an output or the head gradient itself",
     "stale_buffer": "actual = the buffer's initial content + expected (added into a 'write' buffer)",
     "custom": "a registered rule that returned a plain string",
@@ -296,6 +299,19 @@ def _sign_partly_flipped(actual, expected):
     return None
 
 
+def _swapped(actual, expected, context):
+    """actual = the expected gradient of another argument: the rule's gradients of two inputs are exchanged."""
+    for name, other in (context or {}).get("other_expected", ()):
+        other = np.asarray(other, np.float64)
+        if other.shape == actual.shape and np.any(other) and _close(actual, other) and not _close(expected, other):
+            return Diagnosis(f"actual = the expected gradient of {name!r}: the gradients of two arguments are "
+                             f"swapped (d/da returned for b and d/db for a)", "swapped", other=name)
+    return None
+
+
+_swapped.uses_context = True  # type: ignore[attr-defined]
+
+
 def _head_ignored(actual, expected, context):
     """The backward does not scale with its head gradient: doubling out_grad leaves the gradient unchanged."""
     doubled = (context or {}).get("head_doubled")
@@ -432,9 +448,9 @@ _rounding.uses_context = True  # type: ignore[attr-defined]
 
 # one-slice evidence is exact (it comes from re-running the backward), so it goes before the ratio fit,
 # which a 4-element bias gradient can satisfy by chance
-RULES: list[Rule] = [_nonfinite, _rounding, _stale_buffer, _returned_array, _head_ignored, _broadcast_reduction,
-                     _scaled, _accumulated_drifting, _offset, _transposed, _sign_partly_flipped, _confined,
-                     _small_relative]
+RULES: list[Rule] = [_nonfinite, _rounding, _stale_buffer, _swapped, _returned_array, _head_ignored,
+                     _broadcast_reduction, _scaled, _accumulated_drifting, _offset, _transposed,
+                     _sign_partly_flipped, _confined, _small_relative]
 
 
 def register_rule(rule: Rule, first: bool = False) -> Rule:
@@ -514,7 +530,8 @@ def diagnose(actual, expected, names=("actual", "expected"), *, context=None) ->
     """A one-line guess at the bug making ``actual`` differ from ``expected``, or None.
 
     Rules, in order: non-finite values; rounding; a stale 'write' buffer (``context["initial_buffer"]``); the
-    wrong array returned (``context["arrays"]``); the head gradient ignored (``context["head_doubled"]``); one
+    gradients of two arguments swapped (``context["other_expected"]``); the wrong array returned
+    (``context["arrays"]``); the head gradient ignored (``context["head_doubled"]``); one
     slice instead of the sum over a broadcast axis (needs ``context["slice_terms"]``); ``actual = k x
     expected`` (k = 0 missing, -1 sign, 2 counted twice, n accumulated n times, 1/n over-normalised or averaged
     over a broadcast axis, k ~ 1 off by ~1%, other k scaled); ~n x expected with a drifting ratio (accumulated

@@ -379,6 +379,7 @@ def check_symbolic_backward(sym, location, out_grads, expected, rtol=None, atol=
 
         def context(name=name, req=req):
             found = diagnosis_context(sym, ctx, loc, aux, heads, name, out_shapes)
+            found["other_expected"] = [(n, e) for n, e in exp.items() if n != name]
             if req == "write":
                 found["initial_buffer"] = initial[name]
             return found
@@ -817,6 +818,7 @@ class _NumericRun:
         def context(name=name, left=left):
             found = diagnosis_context(s.sym, s.ctx, self.point, s.aux, self.heads, name, s.out_shapes, left,
                                       noise=r["n_noise"][name] + r["a_noise"][name])
+            found["other_expected"] = [(n, r["numeric"][n]) for n in s.checked if n != name]
             if s.reqs[name] == "write":
                 found["initial_buffer"] = self.initial[name]
             return found

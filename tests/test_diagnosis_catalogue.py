@@ -83,3 +83,42 @@ def test_a_wrong_reduction_is_still_named_as_such():
     context = {"slice_terms": [("output 'y' slice [0, :]", g[0], 5)], "head_doubled": 2 * g[0],
                "arrays": [("the value of argument 'b'", np.ones(4))]}
     assert "wrong broadcast reduction" in diagnose(g[0], g.sum(0), context=context)
+
+
+class _Mul(sg.operator.CustomOp):
+    """y = a * b with the two gradients exchanged (d/da = g * a instead of g * b): a shipped class of bug."""
+
+    def forward(self, is_train, req, in_data, out_data, aux):
+        self.assign(out_data[0], req[0], in_data[0] * in_data[1])
+
+    def backward(self, req, out_grad, in_data, out_data, in_grad, aux):
+        a, b, g = in_data[0], in_data[1], out_grad[0]
+        self.assign(in_grad[0], req[0], g * a)
+        self.assign(in_grad[1], req[1], g * b)
+
+
+@sg.operator.register("dc_swapped_mul")
+class _MulProp(sg.operator.CustomOpProp):
+    def list_arguments(self):
+        return ["a", "b"]
+
+    def infer_shape(self, in_shape):
+        return in_shape, [in_shape[0]], []
+
+    def create_operator(self, ctx, shapes, dtypes):
+        return _Mul()
+
+
+@pytest.mark.parametrize("checker", ["check_numeric_gradient", "check_symbolic_backward"])
+def test_swapped_gradients_of_two_arguments_are_named(checker):
+    a, b = sg.sym.Variable("a"), sg.sym.Variable("b")
+    sym = sg.sym.Custom(a, b, op_type="dc_swapped_mul", name="mul")
+    rng = np.random.default_rng(4)
+    va, vb = rng.standard_normal((3, 4)), rng.standard_normal((3, 4))
+    with pytest.raises(tu.GradientCheckError) as info:
+        if checker == "check_numeric_gradient":
+            tu.check_numeric_gradient(sym, {"a": va, "b": vb}, dtype=np.float64, progress=False)
+        else:
+            tu.check_symbolic_backward(sym, {"a": va, "b": vb}, [np.ones((3, 4))], {"a": vb, "b": va},
+                                       dtype=np.float64)
+    assert "the gradients of two arguments are swapped" in info.value.diagnosis
