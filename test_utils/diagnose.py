@@ -21,6 +21,8 @@ fills with what it knows beyond the arrays:
   of them: the wrong array returned);
 - ``"other_expected"``: ``[(name, array)]``: the expected gradients of the other arguments of the same shape
   (``actual`` equal to one of them: d/da and d/db swapped);
+- ``"at_output"``: ``(output name, gradient)``: the expected gradient re-taken with the argument replaced by
+  that output's value (``actual`` equal to it: the derivative evaluated at the output, f'(f(x)));
 - ``"kinks"``: ``report.Kink`` facts of mismatching elements found at non-differentiable points;
 - ``"arg_name"``: the argument checked;
 - ``"initial_buffer"``: what the gradient buffer held before a backward with grad_req 'write' (checkers
@@ -80,6 +82,7 @@ PATTERNS = {
     "spread": "error over many elements with no simple pattern",
     "head_ignored": "the gradient does not scale with the head gradient",
     "swapped": "actual = the expected gradient of another argument",
+    "at_output": "actual = the derivative evaluated at the output instead of the input",
     "returned_array": "actual = an input, an output or the head gradient itself",
     "stale_buffer": "actual = the buffer's initial content + expected (added into a 'write' buffer)",
     "custom": "a registered rule that returned a plain string",
@@ -312,6 +315,23 @@ def _swapped(actual, expected, context):
 _swapped.uses_context = True  # type: ignore[attr-defined]
 
 
+def _at_output(actual, expected, context):
+    """actual = the gradient the rule gives with the output in place of the input: f'(f(x)) for f'(x)."""
+    found = (context or {}).get("at_output")
+    if found is None:
+        return None
+    out_name, at = found
+    at = np.asarray(at, np.float64)
+    if at.shape != actual.shape or not np.any(at) or not _close(actual, at) or _close(expected, at):
+        return None
+    return Diagnosis(f"actual = the derivative evaluated at the output {out_name!r} instead of the input (f'(y) "
+                     "for f'(x), y = f(x)): the rule reads out_data where it should read in_data", "at_output",
+                     output=out_name)
+
+
+_at_output.uses_context = True  # type: ignore[attr-defined]
+
+
 def _head_ignored(actual, expected, context):
     """The backward does not scale with its head gradient: doubling out_grad leaves the gradient unchanged."""
     doubled = (context or {}).get("head_doubled")
@@ -448,7 +468,7 @@ _rounding.uses_context = True  # type: ignore[attr-defined]
 
 # one-slice evidence is exact (it comes from re-running the backward), so it goes before the ratio fit,
 # which a 4-element bias gradient can satisfy by chance
-RULES: list[Rule] = [_nonfinite, _rounding, _stale_buffer, _swapped, _returned_array, _head_ignored,
+RULES: list[Rule] = [_nonfinite, _rounding, _stale_buffer, _swapped, _returned_array, _at_output, _head_ignored,
                      _broadcast_reduction, _scaled, _accumulated_drifting, _offset, _transposed,
                      _sign_partly_flipped, _confined, _small_relative]
 
@@ -531,7 +551,8 @@ def diagnose(actual, expected, names=("actual", "expected"), *, context=None) ->
 
     Rules, in order: non-finite values; rounding; a stale 'write' buffer (``context["initial_buffer"]``); the
     gradients of two arguments swapped (``context["other_expected"]``); the wrong array returned
-    (``context["arrays"]``); the head gradient ignored (``context["head_doubled"]``); one
+    (``context["arrays"]``); the derivative taken at the output (``context["at_output"]``); the head gradient
+    ignored (``context["head_doubled"]``); one
     slice instead of the sum over a broadcast axis (needs ``context["slice_terms"]``); ``actual = k x
     expected`` (k = 0 missing, -1 sign, 2 counted twice, n accumulated n times, 1/n over-normalised or averaged
     over a broadcast axis, k ~ 1 off by ~1%, other k scaled); ~n x expected with a drifting ratio (accumulated

@@ -924,9 +924,27 @@ class _ModelCheck:
         flat = np.sort(rng.choice(size, min(size, 64), replace=False))
         shape = args[bad[0]].shape
         indices = [tuple(int(i) for i in np.unravel_index(f, shape)) for f in flat]
-        _compare(point, sym, self.ctx, row, bad[0], indices, len(indices) == size)
+        _compare(point, sym, self.ctx, row, bad[0], indices, len(indices) == size,
+                 sample_context=lambda: _at_output_context(sym, point, values, aux, bad[0], indices, self))
         return NodeFault(position, node.name, node.op.name, node.params.get("op_type") if node.op.name == "Custom"
                          else None, bad, whole.ratio, row["diagnosis"])
+
+
+def _at_output_context(sym, point, values, aux, k, indices, check) -> dict:
+    """``diagnose``'s ``at_output`` for a node's sampled elements: the node's numeric gradient at ``indices`` with
+    input ``k`` replaced by the node's output of the same shape (a backward evaluating f'(y) for f'(x))."""
+    outs = point.exe.outputs
+    names = sym.list_outputs()
+    same = [(n, o) for n, o in zip(names, outs) if tuple(o.shape) == tuple(point.point[k].shape)]
+    if not same:
+        return {}
+    name, out = same[0]
+    moved = {n: _as64(v) for n, v in values.items() if n in point.point}
+    moved[k] = np.asarray(to_numpy(out), np.float64)
+    at = _Point(sym, moved, {n: _as64(v) for n, v in aux.items()}, [k], {n: "write" for n in moved}, check.dt,
+                check.ctx, point.seed, pin=check.pin, emulate=False)
+    numeric, _, _ = at.elements(k, indices)
+    return {"at_output": (name, numeric)}
 
 
 def _f32(a):
@@ -939,9 +957,11 @@ def _as64(v):
     return v.astype(np.float64) if v.dtype.kind == "f" else v
 
 
-def _compare(p, sym, ctx, row, k, indices, whole, localised=False):
+def _compare(p, sym, ctx, row, k, indices, whole, localised=False, sample_context=None):
     """Per-element differences of ``indices`` against the analytic gradient, under the checkers' tolerance
-    model; mismatches at kinks of unpinned (opaque) ops whose analytic value is a subgradient are left out."""
+    model; mismatches at kinks of unpinned (opaque) ops whose analytic value is a subgradient are left out.
+    ``sample_context``: a callable giving ``diagnose``'s context for a sample (``indices`` not the whole
+    argument), called on failure only."""
     from .compare import compare
     from .mxnet_checks import diagnosis_context
     from .numeric import element_kinks
@@ -1003,7 +1023,7 @@ def _compare(p, sym, ctx, row, k, indices, whole, localised=False):
                                                                                              initial=0.0)))
     shape = p.point[k].shape
     a_c, n_c, an_c, nn_c, ex_c = analytic, numeric, a_noise, n_noise, exclude
-    context = None
+    context = None if whole else sample_context
     if whole and shape:  # the argument's own layout: structural diagnoses (transposed, broadcast) apply
         a_c, n_c, an_c, nn_c, ex_c = (v.reshape(shape) for v in (analytic, numeric, a_noise, n_noise, exclude))
 

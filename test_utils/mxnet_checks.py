@@ -192,7 +192,28 @@ def _backward_probes(sym, ctx, loc, aux, heads, name) -> dict:
             terms.append((label, np.array(to_numpy(grad), np.float64), h.shape[axis]))
     exe.backward([to_device(2 * h, ctx) for h in heads])
     found.update(slice_terms=terms, head_doubled=np.array(to_numpy(grad), np.float64))
+    at_output = [(n, o) for n, o in zip(out_names, outs) if np.shape(o) == np.shape(loc[name])]
+    if at_output and np.size(loc[name]) <= AT_OUTPUT_MAX:
+        n, out = at_output[0]
+        moved = dict(loc, **{name: np.asarray(to_numpy(out)).astype(np.asarray(loc[name]).dtype)})
+        found["at_output"] = (n, numeric_at(sym, moved, aux, heads, name, ctx))
     return found
+
+
+#: ``_backward_probes`` re-differentiates at the output value for arguments up to this size (2 forwards each)
+AT_OUTPUT_MAX = 4096
+
+
+def numeric_at(sym, values, aux, heads, name, ctx) -> np.ndarray:
+    """The float64 central-difference gradient of ``sum(heads * outputs)`` w.r.t. ``name`` at ``values``
+    (``diagnose``'s ``at_output``: the derivative a backward evaluated at the output would give)."""
+    weights = [np.asarray(to_numpy(h), np.float64) for h in heads]
+    ref_sym, _, make_objective = projected_objective(sym, weights, "diagnosis")
+    ref = Harness.bind(ref_sym, values, aux, ctx=ctx, dtype=np.float64, is_train=True)
+    objective = make_objective([np.asarray(b, np.float64) for b in ref.base()])
+    steps = {name: default_steps(np.asarray(values[name], np.float64), np.float64, "central")}
+    numeric, _ = gradient(ref, [name], lambda outs: objective(outs)[0], steps, progress=False)
+    return numeric[name]
 
 
 def diagnosis_context(sym, ctx, loc, aux, heads, name, out_shapes, kinks=(), noise=None):

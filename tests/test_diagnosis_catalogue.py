@@ -122,3 +122,32 @@ def test_swapped_gradients_of_two_arguments_are_named(checker):
             tu.check_symbolic_backward(sym, {"a": va, "b": vb}, [np.ones((3, 4))], {"a": vb, "b": va},
                                        dtype=np.float64)
     assert "the gradients of two arguments are swapped" in info.value.diagnosis
+
+
+def test_the_derivative_taken_at_the_output_is_named():
+    # the shipped class f'(f(x)) for f'(x): tanh's backward written as 1 - tanh(y)^2 with y the output
+    BACKWARDS["at the output"] = lambda x, y, g: g * (1 - np.tanh(y) ** 2)
+    _register("at the output")
+    x = np.random.default_rng(5).standard_normal((3, 4))
+    for dtype in (np.float32, np.float64):
+        with pytest.raises(tu.GradientCheckError) as info:
+            tu.check_numeric_gradient(_sym("at the output"), {"x": x}, dtype=dtype, progress=False)
+        assert "the derivative evaluated at the output 'dc_output' instead of the input" in info.value.diagnosis
+
+
+def test_check_model_names_the_derivative_taken_at_the_output_on_the_faulty_node():
+    # tests/planted_network.py's planted_at_output (softplus' derivative at the output) in a small conv net: the
+    # node check compares a sample of the node's elements, re-differentiated at the output for the diagnosis
+    import os
+    import sys
+
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import planted_network  # noqa: F401  (registers the planted ops)
+
+    S = sg.sym
+    y = S.Convolution(S.Variable("data"), kernel=(3, 3), num_filter=4, name="conv")
+    y = S.Custom(S.BatchNorm(y, fix_gamma=False, name="bn"), op_type="planted_at_output", name="planted_fwd")
+    y = S.FullyConnected(S.Activation(y, act_type="relu", name="relu"), num_hidden=3, name="fc")
+    res = tu.check_model(y, shapes={"data": (2, 3, 12, 12)}, dtype="float32", raise_on_failure=False, seed=1)
+    (fault,) = res.faults
+    assert fault.name == "planted_fwd" and "evaluated at the output" in fault.diagnosis
