@@ -23,6 +23,7 @@ fills with what it knows beyond the arrays:
   (``actual`` equal to one of them: d/da and d/db swapped);
 - ``"at_output"``: ``(output name, gradient)``: the expected gradient re-taken with the argument replaced by
   that output's value (``actual`` equal to it: the derivative evaluated at the output, f'(f(x)));
+- ``"values"``: the checked argument's own values (the error confined to a range of them: a wrong branch);
 - ``"kinks"``: ``report.Kink`` facts of mismatching elements found at non-differentiable points;
 - ``"arg_name"``: the argument checked;
 - ``"initial_buffer"``: what the gradient buffer held before a backward with grad_req 'write' (checkers
@@ -42,6 +43,7 @@ True
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable
 
@@ -82,6 +84,7 @@ PATTERNS = {
     "spread": "error over many elements with no simple pattern",
     "head_ignored": "the gradient does not scale with the head gradient",
     "swapped": "actual = the expected gradient of another argument",
+    "region": "error confined to the elements whose input lies beyond a threshold",
     "at_output": "actual = the derivative evaluated at the output instead of the input",
     "returned_array": "actual = an input, an output or the head gradient itself",
     "stale_buffer": "actual = the buffer's initial content + expected (added into a 'write' buffer)",
@@ -324,12 +327,53 @@ def _at_output(actual, expected, context):
     at = np.asarray(at, np.float64)
     if at.shape != actual.shape or not np.any(at) or not _close(actual, at) or _close(expected, at):
         return None
+    # a piecewise-constant derivative (hardsigmoid's 1/6 or 0) can match at the output by coincidence of
+    # pieces: only a ratio f'(y) / f'(x) that varies over the mismatching elements is evidence
+    bad = _mismatch(actual, expected, context)
+    if int(bad.sum()) < 2 or not np.all(expected[bad] != 0):
+        return None
+    ratio = at[bad] / expected[bad]
+    if float(np.ptp(ratio)) <= FIT_RTOL * float(np.max(np.abs(ratio))):
+        return None
     return Diagnosis(f"actual = the derivative evaluated at the output {out_name!r} instead of the input (f'(y) "
                      "for f'(x), y = f(x)): the rule reads out_data where it should read in_data", "at_output",
                      output=out_name)
 
 
 _at_output.uses_context = True  # type: ignore[attr-defined]
+
+
+#: ``_region``: the chance that the mismatches are the lowest (or highest) values by accident must be below this
+REGION_CHANCE = 0.01
+
+
+def _region(actual, expected, context):
+    """The mismatches are exactly the elements whose input value lies beyond a threshold (every element on the
+    other side agrees): a formula wrong in one branch (hardsigmoid below -3, a clip or threshold region)."""
+    context = context or {}
+    values, bad = context.get("values"), _mismatch(actual, expected, context)
+    if values is None or np.shape(values) != actual.shape:
+        return None
+    x = np.asarray(values, np.float64).ravel()
+    bad = bad.ravel()
+    k, n = int(bad.sum()), bad.size
+    if k < 2 or n - k < 2 or 2.0 / math.comb(n, k) >= REGION_CHANCE:
+        return None
+    lo_bad, hi_bad, lo_good, hi_good = x[bad].min(), x[bad].max(), x[~bad].min(), x[~bad].max()
+    if hi_bad < lo_good:
+        where, edge = f"below {_nice(float((hi_bad + lo_good) / 2))}", f"x >= {_nice(float(lo_good))}"
+    elif lo_bad > hi_good:
+        where, edge = f"above {_nice(float((lo_bad + hi_good) / 2))}", f"x <= {_nice(float(hi_good))}"
+    else:
+        return None
+    name = context.get("arg_name") or "x"
+    return Diagnosis(f"error confined to the {k} of {n} elements whose {name!r} value lies {where} (from "
+                     f"{_nice(float(lo_bad))} to {_nice(float(hi_bad))}); every element with {edge} agrees: the rule "
+                     "is wrong in one region of its input (a branch, a threshold or a clip)", "region",
+                     bounds=(float(lo_bad), float(hi_bad)))
+
+
+_region.uses_context = True  # type: ignore[attr-defined]
 
 
 def _head_ignored(actual, expected, context):
@@ -469,7 +513,7 @@ _rounding.uses_context = True  # type: ignore[attr-defined]
 # one-slice evidence is exact (it comes from re-running the backward), so it goes before the ratio fit,
 # which a 4-element bias gradient can satisfy by chance
 RULES: list[Rule] = [_nonfinite, _rounding, _stale_buffer, _swapped, _returned_array, _at_output, _head_ignored,
-                     _broadcast_reduction, _scaled, _accumulated_drifting, _offset, _transposed,
+                     _broadcast_reduction, _scaled, _accumulated_drifting, _offset, _transposed, _region,
                      _sign_partly_flipped, _confined, _small_relative]
 
 
@@ -556,7 +600,8 @@ def diagnose(actual, expected, names=("actual", "expected"), *, context=None) ->
     slice instead of the sum over a broadcast axis (needs ``context["slice_terms"]``); ``actual = k x
     expected`` (k = 0 missing, -1 sign, 2 counted twice, n accumulated n times, 1/n over-normalised or averaged
     over a broadcast axis, k ~ 1 off by ~1%, other k scaled); ~n x expected with a drifting ratio (accumulated
-    while parameters moved); a constant offset; transposed axes; sign flipped on part of the elements; error
+    while parameters moved); a constant offset; transposed axes; the error confined to a range of the input's
+    values (``context["values"]``); sign flipped on part of the elements; error
     confined to a few elements; a small relative error everywhere. Mismatches at kinks (``context["kinks"]``)
     are named as non-differentiable points. Arrays of different shapes are not diagnosed. ``names`` replace the
     words "actual" and "expected" in the text (``("analytic", "numeric")`` for a numeric check).

@@ -166,7 +166,8 @@ def _backward_probes(sym, ctx, loc, aux, heads, name) -> dict:
     gradient does not depend on a head gradient). Cost: one forward and one backward per (output, axis), and one.
     """
     found = {"arrays": [(f"the value of argument {k!r}", np.asarray(to_numpy(v), np.float64))
-                        for k, v in loc.items() if np.shape(v) == np.shape(loc[name])]}
+                        for k, v in loc.items() if np.shape(v) == np.shape(loc[name])],
+             "values": np.asarray(to_numpy(loc[name]), np.float64)}
     if any(h is None for h in heads):
         return found
     heads = [np.asarray(to_numpy(h)) for h in heads]

@@ -151,3 +151,52 @@ def test_check_model_names_the_derivative_taken_at_the_output_on_the_faulty_node
     res = tu.check_model(y, shapes={"data": (2, 3, 12, 12)}, dtype="float32", raise_on_failure=False, seed=1)
     (fault,) = res.faults
     assert fault.name == "planted_fwd" and "evaluated at the output" in fault.diagnosis
+
+
+class _HardSigmoid(sg.operator.CustomOp):
+    """hardsigmoid(x) = clip(x / 6 + 1/2, 0, 1); ``wrong`` gives slope 1/6 below -3 too (a shipped region bug)."""
+
+    def __init__(self, wrong):
+        self.wrong = wrong
+
+    def forward(self, is_train, req, in_data, out_data, aux):
+        self.assign(out_data[0], req[0], np.clip(in_data[0] / 6 + 0.5, 0, 1))
+
+    def backward(self, req, out_grad, in_data, out_data, in_grad, aux):
+        x = in_data[0]
+        inside = (x > -3) & (x < 3) if not self.wrong else (x < 3)
+        self.assign(in_grad[0], req[0], out_grad[0] * inside / 6)
+
+
+for _wrong in (False, True):
+    def _reg_hs(wrong=_wrong):
+        @sg.operator.register(f"dc_hardsigmoid_{'wrong' if wrong else 'ok'}")
+        class _P(sg.operator.CustomOpProp):
+            def infer_shape(self, in_shape):
+                return in_shape, [in_shape[0]], []
+
+            def create_operator(self, ctx, shapes, dtypes):
+                return _HardSigmoid(wrong)
+
+    _reg_hs()
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_an_error_in_one_region_of_the_input_is_named_with_its_range(dtype):
+    x = np.linspace(-5.3, 2.7, 24).reshape(4, 6)  # 7 elements below -3, none at the kinks
+    sym = lambda kind: sg.sym.Custom(sg.sym.Variable("x"), op_type=f"dc_hardsigmoid_{kind}", name="hs")
+    tu.check_numeric_gradient(sym("ok"), {"x": x}, dtype=dtype, progress=False)
+    with pytest.raises(tu.GradientCheckError) as info:
+        tu.check_numeric_gradient(sym("wrong"), {"x": x}, dtype=dtype, progress=False)
+    assert "error confined to the 7 of 24 elements whose 'x' value lies below -3" in info.value.diagnosis
+
+
+def test_a_region_is_not_claimed_where_chance_explains_it():
+    # two wrong elements of six that happen to be the two smallest: 2 / C(6, 2) = 13% by chance: no claim
+    from symgrad.test_utils.diagnose import diagnose
+
+    x = np.array([-2.0, -1.0, 0.5, 1.0, 2.0, 3.0])
+    e = np.ones(6)
+    a = e.copy()
+    a[:2] = 5.0
+    assert "region" not in str(diagnose(a, e, context={"values": x, "mismatch": a != e}))
