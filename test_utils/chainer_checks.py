@@ -393,7 +393,7 @@ class _Directional:
         _, a_noise = analytic_noise(graph.sym, graph.values, graph.aux, self.heads, self.checked,
                                     max(dt.values(), key=lambda d: np.finfo(d).eps), actual=self.grads)
         noise = (f_noise / width * (3.0 if self.detect else 1.0)
-                 + float(sum(np.sum(a_noise[n] * np.abs(r[n])) for n in self.checked)))
+                 + float(sum(np.nansum(a_noise[n] * np.abs(r[n])) for n in self.checked)))
         return analytic, value, noise
 
     def _detected(self):
