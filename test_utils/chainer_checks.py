@@ -253,7 +253,7 @@ def _direction(shapes):
 
 @seeded_check
 def check_backward(func, x_data, y_grad, params=(), eps=1e-3, atol=1e-5, rtol=1e-4, no_grads=None, dtype=None,
-                   detect_nondifferentiable=False, *, float64_reference=True, progress=True):
+                   detect_nondifferentiable=False, *, float64_reference=True, progress=True, probes=None):
     """Test the backward of ``func`` along a random direction (Chainer's ``check_backward``).
 
     Args:
@@ -273,6 +273,8 @@ def check_backward(func, x_data, y_grad, params=(), eps=1e-3, atol=1e-5, rtol=1e
         detect_nondifferentiable: raise ``NondifferentiableError`` at a kink instead of comparing.
         float64_reference: compute the finite differences on float64 copies (default True).
         progress: a tqdm bar when the per-element comparison of a failure runs longer than 2 seconds.
+        probes: the special-point probes (``test_utils.probes``): None (default) where the graph has Custom
+            nodes, True everywhere, False never.
 
     Returns:
         None (as Chainer).
@@ -290,7 +292,7 @@ def check_backward(func, x_data, y_grad, params=(), eps=1e-3, atol=1e-5, rtol=1e
     >>> check_backward(lambda x: sg.sym.tanh(x), x, np.ones((3, 4), np.float32))
     """
     return _check_backward("check_backward", func, x_data, y_grad, params, eps, atol, rtol, no_grads, dtype,
-                           detect_nondifferentiable, float64_reference, progress)
+                           detect_nondifferentiable, float64_reference, progress, probes=probes)
 
 
 def _validate(who, func, x_data, params, eps, atol, rtol, no_grads, dtype, names, flags=None):
@@ -323,7 +325,7 @@ def _validate(who, func, x_data, params, eps, atol, rtol, no_grads, dtype, names
 
 
 def _check_backward(who, func, x_data, y_grad, params, eps, atol, rtol, no_grads, dtype, detect, float64_reference,
-                    progress=True, names=None, wrap=None):
+                    progress=True, names=None, wrap=None, probes=None):
     flags = {"detect_nondifferentiable": detect, "float64_reference": float64_reference, "progress": progress}
     graph, names, no_grads, dtype = _validate(who, func, x_data, params, eps, atol, rtol, no_grads, dtype, names,
                                               flags)
@@ -341,6 +343,8 @@ def _check_backward(who, func, x_data, y_grad, params, eps, atol, rtol, no_grads
                "(dtype=None, float64_reference=True).")
     check.run()
     graph.probe_buffers(checked, heads, who)
+    if probes is not False and not wrap:  # first order only: a second-order graph's points are the first's
+        graph.probe_points(probes, checked, heads, who, rtol, atol)
     return None
 
 

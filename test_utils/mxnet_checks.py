@@ -523,7 +523,7 @@ class NumericGradientResult(dict):
 def check_numeric_gradient(sym, location, aux_states=None, numeric_eps=None, rtol=None, atol=None, grad_nodes=None,
                            use_forward_train=True, ctx=None, grad_stype_dict=None, dtype=np.float32, *,
                            numeric_dtype=np.float64, method="central", kinks="redraw", progress=True,
-                           executor=None):
+                           executor=None, probes=None):
     """Check the backward pass against finite differences (MXNet's ``check_numeric_gradient``).
 
     The scalar checked is ``f = sum_k sum(w_k * out_k)`` over every output ``k``, with random weights
@@ -573,6 +573,10 @@ def check_numeric_gradient(sym, location, aux_states=None, numeric_eps=None, rto
             (``differencer.Spread``; the symbol travels as its JSON, custom ops must be registered in the
             workers); the result and the report are those of the serial run. Every round of re-draws is
             spread; the kink tests of mismatching elements and the analytic side stay here.
+        probes: (keyword-only) the special-point probes (``test_utils.probes``: the arguments zeroed, a row zero
+            or constant, scaled far out, two arguments equal; each judged for a finite gradient and for the
+            one-sided derivatives): None (default) runs them where the graph has Custom nodes, True everywhere,
+            False never.
 
     Returns:
         A ``NumericGradientResult``: ``{name: (analytic, numeric)}`` float64 arrays for every checked
@@ -601,6 +605,7 @@ def check_numeric_gradient(sym, location, aux_states=None, numeric_eps=None, rto
         warnings.warn(NondifferentiablePointWarning(text), stacklevel=2)
     result = run.compare(rounds)
     run.probe_buffers(rounds)
+    run.probe_points(probes)
     return result
 
 
@@ -777,6 +782,16 @@ class _NumericRun:
         live = [k for k in s.checked]
         probe(s.sym, self.point, s.aux, self.heads, {k: r["analytic"][k] for k in live}, s.dtype, s.ctx, s.who,
               noise={k: r["a_noise"][k] for k in live})
+
+    def probe_points(self, probes):
+        """Phase 7: the special-point probes (``probes.run``; None: where the graph has Custom nodes)."""
+        from . import probes as special
+
+        s = self.s
+        if s.complex_step or not special.wanted(probes, s.sym):
+            return
+        special.run(s.sym, self.point, s.aux, self.heads, s.checked, s.dtype, s.ctx, s.who, s.rtol,
+                    s.atol if s.atol is not None else 0.0)
 
     def _atol(self, numeric):
         """The given atol, or (atol=None) the dtype's rtol times the largest |numeric| entry of the argument: an

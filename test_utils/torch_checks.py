@@ -62,7 +62,8 @@ __all__ = ["gradcheck", "gradgradcheck"]
 
 @seeded_check
 def gradcheck(func, inputs, *, eps=1e-6, atol=1e-5, rtol=1e-3, raise_exception=True, nondet_tol=0.0,
-              check_undefined_grad=True, fast_mode=False, float64_reference=True, progress=True, executor=None):
+              check_undefined_grad=True, fast_mode=False, float64_reference=True, progress=True, executor=None,
+              probes=None):
     """Check the gradients of ``func`` at ``inputs`` against finite differences (PyTorch's ``gradcheck``).
 
     Args:
@@ -77,6 +78,8 @@ def gradcheck(func, inputs, *, eps=1e-6, atol=1e-5, rtol=1e-3, raise_exception=T
         fast_mode: compare ``u^T J v`` for random unit vectors ``u``, ``v`` instead of full Jacobians.
         float64_reference: take the finite differences on float64 copies (default True).
         progress: a tqdm bar when a numeric Jacobian runs longer than 2 seconds.
+        probes: the special-point probes (``test_utils.probes``): None (default) where the graph has Custom
+            nodes, True everywhere, False never.
         executor: a ``concurrent.futures.Executor`` (a process pool, a Dask client's ``get_executor()``) over
             whose workers the columns of the numeric Jacobians (and a failure's per-element view) are spread;
             the graph travels as its JSON, and the result and report are those of the serial run. Fast mode's
@@ -102,7 +105,7 @@ def gradcheck(func, inputs, *, eps=1e-6, atol=1e-5, rtol=1e-3, raise_exception=T
     check_flag(raise_exception, "gradcheck", "raise_exception")
     try:
         return _gradcheck("gradcheck", func, inputs, None, eps, atol, rtol, nondet_tol, check_undefined_grad,
-                          fast_mode, float64_reference, progress, executor=executor)
+                          fast_mode, float64_reference, progress, executor=executor, probes=probes)
     except GradientCheckError:
         if raise_exception:
             raise
@@ -247,7 +250,7 @@ def _validate(who, func, inputs, names, eps, atol, rtol, nondet_tol, flags=None)
 
 
 def _gradcheck(who, func, inputs, names, eps, atol, rtol, nondet_tol, check_undefined_grad, fast_mode,
-               float64_reference, progress=True, wrap=None, executor=None):
+               float64_reference, progress=True, wrap=None, executor=None, probes=False):
     flags = {"check_undefined_grad": check_undefined_grad, "fast_mode": fast_mode,
              "float64_reference": float64_reference, "progress": progress}
     if executor is not None:
@@ -286,6 +289,7 @@ def _gradcheck(who, func, inputs, names, eps, atol, rtol, nondet_tol, check_unde
         check.undefined_grad(exe, bufs)
     if out_diff:
         graph.probe_buffers(used, check.probe_heads(out_diff), who)
+        graph.probe_points(probes, used, check.probe_heads(out_diff), who, rtol, atol)
     kinks.warn(stacklevel=5)
     return True
 
