@@ -299,6 +299,14 @@ class Reference:
         objective = self.objective if weights is None else self.objective_for(weights)
         return directional(self.harness, r, eps, lambda outs: objective(outs)[0])
 
+    def one_sided(self, r: dict, eps) -> tuple:
+        """``(D+, D-)``: the forward and backward differences of the objective along ``r`` at step ``eps``."""
+        scalar = lambda outs: self.objective(outs)[0]
+        f0 = scalar(self.base)
+        plus, _ = directional(self.harness, r, eps, scalar, at_base=f0)
+        minus, _ = directional(self.harness, r, -eps, scalar, at_base=f0)
+        return plus, minus
+
     def jacobian(self, name, steps):
         """Numeric Jacobian of every output w.r.t. ``name`` (``differencer.jacobian``)."""
         return jacobian(self.harness, name, steps, self.n_out, progress=self.progress,

@@ -56,3 +56,14 @@ def test_buggy_caught_at_special_point(entry_id):
     results = {c: run.run_check(e, e.buggy, c, np.float64, loc, y_grad, 0) for c in run.CHECKERS}
     assert any(caught for caught, _, _ in results.values()), results
     assert all(error is None or caught for caught, error, _ in results.values()), results  # no other exception
+
+
+def test_check_backward_passes_the_cdist_twin_at_its_cusp_and_catches_the_bug():
+    # cdist with p = 0.5 at a pair sharing a coordinate: a cusp along the random direction that no single element
+    # shows (each passes alone). Before, check_backward failed the correct twin there in 7 of 20 runs; now the
+    # one-sided derivatives along r bracket the backward (a kink, warned) -- the buggy NaN rule still fails
+    e = corpus.by_id("torch-cdist-p-lt-1-nan")
+    for seed in range(6):
+        loc, y_grad = run.draw(e, "special", seed, np.float64)
+        assert run.run_check(e, e.correct, "check_backward", np.float64, loc, y_grad, seed)[:2] == (False, None)
+        assert run.run_check(e, e.buggy, "check_backward", np.float64, loc, y_grad, seed)[0]
