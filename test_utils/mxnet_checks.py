@@ -309,7 +309,8 @@ def check_symbolic_forward(sym, location, expected, rtol=None, atol=None, aux_st
 
 @seeded_check
 def check_symbolic_backward(sym, location, out_grads, expected, rtol=None, atol=None, aux_states=None,
-                            grad_req="write", ctx=None, grad_stypes=None, equal_nan=False, dtype=np.float32):
+                            grad_req="write", ctx=None, grad_stypes=None, equal_nan=False, dtype=np.float32, *,
+                            probes=None):
     """Compare the gradients of one forward(is_train=True) + backward with expected arrays.
 
     Gradient buffers exist only for the arguments in ``expected`` and start *dirty* (standard-normal
@@ -332,6 +333,8 @@ def check_symbolic_backward(sym, location, out_grads, expected, rtol=None, atol=
         grad_stypes: None or a dict of ``'default'`` storage types (sparse: NotImplementedError).
         equal_nan: NaN == NaN.
         dtype: float16/32/64 for every bound array, or ``"asnumpy"`` to keep each array's dtype.
+        probes: (keyword-only) the special-point probes against finite differences (``test_utils.probes``):
+            None (default) where the graph has Custom nodes, True everywhere, False never.
 
     Returns:
         ``{name: gradient buffer}`` (numpy) after backward, as MXNet (with ``add`` the buffer holds
@@ -428,7 +431,15 @@ def check_symbolic_backward(sym, location, out_grads, expected, rtol=None, atol=
     _raise_first(failures)
     live = {k: (g.astype(np.float64) - initial[k].astype(np.float64) if reqs[k] == "add" else g.astype(np.float64))
             for k, g in grads.items() if reqs[k] != "null"}
-    probe(sym, loc, aux, heads, live, next(iter(grads.values())).dtype if grads else np.float64, ctx, who)
+    dt = next(iter(grads.values())).dtype if grads else np.dtype(np.float64)
+    probe(sym, loc, aux, heads, live, dt, ctx, who)
+    from . import probes as special
+
+    if live and special.wanted(probes, sym) and all(h is not None for h in heads):
+        # the expected arrays hold at the given location only: at the derived points the probes compare with
+        # finite differences (tolerances of the dtype, as check_numeric_gradient's)
+        r, a = get_tols(np.empty(0, dt), np.empty(0, dt), rtol, atol)
+        special.run(sym, loc, aux, heads, list(live), dt, ctx, who, r, a)
     return grads
 
 

@@ -81,6 +81,18 @@ def test_a_formula_wrong_far_out_is_found_from_a_users_draw(checker):
     _check(checker, "hs_ok", x)
 
 
+def test_check_symbolic_backward_probes_against_finite_differences():
+    # the user's expected arrays hold at the given location only; at the derived points the probes compare with
+    # finite differences
+    x = np.random.default_rng(0).standard_normal((3, 4))
+    expected = {"x": x / np.sqrt((x * x).sum(axis=1, keepdims=True))}
+    with pytest.raises(tu.GradientCheckError, match="at the probe x = 0 .* is nan"):
+        tu.check_symbolic_backward(S.Custom(S.Variable("x"), op_type="pr_norm_nan"), {"x": x}, [np.ones(3)],
+                                   expected, dtype=np.float64)
+    tu.check_symbolic_backward(S.Custom(S.Variable("x"), op_type="pr_norm_ok"), {"x": x}, [np.ones(3)], expected,
+                               dtype=np.float64)
+
+
 def test_a_true_singularity_is_not_a_failure():
     # at x = 0 the analytic gradient of sqrt(|x|) is infinite and so are the one-sided derivatives (they grow as
     # the step shrinks): a property of the function, not a bug
