@@ -8,7 +8,8 @@ visits a bounded, seeded set of derived points (``points``):
 - each float argument zero as a whole, one row of it zero, one row of it constant (zero variance);
 - each float argument scaled by ``FAR`` (magnitudes a standard normal draw never reaches: a wrong branch beyond
   a threshold);
-- two same-shaped arguments equal (one array fed to two inputs).
+- two same-shaped arguments equal (one array fed to two inputs);
+- an index argument (integers, not differentiated) with every entry repeating the first.
 
 At a probe the forward must be finite (else the point is skipped: the function is not defined there). Then:
 
@@ -52,10 +53,26 @@ def wanted(probes, sym) -> bool:
     return bool(custom_nodes(sym)) if probes is None else bool(probes)
 
 
+def _index_like(v) -> bool:
+    """An integer array, or a float array holding integers only (MXNet's indices): an index or label input."""
+    v = np.asarray(v)
+    if v.size < 2 or v.dtype.kind not in "iuf":
+        return False
+    return v.dtype.kind in "iu" or bool(np.all(np.isfinite(v)) and np.all(v == np.round(v)))
+
+
 def points(values: dict, names: list, seed: int) -> list:
-    """``[(label, values)]``: the derived points (module docstring), seeded."""
+    """``[(label, values)]``: the derived points (module docstring), seeded. Arguments not differentiated that hold
+    integers (indices, labels) get a point of their own where every entry repeats the first: a gather, an
+    embedding or a pick must then add the gradients of the repeats (a shipped class of bug: repeated indices
+    overwritten instead of accumulated)."""
     rng = np.random.default_rng([seed, 7])
     found = []
+    for k, v in values.items():
+        if k not in names and _index_like(v):
+            v = np.asarray(v)
+            found.append((f"every {k} = {v.reshape(-1)[0]:g} (repeated indices)",
+                          {**values, k: np.full_like(v, v.reshape(-1)[0])}))
     for k in names:
         x = np.asarray(values[k])
         if x.size == 0:

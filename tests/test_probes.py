@@ -117,3 +117,7 @@ def test_the_probe_points_are_bounded_and_name_what_they_change():
     labels = [label for label, _ in probes.points(values, ["a", "b", "c"], seed=0)]
     assert len(labels) == 4 + 4 + 3 + 1  # zero, a zero row, a constant row, far out per 2-d argument; a = b
     assert "b = a (the same values fed to both)" in labels and "c = 0 (every element)" in labels
+    # an argument that is not differentiated and holds integers (an index): every entry repeats the first
+    with_index = probes.points({**values, "i": np.array([2.0, 0.0, 1.0])}, ["a", "b", "c"], seed=0)
+    (label, at), = [(lb, v) for lb, v in with_index if lb.startswith("every i")]
+    assert label == "every i = 2 (repeated indices)" and at["i"].tolist() == [2.0, 2.0, 2.0]
