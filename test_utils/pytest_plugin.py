@@ -164,12 +164,19 @@ def rng(request):
     try:
         yield np.random.default_rng(seed)
     finally:
-        try:
-            seed_module._current.reset(token)
-        except ValueError:  # reset from another context (a plugin running the test in a copied context)
-            seed_module._current.set(None)
-        np.random.set_state(np_state)
-        random.setstate(py_state)
+        _restore(seed_module, np_state, py_state, token)
+
+
+def _restore(seed_module, np_state, py_state, token):
+    """Put back the test seed and the global RNG states saved before a seeded test."""
+    import numpy as np
+
+    try:
+        seed_module._current.reset(token)
+    except ValueError:  # reset from another context (a plugin running the test in a copied context)
+        seed_module._current.set(None)
+    np.random.set_state(np_state)
+    random.setstate(py_state)
 
 
 def _uses_symgrad(item) -> bool:
@@ -216,17 +223,8 @@ def pytest_runtest_teardown(item):
     saved = item.stash.get(_saved_key, None)
     if saved is None:
         return
-    import numpy as np
-
-    np_state, py_state, token = saved
     del item.stash[_saved_key]
-    seed_module = importlib.import_module(f"{__package__}.seed")
-    try:
-        seed_module._current.reset(token)
-    except ValueError:  # reset from another context (a plugin running the test in a copied context)
-        seed_module._current.set(None)
-    np.random.set_state(np_state)
-    random.setstate(py_state)
+    _restore(importlib.import_module(f"{__package__}.seed"), *saved)
 
 
 # -- collection and reports -----------------------------------------------------------------------------------

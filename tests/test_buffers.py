@@ -3,6 +3,7 @@
 
 import numpy as np
 import pytest
+from custom_unary import register_unary
 
 import symgrad as sg
 import symgrad.test_utils as tu
@@ -33,22 +34,7 @@ class _Scale(sg.operator.CustomOp):
 
 
 for _how in ("assign", "overwrite", "stale", "kept"):
-    def _register(how=_how):
-        @sg.operator.register(f"buffers_{how}")
-        class _Prop(sg.operator.CustomOpProp):
-            def list_arguments(self):
-                return ["data"]
-
-            def list_outputs(self):
-                return ["output"]
-
-            def infer_shape(self, in_shape):
-                return in_shape, [in_shape[0]], []
-
-            def create_operator(self, ctx, shapes, dtypes):
-                return _Scale(how)
-
-    _register()
+    register_unary(f"buffers_{_how}", lambda how=_how: _Scale(how))
 
 FOUND = {"overwrite": "ignores req='add'",
          "stale": "reads a stale buffer: it adds into a gradient buffer it should overwrite",

@@ -2,6 +2,7 @@
 
 import numpy as np
 import pytest
+from custom_unary import register_unary
 
 import symgrad as sg
 import symgrad.test_utils as tu
@@ -233,23 +234,7 @@ class _Doubling(mx.operator.CustomOp):
 
 
 for _how in ("assign", "overwrite", "accumulate", "raise"):
-    def _prop(how=_how):
-        class _Prop(mx.operator.CustomOpProp):
-            def list_arguments(self):
-                return ["data"]
-
-            def list_outputs(self):
-                return ["output"]
-
-            def infer_shape(self, in_shape):
-                return in_shape, [in_shape[0]], []
-
-            def create_operator(self, ctx, shapes, dtypes):
-                return _Doubling(how)
-
-        mx.operator.register(f"doubling_{how}")(_Prop)
-
-    _prop()
+    register_unary(f"doubling_{_how}", lambda how=_how: _Doubling(how))
 
 
 def _doubling(how):

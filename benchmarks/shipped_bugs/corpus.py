@@ -547,23 +547,22 @@ add("torch-gather-repeated-indices", "pytorch/pytorch", 1631, "repeated_indices"
     lambda r, dt: {"x": _n(r, (5,), dt), "idx": _idx(r, 5, (4,), dt)},
     lambda r, dt: {"x": _n(r, (5,), dt), "idx": np.array([0, 0, 3, 3], dt)}, index_args=("idx",))
 
+def _rows_gathered_by_set(id, repo, issue, index, rows, picks, repeat):
+    """x[index] (whole rows) whose shipped backward scattered by assignment: a repeated row keeps one copy."""
+    add(id, repo, issue, "repeated_indices", ["x", index],
+        lambda sx, si: (si[0],) + tuple(sx[1:]),
+        lambda x, idx: x[_i(idx)],
+        lambda g, y, x, idx: [_scatter_set(x.shape, _i(idx), g, x.dtype), None],
+        lambda g, y, x, idx: [_scatter_add(x.shape, _i(idx), g, x.dtype), None],
+        lambda r, dt: {"x": _n(r, (rows, 3), dt), index: _idx(r, rows, (picks,), dt)},
+        lambda r, dt: {"x": _n(r, (rows, 3), dt), index: np.array(repeat, dt)}, index_args=(index,))
+
+
 # pytorch/pytorch#1528 -- x[LongTensor] backward kept only the last copy of a duplicated index (rows here).
-add("torch-longtensor-indexing-duplicates", "pytorch/pytorch", 1528, "repeated_indices", ["x", "idx"],
-    lambda sx, si: (si[0],) + tuple(sx[1:]),
-    lambda x, idx: x[_i(idx)],
-    lambda g, y, x, idx: [_scatter_set(x.shape, _i(idx), g, x.dtype), None],
-    lambda g, y, x, idx: [_scatter_add(x.shape, _i(idx), g, x.dtype), None],
-    lambda r, dt: {"x": _n(r, (4, 3), dt), "idx": _idx(r, 4, (3,), dt)},
-    lambda r, dt: {"x": _n(r, (4, 3), dt), "idx": np.array([0, 0], dt)}, index_args=("idx",))
+_rows_gathered_by_set("torch-longtensor-indexing-duplicates", "pytorch/pytorch", 1528, "idx", 4, 3, [0, 0])
 
 # PaddlePaddle/Paddle#17509 -- gather_grad used scatter in overwrite mode: index [1, 1] gives 1 instead of 2.
-add("paddle-gather-duplicate-index", "PaddlePaddle/Paddle", 17509, "repeated_indices", ["x", "index"],
-    lambda sx, si: (si[0],) + tuple(sx[1:]),
-    lambda x, idx: x[_i(idx)],
-    lambda g, y, x, idx: [_scatter_set(x.shape, _i(idx), g, x.dtype), None],
-    lambda g, y, x, idx: [_scatter_add(x.shape, _i(idx), g, x.dtype), None],
-    lambda r, dt: {"x": _n(r, (5, 3), dt), "index": _idx(r, 5, (2,), dt)},
-    lambda r, dt: {"x": _n(r, (5, 3), dt), "index": np.array([1, 1], dt)}, index_args=("index",))
+_rows_gathered_by_set("paddle-gather-duplicate-index", "PaddlePaddle/Paddle", 17509, "index", 5, 2, [1, 1])
 
 # apache/mxnet#9172 -- gather_nd backward was scatter_nd (assignment): a repeated column (1, 1) gets one contribution.
 add("mxnet-gather-nd-duplicates", "apache/mxnet", 9172, "repeated_indices", ["data", "indices"],
