@@ -97,8 +97,9 @@ def test_a_true_singularity_is_not_a_failure():
     # at x = 0 the analytic gradient of sqrt(|x|) is infinite and so are the one-sided derivatives (they grow as
     # the step shrinks): a property of the function, not a bug
     x = np.random.default_rng(3).standard_normal((3, 4))
-    for checker in CHECKERS:
-        _check(checker, "sqrt_abs", x)
+    assert set(_check("check_numeric_gradient", "sqrt_abs", x)) == {"x"}
+    assert _check("check_backward", "sqrt_abs", x) is None
+    assert _check("gradcheck", "sqrt_abs", x) is True
 
 
 def test_probes_false_turns_them_off_and_true_asks_for_them_on_builtin_graphs(monkeypatch):
