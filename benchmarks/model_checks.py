@@ -162,7 +162,7 @@ def timing(args):
     for net in args.nets.split(","):
         model, params = _model("export", net)
         size = FULL[net]
-        if args.workers:
+        if args.workers or args.cli:
             _timing_cli(args, net, model, params, size)
             continue
         res, seconds = _check(model, params, size, dtype="float32")
@@ -172,16 +172,21 @@ def timing(args):
 
 
 def _timing_cli(args, net, model, params, size):
-    """The command a user runs, ``symgrad check ... --workers N``, timed from outside (start-up included)."""
+    """The command a user runs, ``symgrad check ...`` (``--workers N`` when given), timed from outside (start-up
+    included)."""
     import subprocess
 
-    cmd = ["symgrad", "check", model, "--params", params, "--shape", f"data=1,3,{size},{size}",
-           "--workers", str(args.workers)]
+    from symgrad.test_utils.model_check import FORKS, usable_cores
+
+    cmd = ["symgrad", "check", model, "--params", params, "--shape", f"data=1,3,{size},{size}"]
+    cmd += ["--workers", str(args.workers)] if args.workers else []
+    workers = args.workers or (usable_cores() if FORKS else 1)
     t0 = time.perf_counter()
     done = subprocess.run(cmd, capture_output=True, text=True)
     seconds = time.perf_counter() - t0
-    _emit(args.out, {"key": f"time/{net}/{size}/workers{args.workers}", "net": net, "size": size,
-                     "ok": done.returncode == 0, "workers": args.workers, "seconds": round(seconds, 1),
+    what = f"workers{args.workers}" if args.workers else "cli-default"
+    _emit(args.out, {"key": f"time/{net}/{size}/{what}", "net": net, "size": size,
+                     "ok": done.returncode == 0, "workers": workers, "forked": FORKS, "seconds": round(seconds, 1),
                      "summary": done.stdout.strip().splitlines()[-1] if done.stdout.strip() else done.stderr[-300:]})
 
 
@@ -261,6 +266,7 @@ def main():
     p = sub.add_parser("time")
     p.add_argument("--nets", default="resnet18_v1,densenet121,inceptionv3")
     p.add_argument("--workers", type=int, help="time `symgrad check --workers N` instead of the serial check_model")
+    p.add_argument("--cli", action="store_true", help="time `symgrad check` with its defaults (every core)")
     p.add_argument("--out")
     p.set_defaults(func=timing)
     p = sub.add_parser("table")

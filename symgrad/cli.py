@@ -130,8 +130,8 @@ def _load_params(path):
 
 
 def _open_executor(args, stack):
-    """``(executor, description)`` of ``--workers N`` (N local processes) or ``--scheduler ADDRESS`` (a Dask
-    cluster), closed with ``stack``; ``(None, None)``: serial."""
+    """``(executor, description)`` of ``--scheduler ADDRESS`` (a Dask cluster), closed with ``stack``; ``(None,
+    None)``: none (``--workers``: local processes, ``_workers``)."""
     if args.scheduler is not None:
         try:
             from distributed import Client
@@ -139,40 +139,19 @@ def _open_executor(args, stack):
             raise CLIError("--scheduler needs Dask's distributed package: pip install 'dask[distributed]'") from None
         client = stack.enter_context(Client(args.scheduler))
         return client.get_executor(), f"Dask scheduler {args.scheduler}"
-    if args.workers is None or args.workers == 1:
-        return None, None
+    return None, None
+
+
+def _workers(args, ctx) -> int:
+    """``--workers N``; by default every usable core where the workers are forked after the analytic pass (Linux:
+    nothing is rebuilt), else one process, as on a GPU."""
+    from .test_utils.model_check import FORKS, usable_cores
+
+    if args.workers is None:
+        return usable_cores() if FORKS and args.scheduler is None and ctx.device_type == "cpu" else 1
     if args.workers < 1:
         raise CLIError(f"--workers {args.workers}: must be at least 1")
-    import concurrent.futures
-    import multiprocessing
-
-    _share_threads(args.workers, stack)
-    # fresh interpreters: nothing but the pickled symbol JSON and arrays is shared with the workers
-    pool = concurrent.futures.ProcessPoolExecutor(args.workers, mp_context=multiprocessing.get_context("spawn"))
-    from .test_utils.differencer import preload
-
-    for _ in range(args.workers):  # the workers start (and import numpy, symgrad) during the analytic pass
-        pool.submit(preload)
-    return stack.enter_context(pool), f"{args.workers} worker processes"
-
-
-#: the thread counts of the BLAS / OpenMP libraries numpy may use, read when a process loads them
-THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
-
-
-def _share_threads(workers, stack):
-    """Give each worker process its share of the cores for BLAS (unless the variables are set already).
-
-    Every worker's BLAS would otherwise start a thread per core: with 2 workers on 2 cores, 4 spinning threads
-    made the spread check 1.5-2x *slower* than one process, against ~2-4x faster with one thread each
-    (benchmarks/bench_scale_out.py). The variables are read when a worker loads numpy, so they are set in this
-    process's environment, which the workers inherit (this process's BLAS is loaded already), and restored
-    when the pool closes."""
-    share = str(max(1, (os.cpu_count() or 1) // workers))
-    for name in THREAD_VARIABLES:
-        if name not in os.environ:
-            os.environ[name] = share
-            stack.callback(os.environ.pop, name, None)
+    return args.workers
 
 
 def import_modules(items) -> list:
@@ -245,13 +224,16 @@ def _check(args, stack) -> int:
     prep.label = label
     reqs = parse_grad_req(args.grad_req, list(prep.args))
     executor, spread_text = _open_executor(args, stack)
+    workers = _workers(args, ctx)
+    if workers > 1:
+        spread_text = f"{workers} worker processes"
     if not args.json:
         _print_header(args, prep, ctx, spread_text)
     progress = (sys.stderr.isatty() and not args.json) if args.progress is None else args.progress
     _on_sigterm(stack)
     result = check_model(prep, dtype=args.dtype, mode=args.mode, samples=args.samples, seed=args.seed,
-                         grad_req=reqs, ctx=ctx, executor=executor, progress=progress, raise_on_failure=False,
-                         keep_partial=True)
+                         grad_req=reqs, ctx=ctx, executor=executor, workers=workers, progress=progress,
+                         raise_on_failure=False, keep_partial=True)
     result.header.update(ctx=str(ctx), samples=args.samples if args.mode == "sample" else None,
                          executor=spread_text)
     if args.json:
@@ -392,8 +374,8 @@ def build_parser() -> argparse.ArgumentParser:
                        "when stderr is a terminal)")
     spread = check.add_mutually_exclusive_group()
     spread.add_argument("--workers", type=int, default=None, metavar="N",
-                        help="spread the finite differences over N local worker processes (default 1: none); "
-                        "the results are those of one process")
+                        help="share the arguments between N local processes (default: one per usable core on "
+                        "Linux, forked after the analytic pass; 1 elsewhere); the results are those of one process")
     spread.add_argument("--scheduler", default=None, metavar="ADDRESS",
                         help="spread the finite differences over a Dask cluster (e.g. tcp://host:8786; needs "
                         "dask[distributed] here and on the workers, with symgrad installed there)")

@@ -169,12 +169,13 @@ class Harness:
         assert_deterministic(self.exe, self.is_train, self.aux_initial, who, what)
         self._based = False
 
-    def evaluation_noise(self, objective, dtype, runs=None) -> float:
+    def evaluation_noise(self, objective, dtype, runs=None, base=None) -> float:
         """The rounding noise of one evaluation of ``objective(outputs) -> (value, magnitude)`` in ``dtype`` --
         divided by a difference's width, the numeric noise of the tolerance model: the larger of ``NOISE_FACTOR *
-        eps * magnitude`` (the final sum) and ``objective_noise`` (cancellation inside the forward)."""
+        eps * magnitude`` (the final sum) and ``objective_noise`` (cancellation inside the forward). ``base``:
+        ``base()``'s outputs when the caller has them (one forward fewer)."""
         eps = float(np.finfo(np.dtype(dtype)).eps)
-        magnitude = objective(self.base())[1]
+        magnitude = objective(self.base() if base is None else base)[1]
         return max(NOISE_FACTOR * eps * magnitude,
                    self.objective_noise(lambda outs: objective(outs)[0], dtype, runs=runs))
 

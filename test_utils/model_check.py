@@ -27,6 +27,7 @@ The cost model (``mode="fast"``, the default) fits a network:
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import json
 import math
@@ -585,10 +586,11 @@ class _Point:
         self._confirmed = emulate or self.dt.itemsize >= 8
         # -- the numeric side: float64, pinned, re-running only what depends on the moved argument
         self.ref = Harness.bind(ref_sym, self.point, self.aux, ctx=ctx, dtype=np.float64, is_train=True)
-        self.objective = make_objective([np.asarray(b, np.float64) for b in self.ref.base()])
+        base = self.ref.base()
+        self.objective = make_objective([np.asarray(b, np.float64) for b in base])
         self.scalar = lambda outs: self.objective(outs)[0]
-        self.f_noise = self.ref.evaluation_noise(self.objective, np.float64, runs=NOISE_RUNS)
-        self.f0 = self.scalar(self.ref.base())
+        self.f_noise = self.ref.evaluation_noise(self.objective, np.float64, runs=NOISE_RUNS, base=base)
+        self.f0 = self.scalar(self.ref.base())  # the noise runs overwrote the values partial forwards start from
 
     def rounding_could_explain(self, k, proj: _Projection, r, random_signs) -> bool:
         """Whether ``proj`` (a failed projection of ``k`` along ``r``) would pass with the measured difference
@@ -770,6 +772,7 @@ class _ModelCheck:
         self.prep, self.rows, self.ctx, self.mode = prep, rows, ctx, mode
         self.samples, self.seed, self.directions = int(samples), int(seed), int(directions)
         self.progress, self.executor, self.pin, self.locate = progress, executor, pin, locate
+        self.workers = 1  # local processes (``check_model``'s ``workers``)
         self.dt = np.dtype(dtype)
         self.checked = [n for n, r in rows.items() if r["verdict"] != "skip"]
         self.live = [n for n in self.checked if rows[n]["grad_req"] != "null"]
@@ -1084,7 +1087,7 @@ def _rows(prep, grad_req) -> dict:
 
 
 def check_model(model, params=None, *, shapes=None, dtype="float32", mode="fast", samples=DEFAULT_SAMPLES, seed=0,
-                grad_req="write", ctx=None, executor=None, progress=False, directions=DIRECTIONS, pin=True,
+                grad_req="write", ctx=None, executor=None, workers=1, progress=False, directions=DIRECTIONS, pin=True,
                 locate=True, raise_on_failure=True, keep_partial=False) -> ModelCheckResult:
     """Check the gradient of every argument of a whole model numerically, and name the faulty node.
 
@@ -1101,6 +1104,10 @@ def check_model(model, params=None, *, shapes=None, dtype="float32", mode="fast"
         ctx: the device of the analytic run (default cpu).
         executor: a ``concurrent.futures.Executor``: the arguments are shared between its workers (each rebuilds
             the same point from the model's JSON), with the same results as without it.
+        workers: local processes sharing the arguments (default 1: this one). On Linux they are forked from
+            this process once phase 0 is done, so each starts with the analytic pass and the pinned reference
+            already built (``symgrad check`` uses every core this way); elsewhere they are fresh interpreters
+            that rebuild the point, as with ``executor``. Same results as one process.
         progress: show progress (a bar on a terminal, a line every few seconds otherwise).
         directions: random directions per argument in fast mode.
         pin: evaluate the numeric side on the forward's pieces (``decisions.pinned_symbol``); False: unpinned,
@@ -1123,10 +1130,12 @@ def check_model(model, params=None, *, shapes=None, dtype="float32", mode="fast"
         raise ValueError(f"{WHO}: mode must be one of {MODES}, got {mode!r}")
     if samples < 1:
         raise ValueError(f"{WHO}: samples must be at least 1, got {samples}")
-    prep = model if isinstance(model, PreparedModel) else prepare_model(model, params, shapes, seed)
     ctx = cpu() if ctx is None else ctx
+    workers = _check_workers(workers, executor, ctx)
+    prep = model if isinstance(model, PreparedModel) else prepare_model(model, params, shapes, seed)
     rows = _rows(prep, grad_req)
     check = _ModelCheck(prep, rows, dtype, ctx, mode, samples, seed, directions, progress, executor, pin, locate)
+    check.workers = workers
     result = ModelCheckResult(prep.label, np.dtype(dtype).name, mode, int(seed), [rows[n] for n in prep.args])
     result.header = {"given": prep.given, "ignored_params": prep.ignored, "dropout_as_identity": prep.dropouts}
     np.random.seed(seed)  # the checkers' own draws (full mode's projection weights, dirty buffers)
@@ -1160,19 +1169,26 @@ def check_model(model, params=None, *, shapes=None, dtype="float32", mode="fast"
 
 
 def _run(check, result):
-    if check.mode == "full":
-        _full(check)
-        return
-    units = len(check.live) * (check.directions if check.mode == "fast" else 1)
-    bar = Progress(units, check.progress, "symgrad check", delay=0.0, lines=True, unit="direction")
-    try:
+    with contextlib.ExitStack() as stack:
+        if check.workers > 1 and (check.mode == "full" or not FORKS):  # fresh workers that rebuild the point
+            check.executor = stack.enter_context(process_pool(check.workers, "fork" if FORKS else "spawn"))
+        if check.mode == "full":
+            _full(check)
+            return
+        units = len(check.live) * (check.directions if check.mode == "fast" else 1)
+        bar = stack.enter_context(Progress(units, check.progress, "symgrad check", delay=0.0, lines=True,
+                                           unit="direction"))
         bar.note(f"analytic pass, noise estimates and the pinned reference ({len(check.live)} arguments)")
         # the workers take their phase 0 while this process takes its own (the pinning summary, null rows)
         shares = _spread(check) if check.executor is not None else None
         check.start()
         result.pinning = check.point.pinning
+        spread = shares is None and min(check.workers, len(check.live)) > 1
+        forked = stack.enter_context(_Forked(check)) if spread else None
         if shares is not None:
             _gather(check, shares, bar)
+        elif forked is not None:
+            forked.rows(bar)
         else:
             for k in check.live:
                 (check.fast if check.mode == "fast" else check.sample)(k, bar)
@@ -1181,9 +1197,8 @@ def _run(check, result):
             check.localise_worst()
         if check.locate_needed():
             bar.note("an argument fails: checking each node alone")
-            result.faults = check.attribute() if check.executor is None else _spread_attribution(check)
-    finally:
-        bar.close()
+            result.faults = (check.attribute() if check.executor is None and forked is None
+                             else forked.faults() if forked is not None else _spread_attribution(check))
 
 
 def _full(check):
@@ -1352,3 +1367,152 @@ def _spread_attribution(check) -> list:
 
 def _remote_faults(blob, share):
     return _remote_check(blob).attribute(share)
+
+
+# == local worker processes =====================================================================================
+
+#: whether ``workers`` are forked after phase 0 (Linux; fork is unsafe with macOS's system libraries and absent on
+#: Windows, where the workers are fresh interpreters that rebuild the point, as with an ``executor``)
+FORKS = sys.platform.startswith("linux")
+#: the thread counts of the BLAS / OpenMP libraries numpy may use, read when a process loads them
+THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
+
+
+def usable_cores() -> int:
+    """The cores this process may run on (its CPU affinity where the platform says, else the machine's)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:
+        return max(1, os.cpu_count() or 1)
+
+
+def _check_workers(workers, executor, ctx) -> int:
+    if isinstance(workers, bool) or not isinstance(workers, (int, np.integer)) or workers < 1:
+        raise ValueError(f"{WHO}: workers must be a whole number of processes, at least 1; got {workers!r}")
+    if workers > 1 and executor is not None:
+        raise ValueError(f"{WHO}: give workers (local processes) or executor (a pool of your own), not both")
+    if workers > 1 and getattr(ctx, "device_type", "cpu") != "cpu":
+        raise ValueError(f"{WHO}: workers={workers} share the numeric side between processes on the CPU; with "
+                         f"ctx {ctx} check in one process (workers=1)")
+    return int(workers)
+
+
+def _blas_threads(workers) -> int:
+    """Each of ``workers`` processes' share of the cores for BLAS: every worker's BLAS would otherwise start a
+    thread per core, and with 2 workers on 2 cores 4 spinning threads made a spread check 1.5-2x *slower* than
+    one process, against ~2x faster with one thread each (benchmarks/bench_scale_out.py)."""
+    return max(1, usable_cores() // workers)
+
+
+@contextlib.contextmanager
+def process_pool(workers, method="spawn"):
+    """A ``ProcessPoolExecutor`` of ``workers`` processes started by ``method``, each with its share of the cores
+    for BLAS. A spawned interpreter reads the thread variables when it loads numpy, so they are set in this
+    process's environment (unless set already: this process's BLAS is loaded, its threads stay) while the
+    workers start; a forked one has numpy loaded and limits its BLAS through threadpoolctl."""
+    import concurrent.futures
+    import multiprocessing
+
+    share = _blas_threads(workers)
+    added = [name for name in THREAD_VARIABLES if name not in os.environ]
+    for name in added:
+        os.environ[name] = str(share)
+    try:
+        pool = concurrent.futures.ProcessPoolExecutor(
+            workers, mp_context=multiprocessing.get_context(method), initializer=_worker_setup, initargs=(share,))
+        with _quiet_fork_warning():
+            futures = [pool.submit(_ready) for _ in range(workers)]  # start them now, while phase 0 runs here
+        with pool:
+            yield pool
+            for f in futures:
+                f.result()
+    finally:
+        for name in added:
+            os.environ.pop(name, None)
+
+
+def _ready() -> bool:
+    return True
+
+
+def _worker_setup(blas_threads):
+    """A worker's start: Ctrl-C is the parent's to handle (it shuts the pool down), and BLAS gets the
+    worker's share of the cores (a forked worker inherits the parent's thread pool of every core)."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        from threadpoolctl import threadpool_limits
+    except ImportError:  # threadpoolctl is a dependency; a spawned worker has its share from the environment
+        return
+    threadpool_limits(blas_threads)
+
+
+@contextlib.contextmanager
+def _quiet_fork_warning():
+    """Python 3.12+ warns that forking a process with threads may deadlock: here the other threads are the BLAS
+    pool, idle between calls, and OpenBLAS quiesces it around a fork (``pthread_atfork``)."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=r".*multi-threaded.*fork", category=DeprecationWarning)
+        yield
+
+
+#: the check the forked workers share with the process that forked them (set for the fork, cleared after)
+_FORKED_CHECK = None
+
+
+class _Forked:
+    """``check.workers`` processes forked from this one after phase 0: each holds the check as it stands (the
+    analytic pass, the float64 gradients, the noise estimates, the pinned reference), so the arguments' partial
+    forwards are shared out with nothing rebuilt, pickled or sent but the rows coming back. Phase 0 of the point
+    costs as much as ~40 partial forwards on DenseNet-121 (11 s); workers that rebuild it from the JSON (the
+    ``executor`` path) spent it again in each process, on cores the parent needs for its own (measured on 2 cores:
+    DenseNet-121 99.7 s serial, 76.2 s with 2 spawned workers, 58.8 s forked).
+
+    Arguments are handed out one at a time (a ResNet's first convolution recomputes the whole net, its last
+    bias one layer), so a worker that drew cheap ones takes more."""
+
+    def __init__(self, check):
+        self.check = check
+
+    def __enter__(self):
+        global _FORKED_CHECK
+        _FORKED_CHECK = self.check
+        try:
+            self._pool = process_pool(min(self.check.workers, len(self.check.live)), "fork")
+            self.pool = self._pool.__enter__()
+        finally:
+            _FORKED_CHECK = None  # the children have their copy; this process keeps no second reference
+        return self
+
+    def __exit__(self, *exc):
+        if exc[0] is not None:  # interrupted or failed: drop what has not started (each running task is one arg)
+            self.pool.shutdown(wait=True, cancel_futures=True)
+        return self._pool.__exit__(*exc)
+
+    def rows(self, bar):
+        import concurrent.futures
+
+        check = self.check
+        futures = [self.pool.submit(_forked_row, k) for k in check.live]
+        for future in concurrent.futures.as_completed(futures):
+            name, row, j = future.result()
+            check.rows[name].update(row)
+            if j is not None:
+                check.failed[name] = j
+            bar.update(check.directions if check.mode == "fast" else 1)
+
+    def faults(self) -> list:
+        n = 4 * self.check.workers
+        futures = [self.pool.submit(_forked_faults, (i, n)) for i in range(n)]
+        return sorted((f for future in futures for f in future.result()), key=lambda f: f.position)
+
+
+def _forked_row(k):
+    check = _FORKED_CHECK
+    (check.fast if check.mode == "fast" else check.sample)(k, Progress(0, False))
+    return k, dict(check.rows[k]), check.failed.get(k)
+
+
+def _forked_faults(share):
+    return _FORKED_CHECK.attribute(share)

@@ -324,12 +324,13 @@ def test_progress_to_a_file_is_lines_with_rate_and_eta(tmp_path, monkeypatch):
     assert all("/s, " in ln and " left" in ln for ln in counted)
 
 
-def test_sigterm_prints_the_partial_table_and_exits_143(tmp_path):
+@pytest.mark.parametrize("workers", ["1", "2"])  # this process alone, and sharing with forked workers
+def test_sigterm_prints_the_partial_table_and_exits_143(tmp_path, workers):
     sym = sg.sym.load(os.path.join(ZOO, "resnet18_v1-symbol.json"))
     path = tmp_path / "net-symbol.json"
     sym.save(str(path))
     proc = subprocess.Popen([sys.executable, "-m", "symgrad", "check", str(path), "--shape", "data=1,3,64,64",
-                             "--mode", "sample", "--progress"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             "--mode", "sample", "--progress", "--workers", workers], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True)
     deadline = time.time() + 120
     seen = ""

@@ -193,18 +193,38 @@ def test_cli_workers_give_the_serial_report(capsys):
         assert cli.main(["check", "--example", "lenet", "--json", "--no-progress", *extra]) == 0
         return json.loads(capsys.readouterr().out)
 
-    serial, spread = run(), run("--workers", "2")
+    serial, spread = run("--workers", "1"), run("--workers", "2")
     assert spread.pop("executor") == "2 worker processes" and serial.pop("executor") is None
     serial.pop("seconds"), spread.pop("seconds")
     assert serial == spread
 
 
+def test_cli_uses_every_usable_core_by_default(capsys, monkeypatch):
+    from symgrad.test_utils import model_check
+
+    monkeypatch.setattr(model_check, "usable_cores", lambda: 3)
+    assert cli.main(["check", "--example", "lenet", "--json", "--no-progress"]) == 0
+    expected = "3 worker processes" if model_check.FORKS else None
+    assert json.loads(capsys.readouterr().out)["executor"] == expected
+
+
 @pytest.mark.parametrize("mode", ["fast", "sample", "full"])
-def test_check_model_modes_on_a_pool(pool, mode):
+def test_check_model_modes_on_a_pool_and_on_forked_workers(pool, mode):
     sym = model_zoo.load_example("mlp")
     rows = [check_model(sym, mode=mode, samples=8, executor=ex).rows for ex in (None, pool)]
-    assert rows[0] == rows[1]
+    rows.append(check_model(sym, mode=mode, samples=8, workers=2).rows)
+    assert rows[0] == rows[1] == rows[2]
     assert all(r["verdict"] in ("pass", "skip") for r in rows[1])
+
+
+@pytest.mark.parametrize("workers, executor, ctx, match", [
+    (0, None, None, "workers must be a whole number"), (1.5, None, None, "workers must be a whole number"),
+    (2, "pool", None, "not both"), (2, None, "gpu", "one process")])
+def test_check_model_refuses_bad_workers(pool, workers, executor, ctx, match):
+    sym = model_zoo.load_example("mlp")
+    with pytest.raises(ValueError, match=match):
+        check_model(sym, workers=workers, executor=pool if executor else None,
+                    ctx=sg.gpu(0) if ctx else None)
 
 
 def test_cli_workers_must_be_positive(capsys):
@@ -222,10 +242,12 @@ def test_check_model_localises_and_attributes_on_a_pool_as_serially(pool):
     y = S.Convolution(data, kernel=(3, 3), num_filter=4, name="conv")
     y = S.Custom(S.BatchNorm(y, fix_gamma=False, name="bn"), op_type="planted_scaled", name="planted_fwd")
     y = S.FullyConnected(S.Activation(y, act_type="relu", name="relu"), num_hidden=3, name="fc")
-    results = [check_model(y, shapes={"data": (2, 3, 8, 8)}, dtype="float64", executor=ex, raise_on_failure=False)
-               for ex in (None, pool)]
-    assert results[0].rows == results[1].rows and not results[0].ok
-    assert [vars(f) for f in results[0].faults] == [vars(f) for f in results[1].faults]
+    runs = [{"executor": None}, {"executor": pool}, {"workers": 2}]
+    results = [check_model(y, shapes={"data": (2, 3, 8, 8)}, dtype="float64", raise_on_failure=False, **kw)
+               for kw in runs]
+    assert results[0].rows == results[1].rows == results[2].rows and not results[0].ok
+    assert [vars(f) for f in results[0].faults] == [vars(f) for f in results[1].faults] \
+        == [vars(f) for f in results[2].faults]
     assert [f.name for f in results[1].faults] == [planted_network.NODE]
 
 
