@@ -190,6 +190,23 @@ def _timing_cli(args, net, model, params, size):
                      "summary": done.stdout.strip().splitlines()[-1] if done.stdout.strip() else done.stderr[-300:]})
 
 
+def _passed_count(summary):
+    import re
+
+    found = re.search(r"(\d+) passed, (\d+) failed", summary)
+    return int(found.group(1)) + int(found.group(2)) if found else "-"
+
+
+def _timed_check(r) -> str:
+    if "torch" in r:
+        return "`torch.autograd.gradcheck(fast_mode=True)`, float64"
+    if r["key"].endswith("/cli-default"):
+        return f"`symgrad check` (default: {r['workers']} workers forked after phase 0)"
+    if "workers" in r:
+        return f"`symgrad check --workers {r['workers']}` (spawned workers, each rebuilding phase 0; earlier)"
+    return "`check_model`, one process"
+
+
 def table(args):
     by_key = {}  # a key in several files (a sweep resumed into another) counts once, its last line
     for path in args.files:
@@ -203,10 +220,9 @@ def table(args):
         print("| model (float32 unless said) | input | arguments | check | seconds | passed |")
         print("|---|---|---|---|---|---|")
         for r in timed:
-            torch_row = "torch" in r
-            what = ("`torch.autograd.gradcheck(fast_mode=True)`, float64" if torch_row else "`symgrad check` (default)")
-            count = r.get("tensors", r.get("arguments"))
-            print(f"| {r['net']} | {r['size']}x{r['size']} | {count} | {what} | {r['seconds']} | {r['ok']} |")
+            count = r.get("tensors", r.get("arguments")) or _passed_count(r.get("summary", ""))
+            seconds = f"{r['seconds']} (median of {', '.join(map(str, r['runs']))})" if "runs" in r else r["seconds"]
+            print(f"| {r['net']} | {r['size']}x{r['size']} | {count} | {_timed_check(r)} | {seconds} | {r['ok']} |")
     fa = [r for r in rows if "mode" in r]
     if fa:
         print("| net (source, size) | float32 fast | float32 sample | float64 fast | float64 sample | s per check |")
