@@ -96,7 +96,7 @@ def false_alarms(args):
                         continue
                     model, params = _model(src, net)
                     res, seconds = _check(model, params, size, dtype=dtype, mode=mode, seed=seed,
-                                          samples=args.samples, locate=False)
+                                          samples=args.samples, locate=False, workers=args.workers)
                     _emit(args.out, {"key": key, "source": src, "net": net, "size": size, "dtype": dtype,
                                      "mode": mode, "seed": seed, "ok": res.ok,
                                      "failed": [r["name"] for r in res.failed],
@@ -269,6 +269,7 @@ def main():
     p.add_argument("--samples", type=int, default=16)
     p.add_argument("--modes", default="fast,sample")
     p.add_argument("--nets", help="only these nets (comma-separated names)")
+    p.add_argument("--workers", type=int, default=1, help="check_model's workers (the rows are the same)")
     p.add_argument("--out")
     p.set_defaults(func=false_alarms)
     p = sub.add_parser("planted")

@@ -516,8 +516,11 @@ def _rounding(actual, expected, context):
 _rounding.uses_context = True  # type: ignore[attr-defined]
 
 # one-slice evidence is exact (it comes from re-running the backward), so it goes before the ratio fit,
-# which a 4-element bias gradient can satisfy by chance
-RULES: list[Rule] = [_nonfinite, _rounding, _stale_buffer, _swapped, _returned_array, _at_output, _head_ignored,
+# which a 4-element bias gradient can satisfy by chance. The derivative at the output goes before the wrong array:
+# where both fit, it says why (an ELU with a negative alpha whose rule reads the output's sign takes the x > 0
+# branch everywhere and returns the head gradient itself; measured on the shipped-bug corpus: 60 reports of the
+# three "evaluated at the output" bugs said "returns the wrong array")
+RULES: list[Rule] = [_nonfinite, _rounding, _stale_buffer, _swapped, _at_output, _returned_array, _head_ignored,
                      _broadcast_reduction, _scaled, _accumulated_drifting, _offset, _transposed, _region,
                      _sign_partly_flipped, _confined, _small_relative]
 

@@ -115,10 +115,23 @@ def test_probes_false_turns_them_off_and_true_asks_for_them_on_builtin_graphs(mo
 
 def test_the_probe_points_are_bounded_and_name_what_they_change():
     values = {"a": np.ones((3, 4)), "b": np.ones((3, 4)), "c": np.ones(5)}
-    labels = [label for label, _ in probes.points(values, ["a", "b", "c"], seed=0)]
-    assert len(labels) == 4 + 4 + 3 + 1  # zero, a zero row, a constant row, far out per 2-d argument; a = b
+    labels = [p.label for p in probes.points(values, ["a", "b", "c"], seed=0)]
+    # zero, a zero row, a constant row, far out twice per 2-d argument; zero, a zero row, far twice for c; a = b
+    assert len(labels) == 5 + 5 + 4 + 1
     assert "b = a (the same values fed to both)" in labels and "c = 0 (every element)" in labels
-    # an argument that is not differentiated and holds integers (an index): every entry repeats the first
+    assert "a scaled by 1000" in labels
+    # an argument that is not differentiated and holds integers (an index): every entry repeats the first, and
+    # every other entry is a padding / ignored value
     with_index = probes.points({**values, "i": np.array([2.0, 0.0, 1.0])}, ["a", "b", "c"], seed=0)
-    (label, at), = [(lb, v) for lb, v in with_index if lb.startswith("every i")]
-    assert label == "every i = 2 (repeated indices)" and at["i"].tolist() == [2.0, 2.0, 2.0]
+    index_points = {p.label: p.values["i"].tolist() for p in with_index if p.label.startswith("every")}
+    assert index_points == {"every i = 2 (repeated indices)": [2.0, 2.0, 2.0],
+                            "every other i = 0 (a padding / ignored index value)": [0.0, 0.0, 0.0],
+                            "every other i = -100 (a padding / ignored index value)": [-100.0, 0.0, -100.0]}
+    # rows of one length in arguments of different sizes: one shared row
+    shared = probes.points({"x": np.ones((2, 3)), "y": np.zeros((4, 3))}, ["x", "y"], seed=0)
+    (row,) = [p for p in shared if "shared" in p.label]
+    assert row.label == "y[0, :] = x[0, :] (a row shared between them)"
+    assert row.values["y"][0].tolist() == [1.0] * 3 and not row.values["y"][1:].any()
+    # the elements a zero or constant probe set are its region (the direction keeping their ties)
+    zero_row = next(p for p in probes.points(values, ["a"], seed=0) if p.label.endswith("= 0") and "[" in p.label)
+    assert zero_row.region["a"].sum() == 4 and not zero_row.values["a"][zero_row.region["a"]].any()

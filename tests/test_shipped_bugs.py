@@ -1,8 +1,8 @@
 """Fast subset of the shipped-bugs corpus (benchmarks/shipped_bugs): correct twins pass every checker style at a
-user's draw, and each buggy op is caught by at least one checker at the catalogue's special point (float64).
+user's draw, each buggy op is caught by at least one checker at the catalogue's special point (float64), and the
+bugs that only the special-point probes find are caught at a user's draw by every checker style.
 
-The full benchmark is ``python benchmarks/shipped_bugs/run.py``. The checkers do not yet probe special points by
-themselves, so most of these bugs pass at a user's draw: nothing here asserts catches at user-drawn inputs.
+The full benchmark is ``python benchmarks/shipped_bugs/run.py``.
 """
 
 import os
@@ -39,9 +39,7 @@ def test_subset_covers_distinct_classes():
 @pytest.mark.parametrize("dtype", [np.float64, np.float32], ids=["float64", "float32"])
 @pytest.mark.parametrize("entry_id", IDS)
 def test_correct_twin_passes_every_checker(entry_id, dtype):
-    # run_check passes index inputs to check_backward as float arrays without no_grads (so they are differentiated:
-    # the ops round them with np.rint, so their numeric and analytic derivatives are both exactly 0); the runner
-    # skips check_backward for index entries instead (no_grads=True cannot be declared for a Custom op input).
+    # index inputs go to check_backward as int32 (no_grads by default; the op's zero gradient counts as None)
     e = corpus.by_id(entry_id)
     loc, y_grad = run.draw(e, "user", 0, dtype)
     for checker in run.CHECKERS:
@@ -67,3 +65,27 @@ def test_check_backward_passes_the_cdist_twin_at_its_cusp_and_catches_the_bug():
         loc, y_grad = run.draw(e, "special", seed, np.float64)
         assert run.run_check(e, e.correct, "check_backward", np.float64, loc, y_grad, seed)[:2] == (False, None)
         assert run.run_check(e, e.buggy, "check_backward", np.float64, loc, y_grad, seed)[0]
+
+
+# found at a user's draw only through a probe: ties kept along the direction moving them together, a padding /
+# ignored index value, a zero kept where the function stays finite, far out, a row shared between two inputs
+PROBED = [
+    "theano-maxpool-ties-all",
+    "torch-ce-label-smoothing-ignore-index",
+    "chainer-softmax-ce-ignore-label-gpu",
+    "torch-embedding-sparse-padding-idx",
+    "tfjs-pow-zero-base-nan",
+    "mxnet-gluon-elu-overflow-nan",
+    "torch-cdist-p-lt-1-nan",
+]
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32], ids=["float64", "float32"])
+@pytest.mark.parametrize("entry_id", PROBED)
+def test_probes_catch_at_a_users_draw_what_the_draw_never_hits(entry_id, dtype):
+    e = corpus.by_id(entry_id)
+    loc, y_grad = run.draw(e, "user", 1, dtype)
+    for checker in run.CHECKERS:
+        caught, error, _ = run.run_check(e, e.buggy, checker, dtype, loc, y_grad, 1)
+        assert caught, (checker, error)  # (a draw can hit the point itself: a label 0 among four)
+        assert run.run_check(e, e.correct, checker, dtype, loc, y_grad, 1)[:2] == (False, None), checker

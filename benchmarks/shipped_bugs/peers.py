@@ -8,13 +8,21 @@ with the name ``symgrad`` bound to a stand-in, so the same numpy forward and bac
   dtype=dtype)`` at its defaults (numeric_eps 1e-3, rtol 1e-2);
 - ``--peer torch`` (with PyTorch): the ops' numpy forward/backward become a ``torch.autograd.Function`` checked by
   ``torch.autograd.gradcheck`` at its defaults (eps 1e-6, atol 1e-5, rtol 1e-3; float64 inputs, as PyTorch asks;
-  float32 as given), index inputs as int64 tensors.
+  float32 as given), index inputs as int64 tensors;
+- ``--peer chainer`` (with Chainer 7.8.1): a ``chainer.FunctionNode`` checked by
+  ``chainer.gradient_check.check_backward(f, x_data, y_grad)`` at its defaults (eps 1e-3, atol 1e-5, rtol 1e-4),
+  ``y_grad`` standard normal of the output's shape, index inputs as int32 arrays (``no_grads`` by dtype);
+- ``--peer jax`` (with JAX, x64 enabled): a ``jax.custom_vjp`` whose forward and backward call the numpy rules
+  through ``jax.pure_callback``, checked by ``jax.test_util.check_grads(f, args, order=1, modes=["rev"])`` at its
+  defaults (reverse mode only: a custom VJP has no JVP), index inputs held fixed.
 
 Inputs, seeds and points are those of ``run.py`` (``draw``). One JSON line per check to ``--out``; a table at
 the end. Nothing here is imported by symgrad or its tests::
 
     ../mxvenv/bin/python benchmarks/shipped_bugs/peers.py --peer mxnet --seeds 10 --out mx.jsonl
     ../torchvenv/bin/python benchmarks/shipped_bugs/peers.py --peer torch --seeds 10 --out torch.jsonl
+    ../chainervenv/bin/python benchmarks/shipped_bugs/peers.py --peer chainer --seeds 10 --out chainer.jsonl
+    ../jaxvenv/bin/python benchmarks/shipped_bugs/peers.py --peer jax --seeds 10 --out jax.jsonl
 """
 
 from __future__ import annotations
@@ -137,13 +145,81 @@ def torch_check(entry, op_type, dtype, loc, rng):
     torch.autograd.gradcheck(Fn.apply, tuple(inputs))
 
 
+def _rule(entry, op_type):
+    """The entry's numpy forward ``fwd(*arrays) -> y`` and backward ``bwd(g, *arrays) -> [grad of each float
+    input]`` (index inputs dropped; None: zero), computing in the inputs' dtype."""
+    op = REGISTRY[op_type]().create_operator(None, None, None)
+
+    def fwd(*arrays):
+        with np.errstate(all="ignore"):
+            return np.asarray(op.fwd(*arrays), dtype=arrays[0].dtype)
+
+    def bwd(g, *arrays):
+        with np.errstate(all="ignore"):
+            grads = op.bwd(np.asarray(g, arrays[0].dtype), fwd(*arrays), *arrays)
+        return [np.array(np.broadcast_to(np.asarray(0 if gr is None else gr, x.dtype), x.shape))
+                for gr, x, name in zip(grads, arrays, entry.args) if name not in entry.index_args]
+    return fwd, bwd
+
+
+def chainer_check(entry, op_type, dtype, loc, rng):
+    import chainer
+    from chainer import gradient_check
+
+    fwd, bwd = _rule(entry, op_type)
+
+    class Fn(chainer.FunctionNode):
+        def forward(self, xs):
+            self.retain_inputs(tuple(range(len(xs))))
+            return (fwd(*xs),)
+
+        def backward(self, indexes, grad_outputs):
+            arrays = [x.array for x in self.get_retained_inputs()]
+            floats = iter(bwd(grad_outputs[0].array, *arrays))
+            grads = [None if name in entry.index_args else chainer.Variable(next(floats)) for name in entry.args]
+            return tuple(grads[i] for i in indexes)
+
+    xs = [loc[a].astype(np.int32) if a in entry.index_args else loc[a] for a in entry.args]
+    y_grad = rng.standard_normal(fwd(*xs).shape).astype(dtype)
+    gradient_check.check_backward(lambda *v: Fn().apply(v)[0], tuple(xs), y_grad)
+
+
+def jax_check(entry, op_type, dtype, loc, rng):
+    import jax
+
+    jax.config.update("jax_enable_x64", True)
+    from jax.test_util import check_grads
+
+    fwd, bwd = _rule(entry, op_type)
+    floats = [a for a in entry.args if a not in entry.index_args]
+    whole = lambda values: [loc[a] if a in entry.index_args else np.asarray(values[floats.index(a)])
+                            for a in entry.args]
+    out = jax.ShapeDtypeStruct(fwd(*[loc[a] for a in entry.args]).shape, dtype)
+    shapes = tuple(jax.ShapeDtypeStruct(loc[a].shape, dtype) for a in floats)
+
+    @jax.custom_vjp
+    def f(*values):
+        return jax.pure_callback(lambda *v: fwd(*whole(v)), out, *values)
+
+    def f_bwd(values, g):
+        return jax.pure_callback(lambda g, *v: tuple(bwd(g, *whole(v))), shapes, g, *values)
+
+    f.defvjp(lambda *values: (f(*values), values), f_bwd)
+    check_grads(f, tuple(jax.numpy.asarray(loc[a]) for a in floats), order=1, modes=["rev"])
+
+
+CHECKS = {"mxnet": mxnet_check, "torch": torch_check, "chainer": chainer_check, "jax": jax_check}
+
+
 def run(args):
     corpus = load_corpus(args.peer)
-    check = mxnet_check if args.peer == "mxnet" else torch_check
-    caught_errors = (AssertionError,) if args.peer == "mxnet" else (RuntimeError, AssertionError)
+    check = CHECKS[args.peer]
+    caught_errors = (AssertionError,) if args.peer in ("mxnet", "chainer", "jax") else (RuntimeError,
+                                                                                      AssertionError)
     table = defaultdict(lambda: [0, 0, 0, 0])  # (dtype, point) -> buggy caught, buggy n, twin alarms, twin n
     out = open(args.out, "a") if args.out else None
-    for entry in corpus.CORPUS:
+    entries = [e for e in corpus.CORPUS if not args.only or e.id in args.only.split(",")]
+    for entry in entries:
         for seed in range(args.seeds):
             for dtype in DTYPES:
                 for point in ("user", "special"):
@@ -173,16 +249,17 @@ def run(args):
                         else:
                             cell[2] += bool(caught)
                             cell[3] += 1
-    print(f"{args.peer}: {len(corpus.CORPUS)} entries, {args.seeds} seeds")
+    print(f"{args.peer}: {len(entries)} entries, {args.seeds} seeds")
     for (dt, point), (c, n, fa, m) in sorted(table.items()):
         print(f"{dt:8s} {point:8s} buggy caught {100 * c / max(n, 1):5.1f}% ({c}/{n})   twin alarms {fa}/{m}")
 
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--peer", choices=("mxnet", "torch"), required=True)
+    p.add_argument("--peer", choices=tuple(CHECKS), required=True)
     p.add_argument("--seeds", type=int, default=10)
     p.add_argument("--out")
+    p.add_argument("--only", default=None, help="comma-separated entry ids (default: all)")
     run(p.parse_args())
 
 

@@ -9,10 +9,9 @@ Checkers (defaults everywhere):
 
 - ``check_numeric_gradient(sym, location, dtype=dtype, progress=False)``; index inputs are left out with
   ``grad_nodes=[float inputs]``;
-- ``check_backward(f, xs, y_grad, progress=False)`` with ``y_grad`` standard normal of the output's shape. Index
-  inputs would need ``no_grads=True``, but a Custom op cannot declare an input non-differentiable, so
-  ``check_backward`` then reports "input receives a gradient" on every correct twin: entries with index inputs are
-  *skipped* for this checker (a row with ``caught`` null and ``error`` starting with ``skipped:``);
+- ``check_backward(f, xs, y_grad, progress=False)`` with ``y_grad`` standard normal of the output's shape; index
+  inputs are passed as int32 arrays (Chainer's labels), which ``no_grads`` leaves out by default (a Custom op
+  writes them a zero gradient, which counts as Chainer's None);
 - ``gradcheck(f, xs, progress=False)``; index inputs are passed as int64 arrays (PyTorch's LongTensor), which
   gradcheck does not differentiate.
 
@@ -40,9 +39,6 @@ import symgrad.test_utils as tu  # noqa: E402
 
 CHECKERS = ("check_numeric_gradient", "check_backward", "gradcheck")
 DTYPES = (np.float32, np.float64)
-CB_SKIP = ("skipped: index inputs need no_grads=True, and a Custom op input cannot be declared "
-           "non-differentiable (check_backward reports 'receives a gradient' on the correct twin)")
-
 
 def draw(entry, point, seed, dtype):
     """The inputs (in ``entry.args`` order, as a dict) and a standard-normal head gradient of the output's shape."""
@@ -72,6 +68,7 @@ def run_check(entry, op_type, checker, dtype, loc, y_grad, seed):
                 kw = {"grad_nodes": list(entry.float_args)} if entry.index_args else {}
                 tu.check_numeric_gradient(symbol(entry, op_type), loc, dtype=dtype, progress=False, **kw)
             elif checker == "check_backward":
+                xs = tuple(x.astype(np.int32) if a in entry.index_args else x for a, x in zip(entry.args, xs))
                 tu.check_backward(func, xs, y_grad, progress=False)
             else:
                 xs = tuple(x.astype(np.int64) if a in entry.index_args else x for a, x in zip(entry.args, xs))
@@ -83,12 +80,36 @@ def run_check(entry, op_type, checker, dtype, loc, y_grad, seed):
     return False, None, None
 
 
+def probe_cost(entries, seeds):
+    """Seconds of ``check_numeric_gradient`` (float64, default settings) on each correct twin with ``probes=False``
+    and with the default (on: the graphs hold Custom ops), taken one after the other per check so that a loaded
+    machine slows both alike; prints the totals and their ratio."""
+    spent = {False: 0.0, None: 0.0}
+    for e in entries:
+        for seed in range(seeds):
+            loc, _ = draw(e, "user", seed, np.float64)
+            kw = {"grad_nodes": list(e.float_args)} if e.index_args else {}
+            for probes in (False, None):
+                np.random.seed(seed)
+                t0 = time.perf_counter()
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    tu.check_numeric_gradient(symbol(e, e.correct), loc, dtype=np.float64, progress=False,
+                                              probes=probes, **kw)
+                spent[probes] += time.perf_counter() - t0
+    print(f"{len(entries)} correct twins x {seeds} seeds, check_numeric_gradient float64: probes off "
+          f"{spent[False]:.1f} s, on {spent[None]:.1f} s: {spent[None] / spent[False]:.2f}x")
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seeds", type=int, default=10)
     ap.add_argument("--out", default=None, help="JSONL file (appended)")
     ap.add_argument("--points", choices=("user", "special", "both"), default="both")
     ap.add_argument("--only", default=None, help="comma-separated entry ids (default: all)")
+    ap.add_argument("--cost", action="store_true",
+                    help="only measure what the probes cost: check_numeric_gradient (float64) on every correct twin "
+                         "at a user's draw, probes off and on, interleaved")
     args = ap.parse_args(argv)
 
     points = ("user", "special") if args.points == "both" else (args.points,)
@@ -96,6 +117,9 @@ def main(argv=None):
     if args.only:
         wanted = set(args.only.split(","))
         entries = [e for e in entries if e.id in wanted]
+    if args.cost:
+        probe_cost(entries, args.seeds)
+        return
     rows = []
     out = open(args.out, "a") if args.out else None
     t_all = time.time()
@@ -109,10 +133,7 @@ def main(argv=None):
                         for variant, op_type in (("buggy", e.buggy), ("correct", e.correct)):
                             for checker in CHECKERS:
                                 t0 = time.time()
-                                if checker == "check_backward" and e.index_args:
-                                    caught, error, diag = None, CB_SKIP, None
-                                else:
-                                    caught, error, diag = run_check(e, op_type, checker, dtype, loc, y_grad, seed)
+                                caught, error, diag = run_check(e, op_type, checker, dtype, loc, y_grad, seed)
                                 row = {"id": e.id, "bug_class": e.bug_class, "variant": variant, "checker": checker,
                                        "dtype": np.dtype(dtype).name, "seed": seed, "point": point,
                                        "caught": caught, "error": error, "diagnosis": diag,
