@@ -24,6 +24,8 @@ fills with what it knows beyond the arrays:
 - ``"at_output"``: ``(output name, gradient)``: the expected gradient re-taken with the argument replaced by
   that output's value (``actual`` equal to it: the derivative evaluated at the output, f'(f(x)));
 - ``"values"``: the checked argument's own values (the error confined to a range of them: a wrong branch);
+- ``"indices"``: ``[(name, integer array)]``: the graph's index inputs (the error confined to the rows they
+  select more than once: repeated indices not accumulated);
 - ``"kinks"``: ``report.Kink`` facts of mismatching elements found at non-differentiable points;
 - ``"arg_name"``: the argument checked;
 - ``"initial_buffer"``: what the gradient buffer held before a backward with grad_req 'write' (checkers
@@ -85,6 +87,9 @@ PATTERNS = {
     "head_ignored": "the gradient does not scale with the head gradient",
     "swapped": "actual = the expected gradient of another argument",
     "region": "error confined to the elements whose input lies beyond a threshold",
+    "repeated_indices": "error confined to the rows an index input selects more than once",
+    "ignored_index": "rows an index input selects but the forward ignores receive gradient",
+    "inverted_mask": "actual nonzero exactly where expected is zero (a condition's branches swapped)",
     "at_output": "actual = the derivative evaluated at the output instead of the input",
     "returned_array": "actual = an input, an output or the head gradient itself",
     "stale_buffer": "actual = the buffer's initial content + expected (added into a 'write' buffer)",
@@ -347,6 +352,60 @@ _at_output.uses_context = True  # type: ignore[attr-defined]
 REGION_CHANCE = 0.01
 
 
+def _repeated_indices(actual, expected, context):
+    """The mismatching rows (along some axis) are rows an index input selects, and the rows it selects once
+    agree. Where the expected gradient of those rows is zero, the forward ignores them (a padding row, an
+    ignored label) and they still receive gradient; otherwise they are exactly the rows selected more than once:
+    a gather / embedding / take whose backward overwrote the gradients of repeated indices instead of adding
+    them (a scatter with ``=`` where ``+=`` was due)."""
+    bad = _mismatch(actual, expected, context)
+    if not bad.any() or actual.ndim == 0:
+        return None
+    for label, idx in (context or {}).get("indices", ()):
+        values, counts = np.unique(idx, return_counts=True)
+        for axis in range(actual.ndim):
+            found = _selected_rows(actual, expected, bad, axis, values, counts, label)
+            if found is not None:
+                return found
+    return None
+
+
+def _selected_rows(actual, expected, bad, axis, values, counts, label):
+    n = actual.shape[axis]
+    inside = (values >= 0) & (values < n)
+    selected, once = set(values[inside].tolist()), set(values[inside & (counts == 1)].tolist())
+    per_row = lambda a: np.moveaxis(a, axis, 0).reshape(n, -1)
+    rows = np.flatnonzero(np.any(per_row(bad), axis=1))
+    if not rows.size or not set(rows.tolist()) <= selected:
+        return None
+    shown = ", ".join(str(int(r)) for r in rows[:6]) + (", ..." if rows.size > 6 else "")
+    if not np.any(per_row(expected)[rows]):
+        return Diagnosis(
+            f"the rows {shown} along axis {axis}, which {label!r} selects but the forward ignores (the expected "
+            "gradient there is 0), receive gradient -- a padding index or an ignored label that still gets (or "
+            "sends) gradient", "ignored_index", index=label, axis=axis)
+    if set(rows.tolist()) & once:
+        return None
+    return Diagnosis(
+        f"error confined to the rows {shown} along axis {axis}: exactly rows that {label!r} selects more than "
+        "once (the rows it selects once agree) -- repeated indices whose gradients were overwritten instead of "
+        "added (a scatter with = where += is due)", "repeated_indices", index=label, axis=axis)
+
+
+_repeated_indices.uses_context = True  # type: ignore[attr-defined]
+
+
+def _inverted_mask(actual, expected):
+    """actual is nonzero exactly where expected is zero and zero where it is not: the gradient went through the
+    complement of the right mask (a where/select whose backward reads the condition the wrong way round)."""
+    on_a, on_e = actual != 0, expected != 0
+    if actual.size < 2 or not on_a.any() or not on_e.any() or not np.array_equal(on_a, ~on_e):
+        return None
+    return Diagnosis(f"actual is nonzero at exactly the {int(on_a.sum())} elements where expected is zero, and zero "
+                     "where it is not: the mask is inverted -- the branches of a condition swapped (the gradient "
+                     "sent to the branch not taken)", "inverted_mask")
+
+
 def _region(actual, expected, context):
     """The mismatches are exactly the elements whose input value lies beyond a threshold (every element on the
     other side agrees): a formula wrong in one branch (hardsigmoid below -3, a clip or threshold region)."""
@@ -520,8 +579,9 @@ _rounding.uses_context = True  # type: ignore[attr-defined]
 # where both fit, it says why (an ELU with a negative alpha whose rule reads the output's sign takes the x > 0
 # branch everywhere and returns the head gradient itself; measured on the shipped-bug corpus: 60 reports of the
 # three "evaluated at the output" bugs said "returns the wrong array")
-RULES: list[Rule] = [_nonfinite, _rounding, _stale_buffer, _swapped, _at_output, _returned_array, _head_ignored,
-                     _broadcast_reduction, _scaled, _accumulated_drifting, _offset, _transposed, _region,
+RULES: list[Rule] = [_nonfinite, _rounding, _stale_buffer, _swapped, _inverted_mask, _at_output, _returned_array, _head_ignored,
+                     _broadcast_reduction, _repeated_indices, _scaled, _accumulated_drifting, _offset, _transposed,
+                     _region,
                      _sign_partly_flipped, _confined, _small_relative]
 
 

@@ -360,8 +360,10 @@ class Reference:
         kinks = element_kinks(self.harness, name, scalar, np.argwhere(bad), steps[name], a, allowed, f_noise=f_noise)
 
         def context():
-            return diagnosis_context(graph.sym, graph.ctx, graph.values, graph.aux, heads, name, graph.out_shapes,
-                                     kinks, noise=n_noise + a_noise[name])
+            found = diagnosis_context(graph.sym, graph.ctx, graph.values, graph.aux, heads, name, graph.out_shapes,
+                                      kinks, noise=n_noise + a_noise[name])
+            found["other_expected"] = self._others_numeric(name, scalar)
+            return found
 
         try:
             compare(a, numeric[name], rtol, atol, check=who, arg_name=name, names=("analytic", "numeric"),
@@ -371,6 +373,18 @@ class Reference:
         except GradientCheckError as err:
             return err, kinks
         return None, kinks
+
+
+    def _others_numeric(self, name, scalar) -> list:
+        """``[(argument, numeric gradient)]`` of the other float arguments shaped like ``name`` (``diagnose``'s
+        ``other_expected``: d/da and d/db swapped), on a failure's diagnosis only: 2 partial forwards per element."""
+        like = [n for n, v in self.args.items() if n != name and np.shape(v) == np.shape(self.args[name])
+                and np.asarray(v).dtype.kind == "f"]
+        if not like:
+            return []
+        numeric, _ = gradient(self.harness, like, scalar, {n: default_steps(self.args[n], self.dtype) for n in like},
+                              progress=False)
+        return [(n, numeric[n]) for n in like]
 
 
 # == kinks: re-drawn off, or left out ==========================================================================

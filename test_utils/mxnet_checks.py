@@ -165,9 +165,13 @@ def _backward_probes(sym, ctx, loc, aux, heads, name) -> dict:
     gradient's shape (a backward returning one of them returned the wrong array). Nothing for loss heads (their
     gradient does not depend on a head gradient). Cost: one forward and one backward per (output, axis), and one.
     """
+    from .probes import _index_like
+
     found = {"arrays": [(f"the value of argument {k!r}", np.asarray(to_numpy(v), np.float64))
                         for k, v in loc.items() if np.shape(v) == np.shape(loc[name])],
-             "values": np.asarray(to_numpy(loc[name]), np.float64)}
+             "values": np.asarray(to_numpy(loc[name]), np.float64),
+             "indices": [(k, np.rint(np.asarray(to_numpy(v), np.float64)).astype(np.int64))
+                         for k, v in loc.items() if k != name and _index_like(to_numpy(v))]}
     if any(h is None for h in heads):
         return found
     heads = [np.asarray(to_numpy(h)) for h in heads]

@@ -202,3 +202,45 @@ def test_a_region_is_not_claimed_where_chance_explains_it():
     a = e.copy()
     a[:2] = 5.0
     assert "region" not in str(diagnose(a, e, context={"values": x, "mismatch": a != e}))
+
+
+def test_rows_selected_more_than_once_are_named_as_repeated_indices():
+    from symgrad.test_utils.diagnose import diagnose
+
+    # a gather backward that wrote (=) where it had to add (+=): row 2, selected twice, gets one g; row 0 once
+    idx = np.array([2, 0, 2])
+    g = np.array([[1.0, 2.0], [3.0, 4.0], [5.0, 6.0]])
+    expected = np.zeros((4, 2))
+    np.add.at(expected, idx, g)
+    actual = np.zeros((4, 2))
+    actual[idx] = g
+    found = diagnose(actual, expected, context={"indices": [("idx", idx)]})
+    assert found.pattern == "repeated_indices" and "rows 2 along axis 0" in found
+    # a wrong row that is selected once is not this pattern
+    actual[0] += 1.0
+    assert getattr(diagnose(actual, expected, context={"indices": [("idx", idx)]}), "pattern", None) \
+        != "repeated_indices"
+
+
+def test_rows_the_forward_ignores_that_receive_gradient_are_named():
+    from symgrad.test_utils.diagnose import diagnose
+
+    # an embedding whose padding row 0 is zeroed in the forward but still receives its gradient
+    idx = np.array([0, 1, 0])
+    g = np.ones((3, 2))
+    expected = np.zeros((3, 2))
+    np.add.at(expected, idx[idx != 0], g[idx != 0])
+    actual = np.zeros((3, 2))
+    np.add.at(actual, idx, g)
+    found = diagnose(actual, expected, context={"indices": [("idx", idx)]})
+    assert found.pattern == "ignored_index" and "the forward ignores" in found
+
+
+def test_a_gradient_through_the_inverted_mask_is_named():
+    from symgrad.test_utils.diagnose import diagnose
+
+    cond = np.array([1, 0, 1, 1, 0, 0], bool)
+    g = np.arange(1.0, 7.0)
+    found = diagnose(g * ~cond, g * cond)  # where(cond, x, c): the backward masked with the else branch
+    assert found.pattern == "inverted_mask" and "branches of a condition swapped" in found
+    assert getattr(diagnose(g * cond * 2, g * cond), "pattern", None) != "inverted_mask"
