@@ -395,6 +395,26 @@ def _selected_rows(actual, expected, bad, axis, values, counts, label):
 _repeated_indices.uses_context = True  # type: ignore[attr-defined]
 
 
+def _ignored_rows(actual, expected, context):
+    """With an index input in the graph: rows (along the first axis) whose expected gradient is exactly zero -- the
+    forward does not read them: an ignored label's row of logits, a padding position -- receive gradient. Other
+    rows may be off too (an ignored row counted in a normaliser scales the rest)."""
+    if not (context or {}).get("indices") or actual.ndim < 2 or actual.shape[0] < 2:
+        return None
+    rows_e = np.abs(expected.reshape(actual.shape[0], -1)).max(axis=1)
+    rows_a = np.abs(actual.reshape(actual.shape[0], -1)).max(axis=1)
+    ignored = np.flatnonzero((rows_e == 0) & (rows_a > 0))
+    if not ignored.size or ignored.size == actual.shape[0]:
+        return None
+    shown = ", ".join(str(int(r)) for r in ignored[:6]) + (", ..." if ignored.size > 6 else "")
+    return Diagnosis(f"the rows {shown} receive gradient although the forward does not depend on them (expected 0 "
+                     "there): rows of an ignored label or a padding position that still get gradient -- an "
+                     "ignore_index / padding value the backward does not honour", "ignored_index", rows=len(ignored))
+
+
+_ignored_rows.uses_context = True  # type: ignore[attr-defined]
+
+
 def _inverted_mask(actual, expected):
     """actual is nonzero exactly where expected is zero and zero where it is not: the gradient went through the
     complement of the right mask (a where/select whose backward reads the condition the wrong way round)."""
@@ -579,10 +599,10 @@ _rounding.uses_context = True  # type: ignore[attr-defined]
 # where both fit, it says why (an ELU with a negative alpha whose rule reads the output's sign takes the x > 0
 # branch everywhere and returns the head gradient itself; measured on the shipped-bug corpus: 60 reports of the
 # three "evaluated at the output" bugs said "returns the wrong array")
-RULES: list[Rule] = [_nonfinite, _rounding, _stale_buffer, _swapped, _inverted_mask, _at_output, _returned_array, _head_ignored,
-                     _broadcast_reduction, _repeated_indices, _scaled, _accumulated_drifting, _offset, _transposed,
-                     _region,
-                     _sign_partly_flipped, _confined, _small_relative]
+RULES: list[Rule] = [_nonfinite, _rounding, _stale_buffer, _swapped, _inverted_mask, _at_output, _returned_array,
+                     _head_ignored, _broadcast_reduction, _repeated_indices, _ignored_rows, _scaled,
+                     _accumulated_drifting, _offset, _transposed, _region, _sign_partly_flipped, _confined,
+                     _small_relative]
 
 
 def register_rule(rule: Rule, first: bool = False) -> Rule:

@@ -244,3 +244,16 @@ def test_a_gradient_through_the_inverted_mask_is_named():
     found = diagnose(g * ~cond, g * cond)  # where(cond, x, c): the backward masked with the else branch
     assert found.pattern == "inverted_mask" and "branches of a condition swapped" in found
     assert getattr(diagnose(g * cond * 2, g * cond), "pattern", None) != "inverted_mask"
+
+
+def test_rows_the_forward_does_not_read_are_named_when_they_get_gradient():
+    from symgrad.test_utils.diagnose import diagnose
+
+    # a cross-entropy whose ignored rows (labels 0 here) get softmax - onehot and are counted in the normaliser
+    t = np.array([0, 3, 0, 1])
+    expected = np.zeros((4, 5))
+    expected[[1, 3]] = 0.1
+    actual = np.full((4, 5), 0.05)
+    found = diagnose(actual, expected, context={"indices": [("t", t)]})
+    assert found.pattern == "ignored_index" and "the rows 0, 2 receive gradient" in found
+    assert getattr(diagnose(actual, expected), "pattern", None) != "ignored_index"  # no index input: no claim

@@ -368,3 +368,25 @@ def test_a_check_frees_its_executors_when_it_returns(monkeypatch):
         assert points and points[0]() is None
     finally:
         gc.enable()
+
+
+@pytest.mark.parametrize("variant", ["planted_ok", "planted_scaled", "planted_sign"])
+def test_the_float64_second_opinion_clears_a_correct_rule_and_never_a_wrong_one(variant):
+    # a float32 element mismatch within 4x its tolerance is left out only where the rule holds in float64 on
+    # float64's own decisions (a wrong rule is wrong there too); a float64 check never asks
+    from symgrad.test_utils import model_check as mc
+
+    y = sg.sym.Convolution(sg.sym.Variable("data"), kernel=(3, 3), num_filter=4, name="conv")
+    y = sg.sym.Custom(sg.sym.BatchNorm(y, fix_gamma=False, name="bn"), op_type=variant, name=planted_network.NODE)
+    y = sg.sym.FullyConnected(sg.sym.Activation(y, act_type="relu", name="relu"), num_hidden=3, name="fc")
+    prep = mc.prepare_model(y, None, {"data": (2, 3, 8, 8)}, 0)
+    check = mc._ModelCheck(prep, mc._rows(prep, "write"), "float32", sg.cpu(), "sample", 16, 0, 2, False, None, True)
+    check.start()
+    indices = [(0, 0, 0, 0), (1, 2, 1, 1), (3, 1, 2, 0), (2, 0, 1, 2)]
+    agrees = check.point.float64_agrees("conv_weight", indices)
+    assert agrees.all() if variant == "planted_ok" else not agrees.any()
+    bad, err, allowed = np.ones(4, bool), np.full(4, 2.0), np.ones(4)
+    crossed = mc._float64_second_opinion(check.point, "conv_weight", indices, bad, err, allowed)
+    assert crossed.tolist() == agrees.tolist()
+    far = mc._float64_second_opinion(check.point, "conv_weight", indices, bad, np.full(4, 5.0), allowed)
+    assert not far.any()  # beyond ROUNDING_EXPLAINS x the tolerance the verdict stands
