@@ -26,10 +26,11 @@ from collections import Counter, defaultdict
 #: (phrase in the diagnosis or the error's first line, the bug classes it claims); first match wins
 CLAIMS = [
     ("non-finite gradient", {"nan_at_special_point"}),
-    ("nan", {"nan_at_special_point"}),
+    (" nan", {"nan_at_special_point"}),
     ("(repeated indices)", {"repeated_indices"}),
     ("selects more than once", {"repeated_indices"}),
     ("the forward ignores", {"padding_or_ignore_index"}),
+    ("ignore_index / padding value", {"padding_or_ignore_index"}),
     ("padding / ignored index", {"padding_or_ignore_index"}),
     ("the same values fed to both", {"aliasing_same_input"}),
     ("fed to two inputs", {"aliasing_same_input"}),
