@@ -30,20 +30,38 @@ IDS = [
 ]
 
 
+# found at a user's draw only through a probe: ties kept along the direction moving them together, a padding /
+# ignored index value, a zero kept where the function stays finite, far out, a row shared between two inputs
+PROBED = [
+    "theano-maxpool-ties-all",
+    "torch-ce-label-smoothing-ignore-index",
+    "chainer-softmax-ce-ignore-label-gpu",
+    "torch-embedding-sparse-padding-idx",
+    "tfjs-pow-zero-base-nan",
+    "mxnet-gluon-elu-overflow-nan",
+    "torch-cdist-p-lt-1-nan",
+]
+
+
 def test_subset_covers_distinct_classes():
     classes = {corpus.by_id(i).bug_class for i in IDS}
     assert len(classes) == len(IDS)
     assert len(corpus.CORPUS) >= 32
 
 
-@pytest.mark.parametrize("dtype", [np.float64, np.float32], ids=["float64", "float32"])
-@pytest.mark.parametrize("entry_id", IDS)
-def test_correct_twin_passes_every_checker(entry_id, dtype):
-    # index inputs go to check_backward as int32 (no_grads by default; the op's zero gradient counts as None)
+def _verdicts(entry_id, variant, dtype, seed):
+    """``{checker: (caught, error, diagnosis)}`` of the buggy op or its correct twin at a user's draw."""
     e = corpus.by_id(entry_id)
-    loc, y_grad = run.draw(e, "user", 0, dtype)
-    for checker in run.CHECKERS:
-        caught, error, diagnosis = run.run_check(e, e.correct, checker, dtype, loc, y_grad, 0)
+    loc, y_grad = run.draw(e, "user", seed, dtype)
+    op_type = e.buggy if variant == "buggy" else e.correct
+    return {c: run.run_check(e, op_type, c, dtype, loc, y_grad, seed) for c in run.CHECKERS}
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32], ids=["float64", "float32"])
+@pytest.mark.parametrize("entry_id, seed", [(i, 0) for i in IDS] + [(i, 1) for i in PROBED])
+def test_correct_twin_passes_every_checker(entry_id, seed, dtype):
+    # index inputs go to check_backward as int32 (no_grads by default; the op's zero gradient counts as None)
+    for checker, (caught, error, diagnosis) in _verdicts(entry_id, "correct", dtype, seed).items():
         assert not caught and error is None, (checker, error, diagnosis)
 
 
@@ -67,25 +85,11 @@ def test_check_backward_passes_the_cdist_twin_at_its_cusp_and_catches_the_bug():
         assert run.run_check(e, e.buggy, "check_backward", np.float64, loc, y_grad, seed)[0]
 
 
-# found at a user's draw only through a probe: ties kept along the direction moving them together, a padding /
-# ignored index value, a zero kept where the function stays finite, far out, a row shared between two inputs
-PROBED = [
-    "theano-maxpool-ties-all",
-    "torch-ce-label-smoothing-ignore-index",
-    "chainer-softmax-ce-ignore-label-gpu",
-    "torch-embedding-sparse-padding-idx",
-    "tfjs-pow-zero-base-nan",
-    "mxnet-gluon-elu-overflow-nan",
-    "torch-cdist-p-lt-1-nan",
-]
 
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float32], ids=["float64", "float32"])
 @pytest.mark.parametrize("entry_id", PROBED)
 def test_probes_catch_at_a_users_draw_what_the_draw_never_hits(entry_id, dtype):
-    e = corpus.by_id(entry_id)
-    loc, y_grad = run.draw(e, "user", 1, dtype)
-    for checker in run.CHECKERS:
-        caught, error, _ = run.run_check(e, e.buggy, checker, dtype, loc, y_grad, 1)
-        assert caught, (checker, error)  # (a draw can hit the point itself: a label 0 among four)
-        assert run.run_check(e, e.correct, checker, dtype, loc, y_grad, 1)[:2] == (False, None), checker
+    # (a draw can hit the point itself: a label 0 among four); the twins pass at the same draw (above)
+    for checker, (caught, error, _) in _verdicts(entry_id, "buggy", dtype, 1).items():
+        assert caught, (checker, error)
