@@ -45,9 +45,9 @@ from .report import hide_from_pytest as _hide_from_pytest
 
 __tracebackhide__ = _hide_from_pytest  # a failed check shows its report, not these frames
 
-__all__ = ["check_model", "ModelCheckResult", "ArgResult", "NodeFault", "ModelInputError", "CheckInterrupted", "MODES",
-           "DEFAULT_SAMPLES", "DIRECTIONS", "prepare_model", "infer_shapes", "variable_roles", "random_values",
-           "deterministic_dropout", "render_table"]
+__all__ = ["check_model", "ModelCheckResult", "ArgResult", "NodeFault", "ModelInputError", "CheckInterrupted",
+           "WorkerDied", "MODES", "DEFAULT_SAMPLES", "DIRECTIONS", "prepare_model", "infer_shapes", "variable_roles",
+           "random_values", "deterministic_dropout", "render_table"]
 
 #: ``mode`` values: directional detection with localisation, sampled elements, every element
 MODES = ("fast", "sample", "full")
@@ -1559,7 +1559,7 @@ class _Forked:
         check = self.check
         futures = [self.pool.submit(_forked_row, k) for k in check.live]
         for future in concurrent.futures.as_completed(futures):
-            name, row, j = future.result()
+            name, row, j = _result(future, check.workers)
             check.rows[name].update(row)
             if j is not None:
                 check.failed[name] = j
@@ -1568,7 +1568,24 @@ class _Forked:
     def faults(self) -> list:
         n = 4 * self.check.workers
         futures = [self.pool.submit(_forked_faults, (i, n)) for i in range(n)]
-        return sorted((f for future in futures for f in future.result()), key=lambda f: f.position)
+        return sorted((f for future in futures for f in _result(future, self.check.workers)), key=lambda f: f.position)
+
+
+class WorkerDied(RuntimeError):
+    """A worker process of ``check_model(..., workers=N)`` ended without its result (killed: out of memory, a
+    signal, a crash inside a custom op's native code)."""
+
+
+def _result(future, workers):
+    from concurrent.futures.process import BrokenProcessPool
+
+    try:
+        return future.result()
+    except BrokenProcessPool as exc:
+        raise WorkerDied(f"{WHO}: a worker process ended without its result (killed: out of memory or a signal?) "
+                         f"while {workers} shared the arguments; each holds a copy of what it changes, so fewer "
+                         "workers need less memory: workers=1 (symgrad check --workers 1) checks in this process "
+                         "alone") from exc
 
 
 def _forked_row(k):

@@ -273,3 +273,17 @@ def test_only_the_worst_failing_arguments_are_localised_serially_and_on_a_pool(p
     assert all("not localised element by element" in "; ".join(r["notes"]) for r in failed if r["name"] not in
                localised)
     assert [f.name for run in runs for f in run.faults] == [planted_network.NODE] * 2
+
+
+def _die(_):
+    os._exit(3)  # a worker killed mid-task (the OOM killer, a signal)
+
+
+def test_a_worker_that_dies_is_reported_as_such(monkeypatch):
+    from symgrad.test_utils import model_check as mc
+
+    if not mc.FORKS:
+        pytest.skip("forked workers are Linux's")  # elsewhere workers are spawned and rebuild the point
+    monkeypatch.setattr(mc, "_forked_row", _die)
+    with pytest.raises(mc.WorkerDied, match="workers=1"):
+        check_model(model_zoo.load_example("mlp"), workers=2)
