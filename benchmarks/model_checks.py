@@ -101,6 +101,7 @@ def false_alarms(args):
                                      "mode": mode, "seed": seed, "ok": res.ok,
                                      "failed": [r["name"] for r in res.failed],
                                      "unsettled": [r["name"] for r in res.rows if r["verdict"] == "unsettled"],
+                                     "imprecise": [r["name"] for r in res.rows if r["verdict"] == "imprecise"],
                                      "arguments": len(res.rows), "seconds": round(seconds, 2)})
 
 
@@ -235,7 +236,9 @@ def table(args):
             for dtype in ("float32", "float64"):
                 for mode in ("fast", "sample"):
                     sel = [r for r in rs if r["dtype"] == dtype and r["mode"] == mode]
-                    cells.append(f"{sum(not r['ok'] for r in sel)}/{len(sel)} FAIL" if sel else "-")
+                    vague = sum(bool(r.get("imprecise")) for r in sel)
+                    cells.append((f"{sum(not r['ok'] for r in sel)}/{len(sel)} FAIL"
+                                  + (f" ({vague} with imprecise args)" if vague else "")) if sel else "-")
             secs = sorted(r["seconds"] for r in rs if r["mode"] == "fast")
             print(f"| {net} ({src}, {size}) | " + " | ".join(cells) + f" | {secs[len(secs) // 2] if secs else '-'} |")
     bl = [r for r in rows if "checker" in r]
