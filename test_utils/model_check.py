@@ -598,6 +598,7 @@ class _Point:
         self.scalar = lambda outs: self.objective(outs)[0]
         self.f_noise = self.ref.evaluation_noise(self.objective, np.float64, runs=NOISE_RUNS, base=base)
         self.f0 = self.scalar(self.ref.base())  # the noise runs overwrote the values partial forwards start from
+        self._natural = None  # float64_agrees' plain float64 backward and unpinned reference, built on first use
 
     def float64_agrees(self, k, indices) -> np.ndarray:
         """Per element of ``k`` at ``indices``: whether symgrad's rule run in float64 on float64's own decisions (a
@@ -615,7 +616,7 @@ class _Point:
         from .harness import Harness
         from .numeric import projected_objective
 
-        if getattr(self, "_natural", None) is None:
+        if self._natural is None:
             host = lambda v: np.asarray(v, np.float64) if np.asarray(v).dtype.kind == "f" else v
             bufs = {n: np.zeros(self.point[n].shape) for n in self.live}
             exe = self.sym.bind(cpu(), {n: host(v) for n, v in self.point.items()}, args_grad=bufs,
