@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 from .base import NameManager, Prefix, SymgradError
 from .graph import Node, topo_order
-from .symbol import Symbol, Variable
+from .symbol import F, Symbol, Variable
 
 __all__ = ["grad", "build_gradients", "expansion_gradients", "GradNode"]
 
@@ -47,17 +47,15 @@ class GradNode:
             self._outputs = [Symbol([(node, k)]) for k in range(node.num_outputs)]
         return self._outputs
 
-
-def _sym_module():
-    from . import sym
-
-    return sym
+    def expansion_gradients(self, expand, head: Symbol) -> list:
+        """The gradients of this node's inputs through ``expand(*inputs)``, the graph a fused node computes in
+        one instruction (``expansion_gradients`` below): the second-order rule of a ``_backward_X`` node."""
+        return expansion_gradients(expand, self.inputs, head)
 
 
 def _sum(entries):
     if len(entries) == 1:
         return entries[0]
-    F = _sym_module()
     return F.add_n(*[Symbol([e]) for e in entries])._outputs[0]
 
 
@@ -103,7 +101,6 @@ def _build(heads, head_grads, wrt, loss_scale=None, order=None):
             else:
                 acc.setdefault((node.id, i), [])
     scope = _NodeScope()
-    F = _sym_module()
     with scope:
         for node in reversed(order):
             if node.op is not None and node.id in dep:
@@ -255,7 +252,6 @@ def grad(outputs, inputs, grad_outputs=None, grad_inputs=None, loss_scale=None):
     >>> gx.list_arguments()
     ['x']
     """
-    F = _sym_module()
     heads = _entries(outputs, "outputs")
     in_syms = [inputs] if isinstance(inputs, Symbol) else list(inputs)
     wrt = []

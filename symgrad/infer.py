@@ -16,7 +16,7 @@ import numpy as np
 
 from .base import ShapeError
 from .graph import Node
-from .ops.registry import same_type
+from .opdef import same_type
 
 __all__ = ["infer_shapes", "infer_types", "where"]
 
@@ -149,7 +149,7 @@ def _store(node, keys, olds, news, is_input, known, kind, unknown_dims):
     returns (anything changed, every value known).
 
     Most answers repeat a known value (the same object, or an equal shape tuple): nothing to check or store.
-    Known shapes are tuples of ints (``_as_shape``, array shapes, ``_settle``), so an equal tuple answer is
+    Known shapes are tuples of ints (``opdef.as_shape``, array shapes, ``_settle``), so an equal tuple answer is
     exactly one ``_settle`` would find unchanged; anything else goes through it.
     """
     shape = kind == "shape"

@@ -33,10 +33,11 @@ import numpy as np
 
 from .base import ParamError, ShapeError, SymgradError
 from .context import cpu, gpu
-from .ops.registry import REQUIRED, Param
-from .ops.registry import get_op as _get_op
-from .ops.registry import list_ops as _list_ops
-from .ops.registry import register as _register_op
+from .opdef import REQUIRED, Param
+from .opdef import get_op as _get_op
+from .opdef import list_ops as _list_ops
+from .opdef import register as _register_op
+from .symbol import positional_params
 
 __all__ = ["CustomOp", "CustomOpProp", "CustomOpError", "register", "get_registered",
            "get_all_registered_operators", "get_operator_arguments", "OperatorArguments"]
@@ -84,8 +85,6 @@ def get_all_registered_operators() -> list[str]:
     >>> "FullyConnected" in get_all_registered_operators()
     True
     """
-    import symgrad.ops  # noqa: F401  (registers every operator)
-
     return sorted(_list_ops())
 
 
@@ -100,10 +99,6 @@ def get_operator_arguments(op_name: str) -> OperatorArguments:
     OperatorArguments(narg=3, names=['data', 'repeats', 'axis'], types=['NDArray-or-Symbol', 'int, required', \
 "int or None, optional, default='None'"])
     """
-    import symgrad.ops  # noqa: F401
-
-    from .symbol import positional_params
-
     op = _get_op(op_name)
     if op.variadic or op.extra_params:
         names, types = [_VARIADIC_INPUT.get(op.name, "data")], ["NDArray-or-Symbol[]"]

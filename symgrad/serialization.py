@@ -35,10 +35,11 @@ import zipfile
 
 import numpy as np
 
+from . import opdef
 from .base import ParamError, SerializationError, ShapeError
 from .graph import Node, check_unique_names, topo_order
-from .ops import registry as _registry
-from .ops.registry import param_to_str
+from .opdef import param_to_str, parse_dtype_attr
+from .symbol import Symbol
 
 __all__ = [
     "MXNET_VERSION",
@@ -233,7 +234,7 @@ def _check_var_attrs(attrs: dict, where: str, err) -> None:
     if raw is not None:
         if len(raw) > _MAX_SHAPE_CHARS:
             raise err(f"{where}: __shape__ attribute of {len(raw)} characters is not a shape")
-        value = _registry._literal(raw.strip())
+        value = opdef._literal(raw.strip())
         if isinstance(value, int) and not isinstance(value, bool):
             value = (value,)
         if (not isinstance(value, (tuple, list)) or len(value) > _MAX_NDIM
@@ -242,8 +243,6 @@ def _check_var_attrs(attrs: dict, where: str, err) -> None:
                       "non-negative dimensions")
     raw = attrs.get("__dtype__")
     if raw is not None:
-        from .symbol import parse_dtype_attr
-
         try:
             parse_dtype_attr(raw)
         except TypeError as exc:
@@ -331,8 +330,6 @@ def _build_op_node(op, name, attrs, inputs, version, where, err):
 
 
 def _from_doc(doc, err):
-    from .symbol import Symbol
-
     _check_type(doc, dict, "the top level", err)
     for key in ("nodes", "heads"):
         if key not in doc:
@@ -368,7 +365,7 @@ def _from_doc(doc, err):
                 raise err(f"{where}: a variable needs a non-empty name")
         else:
             try:
-                op = _registry.get_op(opname)
+                op = opdef.get_op(opname)
             except ParamError:
                 raise err(f"{where}: unknown operator {opname!r}") from None
         if "subgraphs" in raw:

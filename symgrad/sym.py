@@ -3,13 +3,15 @@
 Holds ``Variable``, ``Group``, the naming scopes, one creator function per
 registered operator (``sg.sym.FullyConnected(x, num_hidden=4, name="fc")``) and
 MXNet's Python-level helpers ``maximum``/``minimum``/``hypot``/``pow`` that pick
-the symbol or scalar form of an op. Gradient rules receive this module as ``F``.
+the symbol or scalar form of an op. Gradient rules receive the same creators as ``F``
+(``symgrad.symbol.F``).
 """
 
 import builtins
 import math
 import numbers
 
+from . import operator, ops  # noqa: F401  (importing them registers every operator)
 from .base import AttrScope, NameManager, Prefix
 from .serialization import fromjson, load, load_json
 from .symbol import Group, Symbol, Variable, populate, var

@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import importlib
 import numbers
 import sys
 import types
@@ -18,11 +19,11 @@ import types
 import numpy as np
 
 from . import graph as _graph
+from . import opdef
 from .base import AttrScope, NameManager, ParamError, ShapeError, SymgradError
 from .graph import Node, topo_order
 from .infer import infer_shapes, infer_types
-from .ops import registry as _registry
-from .ops.registry import param_to_str
+from .opdef import DTYPE_TO_MX, as_shape, param_to_str, parse_dtype_attr, parse_shape
 
 __all__ = ["Symbol", "Variable", "var", "Group", "Head"]
 
@@ -84,21 +85,15 @@ class Symbol:
         ``remove_amp_cast`` is MXNet's keyword; symgrad graphs hold no ``amp_cast`` nodes, so both values
         give the same text.
         """
-        from .serialization import tojson
-
-        return tojson(self)
+        return _above("serialization").tojson(self)
 
     def save(self, fname, remove_amp_cast=True) -> None:
         """Write ``tojson()`` to ``fname`` (``mx.sym.Symbol.save``); ``sg.sym.load(fname)`` reads it back."""
-        from .serialization import save
-
-        save(self, fname)
+        _above("serialization").save(self, fname)
 
     def __reduce__(self):
         # pickled through the JSON, as MXNet does: ``pickle``/``multiprocessing`` send symbols to workers
-        from .serialization import load_json
-
-        return (load_json, (self.tojson(),))
+        return (_above("serialization").load_json, (self.tojson(),))
 
     # -- outputs --------------------------------------------------------------
     def __len__(self):
@@ -304,9 +299,9 @@ class Symbol:
     def _shape_map(self, args, kwargs):
         """``infer_shape_partial``'s lists and the map ``(node id, output) -> shape`` they come from
         (``simple_bind`` hands the map to the executor, which then need not infer the shapes again)."""
-        args = tuple(None if a is None else _as_shape(a, "infer_shape") for a in args)
-        kwargs = {k: None if v is None else _as_shape(v, f"infer_shape {k!r}") for k, v in kwargs.items()}
-        nodes, arg_nodes, aux_nodes, known = self._known(args, kwargs, "infer_shape", "__shape__", _parse_shape)
+        args = tuple(None if a is None else as_shape(a, "infer_shape") for a in args)
+        kwargs = {k: None if v is None else as_shape(v, f"infer_shape {k!r}") for k, v in kwargs.items()}
+        nodes, arg_nodes, aux_nodes, known = self._known(args, kwargs, "infer_shape", "__shape__", parse_shape)
         infer_shapes(nodes, known, unknown_dims=True)
         return _collect(known, arg_nodes, self._outputs, aux_nodes), known
 
@@ -379,10 +374,8 @@ class Symbol:
         (no gradient for them). ``shared_exec`` (MXNet's memory-pool sharing) is accepted and
         has no effect; ``group2ctx`` (model parallelism) is not supported.
         """
-        from .executor import Executor
-
         _no_group2ctx(group2ctx, "bind")
-        return Executor(self, ctx, args, args_grad, grad_req, aux_states)
+        return _above("executor").Executor(self, ctx, args, args_grad, grad_req, aux_states)
 
     def simple_bind(self, ctx, grad_req="write", type_dict=None, stype_dict=None, group2ctx=None,
                     shared_arg_names=None, shared_exec=None, shared_buffer=None, **shapes):
@@ -393,15 +386,13 @@ class Symbol:
         keywords are accepted when they ask for nothing symgrad lacks: dense ``stype_dict``,
         no ``group2ctx``, no ``shared_arg_names`` / ``shared_buffer``; ``shared_exec`` has no effect.
         """
-        from .executor import simple_bind
-
         _no_group2ctx(group2ctx, "simple_bind")
         if stype_dict and any(v != "default" for v in stype_dict.values()):
             raise NotImplementedError(f"simple_bind: sparse storage types are not supported (stype_dict={stype_dict})")
         if shared_arg_names or shared_buffer:
             raise NotImplementedError("simple_bind: shared_arg_names / shared_buffer are not supported; "
                                       "bind the arrays you want to share with bind(args=...)")
-        return simple_bind(self, ctx, grad_req=grad_req, type_dict=type_dict, shapes=shapes)
+        return _above("executor").simple_bind(self, ctx, grad_req=grad_req, type_dict=type_dict, shapes=shapes)
 
     def grad(self, wrt):
         raise SymgradError("Symbol.grad is deprecated in MXNet; use symgrad.grad(outputs, inputs)")
@@ -413,13 +404,13 @@ class Symbol:
     def _binary(self, other, sym_op, scalar_op, what=None, reverse=False, strict=True):
         if isinstance(other, Symbol):
             a, b = (other, self) if reverse else (self, other)
-            return _op_func(sym_op)(a, b)
+            return creator(sym_op)(a, b)
         if type(other) is float or type(other) is int:  # the common scalars, without the ABC check below
-            return _op_func(scalar_op)(self, scalar=other)
+            return creator(scalar_op)(self, scalar=other)
         if isinstance(other, numbers.Number) and not isinstance(other, bool):
             # ints stay ints in the attribute (``scalar="2"``, as MXNet writes it)
             scalar = other if isinstance(other, (int, float, np.integer, np.floating)) else float(other)
-            return _op_func(scalar_op)(self, scalar=scalar)
+            return creator(scalar_op)(self, scalar=scalar)
         if not strict:  # comparisons: let Python fall back (``sym == None`` is False)
             return NotImplemented
         raise TypeError(
@@ -467,7 +458,7 @@ class Symbol:
         return self.__mul__(-1.0)
 
     def __abs__(self):
-        return _op_func("abs")(self)
+        return creator("abs")(self)
 
     def __eq__(self, o):
         return self._binary(o, "_equal", "_equal_scalar", strict=False)
@@ -505,12 +496,11 @@ _FLUENT["astype"] = "cast"
 
 
 def _fluent_target(method, opname):
-    from . import sym
-
-    func = getattr(sym, opname, None)
-    if not callable(func) or isinstance(func, types.ModuleType):
-        raise NotImplementedError(f"Symbol.{method}: the operator {opname!r} it calls is not available in symgrad")
-    return func
+    try:
+        return creator(opname)
+    except ParamError:
+        raise NotImplementedError(
+            f"Symbol.{method}: the operator {opname!r} it calls is not available in symgrad") from None
 
 
 def _make_fluent(method, opname):
@@ -580,35 +570,6 @@ def _no_group2ctx(group2ctx, who):
         raise NotImplementedError(f"{who}: group2ctx (placing parts of a graph on several devices) is not supported")
 
 
-def _is_dim(d) -> bool:
-    """An int dimension: Python/numpy ints, not bools (``True`` is no size) and not floats."""
-    return isinstance(d, (int, np.integer)) and not isinstance(d, (bool, np.bool_))
-
-
-def _as_shape(value, what):
-    """``value`` as a shape tuple: an int or a tuple/list of ints, nothing else.
-
-    Strings (``"23"``, ``"(2,3)"``), floats (``2.7``) and bools are refused rather than coerced.
-    """
-    if _is_dim(value):
-        shape = (int(value),)
-    elif isinstance(value, (tuple, list)) and all(_is_dim(d) for d in value):
-        shape = tuple(int(d) for d in value)
-    else:
-        shown = repr(value) if len(repr(value)) <= 80 else repr(value)[:77] + "..."
-        raise TypeError(f"{what}: a shape must be an int or a tuple of ints, got {shown}")
-    if any(d < 0 for d in shape):
-        raise ShapeError(f"{what}: shape {shape} has a negative dimension")
-    return shape
-
-
-def _parse_shape(text):
-    from .ops.registry import _literal
-
-    value = _literal(text) if isinstance(text, str) else text
-    return _as_shape(value, "__shape__ attribute")
-
-
 def _collect(known, arg_nodes, outputs, aux_nodes):
     return (
         [known.get((n.id, 0)) for n in arg_nodes],
@@ -618,21 +579,6 @@ def _collect(known, arg_nodes, outputs, aux_nodes):
 
 
 # -- construction ---------------------------------------------------------------
-
-
-# MXNet's dtype codes, as ``mx.sym.Variable`` writes them into ``__dtype__`` (``_DTYPE_NP_TO_MX``)
-_DTYPE_TO_MX = {"float32": 0, "float64": 1, "float16": 2, "uint8": 3, "int32": 4, "int8": 5, "int64": 6,
-                "bool": 7, "int16": 8, "uint16": 9, "uint32": 10, "uint64": 11}
-_MX_TO_DTYPE = {str(v): k for k, v in _DTYPE_TO_MX.items()}
-
-
-def parse_dtype_attr(text) -> np.dtype:
-    """A ``__dtype__`` attribute as a numpy dtype: MXNet's code (``"0"``) or a dtype name (``"float32"``)."""
-    text = str(text).strip()
-    try:
-        return np.dtype(_MX_TO_DTYPE.get(text, text))
-    except TypeError:
-        raise TypeError(f"__dtype__ attribute {text!r} is neither an MXNet dtype code nor a numpy dtype name") from None
 
 
 def Variable(name, attr=None, shape=None, lr_mult=None, wd_mult=None, dtype=None, init=None, stype=None,
@@ -659,16 +605,16 @@ def Variable(name, attr=None, shape=None, lr_mult=None, wd_mult=None, dtype=None
     if attr:
         attrs.update({k: str(v) for k, v in attr.items()})
     if shape is not None:
-        attrs["__shape__"] = param_to_str(_as_shape(shape, f"Variable {name!r} shape"))
+        attrs["__shape__"] = param_to_str(as_shape(shape, f"Variable {name!r} shape"))
     if lr_mult is not None:
         attrs["__lr_mult__"] = str(lr_mult)
     if wd_mult is not None:
         attrs["__wd_mult__"] = str(wd_mult)
     if dtype is not None:
         dt = np.dtype(dtype)
-        if dt.name not in _DTYPE_TO_MX:
-            raise TypeError(f"Variable {name!r}: dtype {dt} is not one of MXNet's {sorted(_DTYPE_TO_MX)}")
-        attrs["__dtype__"] = str(_DTYPE_TO_MX[dt.name])
+        if dt.name not in DTYPE_TO_MX:
+            raise TypeError(f"Variable {name!r}: dtype {dt} is not one of MXNet's {sorted(DTYPE_TO_MX)}")
+        attrs["__dtype__"] = str(DTYPE_TO_MX[dt.name])
     if init is not None:
         attrs["__init__"] = init if isinstance(init, str) else getattr(init, "dumps", lambda: str(init))()
     if stype is not None and stype != "default":
@@ -826,7 +772,7 @@ def _split_positional(op, args, param_kwargs, where):
     return inputs, given
 
 
-def _make_op_func(op, func_name=None):
+def _makecreator(op, func_name=None):
     """The creator ``sg.sym.<func_name>``; automatic names are ``<func_name lowercase><i>`` (MXNet)."""
     func_name = func_name or op.name
 
@@ -842,10 +788,38 @@ def _make_op_func(op, func_name=None):
 _FUNCS: dict = {}
 
 
-def _op_func(name):
-    if not _FUNCS:
-        populate({})
-    return _FUNCS[name]
+def creator(opname: str):
+    """The creator function of the registered op ``opname`` (made once per registration)."""
+    op = opdef.get_op(opname)
+    func = _FUNCS.get(opname)
+    if func is None or func._op is not op:
+        func = _FUNCS[opname] = _makecreator(op, opname)
+        func._op = op
+    return func
+
+
+class _Creators:
+    """The registered ops as attributes (``F.add_n(a, b)``): the ``F`` that gradient rules receive, as Gluon's
+    ``hybrid_forward`` receives ``mx.sym``. ``sg.sym`` holds the same creators."""
+
+    def __getattr__(self, name):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        try:
+            return creator(name)
+        except ParamError:
+            raise AttributeError(f"F has no operator {name!r}") from None
+
+
+F = _Creators()
+
+
+def _above(module: str):
+    """A module of a layer above this one, imported by name when a Symbol method needs it: ``bind`` needs
+    ``executor`` (which builds gradients, themselves Symbols), ``tojson``/``save``/pickling need
+    ``serialization``. Symbol keeps MXNet's methods while the modules import only downwards, as pandas'
+    ``DataFrame.plot`` opens its plotting backend by name."""
+    return importlib.import_module(f"{__package__}.{module}")
 
 
 #: MXNet's op-name prefixes and the ``sym`` submodule each goes to (``_init_op_module``):
@@ -869,7 +843,7 @@ def _namespace_entries() -> dict:
     ``linalg.gemm2``). A ``_random_X`` wins over a ``_sample_X`` of the same name. A creator's automatic
     names use the short name (``gemm20``), as MXNet's do."""
     entries: dict = {}
-    ops = _registry.list_ops()
+    ops = opdef.list_ops()
     for opname in sorted(ops, key=lambda n: (n.startswith("_sample_"), n)):
         prefix = next((p for p in NAMESPACE_PREFIXES if opname.startswith(p)), None)
         if prefix is None or len(opname) == len(prefix):
@@ -881,7 +855,7 @@ def _namespace_entries() -> dict:
         op = ops[opname]
         func = _NS_FUNCS.get(opname)
         if func is None or func._op is not op:
-            func = _NS_FUNCS[opname] = _make_op_func(op, short)
+            func = _NS_FUNCS[opname] = _makecreator(op, short)
             func._op = op
         funcs[short] = func
     return entries
@@ -890,8 +864,6 @@ def _namespace_entries() -> dict:
 def _random_wrappers() -> dict:
     """The public functions of ``symgrad.sym_random`` (MXNet's ``mx.sym.random.uniform`` & co., which pick
     ``_random_uniform`` or ``_sample_uniform``), or nothing while that module does not exist."""
-    import importlib
-
     try:
         module = importlib.import_module(f"{__package__}.sym_random")
     except ModuleNotFoundError as exc:
@@ -936,13 +908,11 @@ def populate(namespace: dict, internal_name: str = "symgrad.sym._internal") -> d
     ``contrib``, ``linalg``, ``image`` and ``random`` (``sym.linalg.gemm2`` is ``_linalg_gemm2``), registered
     in ``sys.modules`` under ``<package of internal_name>.<submodule>``.
     """
-    from . import operator, ops  # noqa: F401  (importing them registers every operator)
-
     internal = sys.modules.get(internal_name) or types.ModuleType(internal_name)
-    for opname, op in _registry.list_ops().items():
+    for opname, op in opdef.list_ops().items():
         func = _FUNCS.get(opname)
         if func is None or func._op is not op:
-            func = _FUNCS[opname] = _make_op_func(op, opname)
+            func = _FUNCS[opname] = _makecreator(op, opname)
             func._op = op
         setattr(internal, opname, func)
         namespace[opname] = func

@@ -3,7 +3,7 @@
 A ReLU input within ~1e-7 of 0, or a max-pool window whose two largest values differ by ~1e-11, can be
 decided one way in float32 and the other in float64. The difference that follows is not rounding: a
 flipped relu mask zeroes (or passes) a whole gradient row. Each op with such choices declares them in
-its registration (``OpDef.decisions``, a list of ``symgrad.ops.registry.Decision``); this module
+its registration (``OpDef.decisions``, a list of ``symgrad.opdef.Decision``); this module
 
 1. records the decision ops' inputs of one executor's forward (``record_decisions``), and
 2. re-runs another executor's forward with every differing decision *pinned by value*

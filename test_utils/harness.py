@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from symgrad.ops.registry import acc_dtype
+from symgrad.opdef import acc_dtype
 
 from .context import to_device, to_numpy
 from .report import hide_from_pytest as _hide_from_pytest

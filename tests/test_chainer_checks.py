@@ -12,7 +12,7 @@ from custom_unary import register_unary
 
 import symgrad as sg
 import symgrad.test_utils as tu
-from symgrad.ops.registry import Param, get_op, register, same_shape
+from symgrad.opdef import Param, get_op, register, same_shape
 from symgrad.test_utils.chainer_checks import (
     NondifferentiableError,
     check_backward,

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 import symgrad as sg
 import symgrad.test_utils as tu
-from symgrad.ops.registry import broadcast_support, get_op
+from symgrad.opdef import broadcast_support, get_op
 from symgrad.test_utils.consistency import check_consistency
 from symgrad.test_utils.decisions import DecisionFlipWarning, Flip, pin_decisions, record_decisions
 from symgrad.test_utils.report import GradientCheckError

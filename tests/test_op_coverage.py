@@ -16,7 +16,7 @@ import pytest
 from mxnet_missing_ops import GROUPS, OPS
 
 import symgrad.operator  # noqa: F401  (registers Custom)
-from symgrad.ops.registry import list_ops
+from symgrad.opdef import list_ops
 
 MXNET = json.loads((Path(__file__).parent / "fixtures" / "mxnet_operators.json").read_text())["operators"]
 # the operators symgrad ships (other test modules register test-only ops into the same registry)

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import symgrad as sg
-from symgrad.ops.registry import get_op
+from symgrad.opdef import get_op
 from symgrad.test_utils import check_numeric_gradient
 
 S = sg.sym

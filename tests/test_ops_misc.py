@@ -76,7 +76,7 @@ def test_crop_and_slice_assign_name_what_does_not_fit():
 def test_floats_parameters_take_a_number_a_tuple_or_mxnets_string():
     # the schema kind behind image.normalize's mean/std, MultiBox variances, Proposal scales, MultiBoxPrior sizes
     from symgrad.base import ParamError
-    from symgrad.ops.registry import Param
+    from symgrad.opdef import Param
 
     p = Param("floats", (1.0,))
     assert p.parse(0.5, "op", "v") == (0.5,)

@@ -20,6 +20,8 @@ import numpy as np
 from ..base import AllocationError, BindError, DTypeError, ShapeError, SymgradError
 from ..context import Context, array_context, current_context, to_numpy
 from ..infer import infer_shapes, infer_types, where
+from ..opdef import as_shape, parse_dtype_attr
+from ..symbol import Symbol
 from .plan import Plan, annotate, failing_instr, run_instrs
 
 __all__ = ["Executor", "simple_bind", "normalize_grad_req"]
@@ -192,8 +194,6 @@ class Executor:
         """``_inferred``: ``(shapes, dtypes)`` maps of every forward value, as ``simple_bind`` inferred them for
         exactly these arrays (then not inferred again here); ``_nodes``: ``symbol._arg_and_aux_nodes()``, as
         ``simple_bind`` already walked them (then not walked again here)."""
-        from ..symbol import Symbol
-
         if not isinstance(symbol, Symbol):
             raise TypeError(f"bind: expected a Symbol, got {type(symbol).__name__}")
         ctx = current_context() if ctx is None else ctx
@@ -709,7 +709,7 @@ class Executor:
         unknown = [k for k in kwargs if k not in self._arg_names]
         if unknown:
             raise BindError(f"reshape: {unknown[0]!r} is not an argument; arguments are {self._arg_names}")
-        shapes = {k: _shape_of(v, f"reshape: {k!r}") for k, v in kwargs.items()}
+        shapes = {k: as_shape(v, f"reshape: {k!r}") for k, v in kwargs.items()}
         partial_shapes = self._symbol.infer_shape_partial(**shapes)[0]
         for name, s, old in zip(self._arg_names, partial_shapes, self.arg_arrays):
             if s is None:
@@ -743,17 +743,9 @@ class Executor:
         return Executor(self._symbol, self._ctx, new_args, args_grad, dict(self._reqs), new_aux)
 
 
-def _shape_of(value, what):
-    from ..symbol import _as_shape
-
-    return _as_shape(value, what)
-
-
 @_gc_paused
 def simple_bind(symbol, ctx, grad_req="write", type_dict=None, shapes=None, **_):
     """Infer every shape from ``shapes``, allocate zeroed arrays on ``ctx`` and bind."""
-    from ..symbol import parse_dtype_attr
-
     ctx = current_context() if ctx is None else ctx
     if not isinstance(ctx, Context):
         raise TypeError(f"simple_bind: ctx must be a Context such as sg.cpu(), got {ctx!r}")
@@ -849,7 +841,7 @@ def _bind_shapes(given: dict, names: list) -> dict:
     shapes = {}
     for key, value in given.items():
         if key in names:
-            shapes[key] = None if value is None else _shape_of(value, f"simple_bind: shape of {key!r}")
+            shapes[key] = None if value is None else as_shape(value, f"simple_bind: shape of {key!r}")
             continue
         looks_like_shape = (isinstance(value, (int, np.integer)) and not isinstance(value, bool)) or (
             isinstance(value, (tuple, list)) and all(isinstance(d, (int, np.integer)) for d in value))

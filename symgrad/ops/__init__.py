@@ -1,5 +1,6 @@
 """Operator families. Importing this package registers every operator."""
 
+from ..opdef import OpDef, Param, get_op, list_ops, register
 from . import (  # noqa: F401
     bbox,
     contrib,
@@ -26,6 +27,5 @@ from . import (  # noqa: F401
     softmax,
     vision,
 )
-from .registry import OpDef, Param, get_op, list_ops, register
 
 __all__ = ["OpDef", "Param", "get_op", "list_ops", "register"]

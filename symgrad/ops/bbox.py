@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..base import ParamError, ShapeError
-from .registry import Param, host_array, register
+from ..opdef import Param, host_array, register
 
 _FORMATS = ("corner", "center")
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..base import ParamError, ShapeError
-from .registry import Param, check_float, float_inputs, register, same_shape
+from ..opdef import Param, check_float, float_inputs, register, same_shape
 
 # ----------------------------------------------------------------------------
 # quadratic, div_sqrt_dim

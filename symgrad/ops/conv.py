@@ -32,7 +32,7 @@ import math
 import numpy as np
 
 from ..base import ParamError, ShapeError
-from .registry import Param, acc_dtype, float_inputs, register
+from ..opdef import Param, acc_dtype, float_inputs, register
 
 _LAYOUT = {1: "NCW", 2: "NCHW", 3: "NCDHW"}
 _ALL_LAYOUTS = ("NCW", "NCHW", "NCDHW", "NHWC", "NDHWC")

@@ -25,8 +25,8 @@ import math
 import numpy as np
 
 from ..base import ParamError, ShapeError
+from ..opdef import Param, normalize_axis, register
 from .reduce import reduce_axes, reduced_shape
-from .registry import Param, normalize_axis, register
 
 _CTX = Param("str", "", doc="device of the output in MXNet's imperative calls; ignored")
 _F32 = np.dtype(np.float32)

@@ -22,7 +22,7 @@ import operator
 import numpy as np
 
 from ..base import ParamError, ShapeError
-from .registry import Param, broadcast_shapes, elementwise, float_inputs, get_op, masked, register, same_shape
+from ..opdef import Param, broadcast_shapes, elementwise, float_inputs, get_op, masked, register, same_shape
 
 
 def _keep(r, like):
@@ -462,9 +462,7 @@ def _fused_backward(name, grad, reads, params):
         return build
 
     def rule(F, n, h):
-        from ..gradient import expansion_gradients
-
-        return expansion_gradients(expand(F, n.params), n.inputs, h[0])
+        return n.expansion_gradients(expand(F, n.params), h[0])
 
     backward = f"_backward_{name.lstrip('_')}"
     FUSED_BACKWARDS[name] = (backward, grad, reads)

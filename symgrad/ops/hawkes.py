@@ -42,7 +42,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..base import ShapeError
-from .registry import acc_dtype, register
+from ..opdef import acc_dtype, register
 
 _NAME = "_contrib_hawkesll"
 _INPUTS = ("lda", "alpha", "beta", "state", "lags", "marks", "valid_length", "max_time")

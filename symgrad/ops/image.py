@@ -18,7 +18,7 @@ import math
 import numpy as np
 
 from ..base import ParamError, ShapeError
-from .registry import Param, register
+from ..opdef import Param, register
 
 # -- shared shape rules --------------------------------------------------------------------------------
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..base import ParamError, ShapeError
-from .registry import Param, acc_dtype, normalize_axis, register
+from ..opdef import Param, acc_dtype, normalize_axis, register
 
 _INDEX_DTYPES = ("uint8", "int32", "int64", "float16", "float32", "float64")
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 from dataclasses import fields
 
 from ..base import ParamError
+from ..opdef import OpDef, get_op, register
 from . import conv, pool  # noqa: F401  (the ops re-used here are registered there)
-from .registry import OpDef, get_op, register
 
 
 def _no_full_avg(params, node_name):

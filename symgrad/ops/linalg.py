@@ -26,8 +26,8 @@ from __future__ import annotations
 import numpy as np
 
 from ..base import ShapeError, SymgradError
+from ..opdef import Param, register, same_type
 from .matrix import gemm2_fwd, gemm2_out, matmul_grads
-from .registry import Param, register, same_type
 
 _LA_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 

@@ -18,7 +18,7 @@ import math
 import numpy as np
 
 from ..base import ParamError, ShapeError
-from .registry import Param, check_float, float_inputs, register, same_shape
+from ..opdef import Param, check_float, float_inputs, register, same_shape
 
 
 def _label_type(params, in_types, out_types, where):

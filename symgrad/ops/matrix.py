@@ -21,7 +21,7 @@ import math
 import numpy as np
 
 from ..base import ParamError, ShapeError
-from .registry import Param, float_inputs, register
+from ..opdef import Param, float_inputs, register
 
 
 def _mm(xp, a, b):

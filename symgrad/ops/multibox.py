@@ -20,7 +20,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..base import ParamError, ShapeError, SymgradError
-from .registry import Param, float_inputs, host_array, register
+from ..opdef import Param, float_inputs, host_array, register
 
 _NO_GRAD = ("MXNet 1.9.1 defines its gradient as zero, which is not its derivative (its outputs move "
             "continuously with the box coordinates); wrap its inputs in BlockGrad to use it inside a "

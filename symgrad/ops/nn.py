@@ -19,7 +19,7 @@ import math
 import numpy as np
 
 from ..base import ParamError, ShapeError
-from .registry import (
+from ..opdef import (
     Param,
     acc_dtype,
     check_float,

@@ -25,8 +25,8 @@ from __future__ import annotations
 import numpy as np
 
 from ..base import ParamError, ShapeError
+from ..opdef import Param, acc_dtype, float_inputs, register, same_shape
 from .nn import bn_type, centered_rstd, normalize_vjp
-from .registry import Param, acc_dtype, float_inputs, register, same_shape
 
 # ----------------------------------------------------------------------------
 # LRN

@@ -23,8 +23,8 @@ from __future__ import annotations
 import numpy as np
 
 from ..base import ParamError, ShapeError
+from ..opdef import Decision, Param, acc_dtype, float_inputs, register
 from .conv import check_layout, hi_pad, padded, spatial_param, tap_ranges, tap_slices
-from .registry import Decision, Param, acc_dtype, float_inputs, register
 
 _POOL_PARAMS = {
     "kernel": Param("shape", ()),

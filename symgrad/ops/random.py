@@ -32,8 +32,8 @@ import math
 import numpy as np
 
 from ..base import ParamError, ShapeError
+from ..opdef import Param, check_float, register
 from .elemwise import log_gamma
-from .registry import Param, check_float, register
 
 __all__ = ["generator", "seed_generators"]
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..base import ParamError, ShapeError
-from .registry import Decision, Param, normalize_axis, register
+from ..opdef import Decision, Param, normalize_axis, register
 
 _REDUCE_PARAMS = {
     "axis": Param("axis", None),

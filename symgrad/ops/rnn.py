@@ -39,7 +39,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..base import ParamError, ShapeError
-from .registry import Param, acc_dtype, check_float, register
+from ..opdef import Param, acc_dtype, check_float, register
 
 _GATES = {"rnn_relu": 1, "rnn_tanh": 1, "lstm": 4, "gru": 3}
 

@@ -38,7 +38,7 @@ import math
 import numpy as np
 
 from ..base import ParamError, ShapeError
-from .registry import Param, acc_dtype, check_float, host_array, register
+from ..opdef import Param, acc_dtype, check_float, host_array, register
 
 # MXNet's kernels compute ROI geometry in acc_dtype: the data's dtype, float32 for float16
 

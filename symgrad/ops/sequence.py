@@ -20,7 +20,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..base import ParamError, ShapeError
-from .registry import Param, check_float, register
+from ..opdef import Param, check_float, register
 
 _SEQ_PARAMS = {
     "use_sequence_length": Param("bool", False),

@@ -20,7 +20,7 @@ import math
 import numpy as np
 
 from ..base import ParamError, ShapeError
-from .registry import Param, normalize_axis, register, same_shape
+from ..opdef import Param, normalize_axis, register, same_shape
 
 
 def _prod(dims):

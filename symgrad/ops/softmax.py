@@ -19,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..base import ParamError, ShapeError
-from .registry import Param, acc_dtype, check_float, float_inputs, normalize_axis, register
+from ..opdef import Param, acc_dtype, check_float, float_inputs, normalize_axis, register
 
 _FLOAT_NAMES = ("float16", "float32", "float64")
 

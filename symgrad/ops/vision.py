@@ -38,8 +38,8 @@ import math
 import numpy as np
 
 from ..base import ParamError, ShapeError
+from ..opdef import Param, acc_dtype, float_inputs, register
 from .conv import check_layout, hi_pad, im2col_columns, spatial_param, tap_slices
-from .registry import Param, acc_dtype, float_inputs, register
 
 # ----------------------------------------------------------------------------
 # Sampling kernels (xp = numpy or cupy)

@@ -1,4 +1,4 @@
-"""The operator registry: one ``OpDef`` per operator, one registration per op.
+"""The operator registry: one ``OpDef`` per operator, one registration per op, below the graph.
 
 An ``OpDef`` holds everything symgrad knows about an operator, a few lines
 apart: its MXNet name, input/aux/output names, a typed parameter schema that
@@ -11,16 +11,17 @@ this package never imports ``symgrad.symbol``.
 from __future__ import annotations
 
 import ast
+import importlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from ..base import ParamError, ShapeError
+from .base import ParamError, ShapeError
 
 __all__ = ["Param", "OpDef", "Decision", "register", "get_op", "list_ops", "REQUIRED", "acc_dtype", "host_array",
-           "check_float", "float_inputs"]
+           "check_float", "float_inputs", "as_shape", "parse_shape", "parse_dtype_attr", "DTYPE_TO_MX"]
 
 
 class _Required:
@@ -412,14 +413,33 @@ def register(name: str, *, aliases: Sequence[str] = (), **spec) -> OpDef:
     return op
 
 
+#: The modules whose import registers symgrad's own operators: the op families and ``Custom``. The registry
+#: sits below them (they import it), so it loads them by name on the first lookup, as a plugin table loads
+#: its entry points: ``Variable("x") + 1`` works however little of symgrad was imported before.
+BUILTIN_OPS = ("symgrad.ops", "symgrad.operator")
+_builtins_loaded = False
+
+
+def _load_builtins() -> None:
+    global _builtins_loaded
+    if not _builtins_loaded:
+        _builtins_loaded = True  # set first: the families look ops up while they register
+        for module in BUILTIN_OPS:
+            importlib.import_module(module)
+
+
 def get_op(name: str) -> OpDef:
-    try:
-        return _REGISTRY[name]
-    except KeyError:
-        raise ParamError(f"unknown operator {name!r}") from None
+    op = _REGISTRY.get(name)
+    if op is None:
+        _load_builtins()
+        op = _REGISTRY.get(name)
+    if op is None:
+        raise ParamError(f"unknown operator {name!r}")
+    return op
 
 
 def list_ops() -> dict[str, OpDef]:
+    _load_builtins()
     return dict(_REGISTRY)
 
 
@@ -506,3 +526,49 @@ def normalize_axis(axis, ndim: int, where: str, pname: str = "axis") -> int:
     if not -ndim <= axis < max(ndim, 1):
         raise ShapeError(f"{where}: parameter {pname!r}={axis} is out of range for a {ndim}-d input")
     return axis % max(ndim, 1)
+
+
+# -- shape and dtype attributes (``__shape__``, ``__dtype__``) -------------------------------------------
+
+
+def _is_dim(d) -> bool:
+    """An int dimension: Python/numpy ints, not bools (``True`` is no size) and not floats."""
+    return isinstance(d, (int, np.integer)) and not isinstance(d, (bool, np.bool_))
+
+
+def as_shape(value, what):
+    """``value`` as a shape tuple: an int or a tuple/list of ints, nothing else.
+
+    Strings (``"23"``, ``"(2,3)"``), floats (``2.7``) and bools are refused rather than coerced.
+    """
+    if _is_dim(value):
+        shape = (int(value),)
+    elif isinstance(value, (tuple, list)) and all(_is_dim(d) for d in value):
+        shape = tuple(int(d) for d in value)
+    else:
+        shown = repr(value) if len(repr(value)) <= 80 else repr(value)[:77] + "..."
+        raise TypeError(f"{what}: a shape must be an int or a tuple of ints, got {shown}")
+    if any(d < 0 for d in shape):
+        raise ShapeError(f"{what}: shape {shape} has a negative dimension")
+    return shape
+
+
+def parse_shape(text):
+    """A ``__shape__`` attribute (``"(2, 3)"``) as a shape tuple."""
+    value = _literal(text) if isinstance(text, str) else text
+    return as_shape(value, "__shape__ attribute")
+
+
+# MXNet's dtype codes, as ``mx.sym.Variable`` writes them into ``__dtype__`` (``_DTYPE_NP_TO_MX``)
+DTYPE_TO_MX = {"float32": 0, "float64": 1, "float16": 2, "uint8": 3, "int32": 4, "int8": 5, "int64": 6,
+                "bool": 7, "int16": 8, "uint16": 9, "uint32": 10, "uint64": 11}
+_MX_TO_DTYPE = {str(v): k for k, v in DTYPE_TO_MX.items()}
+
+
+def parse_dtype_attr(text) -> np.dtype:
+    """A ``__dtype__`` attribute as a numpy dtype: MXNet's code (``"0"``) or a dtype name (``"float32"``)."""
+    text = str(text).strip()
+    try:
+        return np.dtype(_MX_TO_DTYPE.get(text, text))
+    except TypeError:
+        raise TypeError(f"__dtype__ attribute {text!r} is neither an MXNet dtype code nor a numpy dtype name") from None
