@@ -48,6 +48,7 @@ from symgrad.context import array_context
 from ._inputs import check_callable, check_dtype, check_flag, check_number
 from .compare import compare
 from .differencer import DirectionProbe, ElementProbe, KinkTest, derivative, sweep
+from .frames import hide_from_pytest as _hide_from_pytest
 from .funcgraph import (
     MAX_LOCALISE,
     FuncGraph,
@@ -63,7 +64,6 @@ from .funcgraph import (
 from .harness import analytic_noise
 from .numeric import check_step
 from .report import GradientCheckError, NondifferentiableError, NondifferentiablePointWarning, Report, format_index
-from .report import hide_from_pytest as _hide_from_pytest
 from .seed import seeded_check
 from .tolerance import NOISE_FACTOR
 

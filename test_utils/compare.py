@@ -13,8 +13,8 @@ import numpy as np
 from ._inputs import check_flag, check_tolerances, host_array
 from .context import to_numpy
 from .diagnose import Diagnosis, analyze
+from .frames import hide_from_pytest as _hide_from_pytest
 from .report import GradientCheckError, Report
-from .report import hide_from_pytest as _hide_from_pytest
 from .tolerance import get_tols
 
 __tracebackhide__ = _hide_from_pytest  # a failed check shows its report, not these frames

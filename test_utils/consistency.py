@@ -42,10 +42,10 @@ from ._inputs import (
 from .compare import compare
 from .context import to_device, to_numpy
 from .decisions import DecisionFlipWarning, format_flips, pin_decisions, record_decisions
+from .frames import hide_from_pytest as _hide_from_pytest
 from .harness import RoundingEmulator, refuse_random_ops
 from .mxnet_checks import _raise_first
 from .report import GradientCheckError
-from .report import hide_from_pytest as _hide_from_pytest
 from .seed import seeded_check
 from .tolerance import get_tols
 

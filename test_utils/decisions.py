@@ -34,8 +34,8 @@ import numpy as np
 from symgrad.context import array_context
 
 from .context import to_numpy
+from .frames import hide_from_pytest as _hide_from_pytest
 from .report import format_index
-from .report import hide_from_pytest as _hide_from_pytest
 
 __tracebackhide__ = _hide_from_pytest  # a failed check shows its report, not these frames
 

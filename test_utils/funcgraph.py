@@ -22,12 +22,14 @@ from symgrad.symbol import Group, Symbol
 from ._inputs import check_finite, check_kind, check_shapes
 from .compare import _violations, compare
 from .context import default_context, to_device, to_numpy
-from .differencer import Recipe, Spread, default_steps, directional, gradient, jacobian
+from .differencer import default_steps, directional, gradient, jacobian
+from .frames import hide_from_pytest as _hide_from_pytest
 from .harness import Harness, analytic_noise, refuse_random_ops
 from .mxnet_checks import diagnosis_context
-from .numeric import MAX_REDRAWS, element_kinks, kink_warning, move_off_kink, projected_objective
+from .numeric import MAX_REDRAWS, element_kinks, kink_warning, move_off_kink
+from .objectives import projected_objective
 from .report import GradientCheckError
-from .report import hide_from_pytest as _hide_from_pytest
+from .scaleout import Recipe, Spread
 
 __tracebackhide__ = _hide_from_pytest  # a failed check shows its report, not these frames
 
@@ -269,7 +271,7 @@ class Reference:
     ``ndtype`` None keeps every array's own dtype (no float64 reference). ``weights`` (one float64 array
     per output) define the objective ``sum(w * y)`` (loss heads: their implied loss). ``executor``: a
     ``concurrent.futures.Executor`` over which the Jacobians and per-element views are spread
-    (``differencer.Spread``); directional derivatives (two evaluations) stay here.
+    (``scaleout.Spread``); directional derivatives (two evaluations) stay here.
     """
 
     def __init__(self, graph, ndtype, weights, progress=True, executor=None, record=None):

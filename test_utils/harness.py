@@ -15,7 +15,7 @@ import numpy as np
 from symgrad.opdef import acc_dtype
 
 from .context import to_device, to_numpy
-from .report import hide_from_pytest as _hide_from_pytest
+from .frames import hide_from_pytest as _hide_from_pytest
 from .tolerance import NOISE_FACTOR
 
 __tracebackhide__ = _hide_from_pytest  # a failed check shows its report, not these frames

@@ -41,7 +41,7 @@ import numpy as np
 
 from .context import to_device, to_numpy
 from .differencer import Progress
-from .report import hide_from_pytest as _hide_from_pytest
+from .frames import hide_from_pytest as _hide_from_pytest
 
 __tracebackhide__ = _hide_from_pytest  # a failed check shows its report, not these frames
 
@@ -541,7 +541,7 @@ class _Point:
     def __init__(self, sym, values, aux, live, reqs, dtype, ctx, seed, *, pin=True, emulate=True):
         from .decisions import pinned_symbol, record_decisions
         from .harness import Harness, analytic_noise, assert_deterministic, with_measured
-        from .numeric import projected_objective
+        from .objectives import projected_objective
         from .tolerance import NOISE_FACTOR, get_rtol
 
         self.sym, self.dt, self.ctx, self.seed, self.live = sym, np.dtype(dtype), ctx, int(seed), list(live)
@@ -614,7 +614,7 @@ class _Point:
 
         from .differencer import ElementProbe, default_steps, derivative, sweep
         from .harness import Harness
-        from .numeric import projected_objective
+        from .objectives import projected_objective
 
         if self._natural is None:
             host = lambda v: np.asarray(v, np.float64) if np.asarray(v).dtype.kind == "f" else v
@@ -1288,7 +1288,7 @@ def _run(check, result):
 
 
 def _full(check):
-    from . import check_numeric_gradient
+    from .mxnet_checks import check_numeric_gradient
     from .report import GradientCheckError
 
     dt = check.dt

@@ -36,21 +36,21 @@ from ._inputs import (
 from .buffers import probe
 from .compare import _violations, compare
 from .context import default_context, synchronize, to_device, to_numpy
-from .differencer import COMPLEX_STEP, METHODS, Recipe, Spread, check_executor, default_steps, gradient
+from .differencer import COMPLEX_STEP, METHODS, default_steps, gradient
+from .frames import hide_from_pytest as _hide_from_pytest
 from .harness import Harness, as_array_like, assert_deterministic, refuse_random_ops
 from .harness import analytic_noise as harness_analytic_noise
 from .numeric import (
     MAX_REDRAWS,
     check_complex_support,
-    complex_objective,
     element_kinks,
     kink_warning,
     move_off_kink,
-    projected_objective,
     resolve_numeric_eps,
 )
+from .objectives import complex_objective, projected_objective
 from .report import GradientCheckError, NondifferentiablePointWarning
-from .report import hide_from_pytest as _hide_from_pytest
+from .scaleout import Recipe, Spread, check_pool
 from .seed import seeded_check
 from .tolerance import get_tols, scaled_atol
 
@@ -585,7 +585,7 @@ def check_numeric_gradient(sym, location, aux_states=None, numeric_eps=None, rto
             optional); False turns it off.
         executor: (keyword-only) a ``concurrent.futures.Executor`` (a process pool, a Dask client's
             ``get_executor()``) over whose workers the perturbed evaluations are spread
-            (``differencer.Spread``; the symbol travels as its JSON, custom ops must be registered in the
+            (``scaleout.Spread``; the symbol travels as its JSON, custom ops must be registered in the
             workers); the result and the report are those of the serial run. Every round of re-draws is
             spread; the kink tests of mismatching elements and the analytic side stay here.
         probes: (keyword-only) the special-point probes (``test_utils.probes``: the arguments zeroed, a row zero
@@ -611,7 +611,7 @@ def check_numeric_gradient(sym, location, aux_states=None, numeric_eps=None, rto
     setup = _NumericSetup.validate(sym, location, aux_states, numeric_eps, rtol, atol, grad_nodes, use_forward_train,
                                    ctx, grad_stype_dict, dtype, numeric_dtype, method, kinks)
     if executor is not None:
-        check_executor(executor, setup.who)
+        check_pool(executor, setup.who)
     run = _NumericRun(setup, check_flag(progress, setup.who, "progress"), executor)
     rounds = run.until_no_kinks()
     if run.redrawn or run.excluded:

@@ -41,8 +41,8 @@ import numpy as np
 
 from .buffers import custom_nodes
 from .context import to_device, to_numpy
+from .frames import hide_from_pytest as _hide_from_pytest
 from .report import GradientCheckError
-from .report import hide_from_pytest as _hide_from_pytest
 
 __tracebackhide__ = _hide_from_pytest  # a failed check shows its report, not these frames
 
@@ -217,7 +217,7 @@ class _Bound:
     def reference(self, values):
         """``(harness, make_objective)``: the float64 reference holding ``values`` (its next base is taken there)."""
         from .harness import Harness
-        from .numeric import projected_objective
+        from .objectives import projected_objective
 
         if self._harness is None:
             shapes = self.sym.infer_shape(**{k: np.shape(v) for k, v in values.items()})[1]

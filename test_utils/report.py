@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from .frames import hide_from_pytest
 from .seed import REPRODUCE_MARK, current_seed, reproduction, reproduction_line
 
 __all__ = ["Report", "GradientCheckError", "NondifferentiableError", "format_table", "Kink",
@@ -128,6 +129,8 @@ class GradientCheckError(AssertionError):
             pytest 'tests/test_x.py::test_y'``).
     """
 
+    hides_checker_frames = True  # frames.hide_from_pytest: pytest shows the report, not symgrad's frames
+
     def __init__(self, message, **facts):
         self.report = message if isinstance(message, Report) else None
         if self.report is not None:
@@ -170,13 +173,6 @@ class GradientCheckError(AssertionError):
     def __reduce__(self):  # keep the facts when pickled (pytest-xdist, multiprocessing)
         state = {k: v for k, v in self.__dict__.items() if not k.startswith("_")}
         return (_restore, (type(self), str(self), state))
-
-
-def hide_from_pytest(excinfo) -> bool:
-    """pytest's ``__tracebackhide__`` of symgrad's checker modules: for a failed check pytest shows the report
-    and the user's own frames, not ~90 lines of symgrad's source and locals; any other exception (a bug in
-    symgrad, a bad argument) keeps every frame."""
-    return excinfo.errisinstance(GradientCheckError)
 
 
 __tracebackhide__ = hide_from_pytest

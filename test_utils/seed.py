@@ -23,16 +23,12 @@ import sys
 
 import numpy as np
 
+from .frames import hide_from_pytest
+
 __all__ = ["with_seed", "current_seed", "check_seed", "seeded_check", "reproduction", "reproduction_line",
            "SEED_ENV", "COUNT_ENV", "REPRODUCE_MARK"]
 
-def _hide_from_pytest(excinfo) -> bool:  # report.hide_from_pytest (report imports this module)
-    from .report import hide_from_pytest
-
-    return hide_from_pytest(excinfo)
-
-
-__tracebackhide__ = _hide_from_pytest  # a failed check run under with_seed shows its report, not these frames
+__tracebackhide__ = hide_from_pytest  # a failed check run under with_seed shows its report, not these frames
 
 SEED_ENV = "SYMGRAD_TEST_SEED"
 COUNT_ENV = "SYMGRAD_TEST_COUNT"

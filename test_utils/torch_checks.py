@@ -46,12 +46,13 @@ from symgrad.context import array_context
 
 from ._inputs import check_callable, check_flag, check_number
 from .compare import compare
-from .differencer import check_executor, default_steps
+from .differencer import default_steps
+from .frames import hide_from_pytest as _hide_from_pytest
 from .funcgraph import MAX_LOCALISE, FuncGraph, KinkRedraws, OnlyKinks, Reference, as_tuple, only_kinks, symbols_of
 from .harness import RoundingEmulator, analytic_noise, with_measured
 from .numeric import check_step
 from .report import GradientCheckError, Report
-from .report import hide_from_pytest as _hide_from_pytest
+from .scaleout import check_pool
 from .seed import seeded_check
 from .tolerance import numeric_noise
 
@@ -254,7 +255,7 @@ def _gradcheck(who, func, inputs, names, eps, atol, rtol, nondet_tol, check_unde
     flags = {"check_undefined_grad": check_undefined_grad, "fast_mode": fast_mode,
              "float64_reference": float64_reference, "progress": progress}
     if executor is not None:
-        check_executor(executor, who)
+        check_pool(executor, who)
     graph, diff = _validate(who, func, inputs, names, eps, atol, rtol, nondet_tol, flags)
     eps = None if eps is None else float(eps)
     atol, rtol, nondet_tol = float(atol), float(rtol), float(nondet_tol)

@@ -94,10 +94,10 @@ def splice(json_text: str, op_type: str, occurrence: int = 1) -> str:
     doc = json.loads(json_text)
     nodes = doc["nodes"]
     seen = 0
-    for k, node in enumerate(nodes):
-        if node["op"] != "Activation" or node.get("attrs", {}).get("act_type") != "relu":
+    for act in nodes:
+        if act["op"] != "Activation" or act.get("attrs", {}).get("act_type") != "relu":
             continue
-        src = node["inputs"][0][0]
+        src = act["inputs"][0][0]
         if nodes[src]["op"] == "BatchNorm":
             if seen == occurrence:
                 break
@@ -111,7 +111,7 @@ def splice(json_text: str, op_type: str, occurrence: int = 1) -> str:
 
     for node in nodes:
         node["inputs"] = [[shift(e[0]), *e[1:]] for e in node["inputs"]]
-    nodes[k]["inputs"] = [[at, 0, 0]]  # the activation now reads the planted op
+    act["inputs"] = [[at, 0, 0]]  # the activation now reads the planted op
     planted = {"op": "Custom", "name": NODE, "attrs": {"op_type": op_type}, "inputs": [[src, 0, 0]]}
     nodes.insert(at, planted)
     doc["arg_nodes"] = [shift(i) for i in doc["arg_nodes"]]

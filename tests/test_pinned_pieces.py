@@ -22,8 +22,8 @@ import pytest
 from op_db import OPS, In, OpInfo
 
 import symgrad as sg
-from symgrad.ops.reduce import reduce_axes
 from symgrad.opdef import list_ops
+from symgrad.ops.reduce import reduce_axes
 from symgrad.test_utils.decisions import pinned_symbol, record_decisions
 
 S = sg.sym

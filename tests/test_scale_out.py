@@ -20,7 +20,7 @@ import pytest
 import symgrad as sg
 from symgrad import cli, model_zoo
 from symgrad.test_utils import GradientCheckError, check_model, check_numeric_gradient
-from symgrad.test_utils.differencer import SPREAD_TASKS, Recipe, Spread
+from symgrad.test_utils.scaleout import SPREAD_TASKS, Recipe, Spread
 from symgrad.test_utils.torch_checks import gradcheck, gradgradcheck
 
 S = sg.sym
