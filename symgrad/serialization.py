@@ -279,21 +279,46 @@ def _topo_indices(doc_nodes, inputs_of, heads, err) -> list[int]:
 
 def _build_op_node(op, name, attrs, inputs, version, where, err):
     """The node of one operator entry."""
+    attrs, params_kw, hidden_for_inputs = _split_attrs(op, attrs, version, where, err)
+    params, names, n_out = _parse_node(op, name, params_kw, len(inputs), where, err)
+    inputs = _node_inputs(op, name, attrs, inputs, names, version, where, err)
+    for iname, extra in hidden_for_inputs.items():
+        if iname in names:
+            src = inputs[names.index(iname)][0]
+            if src.op is None:
+                src.attrs.update(extra)
+                continue
+        attrs.update({f"{iname}_{k.strip('_')}": v for k, v in extra.items()})
+    return Node(op, name, params, attrs, inputs, n_out)
+
+
+def _is_hidden(key) -> bool:
+    return key.startswith("__") and key.endswith("__")
+
+
+def _split_attrs(op, attrs, version, where, err):
+    """``(attrs, parameter strings, hidden attributes of inputs)`` of an operator entry; an older file's plain
+    hidden keys (``lr_mult``) are upgraded first, a current file's are never parameters."""
     params_kw, hidden_for_inputs = {}, {}
     if version < MXNET_VERSION:
         attrs, hidden_for_inputs = _upgrade_hidden(attrs)
-    else:  # plain hidden keys are never parameters
+    else:
         attrs = {f"__{k}__" if k in _HIDDEN_KEYS else k: v for k, v in attrs.items()}
     for key, value in attrs.items():
-        if key in op.params or (op.extra_params and not (key.startswith("__") and key.endswith("__"))):
+        if key in op.params or (op.extra_params and not _is_hidden(key)):
             if len(value) > MAX_PARAM_CHARS:
                 raise err(f"{where}: parameter {key!r} is {len(value)} characters long (limit {MAX_PARAM_CHARS})")
             params_kw[key] = value
-        elif not (key.startswith("__") and key.endswith("__")):
+        elif not _is_hidden(key):
             raise err(f"{where}: {key!r} is not a parameter of {op.name}; parameters: {sorted(op.params) or 'none'}")
+    return attrs, params_kw, hidden_for_inputs
+
+
+def _parse_node(op, name, params_kw, n_inputs, where, err):
+    """``(params, input and aux names, number of outputs)`` of an operator entry; the op's errors name the entry."""
     try:
         if op.variadic and op.variadic in op.params and op.variadic not in params_kw:
-            params_kw[op.variadic] = str(len(inputs))
+            params_kw[op.variadic] = str(n_inputs)
         # (parsed once per distinct parameter set: a model repeats a few, DenseNet-121's 120 BatchNorms share one)
         params = op.parse_params_and_strings(params_kw, where)[0]
         if op.prepare is not None:
@@ -304,9 +329,14 @@ def _build_op_node(op, name, attrs, inputs, version, where, err):
         raise err(f"{where}: {exc}") from exc
     if not isinstance(n_out, int) or n_out < 1:
         raise err(f"{where}: operator {op.name} reports {n_out!r} outputs")
+    return params, names, n_out
+
+
+def _node_inputs(op, name, attrs, inputs, names, version, where, err) -> list:
+    """The entry's inputs, checked against ``names``; an MXNet 0.8 file's missing auxiliary states are added and
+    an MXNet < 0.9.4 file's inputs get the ``__init__`` MXNet's upgrader gives them."""
     inputs = list(inputs)
     if len(inputs) < len(names) and version < 900:
-        # MXNet 0.8 did not store auxiliary states: add them as MXNet's upgrader does
         for iname in names[len(inputs):]:
             inputs.append((Node(None, f"{name}_{iname}", {}, dict(attrs), (), 1), 0))
     if len(inputs) != len(names):
@@ -319,17 +349,25 @@ def _build_op_node(op, name, attrs, inputs, version, where, err):
         for slot, init in _INPUT_INITS.get(op.name, {}).items():
             if slot < len(inputs) and inputs[slot][0].op is None:
                 inputs[slot][0].attrs.setdefault("__init__", init)
-    for iname, extra in hidden_for_inputs.items():
-        if iname in names:
-            src = inputs[names.index(iname)][0]
-            if src.op is None:
-                src.attrs.update(extra)
-                continue
-        attrs.update({f"{iname}_{k.strip('_')}": v for k, v in extra.items()})
-    return Node(op, name, params, attrs, inputs, n_out)
+    return inputs
 
 
 def _from_doc(doc, err):
+    version, doc_nodes, heads = _check_doc(doc, err)
+    entries = [_read_node(i, raw, len(doc_nodes), err) for i, raw in enumerate(doc_nodes)]
+    built = _build_nodes(doc_nodes, entries, heads, version, err)
+    outputs = []
+    for k, (h, j) in enumerate(heads):
+        node = built[h]
+        if j >= node.num_outputs:
+            raise err(f"head {k} asks for output {j} of node {h} {node.name!r}, which has {node.num_outputs}")
+        outputs.append((node, j))
+    _check_variables(built, outputs, err)
+    return Symbol(outputs)
+
+
+def _check_doc(doc, err):
+    """``(version, nodes, heads)`` of a symbol document, its top level checked."""
     _check_type(doc, dict, "the top level", err)
     for key in ("nodes", "heads"):
         if key not in doc:
@@ -346,62 +384,65 @@ def _from_doc(doc, err):
     heads = [_entry(h, n, f"head {k}", err) for k, h in enumerate(_check_type(doc["heads"], list, "'heads'", err))]
     if not heads:
         raise err("'heads' is empty: the symbol has no outputs")
-    ops, inputs_of, names, attrs_of = [], [], [], []
-    for i, raw in enumerate(doc_nodes):
-        _check_type(raw, dict, f"node {i}", err)
-        for key in ("op", "name", "inputs"):
-            if key not in raw:
-                raise err(f"node {i} has no {key!r}")
-        opname = _check_type(raw["op"], str, f"node {i} 'op'", err)
-        name = _check_type(raw["name"], str, f"node {i} 'name'", err)
-        where = f"node {i} ({opname} {name!r})"
-        ins = [_entry(e, n, f"{where} input {k}", err)
-               for k, e in enumerate(_check_type(raw["inputs"], list, f"{where} 'inputs'", err))]
-        if opname == "null":
-            op = None
-            if ins:
-                raise err(f"{where}: a variable has no inputs, got {len(ins)}")
-            if not name:
-                raise err(f"{where}: a variable needs a non-empty name")
-        else:
-            try:
-                op = opdef.get_op(opname)
-            except ParamError:
-                raise err(f"{where}: unknown operator {opname!r}") from None
-        if "subgraphs" in raw:
-            raise err(f"{where}: subgraphs (control-flow operators) are not supported")
-        ops.append(op)
-        inputs_of.append(ins)
-        names.append(name)
-        attrs_of.append(_node_attrs(raw, where, err))
+    return version, doc_nodes, heads
+
+
+def _read_node(i, raw, n, err):
+    """``(op or None for a variable, input entries, name, attributes)`` of node ``i``, checked."""
+    _check_type(raw, dict, f"node {i}", err)
+    for key in ("op", "name", "inputs"):
+        if key not in raw:
+            raise err(f"node {i} has no {key!r}")
+    opname = _check_type(raw["op"], str, f"node {i} 'op'", err)
+    name = _check_type(raw["name"], str, f"node {i} 'name'", err)
+    where = f"node {i} ({opname} {name!r})"
+    ins = [_entry(e, n, f"{where} input {k}", err)
+           for k, e in enumerate(_check_type(raw["inputs"], list, f"{where} 'inputs'", err))]
+    if opname == "null":
+        op = None
+        if ins:
+            raise err(f"{where}: a variable has no inputs, got {len(ins)}")
+        if not name:
+            raise err(f"{where}: a variable needs a non-empty name")
+    else:
+        try:
+            op = opdef.get_op(opname)
+        except ParamError:
+            raise err(f"{where}: unknown operator {opname!r}") from None
+    if "subgraphs" in raw:
+        raise err(f"{where}: subgraphs (control-flow operators) are not supported")
+    return op, ins, name, _node_attrs(raw, where, err)
+
+
+def _build_nodes(doc_nodes, entries, heads, version, err) -> dict:
+    """``{node index: Node}``, built inputs first."""
+    inputs_of = [ins for _, ins, _, _ in entries]
     built: dict[int, Node] = {}
     for i in _topo_indices(doc_nodes, inputs_of, heads, err):
-        where = f"node {i} ({doc_nodes[i]['op']} {names[i]!r})"
-        if ops[i] is None:
-            attrs = attrs_of[i]
+        op, ins, name, attrs = entries[i]
+        where = f"node {i} ({doc_nodes[i]['op']} {name!r})"
+        if op is None:
             if version < MXNET_VERSION:
                 attrs = _upgrade_hidden(attrs)[0]
             _check_var_attrs(attrs, where, err)
-            built[i] = Node(None, names[i], {}, dict(attrs), (), 1)
+            built[i] = Node(None, name, {}, dict(attrs), (), 1)
         else:
-            inputs = [(built[s], j) for s, j in inputs_of[i]]
-            built[i] = _build_op_node(ops[i], names[i], dict(attrs_of[i]), inputs, version, where, err)
-    outputs = []
-    for k, (h, j) in enumerate(heads):
-        node = built[h]
-        if j >= node.num_outputs:
-            raise err(f"head {k} asks for output {j} of node {h} {node.name!r}, which has {node.num_outputs}")
-        outputs.append((node, j))
+            inputs = [(built[s], j) for s, j in ins]
+            built[i] = _build_op_node(op, name, dict(attrs), inputs, version, where, err)
+    return built
+
+
+def _check_variables(built, outputs, err) -> None:
+    """Variable names are unique, also against the auxiliary states an MXNet 0.8 file's upgrade added."""
     variables: dict[str, int] = {}
     for i, node in built.items():
         if node.op is None:
             if node.name in variables:
                 raise err(f"nodes {variables[node.name]} and {i} are two variables named {node.name!r}")
             variables[node.name] = i
-    for node in topo_order(outputs):  # variables the 0.8 upgrade added
+    for node in topo_order(outputs):
         if node.op is None and node.name in variables and built[variables[node.name]] is not node:
             raise err(f"the auxiliary state added for an MXNet 0.8 file clashes with variable {node.name!r}")
-    return Symbol(outputs)
 
 
 def load_json(text, source: str = "symbol JSON"):

@@ -750,9 +750,30 @@ def simple_bind(symbol, ctx, grad_req="write", type_dict=None, shapes=None, **_)
     if not isinstance(ctx, Context):
         raise TypeError(f"simple_bind: ctx must be a Context such as sg.cpu(), got {ctx!r}")
     nodes, arg_nodes, aux_nodes = symbol._arg_and_aux_nodes()
-    shapes = _bind_shapes(shapes or {}, [n.name for n in arg_nodes + aux_nodes])
+    shapes = _bind_shapes(shapes or {}, [n.name for n in arg_nodes + aux_nodes])  # (warns at the caller's line)
+    arg_shapes, aux_shapes, shape_map = _simple_bind_shapes(symbol, shapes, arg_nodes, aux_nodes)
+    known = _simple_bind_types(nodes, arg_nodes + aux_nodes, type_dict)
+    reqs = normalize_grad_req(grad_req, [n.name for n in arg_nodes], "simple_bind")
+    grad_nodes = [n for n in arg_nodes if reqs[n.name] != "null"]
+    arg_dt, aux_dt = ([known[(n.id, 0)] for n in group] for group in (arg_nodes, aux_nodes))
+    wanted = [(n.name, s, dt) for n, s, dt in zip(arg_nodes, arg_shapes, arg_dt)]
+    wanted += [(f"gradient of {n.name}", s, dt) for n, s, dt in zip(arg_nodes, arg_shapes, arg_dt)
+               if reqs[n.name] != "null"]
+    wanted += [(n.name, s, dt) for n, s, dt in zip(aux_nodes, aux_shapes, aux_dt)]
+    arrays = _allocate(ctx, wanted)
+    n_arg, n_grad = len(arg_nodes), len(grad_nodes)
+    grads = dict(zip([n.name for n in grad_nodes], arrays[n_arg:n_arg + n_grad]))
+    # every shape known and none with a 0 (an unknown dimension to inference here, a zero-size one to bind):
+    # these are the maps the executor would infer again for these arrays
+    inferred = (shape_map, known) if all(0 not in v for v in shape_map.values()) else None
+    return Executor(symbol, ctx, arrays[:n_arg], grads, reqs, arrays[n_arg + n_grad:], _inferred=inferred,
+                    _nodes=(nodes, arg_nodes, aux_nodes))
+
+
+def _simple_bind_shapes(symbol, shapes, arg_nodes, aux_nodes):
+    """``(argument shapes, auxiliary shapes, every value's shape)`` inferred from ``shapes``; each input's must be
+    determined (a 0 dimension is unknown in MXNet's legacy shape mode: inference must determine it)."""
     (arg_shapes, _, aux_shapes), shape_map = symbol._shape_map((), shapes)
-    # a 0 dimension is unknown (MXNet's legacy shape mode): inference must determine it
     unknown = [n.name for n, s in zip(arg_nodes + aux_nodes, list(arg_shapes) + list(aux_shapes))
                if s is None or 0 in s]
     if unknown:
@@ -760,46 +781,43 @@ def simple_bind(symbol, ctx, grad_req="write", type_dict=None, shapes=None, **_)
             f"simple_bind: cannot infer the shapes of {unknown} from the given shapes {shapes} (a 0 dimension "
             "is unknown); pass them as keyword arguments (name=shape)"
         )
-    names = [n.name for n in arg_nodes + aux_nodes]
+    return arg_shapes, aux_shapes, shape_map
+
+
+def _simple_bind_types(nodes, inputs, type_dict) -> dict:
+    """Every value's dtype: ``type_dict`` and the inputs' ``__dtype__`` first decide the others' (a weight takes
+    its data's dtype); an input still unknown defaults to float32 (MXNet)."""
+    names = [n.name for n in inputs]
     type_dict = dict(type_dict or {})
     bad = [k for k in type_dict if k not in names]
     if bad:
         raise BindError(f"simple_bind: type_dict names {bad[0]!r}, which is not an input; inputs are {names}")
     known = {}
-    for n in arg_nodes + aux_nodes:
+    for n in inputs:
         if n.name in type_dict:
             known[(n.id, 0)] = np.dtype(type_dict[n.name])
         elif "__dtype__" in n.attrs:
             known[(n.id, 0)] = parse_dtype_attr(n.attrs["__dtype__"])
-    if known:  # the given dtypes first decide the others' (a weight takes its data's dtype)
+    if known:
         infer_types(nodes, known)
-    defaulted = [n for n in arg_nodes + aux_nodes if (n.id, 0) not in known]
-    for n in defaulted:  # anything still unknown defaults to float32 (MXNet)
+    defaulted = [n for n in inputs if (n.id, 0) not in known]
+    for n in defaulted:
         known[(n.id, 0)] = np.dtype(np.float32)
     if defaulted or not known:  # (nothing defaulted: the first pass already settled every value)
         infer_types(nodes, known)
-    xp = ctx.xp
-    reqs = normalize_grad_req(grad_req, [n.name for n in arg_nodes], "simple_bind")
-    wanted = [(n.name, s, known[(n.id, 0)]) for n, s in zip(arg_nodes, arg_shapes)]
-    wanted += [(f"gradient of {n.name}", s, known[(n.id, 0)]) for n, s in zip(arg_nodes, arg_shapes)
-               if reqs[n.name] != "null"]
-    wanted += [(n.name, s, known[(n.id, 0)]) for n, s in zip(aux_nodes, aux_shapes)]
+    return known
+
+
+def _allocate(ctx, wanted) -> list:
+    """Zeroed arrays of ``wanted`` (``(name, shape, dtype)``) on ``ctx``, refused before anything is allocated when
+    they cannot fit."""
     _check_allocation(wanted, ctx)
     with ctx.device_scope():
         try:
-            arrays = _zeroed_arrays(xp, [(s, dt) for _, s, dt in wanted])
+            return _zeroed_arrays(ctx.xp, [(s, dt) for _, s, dt in wanted])
         except MemoryError:
             shapes_wanted = {name: tuple(s) for name, s, _ in wanted}
             raise AllocationError(f"simple_bind: out of memory allocating the arrays {shapes_wanted}") from None
-    n_arg = len(arg_nodes)
-    args = arrays[:n_arg]
-    grad_names = [n.name for n in arg_nodes if reqs[n.name] != "null"]
-    grads = dict(zip(grad_names, arrays[n_arg:n_arg + len(grad_names)]))
-    aux = arrays[n_arg + len(grad_names):]
-    # every shape known and none with a 0 (an unknown dimension to inference here, a zero-size one to bind):
-    # these are the maps the executor would infer again for these arrays
-    inferred = (shape_map, known) if all(0 not in v for v in shape_map.values()) else None
-    return Executor(symbol, ctx, args, grads, reqs, aux, _inferred=inferred, _nodes=(nodes, arg_nodes, aux_nodes))
 
 
 #: arrays carved from one allocation start at multiples of this many bytes (a cache line, SIMD-aligned)

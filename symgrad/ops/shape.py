@@ -73,71 +73,17 @@ def reshape_target(shape, dshape, reverse, where="Reshape"):
     index in ``shape`` (which goes wrong after a ``-2`` or ``-4``), this uses its position in the
     output, which is what the documentation describes.
     """
-    src = list(dshape)
-    spec = list(shape)
+    src, spec = list(dshape), list(shape)
     if reverse:
         src.reverse()
         spec.reverse()
-    out = []
-    src_idx = 0
-    inf_idx = -1
+    reader = _ReshapeReader(src, shape, dshape, where)
     i = 0
-    copied_zeros = 0  # 0 dimensions copied through by 0 / -2 (unknown in MXNet's legacy shape mode)
-
-    def take():
-        nonlocal src_idx
-        if src_idx >= len(src):
-            raise ShapeError(f"{where}: shape={tuple(shape)} uses more input dimensions than {tuple(dshape)} has")
-        src_idx += 1
-        return src[src_idx - 1]
-
     while i < len(spec):
-        d = spec[i]
-        if d == 0:
-            out.append(take())
-            copied_zeros += out[-1] == 0
-        elif d == -1:
-            if inf_idx >= 0:
-                raise ShapeError(f"{where}: shape={tuple(shape)} has more than one -1")
-            inf_idx = len(out)
-            out.append(1)
-            src_idx += 1
-        elif d == -2:
-            copied_zeros += src[src_idx:].count(0)
-            out.extend(src[src_idx:])
-            src_idx = len(src)
-        elif d == -3:
-            out.append(take() * take())
-        elif d == -4:
-            if i + 2 >= len(spec):
-                raise ShapeError(f"{where}: -4 in shape={tuple(shape)} must be followed by two dimensions")
-            d0 = take()
-            d1, d2 = spec[i + 1], spec[i + 2]
-            i += 2
-            if d1 == -1 and d2 == -1:
-                raise ShapeError(f"{where}: split dims after -4 cannot both be -1")
-            if d1 == -1:
-                d1 = d0 // d2 if d2 else 0
-            if d2 == -1:
-                d2 = d0 // d1 if d1 else 0
-            if d1 < 1 or d2 < 1 or d1 * d2 != d0:
-                raise ShapeError(f"{where}: split dims {d1}, {d2} do not divide dimension {d0}")
-            out.extend([d1, d2])
-        elif d > 0:
-            out.append(d)
-            src_idx += 1
-        else:
-            raise ShapeError(f"{where}: invalid value {d} in shape={tuple(shape)}")
-        i += 1
-    if inf_idx >= 0:
-        rest, total = _prod(out), _prod(dshape)
-        if rest == 0 and copied_zeros == out.count(0) == list(dshape).count(0):
-            # every 0 dimension is copied through as it is (an unknown batch size: (0, 3, 4) with
-            # shape=(0, -1)): those factors cancel, so -1 is still determined
-            rest, total = _prod([d for d in out if d]), _prod([d for d in dshape if d])
-        if rest == 0 or total % rest:
-            raise ShapeError(f"{where}: cannot infer -1 in shape={tuple(shape)} for input {tuple(dshape)}")
-        out[inf_idx] = total // rest
+        i += reader.read(spec, i)
+    out = reader.out
+    if reader.inf_idx >= 0:
+        out[reader.inf_idx] = _inferred_dim(out, dshape, reader.copied_zeros, shape, where)
     if reverse:
         out.reverse()
     out = tuple(out)
@@ -147,6 +93,82 @@ def reshape_target(shape, dshape, reverse, where="Reshape"):
             f"to {out} ({_prod(out)} elements) given shape={tuple(shape)}"
         )
     return out
+
+
+class _ReshapeReader:
+    """Reads ``shape``'s codes one at a time against the input dimensions ``src``, building ``out``."""
+
+    def __init__(self, src, shape, dshape, where):
+        self.src, self.shape, self.dshape, self.where = src, shape, dshape, where
+        self.out: list = []
+        self.src_idx = 0
+        self.inf_idx = -1  # where -1 sits in the output
+        self.copied_zeros = 0  # 0 dimensions copied through by 0 / -2 (unknown in MXNet's legacy shape mode)
+
+    def take(self):
+        if self.src_idx >= len(self.src):
+            raise ShapeError(f"{self.where}: shape={tuple(self.shape)} uses more input dimensions than "
+                             f"{tuple(self.dshape)} has")
+        self.src_idx += 1
+        return self.src[self.src_idx - 1]
+
+    def read(self, spec, i) -> int:
+        """Apply code ``spec[i]``; returns how many codes it used."""
+        d = spec[i]
+        if d == 0:
+            self.out.append(self.take())
+            self.copied_zeros += self.out[-1] == 0
+        elif d == -1:
+            if self.inf_idx >= 0:
+                raise ShapeError(f"{self.where}: shape={tuple(self.shape)} has more than one -1")
+            self.inf_idx = len(self.out)
+            self.out.append(1)
+            self.src_idx += 1
+        elif d == -2:
+            rest = self.src[self.src_idx:]
+            self.copied_zeros += rest.count(0)
+            self.out.extend(rest)
+            self.src_idx = len(self.src)
+        elif d == -3:
+            self.out.append(self.take() * self.take())
+        elif d == -4:
+            self.split(spec, i)
+            return 3
+        elif d > 0:
+            self.out.append(d)
+            self.src_idx += 1
+        else:
+            raise ShapeError(f"{self.where}: invalid value {d} in shape={tuple(self.shape)}")
+        return 1
+
+    def split(self, spec, i) -> None:
+        """``-4, d1, d2``: one input dimension split in two, one of them possibly -1."""
+        where = self.where
+        if i + 2 >= len(spec):
+            raise ShapeError(f"{where}: -4 in shape={tuple(self.shape)} must be followed by two dimensions")
+        d0 = self.take()
+        d1, d2 = spec[i + 1], spec[i + 2]
+        if d1 == -1 and d2 == -1:
+            raise ShapeError(f"{where}: split dims after -4 cannot both be -1")
+        if d1 == -1:
+            d1 = d0 // d2 if d2 else 0
+        if d2 == -1:
+            d2 = d0 // d1 if d1 else 0
+        if d1 < 1 or d2 < 1 or d1 * d2 != d0:
+            raise ShapeError(f"{where}: split dims {d1}, {d2} do not divide dimension {d0}")
+        self.out.extend([d1, d2])
+
+
+def _inferred_dim(out, dshape, copied_zeros, shape, where) -> int:
+    """The size of the -1 dimension (``out`` holds 1 there)."""
+    rest, total = _prod(out), _prod(dshape)
+    if rest == 0 and copied_zeros == out.count(0) == list(dshape).count(0):
+        # every 0 dimension is copied through as it is (an unknown batch size: (0, 3, 4) with
+        # shape=(0, -1)): those factors cancel, so -1 is still determined
+        rest, total = _prod([d for d in out if d]), _prod([d for d in dshape if d])
+    if rest == 0 or total % rest:
+        raise ShapeError(f"{where}: cannot infer -1 in shape={tuple(shape)} for input {tuple(dshape)}")
+    return total // rest
 
 
 def _legacy_target(target, keep_highest, dshape, where):
