@@ -91,6 +91,17 @@ class FuncGraph:
     def __init__(self, who, func, inputs, params, allow_params=True):
         self.who = who
         params = param_dict(params, who)
+        variables, values = self._variables(inputs)
+        self._build(func, variables, inputs)
+        self._check_params(params, values, allow_params)
+        self.param_names = [n for n in self.arg_names if n in params]
+        host = self._host_values(values, params)
+        self._shapes(host, params)
+        self._types(host, inputs)
+
+    @staticmethod
+    def _variables(inputs):
+        """``func``'s positional arguments (a Variable per named input) and ``{name: value}`` of the named ones."""
         variables, values = [], {}
         for name, value in inputs:
             if name is None:
@@ -98,6 +109,11 @@ class FuncGraph:
                 continue
             variables.append(sg.sym.Variable(name))
             values[name] = value
+        return variables, values
+
+    def _build(self, func, variables, inputs):
+        """Apply ``func`` and name the graph's arguments, auxiliary states and outputs."""
+        who = self.who
         if not callable(func):
             raise TypeError(f"{who}: func must be callable, got {type(func).__name__}")
         self.outputs = symbols_of(func(*variables), who)
@@ -107,6 +123,11 @@ class FuncGraph:
         self.arg_names = self.sym.list_arguments()
         self.aux_names = self.sym.list_auxiliary_states()
         self.out_names = self.sym.list_outputs()
+
+    def _check_params(self, params, values, allow_params):
+        """``params`` names only arguments (or auxiliary states) that are not inputs, and every argument ``func``
+        created."""
+        who = self.who
         created = [n for n in self.arg_names if n not in values]
         clash = [k for k in params if k in values]
         if clash:
@@ -121,7 +142,10 @@ class FuncGraph:
                     "pass them as inputs: create the Variables in func from the inputs "
                     "(e.g. FullyConnected(x, weight=w, bias=b, ...))")
             raise ValueError(f"{who}: func created arguments {missing} that have no values; {hint}")
-        self.param_names = [n for n in self.arg_names if n in params]
+
+    def _host_values(self, values, params):
+        """Host copies of every argument's value (inputs, then params), each a real numeric array."""
+        who = self.who
         host = {}
         for n in self.arg_names:
             v = values[n] if n in values else params[n]
@@ -129,16 +153,23 @@ class FuncGraph:
                 raise TypeError(f"{who}: value of {n!r} must be an array, got {type(v).__name__}")
             host[n] = check_kind(np.array(to_numpy(v), copy=True), who, "input" if n in values else "param", n,
                                  allow_complex=False)
+        return host
+
+    def _shapes(self, host, params):
+        """Finite values, the output shapes and the auxiliary states (given in params, else zeros)."""
         aux_given = {k: np.array(to_numpy(params[k]), copy=True) for k in self.aux_names if k in params}
-        check_finite(host, who, "input")
-        _, out_shapes, aux_shapes = check_shapes(self.sym, {**host, **aux_given}, who)
+        check_finite(host, self.who, "input")
+        _, out_shapes, aux_shapes = check_shapes(self.sym, {**host, **aux_given}, self.who)
         self.out_shapes = [tuple(s) for s in out_shapes]
         for n, s in zip(self.aux_names, aux_shapes):
             if n not in aux_given:
                 aux_given[n] = np.zeros(s, self._float_dtype(host))
         self.values = host
         self.aux = aux_given
-        out_types = self.sym.infer_type(**{k: v.dtype for k, v in host.items()})[1] or [None] * len(out_shapes)
+
+    def _types(self, host, inputs):
+        """Output dtypes, loss heads, and the device (that of the first input on one, else the default)."""
+        out_types = self.sym.infer_type(**{k: v.dtype for k, v in host.items()})[1] or [None] * len(self.out_shapes)
         self.out_dtypes = [np.dtype(np.float64 if t is None else t) for t in out_types]
         self.loss_heads = [h.loss_head for h in self.sym.heads()]
         where = next((array_context(v) for _, v in inputs if array_context(v) is not None), None)

@@ -357,17 +357,17 @@ def check_symbolic_backward(sym, location, out_grads, expected, rtol=None, atol=
     >>> ograd = np.ones((2, 2))
     >>> _ = check_symbolic_backward(lhs + rhs, [mat1, mat2], [ograd], [ograd, ograd])
     """
-    who = "check_symbolic_backward"
-    check_symbol(sym, who)
-    dtype = check_dtype(dtype, who, allow_asnumpy=True)
-    ctx = check_context(default_context() if ctx is None else ctx, who)
-    check_tolerances(rtol, atol, who)
-    equal_nan = check_flag(equal_nan, who, "equal_nan")
-    check_stypes(grad_stypes, who, "grad_stypes")
-    if isinstance(grad_req, str):  # a list / dict is checked against the argument names below
-        check_choice(grad_req, ("write", "add", "null", "inplace"), who, "grad_req")
-    arg_names = sym.list_arguments()
-    loc, aux, out_shapes = _prepare(sym, location, aux_states, ctx, dtype, who)
+    check = _BackwardCheck.validate(sym, location, out_grads, expected, rtol, atol, aux_states, grad_req, ctx,
+                                    grad_stypes, equal_nan, dtype)
+    grads = check.backward()
+    check.compare(grads)
+    check.probe(grads, probes)
+    return grads
+
+
+def _expected_grads(expected, arg_names, loc, dtype, who):
+    """``expected`` (a list in argument order or a dict by name) as ``{name: host array}``, None entries dropped,
+    each validated against its argument's shape."""
     if isinstance(expected, dict):
         unknown = [k for k in expected if k not in arg_names]
         if unknown:
@@ -379,72 +379,121 @@ def check_symbolic_backward(sym, location, out_grads, expected, rtol=None, atol=
         exp = {k: v for k, v in zip(arg_names, expected) if v is not None}
     else:
         raise TypeError(f"{who}: expected must be a list or a dict of arrays, got {type(expected).__name__}")
-    exp = {k: _expected_like(v, loc[k].shape, who, "gradient", k, isinstance(dtype, str)) for k, v in exp.items()}
-    heads = _head_list(out_grads, sym.list_outputs(), out_shapes, dtype, who)
+    return {k: _expected_like(v, loc[k].shape, who, "gradient", k, isinstance(dtype, str)) for k, v in exp.items()}
+
+
+def _backward_reqs(grad_req, exp, arg_names, who):
+    """``{name: req}`` for every argument; a dict ``grad_req`` must name every argument of ``exp``."""
     if isinstance(grad_req, dict):
         missing = [k for k in exp if k not in grad_req]
         if missing:
             raise ValueError(f"{who}: grad_req has no entry for {missing}, which have expected gradients; "
                              f"grad_req is {grad_req}")
-    reqs = normalize_grad_req(grad_req, arg_names, who)
+    return normalize_grad_req(grad_req, arg_names, who)
 
-    # dirty buffers, drawn in sorted name order (as MXNet) so a seed reproduces them
-    initial = {}
-    for k in sorted(exp):
-        initial[k] = _cast(np.random.normal(size=loc[k].shape), loc[k].dtype if isinstance(dtype, str) else dtype)
-    buffers = _on(ctx, initial)
-    exe_reqs = {k: (reqs[k] if k in exp else "null") for k in arg_names}
-    exe = sym.bind(ctx, _on(ctx, loc), args_grad=buffers, grad_req=exe_reqs, aux_states=_on(ctx, aux))
-    exe.forward(is_train=True)
-    exe.backward([None if h is None else to_device(h, ctx) for h in heads])
 
-    grads = {k: np.array(to_numpy(buffers[k]), copy=True) for k in arg_names if k in exp}
-    notes = (nonfinite_notes(loc) + nonfinite_notes(aux, "auxiliary state")
-             + nonfinite_notes(dict(zip(sym.list_outputs(), heads)), "head gradient (out_grads) of output"))
-    failures = []
-    for name, g in grads.items():
-        req = reqs[name]
+class _BackwardCheck:
+    """One ``check_symbolic_backward`` call: validate, bind (dirty buffers, forward + backward), compare with the
+    expected arrays and report, then probe the buffers and the special points."""
+
+    # -- phase 1: validate --------------------------------------------------------------------------------
+    @classmethod
+    def validate(cls, sym, location, out_grads, expected, rtol, atol, aux_states, grad_req, ctx, grad_stypes,
+                 equal_nan, dtype):
+        s = cls()
+        s.who = who = "check_symbolic_backward"
+        check_symbol(sym, who)
+        s.sym = sym
+        s.dtype = check_dtype(dtype, who, allow_asnumpy=True)
+        s.ctx = check_context(default_context() if ctx is None else ctx, who)
+        check_tolerances(rtol, atol, who)
+        s.rtol, s.atol = rtol, atol
+        s.equal_nan = check_flag(equal_nan, who, "equal_nan")
+        check_stypes(grad_stypes, who, "grad_stypes")
+        if isinstance(grad_req, str):  # a list / dict is checked against the argument names below
+            check_choice(grad_req, ("write", "add", "null", "inplace"), who, "grad_req")
+        s.arg_names = sym.list_arguments()
+        s.loc, s.aux, s.out_shapes = _prepare(sym, location, aux_states, s.ctx, s.dtype, who)
+        s.exp = _expected_grads(expected, s.arg_names, s.loc, s.dtype, who)
+        s.heads = _head_list(out_grads, sym.list_outputs(), s.out_shapes, s.dtype, who)
+        s.reqs = _backward_reqs(grad_req, s.exp, s.arg_names, who)
+        return s
+
+    # -- phase 2: bind ------------------------------------------------------------------------------------
+    def backward(self):
+        """One forward(is_train=True) + backward into dirty buffers; the buffers after it (host copies)."""
+        # dirty buffers, drawn in sorted name order (as MXNet) so a seed reproduces them
+        self.initial = {}
+        for k in sorted(self.exp):
+            self.initial[k] = _cast(np.random.normal(size=self.loc[k].shape),
+                                    self.loc[k].dtype if isinstance(self.dtype, str) else self.dtype)
+        buffers = _on(self.ctx, self.initial)
+        exe_reqs = {k: (self.reqs[k] if k in self.exp else "null") for k in self.arg_names}
+        exe = self.sym.bind(self.ctx, _on(self.ctx, self.loc), args_grad=buffers, grad_req=exe_reqs,
+                            aux_states=_on(self.ctx, self.aux))
+        exe.forward(is_train=True)
+        exe.backward([None if h is None else to_device(h, self.ctx) for h in self.heads])
+        return {k: np.array(to_numpy(buffers[k]), copy=True) for k in self.arg_names if k in self.exp}
+
+    # -- phase 3: compare and report -----------------------------------------------------------------------
+    def compare(self, grads):
+        """Every buffer against its expected gradient (or, grad_req 'null', its initial value); the first failure
+        is raised, naming the others."""
+        heads = dict(zip(self.sym.list_outputs(), self.heads))
+        notes = (nonfinite_notes(self.loc) + nonfinite_notes(self.aux, "auxiliary state")
+                 + nonfinite_notes(heads, "head gradient (out_grads) of output"))
+        failures = []
+        for name, g in grads.items():
+            try:
+                self._compare_one(name, g, notes)
+            except GradientCheckError as err:
+                failures.append(err)
+        _raise_first(failures)
+
+    def _compare_one(self, name, g, notes):
+        req = self.reqs[name]
         facts = {"grad_req": req}
 
         def context(name=name, req=req):
-            found = diagnosis_context(sym, ctx, loc, aux, heads, name, out_shapes)
-            found["other_expected"] = [(n, e) for n, e in exp.items() if n != name]
+            found = diagnosis_context(self.sym, self.ctx, self.loc, self.aux, self.heads, name, self.out_shapes)
+            found["other_expected"] = [(n, e) for n, e in self.exp.items() if n != name]
             if req == "write":
-                found["initial_buffer"] = initial[name]
+                found["initial_buffer"] = self.initial[name]
             return found
 
-        try:
-            if req == "null":
-                compare(g, initial[name], 0.0, 0.0, check=who, arg_name=name, names=("buffer", "initial"),
-                        what=f"gradient buffer of {name!r} changed although grad_req is 'null'",
-                        extra_lines=[_NULL_HINT], equal_nan=True, facts=facts, broadcast="expected")
-                continue
-            r, a = get_tols(exp[name], g, rtol, atol)
-            if req == "add":
-                added = g.astype(np.float64) - initial[name].astype(np.float64)
-                compare(added, exp[name], r, a, check=who, arg_name=name, names=("added", "expected"),
-                        what=f"gradient of {name!r} added to its buffer (buffer - initial) does not match expected "
-                             "(grad_req 'add')",
-                        equal_nan=equal_nan, facts=facts, broadcast="expected", context=context, extra_lines=notes)
-            else:
-                compare(g, exp[name], r, a, check=who, arg_name=name, names=("backward", "expected"),
-                        what=f"gradient of {name!r} does not match expected (grad_req 'write')",
-                        equal_nan=equal_nan, facts=facts, broadcast="expected", context=context, extra_lines=notes)
-        except GradientCheckError as err:
-            failures.append(err)
-    _raise_first(failures)
-    live = {k: (g.astype(np.float64) - initial[k].astype(np.float64) if reqs[k] == "add" else g.astype(np.float64))
-            for k, g in grads.items() if reqs[k] != "null"}
-    dt = next(iter(grads.values())).dtype if grads else np.dtype(np.float64)
-    probe(sym, loc, aux, heads, live, dt, ctx, who)
-    from . import probes as special
+        if req == "null":
+            compare(g, self.initial[name], 0.0, 0.0, check=self.who, arg_name=name, names=("buffer", "initial"),
+                    what=f"gradient buffer of {name!r} changed although grad_req is 'null'",
+                    extra_lines=[_NULL_HINT], equal_nan=True, facts=facts, broadcast="expected")
+            return
+        r, a = get_tols(self.exp[name], g, self.rtol, self.atol)
+        if req == "add":
+            added = g.astype(np.float64) - self.initial[name].astype(np.float64)
+            compare(added, self.exp[name], r, a, check=self.who, arg_name=name, names=("added", "expected"),
+                    what=f"gradient of {name!r} added to its buffer (buffer - initial) does not match expected "
+                         "(grad_req 'add')",
+                    equal_nan=self.equal_nan, facts=facts, broadcast="expected", context=context, extra_lines=notes)
+        else:
+            compare(g, self.exp[name], r, a, check=self.who, arg_name=name, names=("backward", "expected"),
+                    what=f"gradient of {name!r} does not match expected (grad_req 'write')",
+                    equal_nan=self.equal_nan, facts=facts, broadcast="expected", context=context, extra_lines=notes)
 
-    if live and special.wanted(probes, sym) and all(h is not None for h in heads):
-        # the expected arrays hold at the given location only: at the derived points the probes compare with
-        # finite differences (tolerances of the dtype, as check_numeric_gradient's)
-        r, a = get_tols(np.empty(0, dt), np.empty(0, dt), rtol, atol)
-        special.run(sym, loc, aux, heads, list(live), dt, ctx, who, r, a)
-    return grads
+    # -- phase 4: probes ------------------------------------------------------------------------------------
+    def probe(self, grads, probes):
+        """Custom ops under grad_req 'add' and repeated backward calls (``buffers.probe``), then the special-point
+        probes (``probes.run``), against the gradients this check accepted."""
+        live = {k: (g.astype(np.float64) - self.initial[k].astype(np.float64) if self.reqs[k] == "add"
+                    else g.astype(np.float64))
+                for k, g in grads.items() if self.reqs[k] != "null"}
+        dt = next(iter(grads.values())).dtype if grads else np.dtype(np.float64)
+        probe(self.sym, self.loc, self.aux, self.heads, live, dt, self.ctx, self.who)
+        from . import probes as special
+
+        if live and special.wanted(probes, self.sym) and all(h is not None for h in self.heads):
+            # the expected arrays hold at the given location only: at the derived points the probes compare with
+            # finite differences (tolerances of the dtype, as check_numeric_gradient's)
+            r, a = get_tols(np.empty(0, dt), np.empty(0, dt), self.rtol, self.atol)
+            special.run(self.sym, self.loc, self.aux, self.heads, list(live), dt, self.ctx, self.who, r, a)
 
 
 def _head_list(out_grads, out_names, out_shapes, dtype, who):
