@@ -1,11 +1,11 @@
-"""The stride-phase im2col/col2im and the per-sample GEMM paths of strided convolutions (symgrad/ops/conv.py)
+"""The stride-phase im2col/col2im and the per-sample GEMM paths of strided convolutions (symgrad/kernels/conv.py)
 against the generic channel-major im2col + one GEMM + strided col2im, on geometries with padding, dilation,
 groups, uneven sizes and 1-d/3-d kernels; and the public ops on a layer wide enough to take the per-sample path."""
 
 import numpy as np
 import pytest
 
-from symgrad.ops import conv as C
+from symgrad.kernels import conv as C
 
 GEOMS = [  # (N, C, F, groups, X, k, s, d, lo)
     (2, 3, 4, 1, (11, 13), (3, 3), (2, 2), (1, 1), (1, 1)),

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import symgrad as sg
-from symgrad.ops.conv import winograd_applies
+from symgrad.kernels.conv import winograd_applies
 from symgrad.test_utils import check_numeric_gradient
 
 

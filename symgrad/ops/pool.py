@@ -23,8 +23,9 @@ from __future__ import annotations
 import numpy as np
 
 from ..base import ParamError, ShapeError
+from ..kernels.conv import hi_pad, padded, tap_ranges, tap_slices
 from ..opdef import Decision, Param, acc_dtype, float_inputs, register
-from .conv import check_layout, hi_pad, padded, spatial_param, tap_ranges, tap_slices
+from .conv import check_layout, spatial_param
 
 _POOL_PARAMS = {
     "kernel": Param("shape", ()),

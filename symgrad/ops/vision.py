@@ -38,8 +38,9 @@ import math
 import numpy as np
 
 from ..base import ParamError, ShapeError
+from ..kernels.conv import hi_pad, im2col_columns, tap_slices
 from ..opdef import Param, acc_dtype, float_inputs, register
-from .conv import check_layout, hi_pad, im2col_columns, spatial_param, tap_slices
+from .conv import check_layout, spatial_param
 
 # ----------------------------------------------------------------------------
 # Sampling kernels (xp = numpy or cupy)
