@@ -124,76 +124,145 @@ class Param:
         self.doc = doc
 
     def parse(self, value, where: str, pname: str):
+        """``value`` (a Python value or MXNet's attribute string) as this parameter's type, in three phases:
+        text to a Python value, None for optional parameters, then the parser of ``kind`` (``_PARSERS``)."""
         def bad(expected):
             return ParamError(f"{where}: parameter {pname!r} expects {expected}, got {_short(value)}")
 
-        v = value
-        if isinstance(v, str) and self.kind != "str":
-            if v.strip() in ("None", ""):
-                v = None
-            elif self.kind in ("shape", "axis", "int", "float", "floats", "any"):
-                v = _literal(v.strip())
+        v = self._from_text(value)
         if v is None:
             if self.optional:
                 return None
             raise bad(f"a {self.kind}")
-        kind = self.kind
-        if kind == "int":
-            if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
-                if isinstance(v, (float, np.floating)) and float(v).is_integer():
-                    return int(v)
-                raise bad("an int")
-            return int(v)
-        if kind == "float":
-            if isinstance(v, str) and v.strip().lower().lstrip("+-") in ("inf", "infinity", "nan"):
-                return float(v)  # how MXNet (and param_to_str) write non-finite values: "-inf", "nan"
-            if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)):
-                raise bad("a number")
-            return float(v)
-        if kind == "bool":
-            if isinstance(v, str):
-                low = v.strip().lower()
-                if low in ("true", "1"):
-                    return True
-                if low in ("false", "0"):
-                    return False
-                raise bad("a bool ('True'/'False')")
-            if isinstance(v, (bool, np.bool_, int, np.integer)) and int(v) in (0, 1):
-                return bool(v)
-            raise bad("a bool")
-        if kind == "str":
-            if not isinstance(v, str):
-                raise bad("a string")
-            if self.choices and v not in self.choices:
-                raise ParamError(f"{where}: parameter {pname!r} must be one of {list(self.choices)}, got {v!r}")
-            return v
-        if kind in ("shape", "axis"):
-            if kind == "axis" and isinstance(v, (int, np.integer)) and not isinstance(v, bool):
-                return int(v)
-            if isinstance(v, (int, np.integer)) and not isinstance(v, bool):
-                return (int(v),)
-            if isinstance(v, (list, tuple)) and all(
-                isinstance(i, (int, np.integer)) and not isinstance(i, bool) for i in v
-            ):
-                return tuple(int(i) for i in v)
-            raise bad("a tuple of ints" if kind == "shape" else "an int or a tuple of ints")
-        if kind == "floats":
-            v = (v,) if isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, bool) else v
-            if not isinstance(v, (list, tuple)) or not v or not all(
-                    isinstance(e, (int, float, np.integer, np.floating)) and not isinstance(e, bool) for e in v):
-                raise bad("a number or a non-empty tuple of numbers")
-            return tuple(float(e) for e in v)
-        if kind == "dtype":
-            if isinstance(v, str) and v in _DTYPES:
-                return np.dtype(_DTYPES[v])
-            try:
-                dt = np.dtype(v)
-            except TypeError:
-                dt = None
-            if dt is None or dt.name not in _DTYPES:
-                raise bad(f"a dtype name (one of {sorted(_DTYPES)})")
-            return dt
+        parser = _PARSERS.get(self.kind)
+        v = v if parser is None else parser(v, bad)
+        if self.kind == "str":
+            self._check_choice(v, where, pname)
         return v
+
+    def _from_text(self, value):
+        """An attribute string as a Python value: ``"None"`` and ``""`` are None, the numeric and tuple kinds
+        (``_LITERAL_KINDS``) read a Python literal; ``str`` keeps every string, other kinds keep it for their
+        parser (``"True"``, ``"float32"``)."""
+        if not isinstance(value, str) or self.kind == "str":
+            return value
+        text = value.strip()
+        if text in ("None", ""):
+            return None
+        return _literal(text) if self.kind in _LITERAL_KINDS else value
+
+    def _check_choice(self, v, where: str, pname: str) -> None:
+        """``choices`` restrict ``str`` parameters (an enum such as ``act_type``); other kinds ignore them."""
+        if self.choices and v not in self.choices:
+            raise ParamError(f"{where}: parameter {pname!r} must be one of {list(self.choices)}, got {v!r}")
+
+
+# -- Param.parse: one parser per kind ---------------------------------------------------------------------
+# Each takes the value after ``Param._from_text`` (never None) and ``bad(expected)``, which builds the
+# ParamError naming the op, the parameter and the value as given; it returns the parsed value or raises.
+
+#: kinds whose attribute strings are Python literals (``"(3, 3)"``, ``"1e-05"``); ``bool`` and ``dtype``
+#: read their own spellings (``"True"``, ``"float32"``) and ``str`` keeps the text
+_LITERAL_KINDS = frozenset(("shape", "axis", "int", "float", "floats", "any"))
+
+
+def _is_int(v) -> bool:
+    """A Python/numpy int, not a bool."""
+    return isinstance(v, (int, np.integer)) and not isinstance(v, bool)
+
+
+def _is_number(v) -> bool:
+    """A Python/numpy int or float, not a bool."""
+    return isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, bool)
+
+
+def _parse_int(v, bad) -> int:
+    # an integral float (``2.0``, ``"2.0"``) counts as its int; a bool is no int
+    if _is_int(v) or (isinstance(v, (float, np.floating)) and float(v).is_integer()):
+        return int(v)
+    raise bad("an int")
+
+
+def _parse_float(v, bad) -> float:
+    if isinstance(v, str) and v.strip().lower().lstrip("+-") in ("inf", "infinity", "nan"):
+        return float(v)  # how MXNet (and param_to_str) write non-finite values: "-inf", "nan"
+    if not _is_number(v):
+        raise bad("a number")
+    return float(v)
+
+
+def _parse_bool(v, bad) -> bool:
+    if isinstance(v, str):
+        low = v.strip().lower()
+        if low in ("true", "1"):
+            return True
+        if low in ("false", "0"):
+            return False
+        raise bad("a bool ('True'/'False')")
+    if isinstance(v, (bool, np.bool_, int, np.integer)) and int(v) in (0, 1):
+        return bool(v)
+    raise bad("a bool")
+
+
+def _parse_str(v, bad) -> str:
+    if not isinstance(v, str):
+        raise bad("a string")
+    return v
+
+
+def _int_tuple(v) -> tuple | None:
+    """A list or tuple of ints as a tuple of Python ints, else None."""
+    if isinstance(v, (list, tuple)) and all(_is_int(i) for i in v):
+        return tuple(int(i) for i in v)
+    return None
+
+
+def _parse_shape(v, bad) -> tuple:
+    # one int is a 1-d shape
+    shape = (int(v),) if _is_int(v) else _int_tuple(v)
+    if shape is None:
+        raise bad("a tuple of ints")
+    return shape
+
+
+def _parse_axis(v, bad):
+    # one int stays an int (one axis); a tuple names several
+    axis = int(v) if _is_int(v) else _int_tuple(v)
+    if axis is None:
+        raise bad("an int or a tuple of ints")
+    return axis
+
+
+def _parse_floats(v, bad) -> tuple:
+    v = (v,) if _is_number(v) else v  # MXNet's Tuple<float> takes one number as a 1-tuple
+    if not isinstance(v, (list, tuple)) or not v or not all(_is_number(e) for e in v):
+        raise bad("a number or a non-empty tuple of numbers")
+    return tuple(float(e) for e in v)
+
+
+def _parse_dtype(v, bad) -> np.dtype:
+    if isinstance(v, str) and v in _DTYPES:
+        return np.dtype(_DTYPES[v])
+    try:
+        dt = np.dtype(v)
+    except TypeError:
+        dt = None
+    if dt is None or dt.name not in _DTYPES:
+        raise bad(f"a dtype name (one of {sorted(_DTYPES)})")
+    return dt
+
+
+#: the parser of each kind; ``any`` (and a kind not listed) passes the value through
+_PARSERS: dict[str, Callable[[Any, Callable], Any]] = {
+    "int": _parse_int,
+    "float": _parse_float,
+    "bool": _parse_bool,
+    "str": _parse_str,
+    "shape": _parse_shape,
+    "axis": _parse_axis,
+    "floats": _parse_floats,
+    "dtype": _parse_dtype,
+}
 
 
 _PLAIN = (str, int, bool, type(None))
