@@ -386,6 +386,10 @@ class OpDef:
     # point, so the numeric checkers evaluate it (``test_utils.decisions.pinned_symbol``) and a finite
     # difference never crosses a kink the forward did not choose. None: the decisions cannot be pinned.
     pinned: Callable | None = None
+    # specialize(xp, in_types, **params) -> None or ``(fn, pre, post)``: a cheaper exact equivalent of forward for
+    # the input dtypes inferred at bind, ``forward(xp, *inputs, **params) == fn(*pre, *inputs, *post)`` (``fn``
+    # None: the first input itself); the executor's plan calls it (``executor.plan._kernel``). None: none.
+    specialize: Callable | None = None
     # a sampling op (its output is a fresh random draw): the numeric gradient checkers refuse symbols holding one
     is_random: bool = False
     doc: str = ""

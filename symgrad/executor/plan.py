@@ -10,7 +10,7 @@ touches no networkx, no registry and no dict lookup by name.
 
 Kernels: where every input dtype of an instruction is known at bind (dtype inference over the forward
 and the gradient graph), an op may offer a cheaper exact equivalent of its forward for exactly those
-dtypes: ``op.forward.specialize(xp, in_types, **params)`` returns None or ``(fn, pre, post)``, meaning
+dtypes: ``op.specialize(xp, in_types, **params)`` returns None or ``(fn, pre, post)``, meaning
 ``forward(xp, *inputs, **params) == fn(*pre, *inputs, *post)`` (``fn`` None: the first input itself).
 The generated code calls ``fn`` directly (``operator.mul`` and friends become infix operators), so a
 small elementwise instruction costs about one numpy call. A kernel must be exact for the inferred dtypes (a
@@ -25,11 +25,17 @@ from __future__ import annotations
 import functools
 import operator
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
 
+from ..context import Array, ArrayModule
 from ..gradient import build_gradients
-from ..graph import Node, to_networkx, topo_order_split
+from ..graph import Entry, Node, to_networkx, topo_order_split
 from ..infer import infer_types, where
+
+if TYPE_CHECKING:
+    import networkx as nx
+    import numpy as np
 
 __all__ = ["Plan", "Instr"]
 
@@ -82,9 +88,11 @@ class Plan:
         forward_instrs / backward_instrs: the two phases.
     """
 
-    def __init__(self, heads: Sequence, arg_nodes: Sequence[Node], aux_nodes: Sequence[Node],
-                 grad_args: Sequence[bool], xp, pending_aux: dict, grad_like: Sequence | None = None,
-                 types: dict | None = None, nodes: Sequence[Node] | None = None):
+    def __init__(self, heads: Sequence[Entry], arg_nodes: Sequence[Node], aux_nodes: Sequence[Node],
+                 grad_args: Sequence[bool], xp: ArrayModule, pending_aux: dict[int, Array],
+                 grad_like: Sequence[Array | None] | None = None,
+                 types: Mapping[tuple[int, int], np.dtype] | None = None, nodes: Sequence[Node] | None = None
+                 ) -> None:
         """``types``: the dtypes inferred for the forward values (``(node id, output) -> dtype``), or None;
         where known (and completed over the gradient graph) they select the ops' kernels. ``nodes``:
         ``topo_order(heads)``, when the caller has it (then the forward graph is not walked again)."""
@@ -132,7 +140,7 @@ class Plan:
         return nodes[:n_fwd], self.backward_nodes
 
     @functools.cached_property
-    def graph(self):
+    def graph(self) -> nx.MultiDiGraph:
         """The combined forward + gradient DAG as a networkx graph (built on first use: binding needs none)."""
         return to_networkx(self.nodes)
 
@@ -383,7 +391,7 @@ _INFIX = {operator.add: "+", operator.sub: "-", operator.mul: "*", operator.true
 def _kernel(node, xp, types, cache):
     """``node``'s ``(fn, pre, post)`` kernel for its inferred input dtypes, or None. ``cache`` keeps the kernels
     of ops without parameters by op and input dtypes (a chain of 5 000 tanh asks for one kernel 5 000 times)."""
-    specialize = getattr(node.op.forward, "specialize", None)
+    specialize = node.op.specialize
     if specialize is None:
         return None
     in_types = [types.get(key) for key in node.input_keys]
@@ -596,7 +604,7 @@ def annotate(exc: BaseException, node: Node, phase: str):
     """
     if getattr(exc, "symgrad_node", None) is None:
         try:
-            exc.symgrad_node = node
+            exc.symgrad_node = node  # type: ignore[attr-defined]  # (an attribute of our own on any exception)
         except AttributeError:  # an exception type without a __dict__
             pass
     msg = f"(raised by {where(node)} during {phase})"

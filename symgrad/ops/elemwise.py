@@ -370,15 +370,15 @@ def _unary(name, fwd, grad, aliases=(), doc="", params=None, infer_type=None, de
     def pinned_rule(xp, choices, x, **p):  # the recorded piece, in the input dtype as forward
         return _keep(pinned(xp, choices, x, **p), x)
 
+    specialize = None
     if name in _UFUNC_UNARY:
         ufunc, kinds = _UFUNC_UNARY[name]
 
         def specialize(xp, in_types):
             return (getattr(xp, ufunc), (), ()) if _float_kinds(in_types, kinds) else None
 
-        forward.specialize = specialize
-    return register(name, aliases=aliases, forward=forward, infer_shape=same_shape, infer_type=infer_type,
-                    gradient=rule, params=params, decisions=decisions,
+    return register(name, aliases=aliases, forward=forward, specialize=specialize, infer_shape=same_shape,
+                    infer_type=infer_type, gradient=rule, params=params, decisions=decisions,
                     pinned=pinned_rule if pinned is not None else None, doc=doc or f"Elementwise {name}.")
 
 
@@ -451,8 +451,6 @@ def _fused_backward(name, grad, reads, params):
             return (lambda g, v: grad(F, v, v, g, **p), (), ())
         return (lambda g, v: grad(F, v, v, g), (), ())
 
-    forward.specialize = specialize
-
     def expand(F, n_params):
         def build(g, *values):
             xy = dict(zip(reads, values))
@@ -466,7 +464,8 @@ def _fused_backward(name, grad, reads, params):
 
     backward = f"_backward_{name.lstrip('_')}"
     FUSED_BACKWARDS[name] = (backward, grad, reads)
-    register(backward, inputs=("ograd", *[names[r] for r in reads]), forward=forward, params=params,
+    register(backward, inputs=("ograd", *[names[r] for r in reads]), forward=forward, specialize=specialize,
+             params=params,
              infer_shape=same_shape, infer_type=lambda p, i, o, w: (i, [i[0]]), gradient=rule,
              doc=f"Hidden: the backward of {name} as one instruction (ograd times its derivative).")
     return backward
@@ -476,13 +475,12 @@ def _zero_grad_if_int_forward(xp, data, like):
     return xp.zeros_like(data) if _is_int(like.dtype) else data
 
 
-# like's dtype known at bind and not an integer: the op is its first input (no instruction left to run)
-_zero_grad_if_int_forward.specialize = lambda xp, in_types: None if _is_int(in_types[1]) else (None, (), ())
-
 register(
     "_zero_grad_if_int",
     inputs=("data", "like"),
     forward=_zero_grad_if_int_forward,
+    # like's dtype known at bind and not an integer: the op is its first input (no instruction left to run)
+    specialize=lambda xp, in_types: None if _is_int(in_types[1]) else (None, (), ()),
     infer_shape=lambda p, i, o, w: (i, [i[0]]),
     infer_type=lambda p, i, o, w: (i, [i[0]]),
     no_grad_inputs=("like",),
@@ -834,6 +832,7 @@ def _scalar(name, fwd, grad, aliases=(), params=None, choice=None, piece=None):
         x, s = _scalar_operands(x, scalar, is_int)
         return _keep(fwd(xp, x, s), x)
 
+    specialize = None
     fast = _SCALAR_KERNELS.get(name)
     if fast is not None:
         fn, scalar_first = fast
@@ -848,8 +847,6 @@ def _scalar(name, fwd, grad, aliases=(), params=None, choice=None, piece=None):
             s = _constant(xp, float(scalar), np.dtype(in_types[0]))
             return (fn_, (s,), ()) if scalar_first else (fn_, (), (s,))
 
-        forward.specialize = specialize
-
     def decisions(xp, x, scalar, is_int=True):
         c, v = choice(xp, *_scalar_operands(x, scalar, is_int))
         return elementwise(0, choice=c, value=v)
@@ -858,7 +855,8 @@ def _scalar(name, fwd, grad, aliases=(), params=None, choice=None, piece=None):
         x, s = _scalar_operands(x, scalar, is_int)
         return _keep(piece(xp, choices[0], x, s), x)
 
-    return register(name, aliases=aliases, forward=forward, infer_shape=same_shape, infer_type=_scalar_type,
+    return register(name, aliases=aliases, forward=forward, specialize=specialize, infer_shape=same_shape,
+                    infer_type=_scalar_type,
                     gradient=rule, params=dict(params or _SCALAR), decisions=decisions if choice else None,
                     pinned=pinned if piece else None)
 
@@ -1018,12 +1016,11 @@ def _binary(names, fwd, grad, aliases=((), ()), choice=None, fast=None, piece=No
     def forward(xp, a, b):
         return _keep(fwd(xp, a, b), a)
 
+    specialize = None
     if fast is not None:
         # one float/complex dtype on both sides: a op b has that dtype already (_keep casts nothing)
         def specialize(xp, in_types):
             return (fast, (), ()) if _float_kinds(in_types) and in_types[0] == in_types[1] else None
-
-        forward.specialize = specialize
 
     def decisions(xp, a, b):
         c, v = choice(xp, a, b)
@@ -1035,11 +1032,11 @@ def _binary(names, fwd, grad, aliases=((), ()), choice=None, fast=None, piece=No
     dec = decisions if choice else None
     pin = pinned if piece else None
     if same_name:
-        register(same_name, aliases=aliases[0], inputs=("lhs", "rhs"), forward=forward,
+        register(same_name, aliases=aliases[0], inputs=("lhs", "rhs"), forward=forward, specialize=specialize,
                  infer_shape=_same_shape_binary, gradient=same_rule if grad else _zero_grad, decisions=dec,
                  pinned=pin)
     if bcast_name:
-        register(bcast_name, aliases=aliases[1], inputs=("lhs", "rhs"), forward=forward,
+        register(bcast_name, aliases=aliases[1], inputs=("lhs", "rhs"), forward=forward, specialize=specialize,
                  infer_shape=_broadcast_shape, gradient=bcast_rule if grad else _zero_grad, decisions=dec,
                  pinned=pin)
 

@@ -89,7 +89,6 @@ def _so_fwd_specialize(xp, in_types, *, multi_output, preserve_shape, **_):
     return kernel, (), ()
 
 
-_so_fwd.specialize = _so_fwd_specialize
 
 
 
@@ -200,7 +199,6 @@ def _so_bwd_specialize(xp, in_types, **params):
     return kernel, (), ()
 
 
-_so_bwd.specialize = _so_bwd_specialize
 
 
 def _so_grad(F, n, g):
@@ -214,6 +212,7 @@ register(
     inputs=("data", "label"),
     params=_SOFTMAX_OUT_PARAMS,
     forward=_so_fwd,
+    specialize=_so_fwd_specialize,
     infer_shape=_so_shape,
     infer_type=_label_type,
     gradient=_so_grad,
@@ -229,6 +228,7 @@ register(
     inputs=("out", "label"),
     params=_SOFTMAX_OUT_PARAMS,
     forward=_so_bwd,
+    specialize=_so_bwd_specialize,
     infer_shape=lambda p, i, o, w: (i, [i[0]]),
     infer_type=_grad_type,
     gradient=None,

@@ -127,9 +127,6 @@ def _dot_specialize(xp, in_types, transpose_a, transpose_b, forward_stype=None):
     return kernel, (), ()
 
 
-_dot_fwd.specialize = _dot_specialize
-
-
 def _dot_shape(params, in_shapes, out_shapes, where):
     a, b = in_shapes
     if a is None or b is None:
@@ -153,6 +150,7 @@ register(
     params=dict(_DOT_PARAMS),
     prepare=_forward_stype_prepare("dot"),
     forward=_dot_fwd,
+    specialize=_dot_specialize,
     accepts_out=True,
     infer_shape=_dot_shape,
     infer_type=float_inputs("lhs", "rhs"),
@@ -437,7 +435,6 @@ def _fc_specialize(xp, in_types, num_hidden, no_bias, flatten):
     return kernel, (), ()
 
 
-_fc_fwd.specialize = _fc_specialize
 
 
 def _fc_grad(F, n, g):
@@ -469,6 +466,7 @@ register(
     },
     prepare=_fc_prepare,
     forward=_fc_fwd,
+    specialize=_fc_specialize,
     infer_shape=_fc_shape,
     infer_type=float_inputs("data"),
     gradient=_fc_grad,

@@ -77,11 +77,12 @@ def _finish(out, x):
     return out.astype(x.dtype, copy=False) if out.dtype != x.dtype else out
 
 
-def _reducer(name, compute, gradient, aliases=(), infer_shape=_reduce_shape, doc="", choice=None, piece=None):
+def _reducer(name, compute, gradient, aliases=(), infer_shape=_reduce_shape, doc="", choice=None, piece=None,
+             specialize=None):
     """Register a ReduceAxesParam reduction: ``compute(xp, x, axes, keepdims)``; ``choice(xp, x, axes)``
     returns the decision list of a reduction that picks elements (max, min), ``piece(xp, choices, x, axes,
-    keepdims)`` its value on the elements the recorded ``choices`` picked (``OpDef.pinned``). Returns the
-    forward (for a kernel to attach to)."""
+    keepdims)`` its value on the elements the recorded ``choices`` picked (``OpDef.pinned``), ``specialize`` its
+    kernel (``OpDef.specialize``). Returns the forward."""
 
     def forward(xp, x, axis, keepdims, exclude):
         axes = reduce_axes(x.ndim, axis, exclude, name)
@@ -103,6 +104,7 @@ def _reducer(name, compute, gradient, aliases=(), infer_shape=_reduce_shape, doc
         gradient=gradient,
         decisions=decisions if choice else None,
         pinned=pinned if piece else None,
+        specialize=specialize,
         doc=doc,
     )
     return forward
@@ -156,8 +158,8 @@ _sum_forward = _reducer(
     lambda F, n, g: [_unreduce(F, g[0], n)],
     aliases=("sum_axis",),
     doc="Sum over ``axis`` (all axes by default).",
+    specialize=_sum_kernel,
 )
-_sum_forward.specialize = _sum_kernel
 _reducer(
     "mean",
     _mean,

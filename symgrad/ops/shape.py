@@ -251,13 +251,12 @@ def _flatten_2d(x):
     return x.reshape(x.shape) if x.ndim == 2 else _flatten_fwd(None, x)
 
 
-# a reshape is the same for every dtype; only the rank decides whether the short path applies
-_flatten_fwd.specialize = lambda xp, in_types: (_flatten_2d, (), ())
-
 register(
     "Flatten",
     aliases=("flatten",),
     forward=_flatten_fwd,
+    # a reshape is the same for every dtype; only the rank decides whether the short path applies
+    specialize=lambda xp, in_types: (_flatten_2d, (), ()),
     infer_shape=_flatten_shape,
     gradient=_reshape_like_grad,
     doc="Collapse every axis but the first: (N, d1, d2, ...) -> (N, d1*d2*...).",
@@ -317,14 +316,12 @@ def _reshape_like_specialize(xp, in_types, lhs_begin, lhs_end, rhs_begin, rhs_en
     return _reshape_like_whole, (), ()
 
 
-_reshape_like_fwd.specialize = _reshape_like_specialize
-
-
 register(
     "reshape_like",
     inputs=("lhs", "rhs"),
     params={k: Param("int", None) for k in ("lhs_begin", "lhs_end", "rhs_begin", "rhs_end")},
     forward=_reshape_like_fwd,
+    specialize=_reshape_like_specialize,
     infer_shape=_reshape_like_shape,
     infer_type=_keep_first_type,
     gradient=_reshape_like_grad,
