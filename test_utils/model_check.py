@@ -539,10 +539,10 @@ class _Point:
     """
 
     def __init__(self, sym, values, aux, live, reqs, dtype, ctx, seed, *, pin=True, emulate=True):
-        from .decisions import pinned_symbol, record_decisions
-        from .harness import Harness, analytic_noise, assert_deterministic, with_measured
+        from .decisions import pinned_symbol
+        from .harness import Harness
         from .objectives import projected_objective
-        from .tolerance import NOISE_FACTOR, get_rtol
+        from .tolerance import get_rtol
 
         self.sym, self.dt, self.ctx, self.seed, self.live = sym, np.dtype(dtype), ctx, int(seed), list(live)
         rng = np.random.default_rng(self.seed)
@@ -556,7 +556,26 @@ class _Point:
         self.weights64 = [w.astype(np.float64) for w in weights]
         ref_sym, loss_heads, make_objective = projected_objective(sym, self.weights64, WHO)
         self.heads = [None if loss else w for w, loss in zip(weights, loss_heads)]
-        # -- the analytic side: forward(is_train=True) recording every decision, backward into dirty buffers
+        self._analytic_pass(sym, reqs, ctx, rng)
+        self.pinning = None
+        if pin:
+            ref_sym, self.pinning = pinned_symbol(ref_sym, self.record)
+        self._rounding_noise(sym, reqs, emulate)
+        self._confirmed = emulate or self.dt.itemsize >= 8
+        # -- the numeric side: float64, pinned, re-running only what depends on the moved argument
+        self.ref = Harness.bind(ref_sym, self.point, self.aux, ctx=ctx, dtype=np.float64, is_train=True)
+        base = self.ref.base()
+        self.objective = make_objective([np.asarray(b, np.float64) for b in base])
+        self.scalar = lambda outs: self.objective(outs)[0]
+        self.f_noise = self.ref.evaluation_noise(self.objective, np.float64, runs=NOISE_RUNS, base=base)
+        self.f0 = self.scalar(self.ref.base())  # the noise runs overwrote the values partial forwards start from
+        self._natural = None  # float64_agrees' plain float64 backward and unpinned reference, built on first use
+
+    def _analytic_pass(self, sym, reqs, ctx, rng):
+        """The analytic side: forward(is_train=True) recording every decision, backward into dirty buffers."""
+        from .decisions import record_decisions
+        from .harness import assert_deterministic
+
         initial = {k: rng.normal(0, 0.01, size=self.point[k].shape).astype(self.dt) for k in self.live}
         bufs = {k: to_device(v.copy() if reqs[k] == "add" else v, ctx) for k, v in initial.items()}
         exe = sym.bind(ctx, {k: to_device(v, ctx) for k, v in self.point.items()}, args_grad=bufs,
@@ -570,10 +589,13 @@ class _Point:
         for k in self.live:
             got = np.array(to_numpy(bufs[k]), np.float64)
             self.analytic[k] = got - initial[k].astype(np.float64) if reqs[k] == "add" else got
-        self.pinning = None
-        if pin:
-            ref_sym, self.pinning = pinned_symbol(ref_sym, self.record)
-        # -- its rounding noise
+
+    def _rounding_noise(self, sym, reqs, emulate):
+        """The analytic side's rounding noise (``a_noise``), and the measured difference from float64 that
+        ``confirm_noise`` may excuse (``_measured``)."""
+        from .harness import analytic_noise, with_measured
+        from .tolerance import NOISE_FACTOR
+
         if emulate:
             _, self.a_noise = analytic_noise(sym, self.point, self.aux, self.heads, self.live, self.dt,
                                              actual=self.analytic)
@@ -589,16 +611,6 @@ class _Point:
             # kept for confirm_noise in float32: an estimate of rounding needs no more digits, and every such
             # dict of a whole-model check holds one copy of every parameter (VGG-11: 133M, 1 GB in float64)
             self._measured = {k: _f32(2.0 * np.abs(self.analytic[k] - exact[k])) for k in self.live}
-            del exact, floor
-        self._confirmed = emulate or self.dt.itemsize >= 8
-        # -- the numeric side: float64, pinned, re-running only what depends on the moved argument
-        self.ref = Harness.bind(ref_sym, self.point, self.aux, ctx=ctx, dtype=np.float64, is_train=True)
-        base = self.ref.base()
-        self.objective = make_objective([np.asarray(b, np.float64) for b in base])
-        self.scalar = lambda outs: self.objective(outs)[0]
-        self.f_noise = self.ref.evaluation_noise(self.objective, np.float64, runs=NOISE_RUNS, base=base)
-        self.f0 = self.scalar(self.ref.base())  # the noise runs overwrote the values partial forwards start from
-        self._natural = None  # float64_agrees' plain float64 backward and unpinned reference, built on first use
 
     def float64_agrees(self, k, indices) -> np.ndarray:
         """Per element of ``k`` at ``indices``: whether symgrad's rule run in float64 on float64's own decisions (a
@@ -1015,93 +1027,176 @@ def _compare(p, sym, ctx, row, k, indices, whole, localised=False, sample_contex
     model; mismatches at kinks of unpinned (opaque) ops whose analytic value is a subgradient are left out.
     ``sample_context``: a callable giving ``diagnose``'s context for a sample (``indices`` not the whole
     argument), called on failure only."""
-    from .compare import compare
-    from .mxnet_checks import diagnosis_context
-    from .numeric import element_kinks
-    from .report import GradientCheckError
-    from .tolerance import scaled_atol
-
-    numeric, widths, steps = p.elements(k, indices)
-    pick = tuple(np.array(indices).T) if indices and len(indices[0]) else ()
-    analytic = p.analytic[k][pick] if pick else p.analytic[k].reshape(-1)
-    picked = lambda v: np.asarray(v, np.float64)[pick] if pick else np.asarray(v, np.float64).reshape(-1)
-    a_noise = picked(p.a_noise[k])
-    n_noise = np.asarray(p.f_noise / widths, np.float64).copy()
-    atol = scaled_atol(p.rtol, numeric)
-    err = np.abs(analytic - numeric)
-    allowed = atol + p.rtol * np.abs(numeric) + n_noise + a_noise
-    bad = ~(err <= allowed)
-    measured = picked(p._measured[k]) if not p._confirmed else a_noise
-    if bad.any() and not localised and np.any(err[bad] <= (allowed - a_noise + np.maximum(a_noise, measured))[bad]) \
-            and p.confirm_noise():  # the rounding was under-estimated: judge again
-        a_noise = picked(p.a_noise[k])
-        allowed = atol + p.rtol * np.abs(numeric) + n_noise + a_noise
-        bad = ~(err <= allowed)
-    unsettled = np.zeros(len(indices), bool)
+    e = _Elements.measure(p, k, indices)
     # each failing difference is retaken at shorter steps (``_Point.settle``); after a failed direction the
     # verdict is taken (on the pinned reference) and the elements only show where and how, so neither the step
     # refinement nor the kink test is spent on them
-    for j in np.flatnonzero(bad) if not localised else ():
+    if not localised:
+        _confirm_rounding(p, k, e)
+        _settle_failing(p, k, indices, e)
+    _leave_out(p, row, k, indices, e, localised)
+    _record(row, indices, e, whole, localised)
+    if _judge(p, sym, ctx, row, k, e, whole, sample_context):
+        _no_verdict(p, row, e, localised)
+
+
+@dataclass
+class _Elements:
+    """``_compare``'s elements, as flat arrays in the order of its ``indices``, refined phase by phase."""
+
+    pick: tuple
+    analytic: np.ndarray
+    numeric: np.ndarray
+    #: the per-element steps over the whole argument (``default_steps``)
+    steps: np.ndarray
+    a_noise: np.ndarray
+    n_noise: np.ndarray
+    atol: float
+    rtol: float
+    err: np.ndarray = None
+    allowed: np.ndarray = None
+    bad: np.ndarray = None
+    #: left out: the difference did not settle (``unsettled``), or no verdict in the dtype under test
+    #: (``imprecise``); ``exclude``: every element left out, the kinks included
+    unsettled: np.ndarray = None
+    imprecise: np.ndarray = None
+    exclude: np.ndarray = None
+
+    @classmethod
+    def measure(cls, p, k, indices) -> _Elements:
+        """The central differences of ``indices`` on the reference and their first judgement."""
+        from .tolerance import scaled_atol
+
+        numeric, widths, steps = p.elements(k, indices)
+        pick = tuple(np.array(indices).T) if indices and len(indices[0]) else ()
+        analytic = p.analytic[k][pick] if pick else p.analytic[k].reshape(-1)
+        e = cls(pick, analytic, numeric, steps, None, np.asarray(p.f_noise / widths, np.float64).copy(),
+                scaled_atol(p.rtol, numeric), p.rtol)
+        e.a_noise = e.picked(p.a_noise[k])
+        e.err = np.abs(analytic - numeric)
+        e.judge()
+        e.unsettled = np.zeros(len(indices), bool)
+        return e
+
+    def picked(self, v) -> np.ndarray:
+        return np.asarray(v, np.float64)[self.pick] if self.pick else np.asarray(v, np.float64).reshape(-1)
+
+    def judge(self):
+        self.allowed = self.atol + self.rtol * np.abs(self.numeric) + self.n_noise + self.a_noise
+        self.bad = ~(self.err <= self.allowed)
+
+
+def _confirm_rounding(p, k, e):
+    """Judge again where the measured rounding, uncapped, would excuse a mismatch and emulation shows that
+    rounding reaches that far (``_Point.confirm_noise``: the rounding was under-estimated)."""
+    if not e.bad.any():
+        return
+    measured = e.picked(p._measured[k]) if not p._confirmed else e.a_noise
+    if np.any(e.err[e.bad] <= (e.allowed - e.a_noise + np.maximum(e.a_noise, measured))[e.bad]) \
+            and p.confirm_noise():
+        e.a_noise = e.picked(p.a_noise[k])
+        e.judge()
+
+
+def _settle_failing(p, k, indices, e):
+    """Retake each failing difference at shorter steps until it settles; ``unsettled`` where it does not."""
+    for j in np.flatnonzero(e.bad):
         onehot = np.zeros(p.point[k].shape)
         onehot[indices[j]] = 1.0
-        proj = p.settle({k: onehot}, float(steps[indices[j]]), float(numeric[j]), float(analytic[j]),
-                        atol + float(a_noise[j]))
-        numeric[j], allowed[j], unsettled[j] = proj.numeric, proj.allowed, not proj.settled
-        n_noise[j] = proj.allowed - (atol + float(a_noise[j]) + p.rtol * abs(proj.numeric))  # rounding + truncation
-    err = np.abs(analytic - numeric)
-    bad = ~(err <= allowed) & ~unsettled
-    crossed, imprecise = ((np.zeros_like(bad), np.zeros_like(bad)) if localised
-                          else _float64_second_opinion(p, k, indices, bad, err, allowed))
-    bad &= ~imprecise
+        proj = p.settle({k: onehot}, float(e.steps[indices[j]]), float(e.numeric[j]), float(e.analytic[j]),
+                        e.atol + float(e.a_noise[j]))
+        e.numeric[j], e.allowed[j], e.unsettled[j] = proj.numeric, proj.allowed, not proj.settled
+        # rounding + truncation
+        e.n_noise[j] = proj.allowed - (e.atol + float(e.a_noise[j]) + p.rtol * abs(proj.numeric))
+
+
+def _leave_out(p, row, k, indices, e, localised):
+    """The mismatches that get no verdict, each kind with a note: unsettled differences, float32 rounding across
+    decisions (``_float64_second_opinion``), kinks of unpinned ops (``_at_kinks``). Sets ``err`` and
+    ``exclude``."""
+    e.err = np.abs(e.analytic - e.numeric)
+    bad = ~(e.err <= e.allowed) & ~e.unsettled
+    crossed, e.imprecise = ((np.zeros_like(bad), np.zeros_like(bad)) if localised
+                            else _float64_second_opinion(p, k, indices, bad, e.err, e.allowed))
+    bad &= ~e.imprecise
     if crossed.any():
         bad &= ~crossed
         row["notes"].append(f"{int(crossed.sum())} element(s) within {ROUNDING_EXPLAINS:g}x the {p.dt.name} tolerance "
                             "where the rule agrees with the float64 function on float64's own decisions: "
                             f"{p.dt.name} rounding across decisions the two dtypes take differently (left out)")
-    if unsettled.any():
-        row["notes"].append(f"{int(unsettled.sum())} element(s) unsettled (the difference did not settle as the "
+    if e.unsettled.any():
+        row["notes"].append(f"{int(e.unsettled.sum())} element(s) unsettled (the difference did not settle as the "
                             "step shrank) left out")
-    exclude = unsettled | crossed | imprecise
+    e.exclude = e.unsettled | crossed | e.imprecise
     if bad.any() and not localised and (p.pinning is None or not p.pinning.complete):
-        tol = np.zeros(p.point[k].shape)
-        for ix, a in zip(indices, allowed):
-            tol[ix] = a
-        kinks = element_kinks(p.ref, k, p.scalar, [indices[j] for j in np.flatnonzero(bad)], steps,
-                              p.analytic[k], tol, f_noise=p.f_noise, probe=KINK_PROBE)
-        at_kink = np.array([ix in {kk.index for kk in kinks if kk.subgradient} for ix in indices], bool)
-        if at_kink.any():
-            row["notes"].append(f"{int(at_kink.sum())} element(s) at kinks of unpinned ops left out (kink test)")
-        exclude |= at_kink
-    kept = ~exclude
+        e.exclude |= _at_kinks(p, row, k, indices, e, bad)
+
+
+def _at_kinks(p, row, k, indices, e, bad) -> np.ndarray:
+    """The elements of ``bad`` at kinks of unpinned ops whose analytic value is a subgradient (the kink test)."""
+    from .numeric import element_kinks
+
+    tol = np.zeros(p.point[k].shape)
+    for ix, a in zip(indices, e.allowed):
+        tol[ix] = a
+    kinks = element_kinks(p.ref, k, p.scalar, [indices[j] for j in np.flatnonzero(bad)], e.steps,
+                          p.analytic[k], tol, f_noise=p.f_noise, probe=KINK_PROBE)
+    at_kink = np.array([ix in {kk.index for kk in kinks if kk.subgradient} for ix in indices], bool)
+    if at_kink.any():
+        row["notes"].append(f"{int(at_kink.sum())} element(s) at kinks of unpinned ops left out (kink test)")
+    return at_kink
+
+
+def _record(row, indices, e, whole, localised):
+    """The row's method and worst elements kept, its errors unless a failed direction gave them; "pass" until
+    ``_judge`` says otherwise."""
+    kept = ~e.exclude
+    err, allowed = e.err, e.allowed
     ratio = np.where(allowed > 0, err / np.where(allowed > 0, allowed, 1.0), np.where(err > 0, np.inf, 0.0))
     order = np.argsort(-np.where(kept, np.nan_to_num(ratio, nan=np.inf), -1.0))[:5]
     method = "all elements" if whole else f"{len(indices)} elements"
     row.update(method=(f"direction failed; bisected, {method} compared" if localised else method),
                checked=len(indices), verdict="pass",
-               worst=[(list(indices[j]), float(analytic[j]), float(numeric[j])) for j in order if kept[j]])
+               worst=[(list(indices[j]), float(e.analytic[j]), float(e.numeric[j])) for j in order if kept[j]])
     if not localised:
         row.update(max_error=float(np.max(err[kept], initial=0.0)), worst_ratio=float(np.max(ratio[kept],
                                                                                              initial=0.0)))
+
+
+def _judge(p, sym, ctx, row, k, e, whole, sample_context) -> bool:
+    """``compare`` on the elements kept; a mismatch FAILs the row with its diagnosis (returns False)."""
+    from .compare import compare
+    from .mxnet_checks import diagnosis_context
+    from .report import GradientCheckError
+
     shape = p.point[k].shape
-    a_c, n_c, an_c, nn_c, ex_c = analytic, numeric, a_noise, n_noise, exclude
+    a_c, n_c, an_c, nn_c, ex_c = e.analytic, e.numeric, e.a_noise, e.n_noise, e.exclude
     context = None if whole else sample_context
     if whole and shape:  # the argument's own layout: structural diagnoses (transposed, broadcast) apply
-        a_c, n_c, an_c, nn_c, ex_c = (v.reshape(shape) for v in (analytic, numeric, a_noise, n_noise, exclude))
+        a_c, n_c, an_c, nn_c, ex_c = (v.reshape(shape) for v in (e.analytic, e.numeric, e.a_noise, e.n_noise,
+                                                                  e.exclude))
 
         def context(k=k, noise=an_c):
             return diagnosis_context(sym, ctx, p.point, p.aux, p.heads, k, p.out_shapes, (), noise=noise)
     try:
-        compare(a_c, n_c, p.rtol, atol, check=WHO, arg_name=k, names=("analytic", "numeric"), noise=nn_c,
+        compare(a_c, n_c, p.rtol, e.atol, check=WHO, arg_name=k, names=("analytic", "numeric"), noise=nn_c,
                 analytic_noise=an_c, noise_dtype=p.dt, exclude=ex_c, context=context,
                 what=f"analytic gradient of {k!r} does not match the numeric gradient")
     except GradientCheckError as failure:
         row.update(verdict="FAIL", diagnosis=failure.diagnosis or f"{failure.n_mismatch} of {failure.size} "
                    "compared elements differ", mismatches=failure.n_mismatch)
-        return
-    if unsettled.all() and not localised:
-        row.update(verdict="unsettled", diagnosis=unsettled_diagnosis(float(np.min(steps)) / 4.0 ** MAX_REFINE))
-    elif imprecise.any():
-        worst = float(np.max(err[imprecise] / np.maximum(np.abs(numeric[imprecise]), 1e-300)))
+        return False
+    return True
+
+
+def _no_verdict(p, row, e, localised):
+    """A passing comparison's caveats: every element unsettled, some imprecise, or (localised) a direction that
+    fails though no element does alone."""
+    if e.unsettled.all() and not localised:
+        row.update(verdict="unsettled", diagnosis=unsettled_diagnosis(float(np.min(e.steps)) / 4.0 ** MAX_REFINE))
+    elif e.imprecise.any():
+        imprecise, numeric = e.imprecise, e.numeric
+        worst = float(np.max(e.err[imprecise] / np.maximum(np.abs(numeric[imprecise]), 1e-300)))
         row.update(verdict="imprecise", diagnosis=(
             f"imprecise in {p.dt.name}: {int(imprecise.sum())} element(s) off by up to {100 * worst:.2g}% of their "
             f"value, beyond {ROUNDING_EXPLAINS:g}x the tolerance, where the rule holds in float64 on float64's own "
