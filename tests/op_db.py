@@ -9,7 +9,9 @@ differences, float32 against float64 gradients, second-order gradients where
 the rule is differentiable, grad_req add/null, shape inference, and cpu
 against gpu(0) (skipped without CuPy).
 
-Family tables live in ``tests/op_db_*.py`` and are concatenated into ``OPS``.
+Family tables live in ``tests/op_db_<family>.py``, one per operator family module
+``symgrad/ops/<family>.py``, each holding the rows of the ops that module registers (numpy references
+used by several tables are in ``tests/np_refs.py``); they are concatenated into ``OPS``.
 """
 
 from op_info import FLOATS, FWD_TOL, In, OpInfo

@@ -1,4 +1,7 @@
-"""OpInfo rows for the elementwise family (symgrad/ops/elemwise.py) beyond the core rows.
+"""OpInfo rows for the elementwise family (symgrad/ops/elemwise.py): unary math, rounding, special functions,
+the scalar and binary arithmetic, comparison and logic forms (``_*_scalar``, ``elemwise_*``, ``_*``,
+``broadcast_*``), add_n, Cast, clip, make_loss, where, BlockGrad and the identity-like ops (_grad_add,
+_identity_with_attr_like_rhs, amp_multicast).
 
 References are plain numpy / ``math`` written here. Inputs are drawn away from kinks,
 ties and domain edges; ops that are piecewise constant have zero gradients, which the
@@ -9,6 +12,7 @@ differentiable is left).
 import math
 
 import numpy as np
+from np_refs import sigmoid
 from op_info import In, OpInfo
 
 import symgrad as sg
@@ -110,6 +114,36 @@ def _distinct_pair(shape_a, shape_b, gap=0.1):
 _ZERO = {"second_order": False}
 
 OPS = [
+    # -- unary ----------------------------------------------------------------
+    OpInfo("negative", S.negative, {"x": In(SH)}, lambda x: -x),
+    OpInfo("exp", S.exp, {"x": In(SH)}, np.exp),
+    OpInfo("log", S.log, {"x": In(SH, 0.5, 2.0)}, np.log),
+    OpInfo("sqrt", S.sqrt, {"x": In(SH, 0.5, 2.0)}, np.sqrt),
+    OpInfo("square", S.square, {"x": In(SH)}, np.square),
+    OpInfo("tanh", S.tanh, {"x": In(SH)}, np.tanh),
+    OpInfo("sigmoid", S.sigmoid, {"x": In(SH, -3, 3)}, sigmoid),
+    OpInfo("relu", S.relu, {"x": In(SH, away=0.1)}, lambda x: np.maximum(x, 0)),
+    OpInfo("abs", S.abs, {"x": In(SH, away=0.1)}, np.abs),
+    # BlockGrad's gradient is deliberately not the derivative of its output (tested in test_executor)
+    OpInfo("BlockGrad", lambda x: S.BlockGrad(x) * x, {"x": In(SH)}, lambda x: x * x, grad=False),
+    # -- scalar forms -------------------------------------------------------------
+    OpInfo("_plus_scalar", lambda x: x + 1.5, {"x": In(SH)}, lambda x: x + 1.5),
+    OpInfo("_minus_scalar", lambda x: x - 1.5, {"x": In(SH)}, lambda x: x - 1.5),
+    OpInfo("_rminus_scalar", lambda x: 1.5 - x, {"x": In(SH)}, lambda x: 1.5 - x),
+    OpInfo("_mul_scalar", lambda x: x * 1.5, {"x": In(SH)}, lambda x: x * 1.5),
+    OpInfo("_div_scalar", lambda x: x / 1.5, {"x": In(SH)}, lambda x: x / 1.5),
+    OpInfo("_rdiv_scalar", lambda x: 1.5 / x, {"x": In(SH, 0.5, 2)}, lambda x: 1.5 / x),
+    OpInfo("_power_scalar", lambda x: x**2.5, {"x": In(SH, 0.5, 2)}, lambda x: x**2.5),
+    OpInfo("_rpower_scalar", lambda x: 2.5**x, {"x": In(SH)}, lambda x: 2.5**x),
+    # -- binary ---------------------------------------------------------------------
+    OpInfo("elemwise_add", S.elemwise_add, {"a": In(SH), "b": In(SH)}, lambda a, b: a + b),
+    OpInfo("elemwise_sub", S.elemwise_sub, {"a": In(SH), "b": In(SH)}, lambda a, b: a - b),
+    OpInfo("elemwise_mul", S.elemwise_mul, {"a": In(SH), "b": In(SH)}, lambda a, b: a * b),
+    OpInfo("elemwise_div", S.elemwise_div, {"a": In(SH), "b": In(SH, 0.5, 2)}, lambda a, b: a / b),
+    OpInfo("broadcast_add", S.broadcast_add, {"a": In((2, 1, 3)), "b": In((4, 1))}, lambda a, b: a + b),
+    OpInfo("broadcast_sub", S.broadcast_sub, {"a": In((2, 3)), "b": In((1, 3))}, lambda a, b: a - b),
+    OpInfo("broadcast_mul", S.broadcast_mul, {"a": In((3,)), "b": In((2, 3))}, lambda a, b: a * b),
+    OpInfo("broadcast_div", S.broadcast_div, {"a": In((2, 3)), "b": In((2, 1), 0.5, 2)}, lambda a, b: a / b),
     # -- rounding and sign (piecewise constant) ---------------------------------------
     OpInfo("sign", S.sign, {"x": In(SH, away=0.1)}, np.sign, **_ZERO),
     OpInfo("round", S.round, {"x": In(SH, -3.9, 3.9, away=0.1, kinks=HALVES)}, _round_away, **_ZERO),
@@ -186,7 +220,13 @@ OPS = [
     # -- make_loss: identity forward, gradient ones whatever the head gradient -----------------------
     OpInfo("make_loss", lambda x: S.make_loss(S.square(x)), {"x": In(SH)}, np.square,
            grad_ref=lambda x: {"x": 2 * x}),
-    # -- scalar forms not in the core table ------------------------------------------------------------
+    # -- identity-like: _grad_add, _identity_with_attr_like_rhs, amp_multicast of one dtype ------------
+    OpInfo("_grad_add", S._grad_add, {"a": In((2, 3)), "b": In((2, 3))}, lambda a, b: a + b),
+    OpInfo("_identity_with_attr_like_rhs", S._identity_with_attr_like_rhs,
+           {"a": In((2, 3)), "b": In((2, 3), grad=False)}, lambda a, b: a),
+    OpInfo("amp_multicast_same_dtype", lambda a, b: S.amp_multicast(a, b, num_outputs=2),
+           {"a": In((2, 3)), "b": In((3,))}, lambda a, b: (a, b)),
+    # -- more scalar forms ------------------------------------------------------------------------------
     OpInfo("_mod_scalar", lambda x: x % 1.5, {"x": In(SH, sample=_signed(1.6, 2.9))}, lambda x: _mod_ref(x, 1.5)),
     OpInfo("_rmod_scalar", lambda x: 5.5 % x, {"x": In(SH, 2.0, 2.6)}, lambda x: _mod_ref(5.5, x)),
     OpInfo("_rmod_scalar_negative", lambda x: -5.5 % x, {"x": In(SH, 2.0, 2.6)}, lambda x: _mod_ref(-5.5, x)),

@@ -7,20 +7,12 @@ regression_output-inl.h and make_loss-inl.h.
 """
 
 import numpy as np
+from np_refs import sigmoid, softmax
 from op_info import In, OpInfo
 
 import symgrad as sg
 
 S = sg.sym
-
-
-def _softmax(x, axis):
-    e = np.exp(x - x.max(axis=axis, keepdims=True))
-    return e / e.sum(axis=axis, keepdims=True)
-
-
-def _sigmoid(x):
-    return 1 / (1 + np.exp(-x))
 
 
 def _so_grad_rows(p, label, scale=1.0, alpha=0.0, ignore=None):
@@ -40,7 +32,7 @@ def _so_grad_rows(p, label, scale=1.0, alpha=0.0, ignore=None):
 
 def _so_multi(x, label, scale, ignore=None):
     """multi_output: softmax over axis 1; each (sample, position) column like a row above."""
-    p = _softmax(x, 1)
+    p = softmax(x, 1)
     n, k = x.shape[:2]
     p3 = p.reshape(n, k, -1)
     lab = label.reshape(n, -1)
@@ -64,59 +56,63 @@ def _row(name, make, x, label, ref, grad_ref):
 
 OPS = [
     # -- SoftmaxOutput: every normalisation / ignore / layout branch ------------------------
+    OpInfo("SoftmaxOutput", lambda x, label: S.SoftmaxOutput(x, label),
+           {"x": In((3, 4)), "label": In((3,), sample=lambda r: r.integers(0, 4, 3), grad=False)},
+           lambda x, label: softmax(x, 1),
+           grad_ref=lambda x, label: {"x": softmax(x, 1) - np.eye(4)[label.astype(int)]}),
     _row("SoftmaxOutput_batch_grad_scale",
          lambda x, label: S.SoftmaxOutput(x, label, normalization="batch", grad_scale=2.0),
-         In((4, 3)), _so_label([2, 0, 1, 1], integer=True), lambda x, label: _softmax(x, 1),
-         lambda x, label: {"x": _so_grad_rows(_softmax(x, 1), label, 2.0 / 4)}),
+         In((4, 3)), _so_label([2, 0, 1, 1], integer=True), lambda x, label: softmax(x, 1),
+         lambda x, label: {"x": _so_grad_rows(softmax(x, 1), label, 2.0 / 4)}),
     _row("SoftmaxOutput_ignore_null", lambda x, label: S.SoftmaxOutput(x, label, use_ignore=True, ignore_label=1),
-         In((5, 4)), _so_label([1, 0, 2, 1, 3]), lambda x, label: _softmax(x, 1),
-         lambda x, label: {"x": _so_grad_rows(_softmax(x, 1), label, ignore=1)}),
+         In((5, 4)), _so_label([1, 0, 2, 1, 3]), lambda x, label: softmax(x, 1),
+         lambda x, label: {"x": _so_grad_rows(softmax(x, 1), label, ignore=1)}),
     _row("SoftmaxOutput_ignore_valid",
          lambda x, label: S.SoftmaxOutput(x, label, use_ignore=True, ignore_label=1, normalization="valid"),
-         In((5, 4)), _so_label([1, 0, 2, 1, 3], integer=True), lambda x, label: _softmax(x, 1),
-         lambda x, label: {"x": _so_grad_rows(_softmax(x, 1), label, 1 / 3, ignore=1)}),
+         In((5, 4)), _so_label([1, 0, 2, 1, 3], integer=True), lambda x, label: softmax(x, 1),
+         lambda x, label: {"x": _so_grad_rows(softmax(x, 1), label, 1 / 3, ignore=1)}),
     # 'valid' counts labels != ignore_label even without use_ignore; label -1 matches no class
     _row("SoftmaxOutput_valid_without_use_ignore",
          lambda x, label: S.SoftmaxOutput(x, label, normalization="valid"),
-         In((4, 3)), _so_label([-1, 0, 2, -1]), lambda x, label: _softmax(x, 1),
-         lambda x, label: {"x": _so_grad_rows(_softmax(x, 1), label, 1 / 2)}),
+         In((4, 3)), _so_label([-1, 0, 2, -1]), lambda x, label: softmax(x, 1),
+         lambda x, label: {"x": _so_grad_rows(softmax(x, 1), label, 1 / 2)}),
     _row("SoftmaxOutput_smooth_alpha", lambda x, label: S.SoftmaxOutput(x, label, smooth_alpha=0.2),
-         In((3, 5)), _so_label([4, 0, 2]), lambda x, label: _softmax(x, 1),
-         lambda x, label: {"x": _so_grad_rows(_softmax(x, 1), label, alpha=0.2)}),
+         In((3, 5)), _so_label([4, 0, 2]), lambda x, label: softmax(x, 1),
+         lambda x, label: {"x": _so_grad_rows(softmax(x, 1), label, alpha=0.2)}),
     _row("SoftmaxOutput_smooth_alpha_ignore",
          lambda x, label: S.SoftmaxOutput(x, label, smooth_alpha=0.3, use_ignore=True, ignore_label=2,
                                           normalization="batch"),
-         In((3, 4)), _so_label([2, 0, 3]), lambda x, label: _softmax(x, 1),
-         lambda x, label: {"x": _so_grad_rows(_softmax(x, 1), label, 1 / 3, alpha=0.3, ignore=2)}),
+         In((3, 4)), _so_label([2, 0, 3]), lambda x, label: softmax(x, 1),
+         lambda x, label: {"x": _so_grad_rows(softmax(x, 1), label, 1 / 3, alpha=0.3, ignore=2)}),
     _row("SoftmaxOutput_multi_output", lambda x, label: S.SoftmaxOutput(x, label, multi_output=True),
          In((2, 3, 4)), In((2, 4), sample=lambda r: r.integers(0, 3, (2, 4)), grad=False),
-         lambda x, label: _softmax(x, 1), lambda x, label: {"x": _so_multi(x, label, 1 / 4)}),
+         lambda x, label: softmax(x, 1), lambda x, label: {"x": _so_multi(x, label, 1 / 4)}),
     # multi_output ignores smooth_alpha (MXNet 1.9); 'batch' divides by n and by the positions
     _row("SoftmaxOutput_multi_output_batch_smooth_ignored",
          lambda x, label: S.SoftmaxOutput(x, label, multi_output=True, normalization="batch", smooth_alpha=0.4),
          In((2, 3, 4)), In((2, 4), sample=lambda r: r.integers(0, 3, (2, 4)), grad=False, integer=True),
-         lambda x, label: _softmax(x, 1), lambda x, label: {"x": _so_multi(x, label, 1 / 4 / 2)}),
+         lambda x, label: softmax(x, 1), lambda x, label: {"x": _so_multi(x, label, 1 / 4 / 2)}),
     _row("SoftmaxOutput_multi_output_4d_valid",
          lambda x, label: S.SoftmaxOutput(x, label, multi_output=True, use_ignore=True, ignore_label=0,
                                           normalization="valid"),
          In((2, 3, 2, 2)), In((2, 2, 2), sample=_lab([[[0, 1], [2, 0]], [[1, 1], [0, 2]]]), grad=False),
-         lambda x, label: _softmax(x, 1), lambda x, label: {"x": _so_multi(x, label, 1 / 5, ignore=0)}),
+         lambda x, label: softmax(x, 1), lambda x, label: {"x": _so_multi(x, label, 1 / 5, ignore=0)}),
     _row("SoftmaxOutput_preserve_shape", lambda x, label: S.SoftmaxOutput(x, label, preserve_shape=True),
          In((2, 3, 4)), In((2, 3), sample=lambda r: r.integers(0, 4, (2, 3)), grad=False),
-         lambda x, label: _softmax(x, -1),
-         lambda x, label: {"x": _so_grad_rows(_softmax(x, -1).reshape(6, 4), label.reshape(-1)).reshape(x.shape)}),
+         lambda x, label: softmax(x, -1),
+         lambda x, label: {"x": _so_grad_rows(softmax(x, -1).reshape(6, 4), label.reshape(-1)).reshape(x.shape)}),
     # probability labels (label shape == data shape): (p - label) * grad_scale, no normalisation
     _row("SoftmaxOutput_probability_label",
          lambda x, label: S.SoftmaxOutput(x, label, grad_scale=0.5, normalization="batch", use_ignore=True),
-         In((3, 4)), In((3, 4), sample=lambda r: _softmax(r.normal(size=(3, 4)), 1), grad=False),
-         lambda x, label: _softmax(x, 1), lambda x, label: {"x": (_softmax(x, 1) - label) * 0.5}),
+         In((3, 4)), In((3, 4), sample=lambda r: softmax(r.normal(size=(3, 4)), 1), grad=False),
+         lambda x, label: softmax(x, 1), lambda x, label: {"x": (softmax(x, 1) - label) * 0.5}),
     # >2-d data without multi_output/preserve_shape: softmax over everything but axis 0; MXNet wants
     # a (2, 3) label and row r uses label.flat[r]; 'batch' divides by the label count (6)
     _row("SoftmaxOutput_flattened_3d",
          lambda x, label: S.SoftmaxOutput(x, label, normalization="batch"),
          In((2, 3, 2)), In((2, 3), sample=_lab([[5, 1, 0], [3, 2, 2]]), grad=False),
-         lambda x, label: _softmax(x.reshape(2, -1), 1).reshape(x.shape),
-         lambda x, label: {"x": _so_grad_rows(_softmax(x.reshape(2, -1), 1), label.reshape(-1)[:2],
+         lambda x, label: softmax(x.reshape(2, -1), 1).reshape(x.shape),
+         lambda x, label: {"x": _so_grad_rows(softmax(x.reshape(2, -1), 1), label.reshape(-1)[:2],
                                               1 / 6).reshape(x.shape)}),
     # -- regression outputs: (out - label) * grad_scale / (outputs per sample) ---------------
     _row("LinearRegressionOutput", lambda x, label: S.LinearRegressionOutput(x, label, grad_scale=3.0),
@@ -125,11 +121,13 @@ OPS = [
          In((4, 1)), In((4,), grad=False), lambda x, label: x, lambda x, label: {"x": x - label[:, None]}),
     _row("LogisticRegressionOutput", lambda x, label: S.LogisticRegressionOutput(x, label),
          In((2, 3), -2, 2), In((2, 3), sample=lambda r: r.integers(0, 2, (2, 3)), grad=False),
-         lambda x, label: _sigmoid(x), lambda x, label: {"x": (_sigmoid(x) - label) / 3}),
+         lambda x, label: sigmoid(x), lambda x, label: {"x": (sigmoid(x) - label) / 3}),
     _row("MAERegressionOutput", lambda x, label: S.MAERegressionOutput(x, label, grad_scale=2.0),
          In((2, 3)), In((2, 3), grad=False), lambda x, label: x,
          lambda x, label: {"x": np.where(x - label > 0, 1.0, -1.0) * 2.0 / 3}),
     # -- MakeLoss normalisations ----------------------------------------------------------
+    OpInfo("MakeLoss", lambda x: S.MakeLoss(x * x, grad_scale=0.5), {"x": In((2, 3))}, lambda x: x * x,
+           grad_ref=lambda x: {"x": 0.5 * 2 * x}),
     OpInfo("MakeLoss_batch", lambda x: S.MakeLoss(S.square(x), normalization="batch", grad_scale=3.0),
            {"x": In((4, 2))}, np.square, grad_ref=lambda x: {"x": 2 * x * 3.0 / 4}),
     # 'valid': grad_scale / #(loss > valid_thresh), at least 1
@@ -160,7 +158,7 @@ def _svm_grad(x, label, margin=1.0, reg=1.0, linear=False):
 
 
 def _sce(x, label):
-    p = _softmax(x, 1)
+    p = softmax(x, 1)
     return np.array([-sum(np.log(p[r, int(label[r])]) for r in range(x.shape[0]))])
 
 
@@ -169,7 +167,7 @@ def _ctc_brute(x, label, blank):
     collapses to ``label`` (merge repeats, then drop blanks); 0 when none does (MXNet's convention)."""
     import itertools
 
-    p = _softmax(x, 1)
+    p = softmax(x, 1)
     total = 0.0
     for path in itertools.product(range(x.shape[1]), repeat=x.shape[0]):
         merged = [k for t, k in enumerate(path) if t == 0 or path[t - 1] != k]

@@ -1,4 +1,6 @@
-"""OpInfo rows for the neural-network layers (symgrad/ops/nn.py, symgrad/ops/softmax.py).
+"""OpInfo rows for the neural-network layers (symgrad/ops/nn.py): Activation, LeakyReLU, BatchNorm (and
+_contrib_SyncBatchNorm, _contrib_BatchNormWithReLU), LayerNorm, InstanceNorm, L2Normalization, Dropout,
+Embedding and SequenceMask.
 
 References are plain numpy (math.erf for GELU), written from MXNet 1.9's definitions.
 Random ops (Dropout with p > 0, rrelu in training) cannot be checked by finite
@@ -8,6 +10,7 @@ differences; their rows here are the deterministic cases, the rest is in test_op
 import math
 
 import numpy as np
+from np_refs import sigmoid
 from op_info import In, OpInfo
 
 import symgrad as sg
@@ -17,10 +20,6 @@ S = sg.sym
 SELU_ALPHA = 1.6732632423543772848170429916717
 SELU_LAMBDA = 1.0507009873554804934193349852946
 F32_64 = (np.float32, np.float64)
-
-
-def _sigmoid(x):
-    return 1 / (1 + np.exp(-x))
 
 
 def _gelu(x):
@@ -38,6 +37,12 @@ def _bn_ref(x, g, b, axis, eps, fix_gamma=False, mean=None, var=None):
     gamma = np.ones_like(g) if fix_gamma else g
     y = (x - mean.reshape(shape)) / np.sqrt(var.reshape(shape) + eps) * gamma.reshape(shape) + b.reshape(shape)
     return y, mean, 1 / np.sqrt(var + eps)
+
+
+def _bn_train(x, g, b, mm, mv):
+    """Training-mode BatchNorm over axes (0, 2), eps 1e-3."""
+    return (x - x.mean((0, 2), keepdims=True)) / np.sqrt(x.var((0, 2), keepdims=True) + 1e-3) * g[None, :, None] \
+        + b[None, :, None]
 
 
 def _layer_norm(x, g, b, axis, eps=1e-5):
@@ -59,25 +64,6 @@ def _l2(x, axes, eps=1e-10):
     return x / np.sqrt((x * x).sum(axes, keepdims=True) + eps)
 
 
-def _softmax(x, axis, t=1.0):
-    z = x / t
-    e = np.exp(z - z.max(axis, keepdims=True))
-    return e / e.sum(axis, keepdims=True)
-
-
-def _masked(x, length, axis, log=False, negate=False):
-    """softmax/log_softmax with positions >= length along axis zeroed, written row by row."""
-    x = np.moveaxis(-x if negate else x, axis, -1)
-    out = np.zeros_like(x)
-    rows = x.reshape(-1, x.shape[-1])
-    flat = out.reshape(-1, x.shape[-1])
-    for r, n in enumerate(np.asarray(length).reshape(-1).astype(int)):
-        if n > 0:
-            z = rows[r, :n] - rows[r, :n].max()
-            flat[r, :n] = z - np.log(np.exp(z).sum()) if log else np.exp(z) / np.exp(z).sum()
-    return np.moveaxis(flat.reshape(x.shape), -1, axis)
-
-
 def _seq_mask(x, lengths, axis, value):
     out = x.copy()
     for b, n in enumerate(np.asarray(lengths).astype(int)):
@@ -92,15 +78,21 @@ def _labels(low, high, shape):
     return lambda r: r.integers(low, high, shape)
 
 
+SH = (2, 3)
 X3 = (2, 3, 2)
 BN_AUX = {"bn_moving_mean": In((3,)), "bn_moving_var": In((3,), 0.5, 1.5)}
+_BN_IN = {"x": In((4, 3, 2)), "g": In((3,), 0.5, 1.5), "b": In((3,))}
 
 OPS = [
     # -- Activation ---------------------------------------------------------------------
     OpInfo("Activation_relu", lambda x: S.Activation(x, act_type="relu"), {"x": In(X3, away=0.1)},
            lambda x: np.maximum(x, 0)),
-    OpInfo("Activation_sigmoid", lambda x: S.Activation(x, act_type="sigmoid"), {"x": In(X3, -3, 3)}, _sigmoid),
+    OpInfo("Activation_sigmoid", lambda x: S.Activation(x, act_type="sigmoid"), {"x": In(X3, -3, 3)}, sigmoid),
     OpInfo("Activation_tanh", lambda x: S.Activation(x, act_type="tanh"), {"x": In(X3, -2, 2)}, np.tanh),
+    OpInfo("Activation_softrelu", lambda x: S.Activation(x, act_type="softrelu"), {"x": In(SH, -2, 2)},
+           lambda x: np.log1p(np.exp(x))),
+    OpInfo("Activation_softsign", lambda x: S.Activation(x, act_type="softsign"), {"x": In(SH, away=0.1)},
+           lambda x: x / (1 + np.abs(x))),
     # -- LeakyReLU --------------------------------------------------------------------------
     OpInfo("LeakyReLU_leaky", lambda x: S.LeakyReLU(x), {"x": In(X3, away=0.1)},
            lambda x: np.where(x > 0, x, 0.25 * x)),
@@ -125,6 +117,16 @@ OPS = [
     OpInfo("LeakyReLU_rrelu_inference", lambda x: S.LeakyReLU(x, act_type="rrelu", lower_bound=0.1, upper_bound=0.3),
            {"x": In(X3, away=0.1)}, lambda x: (np.where(x > 0, x, 0.2 * x), np.full(x.shape, 0.2)), grad=False),
     # -- BatchNorm (fused backward: no second order) -------------------------------------
+    OpInfo("BatchNorm_train", lambda x, g, b: S.BatchNorm(x, g, b, fix_gamma=False, name="bn"),
+           _BN_IN, _bn_train, aux=BN_AUX, is_train=True, second_order=False, fwd_tol={np.float16: (2e-2, 2e-2)}),
+    OpInfo("_contrib_SyncBatchNorm", lambda x, g, b: S._contrib_SyncBatchNorm(x, g, b, key="k", fix_gamma=False,
+                                                                             name="bn"),
+           _BN_IN, _bn_train, aux=BN_AUX, is_train=True, second_order=False, fwd_tol={np.float16: (2e-2, 2e-2)}),
+    # relu at exact zeros cannot happen: the normalised values are continuous draws
+    OpInfo("_contrib_BatchNormWithReLU", lambda x, g, b: S._contrib_BatchNormWithReLU(x, g, b, fix_gamma=False,
+                                                                                      name="bn"),
+           _BN_IN, lambda *a: np.maximum(_bn_train(*a), 0), aux=BN_AUX, is_train=True, second_order=False,
+           fwd_tol={np.float16: (2e-2, 2e-2)}),
     OpInfo("BatchNorm_fix_gamma_default", lambda x, g, b: S.BatchNorm(x, g, b, name="bn"),
            {"x": In((4, 3, 2)), "g": In((3,), 0.5, 1.5), "b": In((3,))},
            lambda x, g, b, mm, mv: _bn_ref(x, g, b, 1, 1e-3, fix_gamma=True)[0],
@@ -194,33 +196,6 @@ OPS = [
     OpInfo("Embedding_squared", lambda d, w: S.square(S.Embedding(d, w, input_dim=4, output_dim=2)),
            {"d": In((5,), sample=lambda r: np.array([1, 3, 1, 0, 1]), grad=False, integer=True), "w": In((4, 2))},
            lambda d, w: w[d] ** 2),
-    # -- softmax family ----------------------------------------------------------------
-    OpInfo("softmax", lambda x: S.softmax(x), {"x": In((2, 3, 4), -2, 2)}, lambda x: _softmax(x, -1)),
-    OpInfo("softmax_axis1_temperature", lambda x: S.softmax(x, axis=1, temperature=2.0), {"x": In((2, 3, 2), -2, 2)},
-           lambda x: _softmax(x, 1, 2.0)),
-    OpInfo("log_softmax", lambda x: S.log_softmax(x, axis=0), {"x": In((3, 4), -2, 2)},
-           lambda x: np.log(_softmax(x, 0))),
-    OpInfo("log_softmax_temperature", lambda x: S.log_softmax(x, temperature=0.5), {"x": In((2, 4), -2, 2)},
-           lambda x: np.log(_softmax(x, -1, 0.5))),
-    OpInfo("softmin", lambda x: S.softmin(x, axis=-1, temperature="3"), {"x": In((3, 4), -2, 2)},
-           lambda x: _softmax(-x, -1, 3.0)),
-    OpInfo("softmax_use_length", lambda x, n: S.softmax(x, n, use_length=True),
-           {"x": In((3, 4), -2, 2), "n": In((3,), sample=lambda r: np.array([2, 4, 1]), grad=False, integer=True)},
-           lambda x, n: _masked(x, n, -1)),
-    OpInfo("log_softmax_use_length_axis0", lambda x, n: S.log_softmax(x, n, axis=0, use_length=True),
-           {"x": In((4, 3), -2, 2), "n": In((3,), sample=lambda r: np.array([3, 1, 4]), grad=False, integer=True)},
-           lambda x, n: _masked(x, n, 0, log=True)),
-    OpInfo("softmin_use_length", lambda x, n: S.softmin(x, n, use_length=True),
-           {"x": In((2, 2, 3), -2, 2), "n": In((2, 2), sample=lambda r: np.array([[3, 2], [1, 3]]), grad=False)},
-           lambda x, n: _masked(x, n, -1, negate=True)),
-    # instance mode on >2-d data: MXNet 1.9 flattens to (prod(shape[:-1]), shape[-1]) (FlatTo2D),
-    # so the softmax runs over the last axis
-    OpInfo("SoftmaxActivation_instance", lambda x: S.SoftmaxActivation(x), {"x": In((2, 3, 2), -2, 2)},
-           lambda x: _softmax(x, -1)),
-    OpInfo("SoftmaxActivation_instance_2d", lambda x: S.SoftmaxActivation(x, mode="instance"), {"x": In((3, 4), -2, 2)},
-           lambda x: _softmax(x, 1)),
-    OpInfo("SoftmaxActivation_channel", lambda x: S.SoftmaxActivation(x, mode="channel"), {"x": In((2, 3, 2), -2, 2)},
-           lambda x: _softmax(x, 1)),
     # -- SequenceMask ----------------------------------------------------------------------
     OpInfo("SequenceMask_no_length", lambda x: S.SequenceMask(x) * x, {"x": In((3, 2))}, lambda x: x * x),
     OpInfo("SequenceMask_axis0", lambda x, n: S.SequenceMask(x, n, use_sequence_length=True, value=-1.0),

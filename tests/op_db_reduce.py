@@ -1,4 +1,5 @@
-"""OpInfo rows for reductions (symgrad/ops/reduce.py) beyond the core sum/mean rows.
+"""OpInfo rows for the reductions (symgrad/ops/reduce.py): sum, mean, prod, the nan-reductions, max/min,
+norm, argmax/argmin and cumsum.
 
 MXNet output shapes: a full reduction gives (1,), keepdims keeps every axis as 1,
 exclude reduces the axes NOT listed. References are plain numpy written here.
@@ -12,6 +13,7 @@ import symgrad as sg
 
 S = sg.sym
 X3 = (2, 3, 2)
+F16 = {np.float16: (2e-2, 2e-2)}
 
 
 def _full(v):
@@ -50,6 +52,11 @@ def _nanprod(x, axis=None, keepdims=False):
 
 OPS = [
     # -- sum / mean variants ------------------------------------------------------------------
+    OpInfo("sum", S.sum, {"x": In((2, 3, 2))}, lambda x: _full(x.sum())),
+    OpInfo("sum_axis", lambda x: S.sum(x, axis=1), {"x": In((2, 3, 2))}, lambda x: x.sum(1)),
+    OpInfo("sum_keepdims_exclude", lambda x: S.sum(x, axis=1, keepdims=True, exclude=True),
+           {"x": In((2, 3, 2))}, lambda x: x.sum(axis=(0, 2), keepdims=True)),
+    OpInfo("mean", lambda x: S.mean(x, axis=(0, 2)), {"x": In((2, 3, 2))}, lambda x: x.mean(axis=(0, 2))),
     OpInfo("sum_axis_alias", lambda x: S.sum_axis(x, axis=(0, 2)), {"x": In(X3)}, lambda x: x.sum(axis=(0, 2))),
     OpInfo("sum_negative_axis_keepdims", lambda x: S.sum(x, axis=-1, keepdims=True), {"x": In(X3)},
            lambda x: x.sum(axis=-1, keepdims=True)),
@@ -106,4 +113,10 @@ OPS = [
            lambda x: np.full((1, 1), x.argmin(), dtype=float), grad=False),
     OpInfo("argmax_channel", S.argmax_channel, {"x": _distinct(X3)}, lambda x: x.argmax(axis=1).astype(float),
            grad=False),
+    # -- cumsum: float16 sums of a few terms ------------------------------------------------------
+    OpInfo("cumsum_axis1", lambda a: S.cumsum(a, axis=1), {"a": In((2, 4))}, lambda a: np.cumsum(a, axis=1),
+           fwd_tol=F16),
+    OpInfo("cumsum_flat", S.cumsum, {"a": In((2, 3))}, lambda a: np.cumsum(a.ravel()), fwd_tol=F16),
+    OpInfo("cumsum_negative_axis", lambda a: S.cumsum(a, axis=-3), {"a": In((3, 2, 2))},
+           lambda a: np.cumsum(a, axis=0), fwd_tol=F16),
 ]

@@ -2,10 +2,15 @@
 
 References are plain-numpy loops over ROIs, channels, bins and sample points written from MXNet
 1.9.1's kernels (roi_pooling.cc, contrib/roi_align.cc, contrib/psroi_pooling.cc, contrib/rroi_align.cc,
-contrib/proposal.cc). ROI coordinates are multiples of 1/4 (exact in float16), so every dtype sees the
-same bins. ROIPooling's data are distinct, well separated values, so its maxima (and the gradient's
+contrib/proposal.cc, contrib/deformable_psroi_pooling.cc). ROI coordinates are multiples of 1/4 (exact
+in float16), so every dtype sees the same bins (DeformablePSROIPooling rounds its ROI corners to integers
+first). ROIPooling's data are distinct, well separated values, so its maxima (and the gradient's
 argmax) do not depend on the dtype or a finite-difference step. RROIAlign (no gradient in MXNet) and
 Proposal/MultiProposal (zero gradient in MXNet, see test_ops_roi.py) are forward-only rows.
+
+DeformablePSROIPooling's bilinear kernel has kinks at integer sample positions, and its sample count jumps
+where a point crosses -0.5 or size - 0.5: the ``trans`` of its rows is redrawn until every sample point is
+at least 0.04 pixel from any integer and from those validity borders.
 """
 
 import math
@@ -18,6 +23,7 @@ import symgrad as sg
 S = sg.sym
 
 F32_64 = (np.float32, np.float64)
+F16 = {np.float16: (2e-2, 2e-2)}
 
 
 def _c_round(v):
@@ -256,6 +262,109 @@ def _rpn_ref(iou=False, **kw):
                                      p["rpn_min_size"], p["scales"], p["ratios"], p["feature_stride"], iou)
 
 
+
+# -- DeformablePSROIPooling ------------------------------------------------------------------------------------
+
+
+def _dpsroi_bins(rois, trans, H, W, scale, od, gs, P, part, spp, tstd):
+    """Yield (r, b, ctop, ph, pw, channel, [(h, w) sample points]) as MXNet's kernel visits them."""
+    ncls = 1 if trans is None else trans.shape[1] // 2
+    each = od // ncls
+    for r, roi in enumerate(rois):
+        b = int(roi[0])
+        sw, sh = _c_round(roi[1]) * scale - 0.5, _c_round(roi[2]) * scale - 0.5
+        ew, eh = (_c_round(roi[3]) + 1) * scale - 0.5, (_c_round(roi[4]) + 1) * scale - 0.5
+        rw, rh = max(ew - sw, 0.1), max(eh - sh, 0.1)
+        bw, bh = rw / P, rh / P
+        for ct in range(od):
+            cls = ct // each
+            for ph in range(P):
+                for pw in range(P):
+                    parth, partw = math.floor(ph / P * part), math.floor(pw / P * part)
+                    tx = 0.0 if trans is None else trans[r, 2 * cls, parth, partw] * tstd
+                    ty = 0.0 if trans is None else trans[r, 2 * cls + 1, parth, partw] * tstd
+                    w0 = pw * bw + sw + tx * rw
+                    h0 = ph * bh + sh + ty * rh
+                    gw = min(max(math.floor(pw * gs / P), 0), gs - 1)
+                    gh = min(max(math.floor(ph * gs / P), 0), gs - 1)
+                    pts = [(h0 + ih * bh / spp, w0 + iw * bw / spp) for ih in range(spp) for iw in range(spp)]
+                    yield r, b, ct, ph, pw, (ct * gs + gh) * gs + gw, pts
+
+
+def ref_deformable_psroi(data, rois, trans=None, scale=1.0, od=1, gs=1, P=1, part=0, spp=1, tstd=0.0):
+    part = part or P
+    scale, tstd = float(np.float32(scale)), float(np.float32(tstd))  # MXNet holds both as C floats
+    N, C, H, W = data.shape
+    out = np.zeros((len(rois), od, P, P))
+    for r, b, ct, ph, pw, c, pts in _dpsroi_bins(rois, trans, H, W, scale, od, gs, P, part, spp, tstd):
+        total, count = 0.0, 0
+        for h, w in pts:
+            if w < -0.5 or w > W - 0.5 or h < -0.5 or h > H - 0.5:
+                continue
+            h, w = min(max(h, 0.0), H - 1.0), min(max(w, 0.0), W - 1.0)
+            y0, x0, y1, x1 = math.floor(h), math.floor(w), math.ceil(h), math.ceil(w)
+            dy, dx = h - y0, w - x0
+            img = data[b, c]
+            total += ((1 - dx) * (1 - dy) * img[y0, x0] + (1 - dx) * dy * img[y1, x0] + dx * (1 - dy) * img[y0, x1]
+                      + dx * dy * img[y1, x1])
+            count += 1
+        out[r, ct, ph, pw] = total / count if count else 0.0
+    return out
+
+
+def _roi_geometry(roi, scale, P):
+    sw, sh = _c_round(roi[1]) * scale - 0.5, _c_round(roi[2]) * scale - 0.5
+    ew, eh = (_c_round(roi[3]) + 1) * scale - 0.5, (_c_round(roi[4]) + 1) * scale - 0.5
+    rw, rh = max(ew - sw, 0.1), max(eh - sh, 0.1)
+    return (sw, rw, rw / P), (sh, rh, rh / P)
+
+
+def _trans_away(rois, H, W, scale, P, part, spp, tstd, ncls, margin=0.04):
+    """A trans sampler: each entry is redrawn until every coordinate it moves is >= margin from the kinks
+    (the integers in [0, size - 1], where the bilinear weights bend, and -0.5 / size - 0.5, where the
+    sample count jumps)."""
+    rois = np.asarray(rois, dtype=np.float64)
+    part = part or P
+    tstd = float(np.float32(tstd))
+    scale = float(np.float32(scale))
+
+    def far(v, size):
+        kinks = np.concatenate([np.arange(size), [-0.5, size - 0.5]])
+        return np.abs(v - kinks).min() >= margin
+
+    def draw(rng):
+        t = np.zeros((len(rois), 2 * ncls, part, part))
+        for r, roi in enumerate(rois):
+            geo = _roi_geometry(roi, scale, P)
+            for idx in np.ndindex(2 * ncls, part, part):
+                axis = idx[0] % 2  # 0: x moves w, 1: y moves h
+                start, size, binsz = geo[axis]
+                cell = idx[2] if axis == 0 else idx[1]
+                bins = [p for p in range(P) if math.floor(p / P * part) == cell]
+                for _ in range(1000):
+                    v = rng.uniform(-1.0, 1.0)
+                    pos = [p * binsz + start + v * tstd * size + i * binsz / spp for p in bins for i in range(spp)]
+                    if all(far(x, W if axis == 0 else H) for x in pos):
+                        break
+                else:
+                    raise AssertionError("no trans value keeps its sample points off the kinks")
+                t[(r,) + idx] = v
+        return t
+
+    return In((len(rois), 2 * ncls, part, part), sample=draw)
+
+
+_ROIS_A = [[0, 1.0, 0.6, 7.0, 6.2], [0, 2.0, 2.0, 6.0, 7.0]]
+_ROIS_B = [[0, 0.0, 1.0, 3.0, 4.0], [0, 2.4, -1.0, 6.0, 2.0], [0, -2.0, 1.0, 1.0, 3.0]]
+
+
+def _dpsroi(no_trans=False, **p):
+    def make(d, r, t=None):
+        args = (d, r) if no_trans else (d, r, t)
+        return S._contrib_DeformablePSROIPooling(*args, no_trans=no_trans, **p)
+    return make
+
+
 OPS = [
     # -- ROIPooling: max over rounded integer bins; gradient to the argmax (symbolic, second order) -----------
     OpInfo("ROIPooling_basic", lambda d, r: S.ROIPooling(d, r, pooled_size=(2, 2), spatial_scale=1.0),
@@ -305,4 +414,21 @@ OPS = [
            grad=False, dtypes=F32_64),
     OpInfo("MultiProposal", lambda c, b, i: S._contrib_MultiProposal(c, b, i, output_score=True, **RPN),
            _rpn_inputs(2, 4, 3, 3, [[12.0, 12.0, 1.0], [8.0, 10.0, 1.0]]), _rpn_ref(), grad=False, dtypes=F32_64),
+    # -- DeformablePSROIPooling: symbolic gradients for data and trans ------------------------------------------
+    OpInfo("DeformablePSROIPooling",
+           _dpsroi(spatial_scale=0.5, output_dim=2, group_size=2, pooled_size=2, sample_per_part=2, trans_std=0.1),
+           {"d": In((1, 8, 4, 4)), "r": _fixed(_ROIS_A),
+            "t": _trans_away(_ROIS_A, 4, 4, 0.5, 2, 0, 2, 0.1, 1)},
+           lambda d, r, t: ref_deformable_psroi(d, r, t, 0.5, 2, 2, 2, 0, 2, 0.1), fwd_tol=F16),
+    # two classes, part_size < pooled_size (part cells shared by neighbouring bins), ROIs partly outside
+    OpInfo("DeformablePSROIPooling_classes_part2",
+           _dpsroi(spatial_scale=1.0, output_dim=2, group_size=1, pooled_size=3, part_size=2, sample_per_part=2,
+                   trans_std=0.2),
+           {"d": In((1, 2, 4, 5)), "r": _fixed(_ROIS_B),
+            "t": _trans_away(_ROIS_B, 4, 5, 1.0, 3, 2, 2, 0.2, 2)},
+           lambda d, r, t: ref_deformable_psroi(d, r, t, 1.0, 2, 1, 3, 2, 2, 0.2), fwd_tol=F16),
+    OpInfo("DeformablePSROIPooling_no_trans",
+           _dpsroi(no_trans=True, spatial_scale=1.0, output_dim=2, group_size=2, pooled_size=2, sample_per_part=3),
+           {"d": In((1, 8, 4, 4)), "r": _fixed(_ROIS_B)},
+           lambda d, r: ref_deformable_psroi(d, r, None, 1.0, 2, 2, 2, 0, 3), fwd_tol=F16),
 ]

@@ -1,4 +1,6 @@
-"""OpInfo rows for the shape operators (symgrad/ops/shape.py).
+"""OpInfo rows for the shape operators (symgrad/ops/shape.py): Reshape, Flatten, axis permutations, joining
+and splitting, slicing and slice assignment, Crop, repetition, broadcasting, depth/space and
+_rnn_param_concat.
 
 References are plain numpy written from MXNet 1.9's definitions (matrix_op-inl.h,
 broadcast_reduce_op.h): target shapes of Reshape's special values are written out as
@@ -45,7 +47,18 @@ def _scatter_ref(shape, index, g):
     return out
 
 
+def _assign(x, index, value):
+    out = x.copy()
+    out[index] = value
+    return out
+
+
 OPS = [
+    # -- Reshape, Flatten, SliceChannel: the plain cases ----------------------------------------
+    OpInfo("Reshape", lambda x: S.Reshape(x, shape=(0, -1)), {"x": In((2, 3, 2))}, lambda x: x.reshape(2, 6)),
+    OpInfo("Flatten", S.Flatten, {"x": In((2, 3, 2))}, lambda x: x.reshape(2, 6)),
+    OpInfo("SliceChannel", lambda x: S.SliceChannel(x, num_outputs=2, axis=1), {"x": In((2, 4))},
+           lambda x: (x[:, :2], x[:, 2:])),
     # -- Reshape: special values, reverse, the deprecated target_shape ----------------------
     OpInfo("Reshape_minus3_minus4", lambda x: S.Reshape(x, shape=(-3, -4, 2, -1)), {"x": In(X3)},
            lambda x: x.reshape(6, 2, 2)),
@@ -116,6 +129,19 @@ OPS = [
            lambda x, y: x[:, :, :2]),
     OpInfo("_corner_scatter", S._corner_scatter, {"g": In((1, 2, 3)), "x": _like(X3)},
            lambda g, x: _scatter_ref(X3, (slice(0, 1), slice(0, 2), slice(0, 3)), g)),
+    # -- slice assignment (whole tensors and scalars), Crop, _rnn_param_concat --------------------
+    OpInfo("_slice_assign", lambda a, b: S._slice_assign(a, b, begin=(1, None), end=(3, None), step=(1, 2)),
+           {"a": In((4, 3)), "b": In((2, 2))}, lambda a, b: _assign(a, (slice(1, 3), slice(None, None, 2)), b)),
+    OpInfo("_crop_assign_negative", lambda a, b: S._crop_assign(a, b, begin=(-2,), end=(None,)),
+           {"a": In((3, 2)), "b": In((2, 2))}, lambda a, b: _assign(a, slice(1, 3), b)),
+    OpInfo("_slice_assign_scalar", lambda a: S._slice_assign_scalar(a, scalar=0.5, begin=(None, 1), end=(None, 3)),
+           {"a": In((2, 4))}, lambda a: _assign(a, (slice(None), slice(1, 3)), 0.5)),
+    OpInfo("Crop_h_w_offset", lambda a: S.Crop(a, h_w=(2, 3), offset=(1, 1)), {"a": In((1, 2, 4, 5))},
+           lambda a: a[:, :, 1:3, 1:4]),
+    OpInfo("Crop_like_center", lambda a, b: S.Crop(a, b, center_crop=True),
+           {"a": In((2, 1, 5, 4)), "b": In((1, 1, 2, 1), grad=False)}, lambda a, b: a[:, :, 1:3, 1:2]),
+    OpInfo("_rnn_param_concat", lambda a, b: S._rnn_param_concat(a, b, dim=0), {"a": In((3,)), "b": In((2,))},
+           lambda a, b: np.concatenate([a, b])),
     # -- repetition -------------------------------------------------------------------------------
     OpInfo("tile_more_reps", lambda x: S.tile(x, reps=(2, 1, 3)), {"x": In((2, 2))}, lambda x: np.tile(x, (2, 1, 3))),
     OpInfo("tile_fewer_reps", lambda x: S.tile(x, reps=(2,)), {"x": In((2, 1, 3))}, lambda x: np.tile(x, 2)),

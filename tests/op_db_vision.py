@@ -1,6 +1,7 @@
 """OpInfo rows for the spatial / vision operators (symgrad/ops/vision.py): GridGenerator, BilinearSampler,
-SpatialTransformer, Correlation, im2col/col2im, AdaptiveAvgPooling2D, BilinearResize2D and
-DeformableConvolution. References are plain-numpy loops written from MXNet 1.9.1's cpu kernels.
+SpatialTransformer, Correlation, im2col/col2im, AdaptiveAvgPooling2D, BilinearResize2D, DeformableConvolution
+and _contrib_ModulatedDeformableConvolution (DCNv2). References are plain-numpy loops written from MXNet
+1.9.1's cpu kernels (DCNv2's from contrib/nn/modulated_deformable_im2col.h).
 
 Sample positions (grids, deformable offsets) are drawn a fraction 0.15..0.85 of a pixel away from every
 integer pixel coordinate: the bilinear kernel has kinks there.
@@ -18,9 +19,10 @@ S = sg.sym
 F16 = {np.float16: (2e-2, 2e-2)}
 
 
-def _frac(rng, shape):
-    """Integer parts in [-1, 1] plus a fraction in [0.15, 0.85]: never within 0.15 of an integer."""
-    return rng.integers(-1, 2, shape) + rng.uniform(0.15, 0.85, shape)
+def _frac(rng, shape, span=1):
+    """Integer parts in [-span, span] plus a fraction in [0.15, 0.85]: never within 0.15 of an integer."""
+    return rng.integers(-span, span + 1, shape) + rng.uniform(0.15, 0.85, shape)
+
 
 
 # -- GridGenerator ------------------------------------------------------------------------------------------
@@ -264,6 +266,71 @@ def _offset_shape(N, dg, kernel, Ho, Wo):
     return (N, 2 * kernel[0] * kernel[1] * dg, Ho, Wo)
 
 
+
+# -- ModulatedDeformableConvolution ----------------------------------------------------------------------------
+
+
+def _zero_border_sample(img, y, x):
+    """MXNet's modulated sample: 0 unless -1 < y < H and -1 < x < W; corner pixels outside read 0."""
+    H, W = img.shape
+    if not (-1 < y < H and -1 < x < W):
+        return 0.0
+    y0, x0 = math.floor(y), math.floor(x)
+    ly, lx = y - y0, x - x0
+    total = 0.0
+    for yy, wy in ((y0, 1 - ly), (y0 + 1, ly)):
+        for xx, wx in ((x0, 1 - lx), (x0 + 1, lx)):
+            if 0 <= yy <= H - 1 and 0 <= xx <= W - 1:
+                total += wy * wx * img[yy, xx]
+    return total
+
+
+def ref_modulated_deformable_conv(data, offset, mask, weight, bias=None, kernel=(2, 2), stride=(1, 1),
+                                  dilate=(1, 1), pad=(0, 0), num_group=1, dg=1):
+    N, C, H, W = data.shape
+    F = weight.shape[0]
+    kh, kw = kernel
+    Ho, Wo = offset.shape[2:]
+    cols = np.zeros((N, C, kh, kw, Ho, Wo))
+    for n in range(N):
+        for c in range(C):
+            g = c // (C // dg)
+            for i in range(kh):
+                for j in range(kw):
+                    t = i * kw + j
+                    for ho in range(Ho):
+                        for wo in range(Wo):
+                            y = ho * stride[0] - pad[0] + i * dilate[0] + offset[n, g * 2 * kh * kw + 2 * t, ho, wo]
+                            x = wo * stride[1] - pad[1] + j * dilate[1] + offset[n, g * 2 * kh * kw + 2 * t + 1, ho,
+                                                                                 wo]
+                            m = mask[n, g * kh * kw + t, ho, wo]
+                            cols[n, c, i, j, ho, wo] = m * _zero_border_sample(data[n, c], y, x)
+    out = np.zeros((N, F, Ho, Wo))
+    cg, fg = C // num_group, F // num_group
+    for n in range(N):
+        for f in range(F):
+            grp = f // fg
+            for cc in range(cg):
+                c = grp * cg + cc
+                for i in range(kh):
+                    for j in range(kw):
+                        out[n, f] += weight[f, cc, i, j] * cols[n, c, i, j]
+            if bias is not None:
+                out[n, f] += bias[f]
+    return out
+
+
+def _mdcn_inputs(N, C, H, W, F, kernel, Ho, Wo, num_group=1, dg=1, bias=True, span=1):
+    K = kernel[0] * kernel[1]
+    ins = {"data": In((N, C, H, W)),
+           "offset": In((N, 2 * K * dg, Ho, Wo), sample=lambda r: _frac(r, (N, 2 * K * dg, Ho, Wo), span)),
+           "mask": In((N, K * dg, Ho, Wo), low=0.0, high=1.0),
+           "weight": In((F, C // num_group) + tuple(kernel))}
+    if bias:
+        ins["bias"] = In((F,))
+    return ins
+
+
 OPS = [
     # -- GridGenerator ----------------------------------------------------------------------------------------
     OpInfo("GridGenerator_affine", lambda t: S.GridGenerator(t, transform_type="affine", target_shape=(3, 4)),
@@ -350,4 +417,23 @@ OPS = [
             "weight": In((2, 2, 2, 2))},
            lambda d, o, w: ref_deformable_conv(d, o, w, None, stride=(2, 1), pad=(1, 1), dilate=(1, 2), num_group=2,
                                                dg=2), fwd_tol=F16),
+    # -- ModulatedDeformableConvolution: symbolic gradients for data, offset, mask, weight, bias ----------------
+    OpInfo("ModulatedDeformableConvolution",
+           lambda d, o, m, w, b: S._contrib_ModulatedDeformableConvolution(d, o, m, w, b, kernel=(2, 2),
+                                                                           num_filter=2),
+           _mdcn_inputs(1, 2, 4, 4, 2, (2, 2), 3, 3),
+           lambda d, o, m, w, b: ref_modulated_deformable_conv(d, o, m, w, b), fwd_tol=F16),
+    OpInfo("ModulatedDeformableConvolution_groups_pad_stride",
+           lambda d, o, m, w: S._contrib_ModulatedDeformableConvolution(
+               d, o, m, w, kernel=(2, 2), stride=(2, 1), pad=(1, 1), dilate=(1, 2), num_filter=2, num_group=2,
+               num_deformable_group=2, no_bias=True),
+           _mdcn_inputs(1, 4, 3, 3, 2, (2, 2), 2, 3, num_group=2, dg=2, bias=False),
+           lambda d, o, m, w: ref_modulated_deformable_conv(d, o, m, w, None, stride=(2, 1), pad=(1, 1),
+                                                            dilate=(1, 2), num_group=2, dg=2), fwd_tol=F16),
+    # offsets up to +-3 pixels: many samples fade out past the border or fall outside entirely
+    OpInfo("ModulatedDeformableConvolution_far_offsets_batch2",
+           lambda d, o, m, w, b: S._contrib_ModulatedDeformableConvolution(d, o, m, w, b, kernel=(1, 2),
+                                                                           num_filter=3, im2col_step=1),
+           _mdcn_inputs(2, 1, 3, 3, 3, (1, 2), 3, 2, span=3),
+           lambda d, o, m, w, b: ref_modulated_deformable_conv(d, o, m, w, b, kernel=(1, 2)), fwd_tol=F16),
 ]

@@ -1,9 +1,11 @@
 """Convolution / Deconvolution / Pooling / UpSampling / Pad: bad input, MXNet-specific semantics,
-second-order behaviour and float16 accumulation. The generic checks are the rows of op_db_conv.py."""
+second-order behaviour and float16 accumulation. The generic checks are the rows of op_db_conv.py
+(symgrad/ops/conv.py) and op_db_pool.py (symgrad/ops/pool.py)."""
 
 import numpy as np
 import pytest
-from op_db_conv import conv_ref, deconv_ref, pool_ref
+from op_db_conv import conv_ref, deconv_ref
+from op_db_pool import pool_ref
 
 import symgrad as sg
 from symgrad.base import ParamError, ShapeError, SymgradError

@@ -1,11 +1,12 @@
 """Op-specific tests for _contrib_ModulatedDeformableConvolution (symgrad/ops/vision.py) and
 _contrib_DeformablePSROIPooling (symgrad/ops/roi.py) that the OpInfo table cannot express: MXNet's
 interface (arguments, hidden top_count, parameter order), bad input, and semantic identities. The
-generic checks (forward, gradients to second order, dtypes) are the rows in tests/op_db_deformable.py."""
+generic checks (forward, gradients to second order, dtypes) are the rows in tests/op_db_vision.py and
+tests/op_db_roi.py."""
 
 import numpy as np
 import pytest
-from op_db_deformable import ref_deformable_psroi
+from op_db_roi import ref_deformable_psroi
 
 import symgrad as sg
 from symgrad.base import ParamError, ShapeError

@@ -1,5 +1,6 @@
 """Ops whose gradient is defined rather than derived (straight-through estimators, gradientmultiplier) and the
-mixed-precision casts, against values written here; the rest of these ops are rows of tests/op_db_misc.py."""
+mixed-precision casts, against values written here; the other small ops added with them (cumsum, khatri_rao,
+_slice_assign, Crop, amp_multicast, ...) are rows of their families' tables, tests/op_db_<family>.py."""
 
 import numpy as np
 import pytest

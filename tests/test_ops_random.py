@@ -4,7 +4,7 @@ Samples are random, so they have no OpInfo rows: this file checks shapes and dty
 seeding (same seed -> same draws), the moments of every distribution over 20000 draws (seeded, so every run
 draws the same numbers: a pass is deterministic), the zero gradients MXNet gives, and that every numeric
 gradient checker refuses a symbol holding a sampling op. The densities ``_random_pdf_*`` are deterministic and
-have OpInfo rows in tests/op_db_contrib.py.
+have OpInfo rows in tests/op_db_random.py.
 """
 
 import math

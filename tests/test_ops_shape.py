@@ -327,37 +327,48 @@ def test_topk_and_sort_errors():
 
 
 # ----------------------------------------------------------------------------
-# axis out of range names the op instance
+# shape errors name the op instance: axis out of range, broadcast, depth/space
 # ----------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(
-    "make, shapes, match",
-    [
-        (lambda: S.expand_dims(X, axis=3, name="op"), dict(x=(2, 3)), r"expand_dims 'op'.*'axis'=3"),
-        (lambda: S.squeeze(X, axis=1, name="op"), dict(x=(1, 3)), r"squeeze 'op'.*axis 1 of size 3"),
-        (lambda: S.squeeze(X, axis=(0, -2), name="op"), dict(x=(1, 3)), r"squeeze 'op'.*repeats axis -2"),
-        (lambda: S.SwapAxis(X, dim1=0, dim2=2, name="op"), dict(x=(2, 3)), r"SwapAxis 'op'.*'dim2'=2"),
-        (lambda: S.reverse(X, axis=(0, -3), name="op"), dict(x=(2, 3)), r"reverse 'op'.*'axis'=-3"),
-        (lambda: S.stack(X, X, axis=3, name="op"), dict(x=(2, 3)), r"stack 'op'.*'axis'=3"),
-        (lambda: S.Concat(X, X, dim=2, name="op"), dict(x=(2, 3)), r"Concat 'op'.*'dim'=2"),
-        (lambda: S.SliceChannel(X, num_outputs=2, axis=-3, name="op"), dict(x=(2, 4)), r"SliceChannel 'op'.*'axis'"),
-        (lambda: S.take(X, I, axis=2, name="op"), dict(x=(2, 3), i=(2,)), r"take 'op'.*'axis'=2"),
-        (lambda: S.pick(X, I, axis=-3, name="op"), dict(x=(2, 3)), r"pick 'op'.*'axis'=-3"),
-        (lambda: S.repeat(X, repeats=2, axis=2, name="op"), dict(x=(2, 3)), r"repeat 'op'.*'axis'=2"),
-        (lambda: S.broadcast_axis(X, axis=2, size=3, name="op"), dict(x=(2, 1)), r"broadcast_axis 'op'.*'axis'=2"),
-        (lambda: S.broadcast_like(X, I, lhs_axes=(0,), rhs_axes=(4,), name="op"), dict(x=(1, 3), i=(2, 3)),
-         r"broadcast_like 'op'.*'rhs_axes'=4"),
-        (lambda: S.linalg_gemm2(X, I, axis=1, name="op"), dict(x=(2, 3), i=(3, 2)), r"_linalg_gemm2 'op'.*row axis 1"),
-    ],
-)
-def test_axis_out_of_range_names_the_op_instance(make, shapes, match):
+AXIS_OUT_OF_RANGE = [
+    (lambda: S.expand_dims(X, axis=3, name="op"), dict(x=(2, 3)), r"expand_dims 'op'.*'axis'=3"),
+    (lambda: S.squeeze(X, axis=1, name="op"), dict(x=(1, 3)), r"squeeze 'op'.*axis 1 of size 3"),
+    (lambda: S.squeeze(X, axis=(0, -2), name="op"), dict(x=(1, 3)), r"squeeze 'op'.*repeats axis -2"),
+    (lambda: S.SwapAxis(X, dim1=0, dim2=2, name="op"), dict(x=(2, 3)), r"SwapAxis 'op'.*'dim2'=2"),
+    (lambda: S.reverse(X, axis=(0, -3), name="op"), dict(x=(2, 3)), r"reverse 'op'.*'axis'=-3"),
+    (lambda: S.stack(X, X, axis=3, name="op"), dict(x=(2, 3)), r"stack 'op'.*'axis'=3"),
+    (lambda: S.Concat(X, X, dim=2, name="op"), dict(x=(2, 3)), r"Concat 'op'.*'dim'=2"),
+    (lambda: S.SliceChannel(X, num_outputs=2, axis=-3, name="op"), dict(x=(2, 4)), r"SliceChannel 'op'.*'axis'"),
+    (lambda: S.take(X, I, axis=2, name="op"), dict(x=(2, 3), i=(2,)), r"take 'op'.*'axis'=2"),
+    (lambda: S.pick(X, I, axis=-3, name="op"), dict(x=(2, 3)), r"pick 'op'.*'axis'=-3"),
+    (lambda: S.repeat(X, repeats=2, axis=2, name="op"), dict(x=(2, 3)), r"repeat 'op'.*'axis'=2"),
+    (lambda: S.broadcast_axis(X, axis=2, size=3, name="op"), dict(x=(2, 1)), r"broadcast_axis 'op'.*'axis'=2"),
+    (lambda: S.broadcast_like(X, I, lhs_axes=(0,), rhs_axes=(4,), name="op"), dict(x=(1, 3), i=(2, 3)),
+     r"broadcast_like 'op'.*'rhs_axes'=4"),
+    (lambda: S.linalg_gemm2(X, I, axis=1, name="op"), dict(x=(2, 3), i=(3, 2)), r"_linalg_gemm2 'op'.*row axis 1"),
+]
+
+BROADCAST_AND_BLOCK = [
+    (lambda: S.broadcast_to(X, shape=(2, 3), name="b"), dict(x=(2, 2)), r"broadcast_to 'b'.*\(2, 2\) to \(2, 3\)"),
+    (lambda: S.broadcast_to(X, shape=(3,), name="b"), dict(x=(1, 3)), r"broadcast_to 'b'.*as many dims"),
+    (lambda: S.broadcast_axis(X, axis=0, size=4, name="b"), dict(x=(2, 3)),
+     r"broadcast_axis 'b'.*must have size 1"),
+    (lambda: S.broadcast_like(X, I, name="b"), dict(x=(2, 1), i=(3, 4)), r"broadcast_like 'b'.*\(2, 1\).*\(3, 4\)"),
+    (lambda: S.depth_to_space(X, block_size=2, name="b"), dict(x=(1, 6, 2, 2)), r"depth_to_space 'b'.*channels 6"),
+    (lambda: S.space_to_depth(X, block_size=2, name="b"), dict(x=(1, 1, 3, 2)), r"space_to_depth 'b'.*multiples"),
+    (lambda: S.depth_to_space(X, block_size=1, name="b"), dict(x=(1, 4, 2)), r"depth_to_space 'b'.*4-d"),
+]
+
+
+@pytest.mark.parametrize("make, shapes, match", AXIS_OUT_OF_RANGE + BROADCAST_AND_BLOCK)
+def test_shape_errors_name_the_op_instance(make, shapes, match):
     with pytest.raises(ShapeError, match=match):
         make().infer_shape(**shapes)
 
 
 # ----------------------------------------------------------------------------
-# transpose, tile, Concat, stack, broadcast, depth/space errors
+# transpose, tile, Concat, stack, depth/space errors
 # ----------------------------------------------------------------------------
 
 
@@ -412,24 +423,6 @@ def test_concat_fills_the_one_unknown_input_from_the_output():
 def test_stack_inputs_must_share_a_shape():
     with pytest.raises(ShapeError, match=r"stack 'st'.*arg1 has \(2, 4\), arg0 has \(2, 3\)"):
         S.stack(X, I, name="st").infer_shape(x=(2, 3), i=(2, 4))
-
-
-@pytest.mark.parametrize(
-    "make, shapes, match",
-    [
-        (lambda: S.broadcast_to(X, shape=(2, 3), name="b"), dict(x=(2, 2)), r"broadcast_to 'b'.*\(2, 2\) to \(2, 3\)"),
-        (lambda: S.broadcast_to(X, shape=(3,), name="b"), dict(x=(1, 3)), r"broadcast_to 'b'.*as many dims"),
-        (lambda: S.broadcast_axis(X, axis=0, size=4, name="b"), dict(x=(2, 3)),
-         r"broadcast_axis 'b'.*must have size 1"),
-        (lambda: S.broadcast_like(X, I, name="b"), dict(x=(2, 1), i=(3, 4)), r"broadcast_like 'b'.*\(2, 1\).*\(3, 4\)"),
-        (lambda: S.depth_to_space(X, block_size=2, name="b"), dict(x=(1, 6, 2, 2)), r"depth_to_space 'b'.*channels 6"),
-        (lambda: S.space_to_depth(X, block_size=2, name="b"), dict(x=(1, 1, 3, 2)), r"space_to_depth 'b'.*multiples"),
-        (lambda: S.depth_to_space(X, block_size=1, name="b"), dict(x=(1, 4, 2)), r"depth_to_space 'b'.*4-d"),
-    ],
-)
-def test_broadcast_and_block_errors(make, shapes, match):
-    with pytest.raises(ShapeError, match=match):
-        make().infer_shape(**shapes)
 
 
 def test_depth_to_space_mxnet_example_and_inverse():
