@@ -15,9 +15,7 @@ PyTorch-gradcheck-like float32 finite difference.
 
 from __future__ import annotations
 
-import statistics
 import sys
-import time
 import types
 import warnings
 
@@ -398,16 +396,31 @@ def test_progress_bar_without_tqdm_is_silent(monkeypatch):
     assert list(res) == ["x"] and not res.excluded
 
 
-def test_small_checks_take_milliseconds():
+def test_small_checks_cost_two_evaluations_per_element_and_three_binds(monkeypatch):
+    # what keeps a small check in the milliseconds (~1-2 ms on one core: benchmarks/, not timed here): central
+    # differences on the partial re-runs and nothing more -- no retry, no kink test, no re-bind per element
+    from symgrad.executor import Executor
+    from symgrad.test_utils.harness import Harness
+
+    counts = {"evaluations": 0, "binds": 0}
+
+    def counting(method, key):
+        def wrapper(*args, **kwargs):
+            counts[key] += 1
+            return method(*args, **kwargs)
+
+        return wrapper
+
+    monkeypatch.setattr(Harness, "outputs", counting(Harness.outputs, "evaluations"))
+    monkeypatch.setattr(Executor, "__init__", counting(Executor.__init__, "binds"))
     x = S.Variable("x")
     rng = np.random.default_rng(9)
     cases = [(S.tanh(x), [rng.standard_normal((3, 4))]),
              (S.FullyConnected(x, num_hidden=4, name="fc"), [rng.standard_normal(s) for s in ((2, 3), (4, 3), (4,))])]
     for sym, loc in cases:
-        tu.check_numeric_gradient(sym, loc)  # warm-up (binding caches)
-        times = []
-        for _ in range(5):
-            tic = time.perf_counter()
-            tu.check_numeric_gradient(sym, loc)
-            times.append(time.perf_counter() - tic)
-        assert statistics.median(times) < 0.05, times  # ~1-2 ms on one core; generous for loaded CI machines
+        counts.update(evaluations=0, binds=0)
+        tu.check_numeric_gradient(sym, loc)
+        # one bind each: the analytic run, the float64 reference (the harness) and the analytic-noise estimate
+        assert counts == {"evaluations": 2 * sum(a.size for a in loc), "binds": 3}
+
+

@@ -12,7 +12,6 @@ import json
 import multiprocessing
 import pickle
 import struct
-import time
 import tracemalloc
 import zipfile
 from pathlib import Path
@@ -437,10 +436,8 @@ HOSTILE_JSON = {
 @pytest.mark.parametrize("case", sorted(HOSTILE_JSON))
 def test_hostile_symbol_file(case):
     text, pattern = HOSTILE_JSON[case]
-    start = time.perf_counter()
     with pytest.raises(SerializationError, match=pattern):
         sg.sym.load_json(text)
-    assert time.perf_counter() - start < 5
 
 
 def test_hostile_symbol_file_path_is_named(tmp_path):
