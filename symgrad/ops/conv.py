@@ -200,20 +200,28 @@ def _conv_out(params, X, where):
     return tuple(Y)
 
 
-def _conv_shape(params, in_shapes, out_shapes, where):
-    ins = list(in_shapes)
-    k = params["kernel"]
+def _grouped_data(params, ins, where):
+    """The data shape of a Convolution or Deconvolution after the checks both make (the bias's size, the data's
+    rank and size, ``num_group`` dividing the channels), or None while it is unknown."""
     f, g = params["num_filter"], params["num_group"]
     if not params["no_bias"]:
         _check_input(where, ins, 2, "bias", (f,), f"num_filter={f}")
     x = ins[0]
     if x is None:
-        return ins, out_shapes
-    _check_data(where, x, k)
-    c = x[1]
-    if c % g:
+        return None
+    _check_data(where, x, params["kernel"])
+    if x[1] % g:
         raise ShapeError(f"{where}: parameter 'num_group'={g} must divide the input channels, but data {tuple(x)} "
-                         f"has {c} channels")
+                         f"has {x[1]} channels")
+    return x
+
+
+def _conv_shape(params, in_shapes, out_shapes, where):
+    ins = list(in_shapes)
+    x = _grouped_data(params, ins, where)
+    if x is None:
+        return ins, out_shapes
+    k, f, g, c = params["kernel"], params["num_filter"], params["num_group"], x[1]
     _check_input(where, ins, 1, "weight", (f, c // g) + tuple(k),
                  f"num_filter={f}, {c} input channels / num_group={g}, kernel={tuple(k)}")
     return ins, [(x[0], f) + _conv_out(params, x[2:], where)]
@@ -309,18 +317,10 @@ def _deconv_geometry(params, Y, where):
 
 def _deconv_shape(params, in_shapes, out_shapes, where):
     ins = list(in_shapes)
-    k = params["kernel"]
-    f, g = params["num_filter"], params["num_group"]
-    if not params["no_bias"]:
-        _check_input(where, ins, 2, "bias", (f,), f"num_filter={f}")
-    x = ins[0]
+    x = _grouped_data(params, ins, where)
     if x is None:
         return ins, out_shapes
-    _check_data(where, x, k)
-    c = x[1]
-    if c % g:
-        raise ShapeError(f"{where}: parameter 'num_group'={g} must divide the input channels, but data {tuple(x)} "
-                         f"has {c} channels")
+    k, f, g, c = params["kernel"], params["num_filter"], params["num_group"], x[1]
     _check_input(where, ins, 1, "weight", (c, f // g) + tuple(k),
                  f"{c} input channels, num_filter={f} / num_group={g}, kernel={tuple(k)}")
     _, X = _deconv_geometry(params, x[2:], where)

@@ -1086,13 +1086,7 @@ register(
 # DeformableConvolution
 # ----------------------------------------------------------------------------
 
-_DEFORM_GEOM = {
-    "kernel": Param("shape"),
-    "stride": Param("shape", ()),
-    "dilate": Param("shape", ()),
-    "pad": Param("shape", ()),
-    "num_deformable_group": Param("int", 1),
-}
+_DEFORM_GEOM = {**_SLIDE_PARAMS, "num_deformable_group": Param("int", 1)}
 
 
 def _deform_prepare(opname):
