@@ -205,24 +205,11 @@ def cmd_check(args) -> int:
 
 
 def _check(args, stack) -> int:
-    from . import model_zoo
     from .test_utils.model_check import check_model
 
     import_modules(args.imports)
-    if args.model is not None and args.example is not None:
-        raise CLIError("give either MODEL.json or --example NAME, not both")
-    if args.model is None and args.example is None:
-        args.example = model_zoo.DEFAULT_EXAMPLE
-    ctx = _context(args.ctx)
-    if args.samples is None:
-        args.samples = model_zoo.EXAMPLE_SAMPLES.get(args.example, DEFAULT_SAMPLES)
-    if args.samples < 1:
-        raise CLIError(f"--samples {args.samples}: must be at least 1")
-    sym, label = load_model(args.model, args.example)
-    params = _load_params(args.params) if args.params else None
-    prep = prepare_model(sym, params, parse_shapes(args.shape), args.seed)
-    prep.label = label
-    reqs = parse_grad_req(args.grad_req, list(prep.args))
+    ctx = _check_args(args)
+    prep, reqs = _check_model_input(args)
     executor, spread_text = _open_executor(args, stack)
     workers = _workers(args, ctx)
     if workers > 1:
@@ -236,6 +223,40 @@ def _check(args, stack) -> int:
                          raise_on_failure=False, keep_partial=True)
     result.header.update(ctx=str(ctx), samples=args.samples if args.mode == "sample" else None,
                          executor=spread_text)
+    _print_result(args, result)
+    if result.partial:
+        return EXIT_SIGTERM if result.interrupted == "SIGTERM" else EXIT_SIGINT
+    return 0 if result.ok else 1
+
+
+def _check_args(args):
+    """The context of ``--ctx``, with the model (``--example``'s default when no file is given) and ``--samples``
+    (its default) checked and filled in."""
+    from . import model_zoo
+
+    if args.model is not None and args.example is not None:
+        raise CLIError("give either MODEL.json or --example NAME, not both")
+    if args.model is None and args.example is None:
+        args.example = model_zoo.DEFAULT_EXAMPLE
+    ctx = _context(args.ctx)
+    if args.samples is None:
+        args.samples = model_zoo.EXAMPLE_SAMPLES.get(args.example, DEFAULT_SAMPLES)
+    if args.samples < 1:
+        raise CLIError(f"--samples {args.samples}: must be at least 1")
+    return ctx
+
+
+def _check_model_input(args):
+    """``(prepared model, grad_req per argument)``: the symbol, its values (``--params``, random for the rest)
+    and shapes."""
+    sym, label = load_model(args.model, args.example)
+    params = _load_params(args.params) if args.params else None
+    prep = prepare_model(sym, params, parse_shapes(args.shape), args.seed)
+    prep.label = label
+    return prep, parse_grad_req(args.grad_req, list(prep.args))
+
+
+def _print_result(args, result) -> None:
     if args.json:
         print(json.dumps(result.to_dict(), indent=2))
     else:
@@ -243,9 +264,6 @@ def _check(args, stack) -> int:
         for line in result.lines():
             print(line)
     sys.stdout.flush()
-    if result.partial:
-        return EXIT_SIGTERM if result.interrupted == "SIGTERM" else EXIT_SIGINT
-    return 0 if result.ok else 1
 
 
 def _print_header(args, prep, ctx, spread_text):

@@ -24,7 +24,8 @@ import symgrad.test_utils.pytest_plugin as plugin
 
 ROOT = Path(__file__).resolve().parents[1]
 # what the sdist must not carry (.gitignore's list) and what is not part of the project
-JUNK_DIRS = {"__pycache__", ".pytest_cache", ".hypothesis", ".ruff_cache", "build", "dist", ".git", ".whl", ".gl"}
+JUNK_DIRS = {"__pycache__", ".pytest_cache", ".hypothesis", ".ruff_cache", ".mypy_cache", ".grimp_cache", "build", "dist",
+             ".git", ".whl", ".gl"}
 
 
 def _setup_cfg():
