@@ -11,10 +11,16 @@ array([2., 4., 6.], dtype=float32)
 
 import importlib
 import importlib.util
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # the names below are imported on first use (PEP 562): `import symgrad` itself is cheap
-    from . import operator, random, sym, test_utils
+    # (test_utils is the folder test_utils/, mapped by setuptools' package_dir: mypy does not find it there)
+    from . import (  # type: ignore[attr-defined]
+        operator,
+        random,
+        sym,
+        test_utils,
+    )
     from .base import (
         AttrScope,
         BindError,
@@ -81,7 +87,7 @@ _EXPORTS = {
 }
 
 
-def __getattr__(name):
+def __getattr__(name: str) -> Any:  # a submodule, class or function: whatever ``name`` is
     # Lazy exports, so that importing a submodule (the pytest plugin, symgrad.base) does not import numpy,
     # networkx and every op. ``symgrad.test_utils`` is a real subpackage (the repository folder test_utils/,
     # mapped by setuptools' package_dir); other submodules (``sg.symbol``, ``sg.ops``) load on first access.
@@ -98,5 +104,5 @@ def __getattr__(name):
     return value
 
 
-def __dir__():
+def __dir__() -> list[str]:
     return sorted(set(globals()) | set(_EXPORTS))

@@ -8,6 +8,11 @@ at fault (op instance, argument, expected vs got).
 from __future__ import annotations
 
 import threading
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar
+
+if TYPE_CHECKING:
+    import os
 
 __all__ = [
     "SymgradError",
@@ -57,7 +62,11 @@ class SerializationError(SymgradError):
     the message names the node or the byte offset at fault."""
 
 
+#: A file name: a ``str`` or a path object (``pathlib.Path``).
+StrPath: TypeAlias = "str | os.PathLike[str]"
+
 _local = threading.local()
+_ScopeT = TypeVar("_ScopeT", bound="_Scope")
 
 
 class _Scope:
@@ -65,16 +74,16 @@ class _Scope:
 
     _attr = ""
 
-    def __enter__(self):
+    def __enter__(self: _ScopeT) -> _ScopeT:
         stack = _stack(self._attr)
         stack.append(self)
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         _stack(self._attr).pop()
 
 
-def _stack(attr):
+def _stack(attr: str) -> list[Any]:
     stack = getattr(_local, attr, None)
     if stack is None:
         stack = []
@@ -92,10 +101,10 @@ class NameManager(_Scope):
 
     _attr = "name_stack"
 
-    def __init__(self):
+    def __init__(self) -> None:
         self._counter: dict[str, int] = {}
 
-    def get(self, name, hint):
+    def get(self, name: str | None, hint: str) -> str:
         if name:
             return name
         n = self._counter.get(hint, 0)
@@ -113,11 +122,11 @@ class NameManager(_Scope):
 class Prefix(NameManager):
     """Prefixes every operator name, given or automatic (``mx.name.Prefix``)."""
 
-    def __init__(self, prefix: str):
+    def __init__(self, prefix: str) -> None:
         super().__init__()
         self._prefix = prefix
 
-    def get(self, name, hint):
+    def get(self, name: str | None, hint: str) -> str:
         return self._prefix + super().get(name, hint)
 
 
@@ -126,25 +135,25 @@ class AttrScope(_Scope):
 
     _attr = "attr_stack"
 
-    def __init__(self, **kwargs):
+    def __init__(self, **kwargs: str) -> None:
         for k, v in kwargs.items():
             if not isinstance(v, str):
                 raise TypeError(f"AttrScope: attribute {k!r} must be a string, got {type(v).__name__}")
         self._attr_values = kwargs
 
-    def __enter__(self):
+    def __enter__(self) -> AttrScope:
         # Nested scopes inherit the outer attributes (MXNet semantics).
         outer = AttrScope.current_attrs()
         self._merged = {**outer, **self._attr_values}
         return super().__enter__()
 
-    def get(self, attr):
+    def get(self, attr: Mapping[str, str] | None) -> dict[str, str]:
         merged = dict(getattr(self, "_merged", self._attr_values))
         if attr:
             merged.update(attr)
         return merged
 
     @staticmethod
-    def current_attrs() -> dict:
+    def current_attrs() -> dict[str, str]:
         stack = _stack(AttrScope._attr)
         return dict(stack[-1]._merged) if stack else {}

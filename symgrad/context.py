@@ -6,10 +6,19 @@ CuPy is imported only when a gpu context is actually used.
 from __future__ import annotations
 
 import threading
+from contextlib import AbstractContextManager
+from types import ModuleType
+from typing import Any, Literal
 
 import numpy as np
 
 __all__ = ["Context", "cpu", "gpu", "current_context", "num_gpus"]
+
+#: A numpy (cpu) or CuPy (gpu) ndarray. CuPy is an optional dependency without type information, so to a type
+#: checker this is ``Any``; the name says what is meant.
+Array = Any  # numpy or cupy ndarray
+#: The array module of a device: ``numpy`` (cpu) or ``cupy`` (gpu).
+ArrayModule = ModuleType
 
 _local = threading.local()
 
@@ -26,10 +35,13 @@ class Context:
 
     devtype2str = {1: "cpu", 2: "gpu"}
     devstr2type = {"cpu": 1, "gpu": 2}
+    device_type: str
+    device_id: int
 
-    def __init__(self, device_type, device_id: int = 0):
+    def __init__(self, device_type: str | Context, device_id: int | np.integer[Any] = 0) -> None:
         if isinstance(device_type, Context):
-            device_type, device_id = device_type.device_type, device_type.device_id
+            device_id = device_type.device_id
+            device_type = device_type.device_type
         if device_type not in ("cpu", "gpu"):
             raise ValueError(f"Context: device_type must be 'cpu' or 'gpu', got {device_type!r}")
         if not isinstance(device_id, (int, np.integer)) or device_id < 0:
@@ -41,38 +53,38 @@ class Context:
     def device_typeid(self) -> int:
         return self.devstr2type[self.device_type]
 
-    def __eq__(self, other):
+    def __eq__(self, other: object) -> bool:
         return (
             isinstance(other, Context)
             and self.device_type == other.device_type
             and self.device_id == other.device_id
         )
 
-    def __hash__(self):
+    def __hash__(self) -> int:
         return hash((self.device_type, self.device_id))
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return f"{self.device_type}({self.device_id})"
 
     __str__ = __repr__
 
-    def __enter__(self):
+    def __enter__(self) -> Context:
         stack = _ctx_stack()
         stack.append(self)
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         _ctx_stack().pop()
 
     # -- arrays ---------------------------------------------------------------
     @property
-    def xp(self):
+    def xp(self) -> ArrayModule:
         """The array module of this device (numpy or cupy)."""
         if self.device_type == "cpu":
             return np
         return _cupy(self)
 
-    def device_scope(self):
+    def device_scope(self) -> AbstractContextManager[Any]:
         """A context manager making this device current for the array module."""
         if self.device_type == "cpu":
             return _NullScope()
@@ -80,14 +92,14 @@ class Context:
 
 
 class _NullScope:
-    def __enter__(self):
+    def __enter__(self) -> _NullScope:
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> Literal[False]:
         return False
 
 
-def _cupy(ctx: Context):
+def _cupy(ctx: Context) -> ArrayModule:
     try:
         import cupy
     except ImportError as exc:
@@ -101,7 +113,7 @@ def _cupy(ctx: Context):
     return cupy
 
 
-def array_context(arr) -> Context | None:
+def array_context(arr: object) -> Context | None:
     """Where an array lives: cpu(0) for numpy, gpu(i) for a CuPy array, else None."""
     if isinstance(arr, np.ndarray):
         return Context("cpu", 0)
@@ -111,7 +123,7 @@ def array_context(arr) -> Context | None:
     return None
 
 
-def to_numpy(arr):
+def to_numpy(arr: Array) -> np.ndarray:
     """Copy any array (numpy or CuPy) to a numpy array on the host."""
     if isinstance(arr, np.ndarray):
         return arr
@@ -138,7 +150,7 @@ def num_gpus() -> int:
         return 0
 
 
-def _ctx_stack():
+def _ctx_stack() -> list[Context]:
     stack = getattr(_local, "stack", None)
     if stack is None:
         stack = []
@@ -149,7 +161,7 @@ def _ctx_stack():
 _default_ctx = [Context("cpu", 0)]
 
 
-def set_default_context(ctx: Context) -> None:
+def set_default_context(ctx: Context | None) -> None:
     """Change the process-wide default returned outside any ``with ctx:`` scope (``cpu(0)`` initially).
 
     ``test_utils.set_default_context`` calls this, as MXNet's does; ``None`` restores ``cpu(0)``.

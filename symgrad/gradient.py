@@ -8,10 +8,10 @@ summed with a single ``add_n``. Because the result is an ordinary graph,
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 from .base import NameManager, Prefix, SymgradError
-from .graph import Node, topo_order
+from .graph import Entry, Node, topo_order
 from .symbol import F, Symbol, Variable
 
 __all__ = ["grad", "build_gradients", "expansion_gradients", "GradNode"]
@@ -26,8 +26,10 @@ class GradNode:
     """
 
     __slots__ = ("params", "name", "needs", "node", "_inputs", "_outputs")
+    _inputs: list[Symbol] | None
+    _outputs: list[Symbol] | None
 
-    def __init__(self, node: Node, needs):
+    def __init__(self, node: Node, needs: Sequence[bool]) -> None:
         self.node = node
         self.name = node.name
         self.params = node.params
@@ -35,19 +37,19 @@ class GradNode:
         self._inputs = self._outputs = None
 
     @property
-    def inputs(self) -> list:
+    def inputs(self) -> list[Symbol]:
         if self._inputs is None:
             self._inputs = [Symbol([e]) for e in self.node.inputs]
         return self._inputs
 
     @property
-    def outputs(self) -> list:
+    def outputs(self) -> list[Symbol]:
         if self._outputs is None:
             node = self.node
             self._outputs = [Symbol([(node, k)]) for k in range(node.num_outputs)]
         return self._outputs
 
-    def expansion_gradients(self, expand, head: Symbol) -> list:
+    def expansion_gradients(self, expand: Callable[..., Symbol], head: Symbol) -> list[Symbol | None]:
         """The gradients of this node's inputs through ``expand(*inputs)``, the graph a fused node computes in
         one instruction (``expansion_gradients`` below): the second-order rule of a ``_backward_X`` node."""
         return expansion_gradients(expand, self.inputs, head)
@@ -69,8 +71,8 @@ def _depends(node, dep) -> bool:
     return any(src.id in dep and names[slot] not in no_grad for slot, (src, _) in enumerate(node.inputs))
 
 
-def build_gradients(heads: Sequence, head_grads: Sequence, wrt: Sequence[Node], loss_scale=None,
-                    order: Sequence[Node] | None = None) -> list:
+def build_gradients(heads: Sequence[Entry], head_grads: Sequence[Entry | None], wrt: Sequence[Node],
+                    loss_scale: float | None = None, order: Sequence[Node] | None = None) -> list[Entry | None]:
     """Gradient entries of ``heads`` w.r.t. the variable nodes ``wrt``.
 
     ``heads`` are ``(node, index)`` entries, ``head_grads`` one entry (or None,
@@ -89,7 +91,8 @@ def build_gradients(heads: Sequence, head_grads: Sequence, wrt: Sequence[Node], 
         return _build(heads, head_grads, wrt, loss_scale, order)
 
 
-def _build(heads, head_grads, wrt, loss_scale=None, order=None):
+def _build(heads: Sequence[Entry], head_grads: Sequence[Entry | None], wrt: Sequence[Node],
+           loss_scale: float | None = None, order: Sequence[Node] | None = None) -> list[Entry | None]:
     if order is None:
         order = topo_order(heads)
     dep = _dependents(order, {n.id for n in wrt})
@@ -157,7 +160,7 @@ def _differentiate(node, acc, dep, scope, loss_scale, F) -> None:
         raise SymgradError(f"gradient of {op.name} {node.name!r} is not defined: {reason}")
     scope.enter(node)  # every node made for this one (sums, zeros, the rule's) is named <node>_backward_...
     loss = op.loss_head(node.params)
-    out_grads = []
+    out_grads: list[Symbol | None] = []
     for k, entries in enumerate(got):
         if entries:
             out_grads.append(Symbol([_sum(entries)]))
@@ -194,11 +197,13 @@ def _needs(node, op, dep) -> list:
         return [src.id in dep for src, _ in inputs]
     n_args = node.num_args()
     names = node.input_names() if no_grad else None
-    return [slot < n_args and src.id in dep and not (no_grad and names[slot] in no_grad)
+    return [slot < n_args and src.id in dep
+            and not (no_grad and names[slot] in no_grad)  # type: ignore[index]  # (names is set when no_grad is)
             for slot, (src, _) in enumerate(inputs)]
 
 
-def expansion_gradients(expand, inputs: Sequence[Symbol], head: Symbol) -> list:
+def expansion_gradients(expand: Callable[..., Symbol], inputs: Sequence[Symbol], head: Symbol
+                        ) -> list[Symbol | None]:
     """Gradients of a fused node through its expansion: the second-order rule of a node that computes in one
     instruction what ``expand(*inputs)`` builds from several (``_backward_tanh`` and ``ograd * (1 - y^2)``).
 
@@ -216,14 +221,16 @@ def expansion_gradients(expand, inputs: Sequence[Symbol], head: Symbol) -> list:
     result = []
     for e in entries:
         g = None if e is None else Symbol([e])
-        result.append(g if g is None else g(**{name: subs[name] for name in g.list_arguments()}))
+        # (the names are the placeholders' ``__expand_*__``: never ``name``, Symbol.__call__'s own keyword)
+        result.append(g if g is None else g(**{name: subs[name]  # type: ignore[arg-type]
+                                               for name in g.list_arguments()}))
     return result
 
 
-def _entries(symbols, what):
+def _entries(symbols: Symbol | Iterable[Symbol], what: str) -> list[Entry]:
     if isinstance(symbols, Symbol):
         symbols = [symbols]
-    out = []
+    out: list[Entry] = []
     for s in symbols:
         if not isinstance(s, Symbol):
             raise TypeError(f"grad: {what} must be Symbols, got {type(s).__name__}")
@@ -231,7 +238,9 @@ def _entries(symbols, what):
     return out
 
 
-def grad(outputs, inputs, grad_outputs=None, grad_inputs=None, loss_scale=None):
+def grad(outputs: Symbol | Iterable[Symbol], inputs: Symbol | Iterable[Symbol],
+         grad_outputs: Iterable[Symbol | None] | None = None, grad_inputs: Iterable[Symbol | None] | None = None,
+         loss_scale: float | None = None) -> list[Symbol | None]:
     """Gradient Symbols of ``outputs`` w.r.t. the variables ``inputs`` (``chainer.grad`` semantics).
 
     Args:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeAlias
 
 from .base import SymgradError
 
@@ -63,8 +63,12 @@ class Node:
             return self.name
         return f"{self.name}_{self.op.list_output_names(self.params, visible_only=False)[index]}"
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return f"<Node {self.op_name} {self.name!r}>"
+
+
+#: An output entry of the DAG: ``(node, index of its output)``.
+Entry: TypeAlias = "tuple[Node, int]"
 
 
 def topo_order(heads: Iterable) -> list[Node]:

@@ -18,10 +18,16 @@ them); the zoo network by real MXNet (``tests/fixtures/make_example_models.py``)
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from . import sym as S
+from .base import StrPath
+
+if TYPE_CHECKING:
+    from .symbol import Shape, Symbol
 
 __all__ = ["EXAMPLES", "DEFAULT_EXAMPLE", "EXAMPLE_SAMPLES", "example_path", "load_example", "mlp", "lenet", "resblock",
            "write_examples", "MODELS", "DATA_SHAPES", "example_inputs"]
@@ -66,7 +72,7 @@ def resblock(channels=4, num_classes=3, data_shape=(2, 4, 6, 6)):
 
 
 #: name -> (file in symgrad/models, one-line description, builder or None for a file written by MXNet)
-EXAMPLES = {
+EXAMPLES: dict[str, tuple[str, str, Callable[[], Symbol] | None]] = {
     "mlp": ("mlp.json", "multilayer perceptron: 3 FullyConnected + tanh, SoftmaxOutput", mlp),
     "lenet": ("lenet.json", "LeNet: 2 x (Convolution 5x5, tanh, max Pooling), 2 FullyConnected, SoftmaxOutput",
               lenet),
@@ -80,21 +86,21 @@ DEFAULT_EXAMPLE = "lenet"
 EXAMPLE_SAMPLES = {"mobilenet0.25": 16}
 
 
-def example_path(name) -> str:
+def example_path(name: str) -> str:
     """The JSON file of the shipped example ``name`` (KeyError naming the known ones)."""
     if name not in EXAMPLES:
         raise KeyError(f"unknown example {name!r}; known examples: {', '.join(EXAMPLES)}")
     return os.path.join(MODELS_DIR, EXAMPLES[name][0])
 
 
-def load_example(name):
+def load_example(name: str) -> Symbol:
     """The Symbol of the shipped example ``name``, loaded from its JSON file."""
     from .serialization import load
 
     return load(example_path(name))
 
 
-def write_examples(directory=MODELS_DIR) -> list[str]:
+def write_examples(directory: StrPath = MODELS_DIR) -> list[str]:
     """Write the symgrad-built examples' JSON files into ``directory``; returns the paths written."""
     paths = []
     for file, _, build in EXAMPLES.values():
@@ -107,8 +113,8 @@ def write_examples(directory=MODELS_DIR) -> list[str]:
 
 # -- kept for scripts written against the first version of this module ---------------------------------
 
-MODELS = {"mlp": mlp}
-DATA_SHAPES = {"mlp": (4, 8)}
+MODELS: dict[str, Callable[..., Symbol]] = {"mlp": mlp}
+DATA_SHAPES: dict[str, Shape] = {"mlp": (4, 8)}
 
 
 def example_inputs(sym, data_shape, seed=0, dtype=np.float64):

@@ -28,16 +28,21 @@ in several threads by several executors, keeps one state per executor.
 from __future__ import annotations
 
 from collections import namedtuple
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, TypeAlias, TypeVar
 
 import numpy as np
 
 from .base import ParamError, ShapeError, SymgradError
-from .context import cpu, gpu
+from .context import Array, Context, cpu, gpu
 from .opdef import REQUIRED, Param
 from .opdef import get_op as _get_op
 from .opdef import list_ops as _list_ops
 from .opdef import register as _register_op
 from .symbol import positional_params
+
+if TYPE_CHECKING:
+    import numpy.typing as npt
 
 __all__ = ["CustomOp", "CustomOpProp", "CustomOpError", "register", "get_registered",
            "get_all_registered_operators", "get_operator_arguments", "OperatorArguments"]
@@ -168,22 +173,33 @@ def _type_string(spec: Param) -> str:
         shown = str(default)
     return f"{kind}, optional, default={shown}"
 
-_PROPS: dict[str, type] = {}
+_PROPS: dict[str, type[CustomOpProp]] = {}
+
+#: The shapes of a custom op's inputs, outputs or auxiliary states: one list of dimensions each.
+ShapeList: TypeAlias = "Sequence[Sequence[int]]"
+#: ``CustomOpProp.infer_shape``'s answer: ``(in_shapes, out_shapes)`` or ``(in_shapes, out_shapes, aux_shapes)``.
+InferShapeResult: TypeAlias = "tuple[ShapeList, ShapeList] | tuple[ShapeList, ShapeList, ShapeList]"
+#: ``CustomOpProp.infer_type``'s answer: ``(in_types, out_types)`` or ``(in_types, out_types, aux_types)``.
+InferTypeResult: TypeAlias = ("tuple[Sequence[npt.DTypeLike], Sequence[npt.DTypeLike]]"
+                              " | tuple[Sequence[npt.DTypeLike], Sequence[npt.DTypeLike], Sequence[npt.DTypeLike]]")
+_PropT = TypeVar("_PropT", bound="CustomOpProp")
 
 
 class CustomOp:
     """Base class of a Python operator: override ``forward`` and ``backward``."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         pass
 
-    def forward(self, is_train, req, in_data, out_data, aux):
+    def forward(self, is_train: bool, req: list[str], in_data: list[Array], out_data: list[Array],
+                aux: list[Array]) -> None:
         """Fill ``out_data`` from ``in_data`` (use ``self.assign(dst, req[i], src)``)."""
 
-    def backward(self, req, out_grad, in_data, out_data, in_grad, aux):
+    def backward(self, req: list[str], out_grad: list[Array], in_data: list[Array], out_data: list[Array],
+                 in_grad: list[Array], aux: list[Array]) -> None:
         """Fill ``in_grad`` (use ``self.assign(in_grad[i], req[i], src)``)."""
 
-    def assign(self, dst, req, src):
+    def assign(self, dst: Array, req: str, src: npt.ArrayLike) -> None:
         """Write ``src`` into ``dst`` as ``req`` says: 'write'/'inplace', 'add' or 'null'."""
         if req == "null":
             return
@@ -198,40 +214,42 @@ class CustomOp:
 class CustomOpProp:
     """Describes a custom op: its inputs, outputs, shapes, dtypes and how to create it."""
 
-    def __init__(self, need_top_grad=True):
+    def __init__(self, need_top_grad: bool = True) -> None:
         self.need_top_grad_ = need_top_grad
 
-    def infer_shape(self, in_shape):
+    def infer_shape(self, in_shape: list[list[int]]) -> InferShapeResult:
         return in_shape, (in_shape[0],) * len(self.list_outputs()), ()
 
-    def infer_type(self, in_type):
+    def infer_type(self, in_type: list[type[np.generic]]) -> InferTypeResult:
         return in_type, [in_type[0]] * len(self.list_outputs()), [in_type[0]] * len(self.list_auxiliary_states())
 
-    def list_outputs(self):
+    def list_outputs(self) -> list[str]:
         return ["output"]
 
-    def list_arguments(self):
+    def list_arguments(self) -> list[str]:
         return ["data"]
 
-    def list_auxiliary_states(self):
+    def list_auxiliary_states(self) -> list[str]:
         return []
 
-    def declare_backward_dependency(self, out_grad, in_data, out_data):
-        deps = []
+    def declare_backward_dependency(self, out_grad: Sequence[int], in_data: Sequence[int], out_data: Sequence[int]
+                                    ) -> list[int]:
+        deps: list[int] = []
         if self.need_top_grad_:
             deps.extend(out_grad)
         deps.extend(in_data)
         deps.extend(out_data)
         return deps
 
-    def create_operator(self, ctx, in_shapes, in_dtypes):
+    def create_operator(self, ctx: Context, in_shapes: list[list[int]], in_dtypes: list[type[np.generic]]
+                        ) -> CustomOp:
         return CustomOp()
 
 
-def register(reg_name):
+def register(reg_name: str) -> Callable[[type[_PropT]], type[_PropT]]:
     """Class decorator registering a ``CustomOpProp`` subclass under ``reg_name``."""
 
-    def do_register(prop_cls):
+    def do_register(prop_cls: type[_PropT]) -> type[_PropT]:
         if not (isinstance(prop_cls, type) and issubclass(prop_cls, CustomOpProp)):
             raise TypeError(f"register({reg_name!r}): expected a CustomOpProp subclass, got {prop_cls!r}")
         _PROPS[reg_name] = prop_cls
@@ -240,7 +258,7 @@ def register(reg_name):
     return do_register
 
 
-def get_registered(reg_name):
+def get_registered(reg_name: str) -> type[CustomOpProp]:
     try:
         return _PROPS[reg_name]
     except KeyError:

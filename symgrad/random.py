@@ -17,13 +17,19 @@ True
 from __future__ import annotations
 
 import numbers
+from typing import TYPE_CHECKING, Any, Literal
 
 from .base import ParamError
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from .context import Context
 
 __all__ = ["seed"]
 
 
-def seed(seed_state, ctx="all") -> None:
+def seed(seed_state: int | np.integer[Any], ctx: Literal["all"] | Context = "all") -> None:
     """Seed the random number generators of the sampling operators.
 
     Args:

@@ -32,14 +32,20 @@ import math
 import os
 import struct
 import zipfile
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from . import opdef
-from .base import ParamError, SerializationError, ShapeError
+from .base import ParamError, SerializationError, ShapeError, StrPath
+from .context import Array
 from .graph import Node, check_unique_names, topo_order
 from .opdef import param_to_str, parse_dtype_attr
 from .symbol import Symbol
+
+if TYPE_CHECKING:
+    import numpy.typing as npt
 
 __all__ = [
     "MXNET_VERSION",
@@ -75,13 +81,13 @@ def _open_error(fname, exc):
 # -- symbol JSON: writing -------------------------------------------------------------------------
 
 
-def _to_doc(sym) -> dict:
+def _to_doc(sym: Symbol) -> dict[str, Any]:
     nodes = topo_order(sym._outputs)
     check_unique_names(nodes)
     index = {n.id: i for i, n in enumerate(nodes)}
     out_nodes, arg_nodes, row_ptr = [], [], [0]
     for i, node in enumerate(nodes):
-        entry = {"op": node.op_name, "name": node.name}
+        entry: dict[str, Any] = {"op": node.op_name, "name": node.name}
         attrs = {}
         for key in sorted(node.attrs):
             value = node.attrs[key]
@@ -111,7 +117,7 @@ def _dump_str(s: str, where: str) -> str:
     return json.dumps(s, ensure_ascii=False)
 
 
-def tojson(sym) -> str:
+def tojson(sym: Symbol) -> str:
     """``sym`` as MXNet 1.x symbol JSON text (``Symbol.tojson()``); MXNet 1.9.1 loads it."""
     doc = _to_doc(sym)
     lines = ["{", '  "nodes": [']
@@ -131,7 +137,7 @@ def tojson(sym) -> str:
     return "\n".join(lines) + "\n"
 
 
-def save(sym, fname) -> None:
+def save(sym: Symbol, fname: StrPath) -> None:
     """Write ``sym``'s JSON to ``fname`` (``Symbol.save``)."""
     text = tojson(sym)
     with open(fname, "w", encoding="utf-8", newline="\n") as f:
@@ -215,6 +221,8 @@ def _upgrade_hidden(attrs: dict) -> tuple[dict, dict]:
     """MXNet 0.x wrote ``ctx_group``/``lr_mult``... as plain keys, and ``weight_lr_mult`` on the op
     for its ``weight`` input; MXNet 1.x (``UpgradeJSON_FixParsing``) makes them ``__lr_mult__``.
     Returns the node's attributes and ``{input name: {key: value}}`` for its input variables."""
+    out: dict[str, str]
+    for_inputs: dict[str, dict[str, str]]
     out, for_inputs = {}, {}
     for key, value in attrs.items():
         for hk in _HIDDEN_KEYS:
@@ -445,7 +453,7 @@ def _check_variables(built, outputs, err) -> None:
             raise err(f"the auxiliary state added for an MXNet 0.8 file clashes with variable {node.name!r}")
 
 
-def load_json(text, source: str = "symbol JSON"):
+def load_json(text: str | bytes | bytearray | memoryview, source: str = "symbol JSON") -> Symbol:
     """A Symbol from MXNet symbol JSON text (``mx.sym.load_json``); ``bytes`` must be UTF-8."""
     err = _Err(source)
     if isinstance(text, (bytes, bytearray, memoryview)):
@@ -471,7 +479,7 @@ def load_json(text, source: str = "symbol JSON"):
 fromjson = load_json
 
 
-def load(fname):
+def load(fname: StrPath) -> Symbol:
     """A Symbol from an MXNet symbol JSON file (``mx.sym.load``), e.g. ``NAME-symbol.json``."""
     try:
         with open(fname, "rb") as f:
@@ -567,7 +575,7 @@ def _read_array(r: _Reader, k: int):
     return arr.reshape(dims)
 
 
-def _parse_nd_list(data: bytes, source: str):
+def _parse_nd_list(data: bytes, source: str) -> dict[str, np.ndarray] | list[np.ndarray]:
     r = _Reader(data, source)
     header, _reserved = r.unpack("<QQ", "file header")
     if header != _LIST_MAGIC:
@@ -638,7 +646,7 @@ def _nd_bytes(arrays, names) -> bytes:
     return b"".join(parts)
 
 
-def nd_save(fname, data) -> None:
+def nd_save(fname: StrPath, data: dict[str, Array] | list[Array] | tuple[Array, ...]) -> None:
     """Write arrays in MXNet's binary NDArray-list format (``mx.nd.save``).
 
     ``data`` is a dict ``{name: array}`` or a list of arrays (stored without names). Arrays are
@@ -657,7 +665,7 @@ def nd_save(fname, data) -> None:
         f.write(blob)
 
 
-def _read_file(fname) -> bytes:
+def _read_file(fname: StrPath) -> bytes:
     try:
         with open(fname, "rb") as f:
             return f.read()
@@ -665,7 +673,7 @@ def _read_file(fname) -> bytes:
         raise _open_error(fname, exc) from None
 
 
-def nd_load(fname):
+def nd_load(fname: StrPath) -> dict[str, np.ndarray] | list[np.ndarray]:
     """Arrays from an MXNet NDArray file (``mx.nd.load``) as numpy arrays.
 
     Returns a dict ``{name: array}`` when the file stores names, else a list. Reads the V2 (MXNet 1.x),
@@ -674,7 +682,7 @@ def nd_load(fname):
     return _parse_nd_list(_read_file(fname), os.fspath(fname))
 
 
-def nd_load_frombuffer(data: bytes):
+def nd_load_frombuffer(data: bytes | bytearray | memoryview) -> dict[str, np.ndarray] | list[np.ndarray]:
     """``nd_load`` of the bytes of an NDArray file already in memory (``mx.nd.load_frombuffer``)."""
     return _parse_nd_list(bytes(data), "buffer")
 
@@ -684,7 +692,7 @@ def nd_load_frombuffer(data: bytes):
 _MAX_DEFLATE_RATIO = 1100  # deflate cannot expand more than ~1032:1
 
 
-def _load_npz(blob: bytes, source: str) -> dict:
+def _load_npz(blob: bytes, source: str) -> dict[str, np.ndarray]:
     try:
         zf = zipfile.ZipFile(io.BytesIO(blob))
     except (zipfile.BadZipFile, ValueError, EOFError, OSError, NotImplementedError) as exc:
@@ -732,7 +740,8 @@ def _load_npz(blob: bytes, source: str) -> dict:
 # -- checkpoints: arg:/aux: ------------------------------------------------------------------------
 
 
-def save_params(fname, arg_params, aux_params=None) -> None:
+def save_params(fname: StrPath, arg_params: Mapping[str, npt.ArrayLike],
+                aux_params: Mapping[str, npt.ArrayLike] | None = None) -> None:
     """Write ``arg_params``/``aux_params`` as MXNet writes ``NAME-0000.params`` (``arg:``/``aux:`` names).
 
     A file name ending in ``.npz`` writes an uncompressed numpy archive with the same keys instead.
@@ -748,7 +757,7 @@ def save_params(fname, arg_params, aux_params=None) -> None:
         nd_save(fname, data)
 
 
-def load_params(fname):
+def load_params(fname: StrPath) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
     """``(arg_params, aux_params)`` dicts of numpy arrays from an MXNet ``.params`` file or an ``.npz``
     (``mx.model.load_checkpoint`` without the symbol). Names must carry ``arg:``/``aux:`` prefixes."""
     source = os.fspath(fname)
@@ -759,6 +768,8 @@ def load_params(fname):
             return {}, {}
         raise SerializationError(f"{source}: the arrays have no names; a checkpoint names them 'arg:NAME'/"
                                  "'aux:NAME' (use symgrad.nd_load for unnamed arrays)")
+    arg_params: dict[str, np.ndarray]
+    aux_params: dict[str, np.ndarray]
     arg_params, aux_params = {}, {}
     for key, value in data.items():
         prefix, sep, name = key.partition(":")

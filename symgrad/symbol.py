@@ -15,17 +15,90 @@ import importlib
 import numbers
 import sys
 import types
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, NoReturn, Protocol, TypeAlias
 
 import numpy as np
 
 from . import graph as _graph
 from . import opdef
-from .base import AttrScope, NameManager, ParamError, ShapeError, SymgradError
-from .graph import Node, topo_order
+from .base import AttrScope, NameManager, ParamError, ShapeError, StrPath, SymgradError
+from .context import Array, Context
+from .graph import Entry, Node, topo_order
 from .infer import infer_shapes, infer_types
-from .opdef import DTYPE_TO_MX, as_shape, param_to_str, parse_dtype_attr, parse_shape
+from .opdef import DTYPE_TO_MX, OpDef, as_shape, param_to_str, parse_dtype_attr, parse_shape
+
+if TYPE_CHECKING:
+    import networkx as nx
+    import numpy.typing as npt
 
 __all__ = ["Symbol", "Variable", "var", "Group", "Head"]
+
+#: A shape as symgrad returns it.
+Shape: TypeAlias = "tuple[int, ...]"
+#: A shape as symgrad takes it: an int or a tuple/list of ints (``opdef.as_shape``).
+ShapeLike: TypeAlias = "int | np.integer[Any] | Sequence[int | np.integer[Any]]"
+#: ``infer_shape``'s answer: ``(arg_shapes, out_shapes, aux_shapes)``, or three Nones when some shape stays unknown.
+InferredShapes: TypeAlias = "tuple[list[Shape], list[Shape], list[Shape]] | tuple[None, None, None]"
+#: ``infer_shape_partial``'s answer: None for a shape nothing determines.
+PartialShapes: TypeAlias = "tuple[list[Shape | None], list[Shape | None], list[Shape | None]]"
+#: ``infer_type``'s answer: numpy scalar types (``np.float32``), or three Nones when some type stays unknown.
+InferredTypes: TypeAlias = ("tuple[list[type[np.generic]], list[type[np.generic]], list[type[np.generic]]]"
+                            " | tuple[None, None, None]")
+#: ``infer_type_partial``'s answer: None for a type nothing determines.
+PartialTypes: TypeAlias = ("tuple[list[type[np.generic] | None], list[type[np.generic] | None], "
+                           "list[type[np.generic] | None]]")
+#: Arrays handed to ``bind``: a list in ``list_arguments()`` (``list_auxiliary_states()``) order, or a dict by
+#: name. For ``args_grad`` a None entry (or a name left out) means no gradient array for that argument.
+BindArrays: TypeAlias = "list[Array] | tuple[Array, ...] | dict[str, Array]"
+#: ``grad_req``: one of ``'write'``, ``'add'``, ``'null'``, ``'inplace'`` for every argument, a list of them in
+#: ``list_arguments()`` order, or a dict by name (names left out get ``'null'``).
+GradReq: TypeAlias = "str | list[str] | tuple[str, ...] | dict[str, str]"
+#: ``Executor.backward``'s head gradients: one array (a symbol with one output), a list in ``list_outputs()``
+#: order or a dict by output name; None (or a None entry) for a loss output, whose op ignores its head gradient.
+OutGrads: TypeAlias = "Array | list[Array | None] | tuple[Array | None, ...] | dict[str, Array | None] | None"
+#: A number a Symbol combines with (``x * 2``, ``1 - x``).
+Scalar: TypeAlias = "int | float | np.integer[Any] | np.floating[Any]"
+
+
+class BoundExecutor(Protocol):
+    """What ``Symbol.bind`` and ``Symbol.simple_bind`` return: a ``symgrad.executor.Executor``.
+
+    The executor layer sits above this module (``pyproject.toml``'s layer contract: ``symbol`` cannot import
+    ``executor``, not even for type checking), so its public interface is spelled out here; mypy checks that
+    ``Executor`` has it (``symgrad/executor/executor.py``).
+    """
+
+    arg_arrays: list[Array]
+    grad_arrays: list[Array | None]
+    aux_arrays: list[Array]
+    outputs: list[Array]
+
+    @property
+    def arg_dict(self) -> dict[str, Array]: ...
+    @property
+    def grad_dict(self) -> dict[str, Array | None]: ...
+    @property
+    def aux_dict(self) -> dict[str, Array]: ...
+    @property
+    def output_dict(self) -> dict[str, Array]: ...
+    @property
+    def plan(self) -> Any: ...  # a ``symgrad.executor.Plan`` (the executor layer, like Executor itself)
+    def debug_str(self) -> str: ...
+    def forward(self, is_train: bool = False, **kwargs: npt.ArrayLike) -> list[Array]: ...
+    def backward(self, out_grads: OutGrads = None, is_train: bool = True) -> None: ...
+    def forward_all(self, is_train: bool = False) -> list[Array]: ...
+    def rerun_downstream(self, names: Iterable[str]) -> list[Array]: ...
+    def forward_with_hook(self, hook: Callable[[Node, list[Array]], Sequence[Array | None] | None],
+                          is_train: bool = False) -> list[Array]: ...
+    def set_monitor_callback(self, callback: Callable[[str, Array], object] | None,
+                             monitor_all: bool = False) -> None: ...
+    def set_value_hook(self, hook: Callable[[Node, int, Array, str], Array] | None) -> None: ...
+    def copy_params_from(self, arg_params: Mapping[str, npt.ArrayLike],
+                         aux_params: Mapping[str, npt.ArrayLike] | None = None,
+                         allow_extra_params: bool = False) -> None: ...
+    def reshape(self, partial_shaping: bool = False, allow_up_sizing: bool = False,
+                **kwargs: ShapeLike) -> BoundExecutor: ...
 
 
 class Head(types.SimpleNamespace):
@@ -43,12 +116,14 @@ class Symbol:
     """A tuple of DAG output entries ``(node, index)``. Immutable."""
 
     __slots__ = ("_outputs", "_walk")
+    _outputs: tuple[Entry, ...]
+    _walk: tuple[tuple[Node, ...], tuple[Node, ...], tuple[Node, ...]] | None
 
-    def __init__(self, outputs):
+    def __init__(self, outputs: Iterable[Entry]) -> None:
         object.__setattr__(self, "_outputs", tuple(outputs))
         object.__setattr__(self, "_walk", None)  # _arg_and_aux_nodes, once asked for (the graph never changes)
 
-    def __setattr__(self, key, value):
+    def __setattr__(self, key: str, value: object) -> NoReturn:
         raise AttributeError("Symbols are immutable")
 
     __hash__ = object.__hash__
@@ -58,28 +133,28 @@ class Symbol:
 
     # -- identity -------------------------------------------------------------
     @property
-    def name(self):
+    def name(self) -> str | None:
         """The head node's name, or None for a group of several outputs."""
         if len(self._outputs) != 1:
             return None
         return self._outputs[0][0].name
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         if len(self._outputs) == 1:
             return f"<Symbol {self.name}>"
         return f"<Symbol group [{', '.join(self.list_outputs())}]>"
 
-    def __copy__(self):
+    def __copy__(self) -> Symbol:
         return self
 
-    def __deepcopy__(self, memo):
+    def __deepcopy__(self, memo: object) -> Symbol:
         return self
 
-    def __bool__(self):
+    def __bool__(self) -> NoReturn:
         raise TypeError("a Symbol has no truth value; compare values after forward()")
 
     # -- serialization (symgrad.serialization) -----------------------------------
-    def tojson(self, remove_amp_cast=True) -> str:
+    def tojson(self, remove_amp_cast: bool = True) -> str:
         """MXNet 1.x symbol JSON (``mx.sym.Symbol.tojson``); MXNet 1.9.1 and ``sg.sym.load_json`` read it.
 
         ``remove_amp_cast`` is MXNet's keyword; symgrad graphs hold no ``amp_cast`` nodes, so both values
@@ -87,22 +162,22 @@ class Symbol:
         """
         return _above("serialization").tojson(self)
 
-    def save(self, fname, remove_amp_cast=True) -> None:
+    def save(self, fname: StrPath, remove_amp_cast: bool = True) -> None:
         """Write ``tojson()`` to ``fname`` (``mx.sym.Symbol.save``); ``sg.sym.load(fname)`` reads it back."""
         _above("serialization").save(self, fname)
 
-    def __reduce__(self):
+    def __reduce__(self) -> tuple[Callable[[str], Symbol], tuple[str]]:
         # pickled through the JSON, as MXNet does: ``pickle``/``multiprocessing`` send symbols to workers
         return (_above("serialization").load_json, (self.tojson(),))
 
     # -- outputs --------------------------------------------------------------
-    def __len__(self):
+    def __len__(self) -> int:
         return len(self._outputs)
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[Symbol]:
         return (Symbol([e]) for e in self._outputs)
 
-    def __getitem__(self, index):
+    def __getitem__(self, index: int | np.integer[Any] | str | slice) -> Symbol:
         if isinstance(index, str):
             names = self.list_outputs()
             if index not in names:
@@ -125,7 +200,7 @@ class Symbol:
     def _nodes(self) -> list[Node]:
         return topo_order(self._outputs)
 
-    def _arg_and_aux_nodes(self):
+    def _arg_and_aux_nodes(self) -> tuple[list[Node], list[Node], list[Node]]:
         """``(nodes in topological order, argument variables, auxiliary-state variables)``: fresh lists of a
         walk made once per Symbol (``list_arguments``, ``infer_shape`` and ``simple_bind`` all ask)."""
         walk = self._walk
@@ -161,7 +236,7 @@ class Symbol:
         return Symbol([(n, i) for n in self._nodes()
                        for i in range(n.op.n_visible(n.params) if n.op is not None else 1)])
 
-    def replace_ops(self, replace) -> Symbol:
+    def replace_ops(self, replace: Callable[[str, OpDef, dict[str, Any]], OpDef | None]) -> Symbol:
         """A copy of this graph in which ``replace(name, op, params)`` may swap the operator of each op node.
 
         ``replace`` returns an ``OpDef`` to run instead (same inputs, parameters, outputs and name) or None to
@@ -198,6 +273,8 @@ class Symbol:
 
         For a group, the inputs of each distinct head node in turn (NNVM's ``GetChildren``).
         """
+        entries: list[Entry]
+        seen: set[int]
         entries, seen = [], set()
         for node, _ in self._outputs:
             if node.id not in seen:
@@ -217,7 +294,7 @@ class Symbol:
         return out
 
     # -- attributes ---------------------------------------------------------------
-    def attr(self, key: str):
+    def attr(self, key: str) -> str | None:
         """A string attribute of the head node; None if it is not set or this groups several nodes."""
         if len({n.id for n, _ in self._outputs}) != 1:
             return None
@@ -234,7 +311,7 @@ class Symbol:
         return {n.name: dict(n.attrs) for n in self._nodes() if n.attrs}
 
     # -- graph view ---------------------------------------------------------------
-    def to_networkx(self):
+    def to_networkx(self) -> nx.MultiDiGraph:
         """The DAG as a ``networkx.MultiDiGraph`` (see ``symgrad.graph.to_networkx``).
 
         The graph attribute ``heads`` lists this symbol's outputs as (node id, index).
@@ -267,7 +344,7 @@ class Symbol:
                 known[(by_name[key].id, 0)] = value
         return nodes, arg_nodes, aux_nodes, known
 
-    def infer_shape_partial(self, *args, **kwargs):
+    def infer_shape_partial(self, *args: ShapeLike | None, **kwargs: ShapeLike | None) -> PartialShapes:
         """Like ``infer_shape`` but what stays unknown comes back as such instead of failing: a shape
         nothing determines is None, a dimension nothing determines is 0 (MXNet's legacy shape mode).
 
@@ -278,7 +355,7 @@ class Symbol:
         """
         return self._infer_shape(args, kwargs, partial=True)
 
-    def infer_shape(self, *args, **kwargs):
+    def infer_shape(self, *args: ShapeLike | None, **kwargs: ShapeLike | None) -> InferredShapes:
         """Infer ``(arg_shapes, out_shapes, aux_shapes)`` from some argument shapes.
 
         A 0 in a given shape is an unknown dimension (MXNet's legacy shape semantics); inference fills it
@@ -305,14 +382,14 @@ class Symbol:
         infer_shapes(nodes, known, unknown_dims=True)
         return _collect(known, arg_nodes, self._outputs, aux_nodes), known
 
-    def infer_type(self, *args, **kwargs):
+    def infer_type(self, *args: npt.DTypeLike | None, **kwargs: npt.DTypeLike | None) -> InferredTypes:
         """Infer ``(arg_types, out_types, aux_types)`` as numpy scalar types.
 
         Returns ``(None, None, None)`` when some type stays unknown (as MXNet does).
         """
         return self._infer_type(args, kwargs, partial=False)
 
-    def infer_type_partial(self, *args, **kwargs):
+    def infer_type_partial(self, *args: npt.DTypeLike | None, **kwargs: npt.DTypeLike | None) -> PartialTypes:
         """Like ``infer_type`` but unknown types come back as None instead of failing."""
         return self._infer_type(args, kwargs, partial=True)
 
@@ -327,7 +404,7 @@ class Symbol:
         return tuple([None if v is None else np.dtype(v).type for v in part] for part in res)
 
     # -- composition ------------------------------------------------------------
-    def __call__(self, *args, name=None, **kwargs):
+    def __call__(self, *args: Symbol, name: str | None = None, **kwargs: Symbol) -> Symbol:
         """A copy with variables replaced: ``net2(data=net1)`` or positionally."""
         arg_names = self.list_arguments()
         subs = {}
@@ -339,7 +416,7 @@ class Symbol:
             if not isinstance(value, Symbol) or len(value) != 1:
                 raise TypeError(f"compose: value for {key!r} must be a single-output Symbol, got {value!r}")
             subs[key] = value._outputs[0]
-        mapping: dict[int, Node] = {}
+        mapping: dict[int, Node | Entry] = {}
         for node in self._nodes():
             if node.op is None:
                 if node.name in subs:
@@ -366,7 +443,10 @@ class Symbol:
         return Symbol(outs)
 
     # -- binding ----------------------------------------------------------------
-    def bind(self, ctx, args, args_grad=None, grad_req="write", aux_states=None, group2ctx=None, shared_exec=None):
+    def bind(self, ctx: Context | None, args: BindArrays, args_grad: BindArrays | None = None,
+             grad_req: GradReq = "write", aux_states: BindArrays | None = None,
+             group2ctx: Mapping[str, Context] | None = None, shared_exec: BoundExecutor | None = None
+             ) -> BoundExecutor:
         """Bind arrays to the arguments (used by reference); see ``symgrad.executor.Executor``.
 
         ``args`` / ``args_grad`` / ``aux_states`` are lists in ``list_arguments()`` /
@@ -377,8 +457,11 @@ class Symbol:
         _no_group2ctx(group2ctx, "bind")
         return _above("executor").Executor(self, ctx, args, args_grad, grad_req, aux_states)
 
-    def simple_bind(self, ctx, grad_req="write", type_dict=None, stype_dict=None, group2ctx=None,
-                    shared_arg_names=None, shared_exec=None, shared_buffer=None, **shapes):
+    def simple_bind(self, ctx: Context | None, grad_req: GradReq = "write",
+                    type_dict: Mapping[str, npt.DTypeLike] | None = None, stype_dict: Mapping[str, str] | None = None,
+                    group2ctx: Mapping[str, Context] | None = None, shared_arg_names: Sequence[str] | None = None,
+                    shared_exec: BoundExecutor | None = None, shared_buffer: Mapping[str, Array] | None = None,
+                    **shapes: ShapeLike | None) -> BoundExecutor:
         """Infer shapes from ``shapes``, allocate zeroed arrays on ``ctx`` and bind.
 
         ``grad_req`` is a string, a list or a dict (arguments missing from it get ``'null'``);
@@ -394,7 +477,7 @@ class Symbol:
                                       "bind the arrays you want to share with bind(args=...)")
         return _above("executor").simple_bind(self, ctx, grad_req=grad_req, type_dict=type_dict, shapes=shapes)
 
-    def grad(self, wrt):
+    def grad(self, wrt: object) -> NoReturn:
         raise SymgradError("Symbol.grad is deprecated in MXNet; use symgrad.grad(outputs, inputs)")
 
     # -- operator overloads -----------------------------------------------------
@@ -419,45 +502,45 @@ class Symbol:
             " (wrap arrays in a Variable and pass them to bind/forward)"
         )
 
-    def __add__(self, o):
+    def __add__(self, o: Symbol | Scalar) -> Symbol:
         return self._binary(o, "_Plus", "_PlusScalar", what="+")
 
     __radd__ = __add__
 
-    def __sub__(self, o):
+    def __sub__(self, o: Symbol | Scalar) -> Symbol:
         return self._binary(o, "_Minus", "_MinusScalar", what="-")
 
-    def __rsub__(self, o):
+    def __rsub__(self, o: Symbol | Scalar) -> Symbol:
         return self._binary(o, "_Minus", "_RMinusScalar", what="-", reverse=True)
 
-    def __mul__(self, o):
+    def __mul__(self, o: Symbol | Scalar) -> Symbol:
         return self._binary(o, "_Mul", "_MulScalar", what="*")
 
     __rmul__ = __mul__
 
-    def __truediv__(self, o):
+    def __truediv__(self, o: Symbol | Scalar) -> Symbol:
         return self._binary(o, "_Div", "_DivScalar", what="/")
 
-    def __rtruediv__(self, o):
+    def __rtruediv__(self, o: Symbol | Scalar) -> Symbol:
         return self._binary(o, "_Div", "_RDivScalar", what="/", reverse=True)
 
-    def __mod__(self, o):
+    def __mod__(self, o: Symbol | Scalar) -> Symbol:
         return self._binary(o, "_Mod", "_ModScalar", what="%")
 
-    def __rmod__(self, o):
+    def __rmod__(self, o: Symbol | Scalar) -> Symbol:
         return self._binary(o, "_Mod", "_RModScalar", what="%", reverse=True)
 
-    def __pow__(self, o):
+    def __pow__(self, o: Symbol | Scalar) -> Symbol:
         return self._binary(o, "_Power", "_PowerScalar", what="**")
 
-    def __rpow__(self, o):
+    def __rpow__(self, o: Symbol | Scalar) -> Symbol:
         return self._binary(o, "_Power", "_RPowerScalar", what="**", reverse=True)
 
-    def __neg__(self):
+    def __neg__(self) -> Symbol:
         # MXNet 1.x: ``-x`` is ``x.__mul__(-1.0)`` (a ``_mul_scalar`` node named ``_mulscalar<i>``)
         return self.__mul__(-1.0)
 
-    def __abs__(self):
+    def __abs__(self) -> Symbol:
         return creator("abs")(self)
 
     def __eq__(self, o):
@@ -512,27 +595,28 @@ def _make_fluent(method, opname):
     return fluent
 
 
-def _fluent_flatten(self, inplace=False, **kwargs):
+def _fluent_flatten(self: Symbol, inplace: bool = False, **kwargs: Any) -> Symbol:
     """Fluent form of ``sym.flatten`` (MXNet's ``Symbol.flatten``; ``inplace`` is ignored, as there)."""
     return _fluent_target("flatten", "flatten")(self, **kwargs)
 
 
-def _fluent_expand_dims(self, axis, inplace=False, **kwargs):
+def _fluent_expand_dims(self: Symbol, axis: int, inplace: bool = False, **kwargs: Any) -> Symbol:
     """Fluent form of ``sym.expand_dims`` (MXNet's ``Symbol.expand_dims``; ``inplace`` is ignored)."""
     return _fluent_target("expand_dims", "expand_dims")(self, axis=axis, **kwargs)
 
 
-def _fluent_squeeze(self, axis=None, inplace=False, **kwargs):
+def _fluent_squeeze(self: Symbol, axis: int | Sequence[int] | None = None, inplace: bool = False,
+                    **kwargs: Any) -> Symbol:
     """Fluent form of ``sym.squeeze`` (MXNet's ``Symbol.squeeze``; ``inplace`` is ignored)."""
     return _fluent_target("squeeze", "squeeze")(self, axis=axis, **kwargs)
 
 
-def _fluent_diag(self, k=0, **kwargs):
+def _fluent_diag(self: Symbol, k: int = 0, **kwargs: Any) -> Symbol:
     """Fluent form of ``sym.diag`` (MXNet's ``Symbol.diag``)."""
     return _fluent_target("diag", "diag")(self, k, **kwargs)
 
 
-def _eval(self, ctx=None, **kwargs):
+def _eval(self: Symbol, ctx: Context | None = None, **kwargs: Array) -> list[Array]:
     """Bind ``kwargs`` (every argument, by name) on ``ctx`` and run one forward (MXNet's ``Symbol.eval``).
 
     Returns the list of outputs. Binding each time is slow: bind once and call ``forward`` to repeat.
@@ -581,8 +665,9 @@ def _collect(known, arg_nodes, outputs, aux_nodes):
 # -- construction ---------------------------------------------------------------
 
 
-def Variable(name, attr=None, shape=None, lr_mult=None, wd_mult=None, dtype=None, init=None, stype=None,
-             **kwargs):
+def Variable(name: str, attr: Mapping[str, object] | None = None, shape: ShapeLike | None = None,
+             lr_mult: float | None = None, wd_mult: float | None = None, dtype: npt.DTypeLike | None = None,
+             init: object = None, stype: str | None = None, **kwargs: object) -> Symbol:
     """A named placeholder (``mx.sym.Variable``, same parameters in the same order).
 
     Args:
@@ -632,9 +717,9 @@ def Variable(name, attr=None, shape=None, lr_mult=None, wd_mult=None, dtype=None
 var = Variable
 
 
-def Group(symbols):
+def Group(symbols: Iterable[Symbol]) -> Symbol:
     """One symbol whose outputs are the outputs of ``symbols``, in order."""
-    outs = []
+    outs: list[Entry] = []
     for s in symbols:
         if not isinstance(s, Symbol):
             raise TypeError(f"Group: expected Symbols, got {type(s).__name__}")
@@ -833,7 +918,7 @@ def _namespace_module(qualname: str, doc: str) -> types.ModuleType:
     module = sys.modules.get(qualname)
     if module is None:
         module = types.ModuleType(qualname, doc)
-        module.__all__ = []
+        module.__all__ = []  # type: ignore[attr-defined]  # (ModuleType declares no __all__)
         sys.modules[qualname] = module
     return module
 
@@ -933,6 +1018,6 @@ def populate(namespace: dict, internal_name: str = "symgrad.sym._internal") -> d
             module = _namespace_module(qualname, doc)
             for k, v in funcs.items():
                 setattr(module, k, v)
-            module.__all__ = sorted(funcs)
+            module.__all__ = sorted(funcs)  # type: ignore[attr-defined]
         namespace[sub] = module
     return namespace

@@ -27,8 +27,17 @@ ________________________________________________________________________________
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+from .base import StrPath
+
+if TYPE_CHECKING:
+    import graphviz
+
+    from .symbol import ShapeLike, Symbol
 
 __all__ = ["print_summary", "plot_network", "render", "FORMATS", "PARAM_SLOTS"]
 
@@ -102,7 +111,8 @@ def _fmt_shape(shape) -> str:
     return "x".join(str(int(d)) for d in shape)
 
 
-def print_summary(symbol, shape=None, line_length=120, positions=[.44, .64, .74, 1.]):  # noqa: B006 (MXNet's)
+def print_summary(symbol: Symbol, shape: dict[str, ShapeLike] | None = None, line_length: int = 120,
+                  positions: Sequence[float] = [.44, .64, .74, 1.]) -> None:  # noqa: B006 (MXNet's)
     """Print a table of the layers of ``symbol``: name (op), output shape (batch axis left out, as MXNet),
     parameter count and the layers it reads; then the total parameter count.
 
@@ -211,8 +221,9 @@ def _color(op) -> str:
     return _COLORS[7]
 
 
-def plot_network(symbol, shape=None, title="plot", save_format="pdf", node_attrs={},  # noqa: B006 (MXNet's)
-                 hide_weights=True):
+def plot_network(symbol: Symbol, shape: dict[str, ShapeLike] | None = None, title: str = "plot",
+                 save_format: str = "pdf", node_attrs: Mapping[str, str] = {},  # noqa: B006 (MXNet's)
+                 hide_weights: bool = True) -> graphviz.Digraph:
     """The graph of ``symbol`` as a ``graphviz.Digraph`` (MXNet's ``plot_network`` look).
 
     Ops are boxes coloured by kind (convolution/dense, activation, normalisation, pooling, shape ops, softmax,
@@ -278,7 +289,7 @@ def plot_network(symbol, shape=None, title="plot", save_format="pdf", node_attrs
     return dot
 
 
-def render(dot, path):
+def render(dot: graphviz.Digraph, path: StrPath) -> None:
     """Write ``dot`` (a Digraph) to ``path``; the format is the extension (``FORMATS``). ``.dot`` writes the
     DOT text and needs no ``dot`` program; the others raise RuntimeError saying how to install graphviz when
     it is missing."""

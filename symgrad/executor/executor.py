@@ -14,22 +14,33 @@ import functools
 import gc
 import math
 import warnings
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, cast
 
 import numpy as np
 
 from ..base import AllocationError, BindError, DTypeError, ShapeError, SymgradError
-from ..context import Context, array_context, current_context, to_numpy
+from ..context import Array, Context, array_context, current_context, to_numpy
+from ..graph import Node
 from ..infer import infer_shapes, infer_types, where
 from ..opdef import as_shape, parse_dtype_attr
-from ..symbol import Symbol
+from ..symbol import BindArrays, GradReq, OutGrads, Shape, ShapeLike, Symbol
 from .plan import Plan, annotate, failing_instr, run_instrs
+
+if TYPE_CHECKING:
+    import numpy.typing as npt
+
+    from ..symbol import BoundExecutor
 
 __all__ = ["Executor", "simple_bind", "normalize_grad_req"]
 
 _REQS = ("write", "add", "null", "inplace")
 
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
 
-def _gc_paused(fn):
+
+def _gc_paused(fn: Callable[_P, _R]) -> Callable[_P, _R]:
     """Run ``fn`` with the cyclic garbage collector paused.
 
     Binding allocates many small objects that all stay alive; collections triggered
@@ -37,7 +48,7 @@ def _gc_paused(fn):
     """
 
     @functools.wraps(fn)
-    def run(*args, **kwargs):
+    def run(*args: _P.args, **kwargs: _P.kwargs) -> _R:
         was_enabled = gc.isenabled()
         gc.disable()
         try:
@@ -60,7 +71,7 @@ class _NamedDict(dict):
         raise KeyError(f"{key!r} is not {self._what}; valid names: {sorted(self)}{_nearest(key, self)}")
 
 
-def normalize_grad_req(grad_req, names, who="bind"):
+def normalize_grad_req(grad_req: GradReq, names: Iterable[str], who: str = "bind") -> dict[str, str]:
     """grad_req as str / list / dict -> ``{name: 'write'|'add'|'null'}`` ('inplace' counts as 'write').
 
     Names missing from a dict get 'null'; unknown names, wrong lengths and unknown values are errors.
@@ -188,9 +199,22 @@ class _naming_bound_inputs:
 class Executor:
     """Runs a bound symbol. Create it with ``Symbol.bind`` or ``Symbol.simple_bind``."""
 
+    #: the bound arguments, in ``list_arguments()`` order (the caller's arrays, by reference)
+    arg_arrays: list[Array]
+    #: the gradient arrays, in ``list_arguments()`` order; None where no gradient is computed
+    grad_arrays: list[Array | None]
+    #: the bound auxiliary states, in ``list_auxiliary_states()`` order
+    aux_arrays: list[Array]
+    #: the outputs of the last forward (allocated at bind; an output whose shape depends on the data is None
+    #: until the first forward)
+    outputs: list[Array]
+
     @_gc_paused
-    def __init__(self, symbol, ctx, args, args_grad=None, grad_req="write", aux_states=None, _inferred=None,
-                 _nodes=None):
+    def __init__(self, symbol: Symbol, ctx: Context | None, args: BindArrays, args_grad: BindArrays | None = None,
+                 grad_req: GradReq = "write", aux_states: BindArrays | None = None,
+                 _inferred: tuple[Mapping[tuple[int, int], Shape | None], Mapping[tuple[int, int], np.dtype]]
+                 | None = None,
+                 _nodes: tuple[list[Node], list[Node], list[Node]] | None = None) -> None:
         """``_inferred``: ``(shapes, dtypes)`` maps of every forward value, as ``simple_bind`` inferred them for
         exactly these arrays (then not inferred again here); ``_nodes``: ``symbol._arg_and_aux_nodes()``, as
         ``simple_bind`` already walked them (then not walked again here)."""
@@ -240,7 +264,8 @@ class Executor:
         self.aux_arrays = aux_arrays
 
         # validate shapes over the forward graph before compiling
-        known = {(n.id, 0): tuple(a.shape) for n, a in zip(arg_nodes + aux_nodes, arg_arrays + aux_arrays)}
+        known: dict[tuple[int, int], Shape | None] = {
+            (n.id, 0): tuple(a.shape) for n, a in zip(arg_nodes + aux_nodes, arg_arrays + aux_arrays)}
         bound = dict(zip(arg_nodes + aux_nodes, arg_arrays + aux_arrays))
         if _inferred is not None:
             known, types = dict(_inferred[0]), _inferred[1]
@@ -262,12 +287,13 @@ class Executor:
             known[(v.id, 0)] = s
         infer_shapes(self._plan.backward_nodes, known)  # forward nodes are already known
         self._head_losses = [n.op is not None and n.op.loss_head(n.params) for n, _ in heads]
-        self._vals = None
+        self._vals: list[Any] | None = None
         self._last_is_train = False
-        self._monitor = None
+        self._monitor: Callable[[str, Array], object] | None = None
         self._monitor_all = False
-        self._value_hook = None
-        self._input_hook = None  # set only while forward_with_hook runs
+        self._value_hook: Callable[[Node, int, Array, str], Array] | None = None
+        # set only while forward_with_hook runs
+        self._input_hook: Callable[[Node, list[Array]], Sequence[Array | None] | None] | None = None
         # MXNet allocates the outputs at bind: ``exe.outputs`` may be read before the first forward (zeros
         # here), and every forward writes into these same arrays (a reference taken earlier sees new values).
         # An output whose shape depends on the data (boolean_mask) is None until the first forward.
@@ -277,19 +303,19 @@ class Executor:
 
     # -- views ------------------------------------------------------------------
     @property
-    def arg_dict(self):
+    def arg_dict(self) -> dict[str, Array]:
         return _NamedDict(zip(self._arg_names, self.arg_arrays), "an argument")
 
     @property
-    def grad_dict(self):
+    def grad_dict(self) -> dict[str, Array | None]:
         return _NamedDict(zip(self._arg_names, self.grad_arrays), "an argument")
 
     @property
-    def aux_dict(self):
+    def aux_dict(self) -> dict[str, Array]:
         return _NamedDict(zip(self._aux_names, self.aux_arrays), "an auxiliary state")
 
     @property
-    def output_dict(self):
+    def output_dict(self) -> dict[str, Array]:
         return _NamedDict(zip(self._output_names, self.outputs), "an output")
 
     @property
@@ -310,7 +336,7 @@ class Executor:
                     vals[s] = a
         return vals
 
-    def forward(self, is_train=False, **kwargs):
+    def forward(self, is_train: bool = False, **kwargs: npt.ArrayLike) -> list[Array]:
         """Copy keyword arrays into the bound arguments, run forward, return ``outputs``.
 
         Atomic: the keyword values run the forward from staged copies, and only once every check
@@ -433,7 +459,7 @@ class Executor:
         """A numpy scalar (numpy's result for some operations on 0-d arrays) as a 0-d array."""
         return out if isinstance(out, self._xp.ndarray) else self._xp.asarray(out)
 
-    def backward(self, out_grads=None, is_train=True):
+    def backward(self, out_grads: OutGrads = None, is_train: bool = True) -> None:
         """Back-propagate head gradients; write/add into the gradient arrays."""
         if self._vals is None:
             raise SymgradError("backward: call forward(is_train=True) first")
@@ -566,7 +592,7 @@ class Executor:
                        input_hook=self._input_hook if phase == "forward" else None, kernels=kernels)
 
     # -- partial re-runs (numeric differentiation) -------------------------------
-    def forward_all(self, is_train=False):
+    def forward_all(self, is_train: bool = False) -> list[Array]:
         """A forward that keeps every intermediate value, as the base for ``rerun_downstream``.
 
         Built-in ops do not update auxiliary states here (their new values are dropped); a custom op
@@ -586,7 +612,7 @@ class Executor:
             self.outputs = self._store_outputs(outs)
         return outs  # the computed values themselves: a later forward() does not overwrite them
 
-    def rerun_downstream(self, names):
+    def rerun_downstream(self, names: Iterable[str]) -> list[Array]:
         """Outputs after re-running only the instructions that depend on the arguments ``names``.
 
         The bound arrays of ``names`` may have been changed in place since ``forward_all``;
@@ -630,7 +656,8 @@ class Executor:
         outs = [vals[s] for s in plan.head_slots]
         return [o if isinstance(o, xp.ndarray) else xp.asarray(o) for o in outs]  # _scalar_free, inlined
 
-    def forward_with_hook(self, hook, is_train=False):
+    def forward_with_hook(self, hook: Callable[[Node, list[Array]], Sequence[Array | None] | None],
+                          is_train: bool = False) -> list[Array]:
         """``forward`` run instruction by instruction, with ``hook(node, inputs)`` before each instruction.
 
         ``hook`` gets the operator's graph node (``node.op``, ``node.name``, ``node.params``) and the list
@@ -659,14 +686,15 @@ class Executor:
             self._input_hook = None
 
     # -- management ---------------------------------------------------------------
-    def set_monitor_callback(self, callback, monitor_all=False):
+    def set_monitor_callback(self, callback: Callable[[str, Array], object] | None, monitor_all: bool = False
+                             ) -> None:
         """Call ``callback(name, array)`` for every intermediate output (inputs too with monitor_all)."""
         if callback is not None and not callable(callback):
             raise TypeError("set_monitor_callback: callback must be callable")
         self._monitor = callback
         self._monitor_all = bool(monitor_all)
 
-    def set_value_hook(self, hook):
+    def set_value_hook(self, hook: Callable[[Node, int, Array, str], Array] | None) -> None:
         """Pass every intermediate value through ``hook(node, k, value, phase) -> value`` (None removes it).
 
         While a hook is set, ``forward`` and ``backward`` interpret the plan instruction by instruction and store
@@ -679,7 +707,9 @@ class Executor:
             raise TypeError(f"set_value_hook: hook must be callable or None, got {type(hook).__name__}")
         self._value_hook = hook
 
-    def copy_params_from(self, arg_params, aux_params=None, allow_extra_params=False):
+    def copy_params_from(self, arg_params: Mapping[str, npt.ArrayLike],
+                         aux_params: Mapping[str, npt.ArrayLike] | None = None,
+                         allow_extra_params: bool = False) -> None:
         """Copy values into the bound arguments / auxiliary states (validated first)."""
         staged = []
         for params, names, arrays, what in (
@@ -698,7 +728,8 @@ class Executor:
             for dst, value in staged:  # all checked and converted first: nothing is half-copied
                 dst[...] = value
 
-    def reshape(self, partial_shaping=False, allow_up_sizing=False, **kwargs):
+    def reshape(self, partial_shaping: bool = False, allow_up_sizing: bool = False, **kwargs: ShapeLike
+                ) -> Executor:
         """A new executor for new input shapes, sharing memory with this one (MXNet semantics).
 
         Arrays whose shape is unchanged are the same arrays; a smaller array is a view of the
@@ -714,7 +745,9 @@ class Executor:
         for name, s, old in zip(self._arg_names, partial_shapes, self.arg_arrays):
             if s is None:
                 shapes[name] = tuple(old.shape)  # not determined by the new shapes: keep it
-        arg_shapes, _, aux_shapes = self._symbol.infer_shape(**shapes)
+        # (every argument has a shape here; an unknown one -- a 0 dimension -- gives Nones, which zip refuses)
+        arg_shapes, _, aux_shapes = cast("tuple[list[Shape], list[Shape], list[Shape]]",
+                                         self._symbol.infer_shape(**shapes))
 
         def resized(old, shape, name, what):
             shape = tuple(shape)
@@ -744,7 +777,9 @@ class Executor:
 
 
 @_gc_paused
-def simple_bind(symbol, ctx, grad_req="write", type_dict=None, shapes=None, **_):
+def simple_bind(symbol: Symbol, ctx: Context | None, grad_req: GradReq = "write",
+                type_dict: Mapping[str, npt.DTypeLike] | None = None,
+                shapes: Mapping[str, ShapeLike | None] | None = None, **_: object) -> Executor:
     """Infer every shape from ``shapes``, allocate zeroed arrays on ``ctx`` and bind."""
     ctx = current_context() if ctx is None else ctx
     if not isinstance(ctx, Context):
@@ -829,6 +864,8 @@ def _zeroed_arrays(xp, wanted) -> list:
     dtype (each array ``_ALIGN``-aligned within it): one allocation instead of one per array (DenseNet-121
     asks for ~970, two thirds of them 128 KiB-1 MiB, which the allocator would take from its heap and zero
     one by one); a large zeroed block comes from fresh pages the kernel zeroes on first touch."""
+    spans: list[tuple[np.dtype, int, int]]
+    totals: dict[np.dtype, int]
     spans, totals = [], {}
     for shape, dt in wanted:
         dt = np.dtype(dt)
@@ -849,7 +886,7 @@ def _aligned_zeros(xp, nbytes: int):
     return block[shift:shift + nbytes]
 
 
-def _bind_shapes(given: dict, names: list) -> dict:
+def _bind_shapes(given: Mapping[str, object], names: list[str]) -> dict[str, Shape | None]:
     """``simple_bind``'s keyword shapes, validated: each input's shape must be a tuple of ints.
 
     MXNet ignores keywords that are neither an input nor a shape (``mode='clip'``): they get a warning
@@ -913,3 +950,9 @@ def _human(nbytes: int) -> str:
         value /= 1024
         k += 1
     return f"{value:.1f} {units[k]}"
+
+
+if TYPE_CHECKING:
+    def _is_bound_executor(exe: Executor) -> BoundExecutor:
+        """(mypy only) Executor has the interface ``Symbol.bind`` promises (``symbol.BoundExecutor``)."""
+        return exe
