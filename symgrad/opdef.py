@@ -442,8 +442,12 @@ class OpDef:
         params), else None; computed once."""
         names = self.__dict__.get("_fixed_names", False)
         if names is False:
-            fixed = not (callable(self.inputs) or self.variadic or callable(self.aux) or self.extra_params)
-            names = self.__dict__["_fixed_names"] = (*self.inputs, *self.aux) if fixed else None
+            inputs, aux = self.inputs, self.aux
+            if callable(inputs) or callable(aux) or self.variadic or self.extra_params:
+                names = None
+            else:
+                names = (*inputs, *aux)
+            self.__dict__["_fixed_names"] = names
         return names
 
     def list_aux(self, params: dict) -> list[str]:

@@ -15,6 +15,7 @@ tensor/indexing_op.h); where this module differs on purpose it says so.
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 
@@ -430,7 +431,7 @@ def _bn_grad(F, n, g):
 
 
 # what every BatchNorm variant shares: inputs, moving statistics (updated in training), outputs
-_BN_SPEC = dict(
+_BN_SPEC: dict[str, Any] = dict(
     inputs=("data", "gamma", "beta"),
     aux=("moving_mean", "moving_var"),
     num_outputs=3,

@@ -28,6 +28,8 @@ back).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -144,7 +146,7 @@ def _sample_generalized_negative_binomial(g, size, mu, alpha):
 _POSITIVE = (lambda v: v > 0, "> 0")
 _NONNEG = (lambda v: v >= 0, ">= 0")
 _PROB = (lambda v: 0 < v <= 1, "in (0, 1]")
-_DISTRIBUTIONS = {
+_DISTRIBUTIONS: dict[str, tuple[Callable, list[tuple[str, float, Any]], tuple[str, ...]]] = {
     "uniform": (_sample_uniform, [("low", 0.0, None), ("high", 1.0, None)], ("low", "high")),
     "normal": (_sample_normal, [("loc", 0.0, None), ("scale", 1.0, _POSITIVE)], ("mu", "sigma")),
     "gamma": (_sample_gamma, [("alpha", 1.0, _POSITIVE), ("beta", 1.0, _POSITIVE)], ("alpha", "beta")),
