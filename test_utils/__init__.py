@@ -21,7 +21,7 @@ the ``rng`` fixture) or, outside a seeded test, by the checker itself (``seed.ch
 import importlib
 import sys
 import types
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # loaded on first use by __getattr__ below
     from .chainer_checks import NondifferentiableError, check_backward, check_double_backward, numerical_grad
@@ -131,7 +131,7 @@ _EXPORTS = {
 }
 
 
-def __getattr__(name):
+def __getattr__(name: str) -> Any:
     # PEP 562: the checkers (numpy, symgrad's ops) load when a name is first used, not when the package or its
     # pytest plugin is imported.
     module = _EXPORTS.get(name)
@@ -142,7 +142,7 @@ def __getattr__(name):
     return value
 
 
-def __dir__():
+def __dir__() -> list[str]:
     return sorted(set(globals()) | set(_EXPORTS))
 
 
@@ -152,7 +152,7 @@ class _Package(types.ModuleType):
     hide the lazily loaded function: the package keeps the function, as an eager ``from .compare import
     compare`` did (the module itself stays importable as ``symgrad.test_utils.compare``)."""
 
-    def __setattr__(self, name, value):
+    def __setattr__(self, name: str, value: object) -> None:
         if name in _EXPORTS and isinstance(value, types.ModuleType) and value.__name__ == f"{self.__name__}.{name}":
             return
         super().__setattr__(name, value)

@@ -6,12 +6,26 @@ what was expected and what arrived.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, TypeAlias
+
 import numpy as np
 
 from symgrad.base import SymgradError
 from symgrad.executor import normalize_grad_req as _normalize_grad_req
 
 from .context import to_numpy
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
+
+    from numpy.typing import ArrayLike
+
+#: values by argument (or auxiliary state) as the checkers take them: a list or tuple in the symbol's order, or a
+#: dict by name (the annotation says Sequence / Mapping so that ``list[np.ndarray]`` and ``dict[str, np.ndarray]``
+#: type-check: both are invariant in their items; other sequences and mappings are refused at run time)
+NamedArrays: TypeAlias = "Sequence[ArrayLike] | Mapping[str, ArrayLike]"
+#: a ``grad_req``: one of 'write' / 'add' / 'null' for every argument, a list in argument order or a dict by name
+GradReqLike: TypeAlias = "str | list[str] | tuple[str, ...] | dict[str, str]"
 
 _FLOATS = (np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64))
 

@@ -39,6 +39,8 @@ from __future__ import annotations
 
 import math
 import warnings
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -66,6 +68,11 @@ from .numeric import check_step
 from .report import GradientCheckError, NondifferentiableError, NondifferentiablePointWarning, Report, format_index
 from .seed import seeded_check
 from .tolerance import NOISE_FACTOR
+
+if TYPE_CHECKING:
+    from numpy.typing import ArrayLike, DTypeLike
+
+    from symgrad.symbol import Symbol
 
 __tracebackhide__ = _hide_from_pytest  # a failed check shows its report, not these frames
 
@@ -170,8 +177,10 @@ def to_host(v):
     return v if np.isscalar(v) else to_numpy(v)
 
 
-def numerical_grad(f, inputs, grad_outputs, eps=1e-3, detect_nondifferentiable=False, diff_atol=0, diff_rtol=1e-2,
-                   center_outputs=None):
+def numerical_grad(f: Callable[[], object], inputs: Sequence[np.ndarray],
+                   grad_outputs: ArrayLike | Sequence[ArrayLike | None] | None, eps: float = 1e-3,
+                   detect_nondifferentiable: bool = False, diff_atol: float = 0, diff_rtol: float = 1e-2,
+                   center_outputs: ArrayLike | Sequence[ArrayLike | None] | None = None) -> tuple[np.ndarray, ...]:
     """Numeric gradient of ``sum(grad_outputs * f())`` w.r.t. ``inputs`` (Chainer's ``numerical_grad``).
 
     ``f`` takes no arguments and returns the outputs (an array or a tuple of arrays; None entries are
@@ -253,8 +262,12 @@ def _direction(shapes):
 
 
 @seeded_check
-def check_backward(func, x_data, y_grad, params=(), eps=1e-3, atol=1e-5, rtol=1e-4, no_grads=None, dtype=None,
-                   detect_nondifferentiable=False, *, float64_reference=True, progress=True, probes=None):
+def check_backward(func: Callable[..., Symbol | Sequence[Symbol]], x_data: np.ndarray | Sequence[np.ndarray],
+                   y_grad: ArrayLike | Sequence[ArrayLike | None] | None,
+                   params: Mapping[str, ArrayLike] | tuple[()] | None = (), eps: float = 1e-3, atol: float = 1e-5,
+                   rtol: float = 1e-4, no_grads: Sequence[bool] | None = None, dtype: DTypeLike | None = None,
+                   detect_nondifferentiable: bool = False, *, float64_reference: bool = True, progress: bool = True,
+                   probes: bool | None = None) -> None:
     """Test the backward of ``func`` along a random direction (Chainer's ``check_backward``).
 
     Args:
@@ -647,9 +660,15 @@ def _part_names(ref):
 
 
 @seeded_check
-def check_double_backward(func, x_data, y_grad, x_grad_grad, params=(), params_grad_grad=(), eps=1e-3, atol=1e-4,
-                          rtol=1e-3, no_grads=None, dtype=None, detect_nondifferentiable=False, *,
-                          float64_reference=True, progress=True):
+def check_double_backward(func: Callable[..., Symbol | Sequence[Symbol]], x_data: np.ndarray | Sequence[np.ndarray],
+                          y_grad: np.ndarray | Sequence[np.ndarray] | None,
+                          x_grad_grad: ArrayLike | Sequence[ArrayLike],
+                          params: Mapping[str, ArrayLike] | tuple[()] | None = (),
+                          params_grad_grad: Mapping[str, ArrayLike] | ArrayLike | Sequence[ArrayLike] | None = (),
+                          eps: float = 1e-3, atol: float = 1e-4, rtol: float = 1e-3,
+                          no_grads: Sequence[bool] | None = None, dtype: DTypeLike | None = None,
+                          detect_nondifferentiable: bool = False, *, float64_reference: bool = True,
+                          progress: bool = True) -> None:
     """Test the second-order gradient of ``func`` (Chainer's ``check_double_backward``).
 
     The first-order gradient ``(x, gy) -> (gx, gparams)`` is built as Symbols with ``symgrad.grad``

@@ -8,6 +8,9 @@ diagnosis) and raises.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Literal
+
 import numpy as np
 
 from ._inputs import check_flag, check_tolerances, host_array
@@ -15,7 +18,10 @@ from .context import to_numpy
 from .diagnose import Diagnosis, analyze
 from .frames import hide_from_pytest as _hide_from_pytest
 from .report import GradientCheckError, Report
-from .tolerance import get_tols
+from .tolerance import Real, Tolerance, get_tols
+
+if TYPE_CHECKING:
+    from numpy.typing import ArrayLike, DTypeLike
 
 __tracebackhide__ = _hide_from_pytest  # a failed check shows its report, not these frames
 
@@ -45,10 +51,14 @@ def _violations(a, e, rtol, atol, equal_nan, noise=None):
     return bad, err, allowed
 
 
-def compare(actual, expected, rtol, atol, *, check="assert_almost_equal", arg_name=None, what=None,
-            names=("actual", "expected"), equal_nan=False, eps=None, noise=None, max_rows=10,
-            extra_lines=(), facts=None, broadcast=True, context=None, exclude=None, analytic_noise=None,
-            noise_dtype=None):
+def compare(actual: ArrayLike, expected: ArrayLike, rtol: Real, atol: Real, *, check: str = "assert_almost_equal",
+            arg_name: str | None = None, what: str | None = None, names: Sequence[str] = ("actual", "expected"),
+            equal_nan: bool = False, eps: str | float | None = None, noise: ArrayLike | None = None,
+            max_rows: int = 10, extra_lines: Iterable[str] = (), facts: Mapping[str, Any] | None = None,
+            broadcast: bool | Literal["expected"] = True,
+            context: Mapping[str, Any] | Callable[[], Mapping[str, Any] | None] | None = None,
+            exclude: ArrayLike | None = None, analytic_noise: ArrayLike | None = None,
+            noise_dtype: DTypeLike | None = None) -> None:
     """Raise ``GradientCheckError`` unless ``actual`` matches ``expected`` elementwise.
 
     Args:
@@ -162,7 +172,7 @@ def _summary(n_bad, size, names, rtol, atol, eps, noise, analytic_noise, noise_d
     return f"{n_bad} of {size} elements ({100 * n_bad / size:.3g}%) violate {rule} ({tol_line})"
 
 
-def _finite_max(a) -> float:
+def _finite_max(a: ArrayLike) -> float:
     """The largest finite entry (a NaN gradient element has a NaN noise estimate: not the report's bound)."""
     a = np.asarray(a, np.float64)
     return float(np.max(a, where=np.isfinite(a), initial=0.0))
@@ -175,8 +185,9 @@ def _seed_fact():
     return {} if seed is None else {"seed": seed}
 
 
-def assert_almost_equal(a, b, rtol=None, atol=None, names=("a", "b"), equal_nan=False, mismatches=(10, 10), *,
-                        use_broadcast=True):
+def assert_almost_equal(a: ArrayLike, b: ArrayLike, rtol: Tolerance = None, atol: Tolerance = None,
+                        names: Sequence[str] = ("a", "b"), equal_nan: bool = False,
+                        mismatches: Sequence[int] = (10, 10), *, use_broadcast: bool = True) -> None:
     """Assert ``|a - b| <= atol + rtol * |b|`` elementwise (MXNet's ``assert_almost_equal``).
 
     Tolerances: ``None`` takes the looser default of the two dtypes (``default_rtols``/``default_atols``),
@@ -209,7 +220,8 @@ def assert_almost_equal(a, b, rtol=None, atol=None, names=("a", "b"), equal_nan=
             what=f"{names[0]} and {names[1]} are not almost equal", broadcast=use_broadcast)
 
 
-def almost_equal(a, b, rtol=None, atol=None, equal_nan=False, use_broadcast=True) -> bool:
+def almost_equal(a: ArrayLike, b: ArrayLike, rtol: Tolerance = None, atol: Tolerance = None, equal_nan: bool = False,
+                 use_broadcast: bool = True) -> bool:
     """True when ``assert_almost_equal(a, b, rtol, atol)`` would pass.
 
     Unlike MXNet 1.9 (whose ``almost_equal`` falls back to float64's tolerances whatever the dtypes),
@@ -231,11 +243,12 @@ def almost_equal(a, b, rtol=None, atol=None, equal_nan=False, use_broadcast=True
     return not bool(bad.any())
 
 
-def same(a, b) -> bool:
+def same(a: ArrayLike, b: ArrayLike) -> bool:
     """True when ``a`` and ``b`` have the same shape and exactly the same values."""
     return bool(np.array_equal(to_numpy(a), to_numpy(b)))
 
 
-def assert_allclose(a, b, rtol=1e-07, atol=0, equal_nan=True):
+def assert_allclose(a: ArrayLike, b: ArrayLike, rtol: Tolerance = 1e-07, atol: Tolerance = 0,
+                    equal_nan: bool = True) -> None:
     """MXNet's ``assert_allclose``: ``assert_almost_equal`` with numpy's default tolerances."""
     assert_almost_equal(a, b, rtol=rtol, atol=atol, equal_nan=equal_nan)

@@ -24,6 +24,8 @@ from __future__ import annotations
 
 import hashlib
 import warnings
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -31,6 +33,7 @@ from symgrad.context import Context
 from symgrad.symbol import Symbol
 
 from ._inputs import (
+    GradReqLike,
     check_dtype,
     check_flag,
     check_kind,
@@ -47,7 +50,10 @@ from .harness import RoundingEmulator, refuse_random_ops
 from .mxnet_checks import _raise_first
 from .report import GradientCheckError
 from .seed import seeded_check
-from .tolerance import get_tols
+from .tolerance import Tolerance, get_tols
+
+if TYPE_CHECKING:
+    from numpy.typing import DTypeLike
 
 __tracebackhide__ = _hide_from_pytest  # a failed check shows its report, not these frames
 
@@ -206,9 +212,11 @@ def _ground_truth(ground_truth, required, optional):
 
 
 @seeded_check
-def check_consistency(sym, ctx_list, scale=1.0, grad_req="write", arg_params=None, aux_params=None, rtol=None,
-                      atol=None, raise_on_err=True, ground_truth=None, equal_nan=False, use_uniform=False,
-                      rand_type=np.float64):
+def check_consistency(sym: Symbol | Sequence[Symbol], ctx_list: Sequence[Mapping[str, Any]], scale: float = 1.0,
+                      grad_req: GradReqLike = "write", arg_params: dict[str, Any] | None = None,
+                      aux_params: dict[str, Any] | None = None, rtol: Tolerance = None, atol: Tolerance = None,
+                      raise_on_err: bool = True, ground_truth: dict[str, Any] | None = None, equal_nan: bool = False,
+                      use_uniform: bool = False, rand_type: DTypeLike = np.float64) -> dict[str, Any]:
     """Check that a symbol gives the same outputs and gradients on every device and dtype (MXNet 1.9).
 
     Args:
@@ -292,7 +300,9 @@ class _Consistency:
     comparison of one entry's values with the reference, shared by every phase."""
 
     # -- phase 1: validate -------------------------------------------------------------------------------
-    def __init__(self, sym, ctx_list, grad_req, rtol, atol, raise_on_err, ground_truth, equal_nan):
+    def __init__(self, sym: Symbol | Sequence[Symbol], ctx_list: Sequence[Mapping[str, Any]], grad_req: GradReqLike,
+                 rtol: Tolerance, atol: Tolerance, raise_on_err: bool, ground_truth: dict[str, Any] | None,
+                 equal_nan: bool) -> None:
         if not isinstance(ctx_list, (list, tuple)):
             raise TypeError(f"{_WHO}: ctx_list must be a list of dicts, got {type(ctx_list).__name__}")
         if len(ctx_list) < (1 if ground_truth is not None else 2):
@@ -311,13 +321,13 @@ class _Consistency:
         self.training = any(r != "null" for r in self.reqs.values())
         self.grad_names = [k for k in self.arg_names if self.reqs[k] != "null"]
         self.ground_truth = ground_truth
-        self.gt = None
+        self.gt: dict[str, np.ndarray] | None = None
         if ground_truth is not None:
             self.gt = _ground_truth(ground_truth, self.out_names + (self.grad_names if self.training else []),
                                     self.aux_names)
         self.errors: dict = {}  # entry index -> its GradientCheckErrors, settled at the end
         self._noise: dict = {}  # (entry index, phase) -> {name: estimated rounding noise in the entry's dtype}
-        self.heads = None
+        self.heads: list[np.ndarray | None] | None = None  # the head gradients of the training pass
         self.out_kinds = dict.fromkeys(self.out_names, "output")
         self.kinds = {**self.out_kinds, **dict.fromkeys(self.grad_names, "gradient"),
                       **dict.fromkeys(self.aux_names, "auxiliary state")}

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 import numpy as np
 
 from symgrad.context import Context, current_context
 from symgrad.context import set_default_context as _set_default
 from symgrad.context import to_numpy as _to_numpy
+
+if TYPE_CHECKING:
+    from numpy.typing import DTypeLike
 
 __all__ = ["default_context", "set_default_context", "to_numpy", "to_device", "synchronize"]
 
@@ -16,12 +21,12 @@ def default_context() -> Context:
     return current_context()
 
 
-def set_default_context(ctx) -> None:
+def set_default_context(ctx: Context | None) -> None:
     """Make ``ctx`` the process-wide default context (as MXNet's, this changes ``sg.current_context()``)."""
     _set_default(ctx)
 
 
-def to_numpy(x):
+def to_numpy(x: Any) -> np.ndarray:
     """A numpy array (or the number itself) for numpy / CuPy arrays, lists and numbers."""
     if isinstance(x, np.ndarray):
         return x
@@ -33,7 +38,7 @@ def to_numpy(x):
     return np.asarray(x)
 
 
-def to_device(x, ctx: Context, dtype=None):
+def to_device(x: Any, ctx: Context, dtype: DTypeLike | None = None) -> Any:
     """A fresh array with the values of ``x`` on ``ctx`` (cast to ``dtype`` when given)."""
     host = np.array(to_numpy(x), dtype=dtype, copy=True)
     if ctx.device_type == "cpu":

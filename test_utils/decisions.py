@@ -27,6 +27,7 @@ Cost: one instruction-by-instruction forward per call; the recorded inputs are h
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -52,7 +53,7 @@ class DecisionFlipWarning(UserWarning):
         flips: the ``Flip`` list (empty when built from a message alone).
     """
 
-    def __init__(self, message, flips=()):
+    def __init__(self, message: str, flips: Iterable[Flip] = ()) -> None:
         super().__init__(message)
         self.flips = list(flips)
 

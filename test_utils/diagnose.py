@@ -47,9 +47,13 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from numpy.typing import ArrayLike
 
 __all__ = ["diagnose", "analyze", "register_rule", "RULES", "Diagnosis", "PATTERNS", "FIT_RTOL"]
 
@@ -678,7 +682,8 @@ def _with_kinks(a, e, context, names):
     )
 
 
-def diagnose(actual, expected, names=("actual", "expected"), *, context=None) -> Diagnosis | None:
+def diagnose(actual: ArrayLike, expected: ArrayLike, names: Sequence[str] = ("actual", "expected"), *,
+             context: Mapping[str, Any] | None = None) -> Diagnosis | None:
     """A one-line guess at the bug making ``actual`` differ from ``expected``, or None.
 
     Rules, in order: non-finite values; rounding; a stale 'write' buffer (``context["initial_buffer"]``); the
@@ -705,7 +710,8 @@ def diagnose(actual, expected, names=("actual", "expected"), *, context=None) ->
     return None if msg is None else _rename(msg, names)
 
 
-def analyze(actual, expected, names=("actual", "expected"), *, context=None) -> Diagnosis | None:
+def analyze(actual: ArrayLike, expected: ArrayLike, names: Sequence[str] = ("actual", "expected"), *,
+            context: Mapping[str, Any] | None = None) -> Diagnosis | None:
     """``diagnose``, and when no rule fits an error spread over many elements, a "no simple pattern" line.
 
     That line (pattern ``"spread"``) gives the share of wrong elements and the range of the ratio

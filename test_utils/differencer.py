@@ -172,7 +172,7 @@ def _in_place(arr, base, r) -> bool:
 
 
 def _host64(values) -> list:
-    out = []
+    out: list[float | np.ndarray | None] = []
     for v in values:
         if v is None or isinstance(v, float):  # a projected objective: already a float64 number
             out.append(v)
@@ -182,7 +182,7 @@ def _host64(values) -> list:
     return out
 
 
-def sweep(probes: Iterable, steps: Iterable, evaluate: Callable, rule: str, progress=None, spread=None):
+def sweep(probes: Iterable, steps: Iterable, evaluate: Callable | None, rule: str, progress=None, spread=None):
     """For each probe and its step ``h``: ``(probe, deltas, samples)`` at ``rule``'s offsets.
 
     ``evaluate()`` returns the outputs (a list of arrays or numbers) with the probe applied; ``deltas``
@@ -193,6 +193,7 @@ def sweep(probes: Iterable, steps: Iterable, evaluate: Callable, rule: str, prog
     if spread is not None:
         yield from spread.sweep(probes, steps, rule, progress)
         return
+    assert evaluate is not None  # None only with a spread
     offsets = OFFSETS[rule]
     imaginary = rule == "complex_step"
     for probe, h in zip(probes, steps):
@@ -538,5 +539,6 @@ def settle(difference: Callable, h: float, first: float, analytic: float, bound:
         if noise > bound / 4.0:
             break
         first = d
+    assert best is not None  # max_refine >= 1
     best.settled = False
     return best

@@ -428,7 +428,7 @@ class RoundingEmulator:
         self.rng = np.random.default_rng(seed)
         self.eps = float(np.finfo(self.dtype).eps) if self.dtype.kind == "f" else 0.0
         self.bound = set(self.args) | set(self.aux)  # any other variable of the plan is a head gradient
-        self._carry = {}
+        self._carry: dict[int, bool] = {}  # node id -> whether it computes from a head gradient
         self.acc_eps = float(np.finfo(acc_dtype(self.dtype)).eps) if self.dtype.kind == "f" else 0.0
         self._decisions = None  # the exact forward's (test_utils.decisions.DecisionRecord), pinned when emulating
         self._sigma: dict = {}  # (row or None for the forward, node id) -> accumulation noise, from the exact run
@@ -599,8 +599,9 @@ def analytic_noise(sym, values: dict, aux: dict, heads: list, names, dtype, *, i
     ``MEASURED_CAP`` times the largest float64 gradient entry of the check. Cost: ``EMULATION_RUNS + 1``
     forward and backward passes in float64.
     """
-    exact, noise = RoundingEmulator(sym, values, aux, names, dtype, is_train=is_train, seed=seed).noise([heads])
-    exact, noise = exact[0], noise[0]
+    rows_exact, rows_noise = RoundingEmulator(sym, values, aux, names, dtype, is_train=is_train, seed=seed).noise(
+        [heads])
+    exact, noise = rows_exact[0], rows_noise[0]
     if actual is not None:
         noise = with_measured(noise, exact, actual, dtype)
     return exact, noise

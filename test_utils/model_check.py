@@ -35,13 +35,25 @@ import os
 import sys
 import time
 import warnings
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 
 from .context import to_device, to_numpy
 from .differencer import Progress
 from .frames import hide_from_pytest as _hide_from_pytest
+
+if TYPE_CHECKING:
+    from concurrent.futures import Executor
+
+    from numpy.typing import ArrayLike, DTypeLike
+
+    from symgrad.context import Context
+    from symgrad.symbol import Symbol
+
+    from .decisions import Pinning
 
 __tracebackhide__ = _hide_from_pytest  # a failed check shows its report, not these frames
 
@@ -297,6 +309,8 @@ def _load_params(params) -> tuple[dict, dict]:
     if isinstance(params, tuple) and len(params) == 2:
         return dict(params[0]), dict(params[1])
     if isinstance(params, dict):  # MXNet's save_checkpoint layout ('arg:NAME' / 'aux:NAME') or plain names
+        args: dict[str, np.ndarray]
+        aux: dict[str, np.ndarray]
         args, aux = {}, {}
         for k, v in params.items():
             kind, _, name = k.partition(":") if ":" in k else ("arg", "", k)
@@ -381,7 +395,7 @@ class ModelCheckResult:
     seed: int
     rows: list
     faults: list = field(default_factory=list)
-    pinning: object = None
+    pinning: Pinning | None = None
     seconds: float = 0.0
     partial: bool = False
     interrupted: str | None = None
@@ -837,7 +851,7 @@ class _ModelCheck:
         self.dt = np.dtype(dtype)
         self.checked = [n for n, r in rows.items() if r["verdict"] != "skip"]
         self.live = [n for n in self.checked if rows[n]["grad_req"] != "null"]
-        self.point = None
+        self.point: _Point | None = None
         #: the failing direction (its index j) of each failing argument, for ``localise_worst``
         self.failed: dict = {}
 
@@ -951,6 +965,7 @@ class _ModelCheck:
             seen[node.name] = [np.array(to_numpy(a), copy=True) for a in inputs]
             return None
 
+        assert self.point is not None  # phase 0 (``start``) ran
         self.point.exe.forward_with_hook(hook, is_train=True)
         faults = []
         for position, node in enumerate(order):
@@ -1049,18 +1064,18 @@ class _Elements:
     numeric: np.ndarray
     #: the per-element steps over the whole argument (``default_steps``)
     steps: np.ndarray
-    a_noise: np.ndarray
+    a_noise: np.ndarray | None
     n_noise: np.ndarray
     atol: float
     rtol: float
-    err: np.ndarray = None
-    allowed: np.ndarray = None
-    bad: np.ndarray = None
+    err: np.ndarray | None = None
+    allowed: np.ndarray | None = None
+    bad: np.ndarray | None = None
     #: left out: the difference did not settle (``unsettled``), or no verdict in the dtype under test
     #: (``imprecise``); ``exclude``: every element left out, the kinks included
-    unsettled: np.ndarray = None
-    imprecise: np.ndarray = None
-    exclude: np.ndarray = None
+    unsettled: np.ndarray | None = None
+    imprecise: np.ndarray | None = None
+    exclude: np.ndarray | None = None
 
     @classmethod
     def measure(cls, p, k, indices) -> _Elements:
@@ -1262,9 +1277,15 @@ def _rows(prep, grad_req) -> dict:
     return rows
 
 
-def check_model(model, params=None, *, shapes=None, dtype="float32", mode="fast", samples=DEFAULT_SAMPLES, seed=0,
-                grad_req="write", ctx=None, executor=None, workers=1, progress=False, directions=DIRECTIONS, pin=True,
-                locate=True, raise_on_failure=True, keep_partial=False) -> ModelCheckResult:
+def check_model(model: Symbol | str | os.PathLike[str] | PreparedModel,
+                params: str | os.PathLike[str] | Mapping[str, ArrayLike]
+                | tuple[Mapping[str, ArrayLike], Mapping[str, ArrayLike]] | None = None, *,
+                shapes: Mapping[str, Sequence[int]] | None = None, dtype: DTypeLike = "float32",
+                mode: Literal["fast", "sample", "full"] = "fast", samples: int = DEFAULT_SAMPLES, seed: int = 0,
+                grad_req: str | dict[str, str] = "write", ctx: Context | None = None,
+                executor: Executor | None = None, workers: int = 1, progress: bool = False,
+                directions: int = DIRECTIONS, pin: bool = True, locate: bool = True, raise_on_failure: bool = True,
+                keep_partial: bool = False) -> ModelCheckResult:
     """Check the gradient of every argument of a whole model numerically, and name the faulty node.
 
     Args:

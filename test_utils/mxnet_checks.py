@@ -12,10 +12,14 @@ from __future__ import annotations
 
 import time
 import warnings
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
 from ._inputs import (
+    GradReqLike,
+    NamedArrays,
     check_choice,
     check_context,
     check_count,
@@ -52,7 +56,15 @@ from .objectives import complex_objective, projected_objective
 from .report import GradientCheckError, NondifferentiablePointWarning
 from .scaleout import Recipe, Spread, check_pool
 from .seed import seeded_check
-from .tolerance import get_tols, scaled_atol
+from .tolerance import Tolerance, get_tols, scaled_atol
+
+if TYPE_CHECKING:
+    from concurrent.futures import Executor
+
+    from numpy.typing import ArrayLike, DTypeLike
+
+    from symgrad.context import Context
+    from symgrad.symbol import Symbol
 
 __tracebackhide__ = _hide_from_pytest  # a failed check shows its report, not these frames
 
@@ -167,11 +179,12 @@ def _backward_probes(sym, ctx, loc, aux, heads, name) -> dict:
     """
     from .probes import _index_like
 
-    found = {"arrays": [(f"the value of argument {k!r}", np.asarray(to_numpy(v), np.float64))
-                        for k, v in loc.items() if np.shape(v) == np.shape(loc[name])],
-             "values": np.asarray(to_numpy(loc[name]), np.float64),
-             "indices": [(k, np.rint(np.asarray(to_numpy(v), np.float64)).astype(np.int64))
-                         for k, v in loc.items() if k != name and _index_like(to_numpy(v))]}
+    found: dict[str, Any] = {
+        "arrays": [(f"the value of argument {k!r}", np.asarray(to_numpy(v), np.float64))
+                   for k, v in loc.items() if np.shape(v) == np.shape(loc[name])],
+        "values": np.asarray(to_numpy(loc[name]), np.float64),
+        "indices": [(k, np.rint(np.asarray(to_numpy(v), np.float64)).astype(np.int64))
+                    for k, v in loc.items() if k != name and _index_like(to_numpy(v))]}
     if any(h is None for h in heads):
         return found
     heads = [np.asarray(to_numpy(h)) for h in heads]
@@ -189,7 +202,7 @@ def _backward_probes(sym, ctx, loc, aux, heads, name) -> dict:
             if h.shape[axis] < 2:
                 continue
             masked = [np.zeros_like(x) for x in heads]
-            sl = [slice(None)] * h.ndim
+            sl: list[slice | int] = [slice(None)] * h.ndim
             sl[axis] = 0
             masked[k][tuple(sl)] = h[tuple(sl)]
             exe.backward([to_device(m, ctx) for m in masked])
@@ -245,8 +258,11 @@ def diagnosis_context(sym, ctx, loc, aux, heads, name, out_shapes, kinks=(), noi
 # -- forward --------------------------------------------------------------------------------------------
 
 
-def check_symbolic_forward(sym, location, expected, rtol=None, atol=None, aux_states=None, ctx=None,
-                           equal_nan=False, dtype=np.float32):
+def check_symbolic_forward(sym: Symbol, location: NamedArrays,
+                           expected: ArrayLike | Sequence[ArrayLike | None] | Mapping[str, ArrayLike | None],
+                           rtol: Tolerance = None, atol: Tolerance = None, aux_states: NamedArrays | None = None,
+                           ctx: Context | None = None, equal_nan: bool = False,
+                           dtype: DTypeLike = np.float32) -> list[np.ndarray]:
     """Compare the outputs of ``forward(is_train=False)`` with expected arrays.
 
     Args:
@@ -312,9 +328,13 @@ def check_symbolic_forward(sym, location, expected, rtol=None, atol=None, aux_st
 
 
 @seeded_check
-def check_symbolic_backward(sym, location, out_grads, expected, rtol=None, atol=None, aux_states=None,
-                            grad_req="write", ctx=None, grad_stypes=None, equal_nan=False, dtype=np.float32, *,
-                            probes=None):
+def check_symbolic_backward(sym: Symbol, location: NamedArrays,
+                            out_grads: ArrayLike | Sequence[ArrayLike | None] | Mapping[str, ArrayLike | None] | None,
+                            expected: Sequence[ArrayLike | None] | Mapping[str, ArrayLike | None],
+                            rtol: Tolerance = None, atol: Tolerance = None, aux_states: NamedArrays | None = None,
+                            grad_req: GradReqLike = "write", ctx: Context | None = None,
+                            grad_stypes: Mapping[str, str | None] | None = None, equal_nan: bool = False,
+                            dtype: DTypeLike = np.float32, *, probes: bool | None = None) -> dict[str, np.ndarray]:
     """Compare the gradients of one forward(is_train=True) + backward with expected arrays.
 
     Gradient buffers exist only for the arguments in ``expected`` and start *dirty* (standard-normal
@@ -584,10 +604,15 @@ class NumericGradientResult(dict):
 
 
 @seeded_check
-def check_numeric_gradient(sym, location, aux_states=None, numeric_eps=None, rtol=None, atol=None, grad_nodes=None,
-                           use_forward_train=True, ctx=None, grad_stype_dict=None, dtype=np.float32, *,
-                           numeric_dtype=np.float64, method="central", kinks="redraw", progress=True,
-                           executor=None, probes=None):
+def check_numeric_gradient(sym: Symbol, location: NamedArrays, aux_states: NamedArrays | None = None,
+                           numeric_eps: Tolerance = None, rtol: Tolerance = None, atol: Tolerance = None,
+                           grad_nodes: GradReqLike | None = None,
+                           use_forward_train: bool = True, ctx: Context | None = None,
+                           grad_stype_dict: Mapping[str, str | None] | None = None, dtype: DTypeLike = np.float32, *,
+                           numeric_dtype: DTypeLike = np.float64,
+                           method: Literal["central", "richardson", "complex_step"] = "central",
+                           kinks: Literal["redraw", "exclude", "error"] = "redraw", progress: bool = True,
+                           executor: Executor | None = None, probes: bool | None = None) -> NumericGradientResult:
     """Check the backward pass against finite differences (MXNet's ``check_numeric_gradient``).
 
     The scalar checked is ``f = sum_k sum(w_k * out_k)`` over every output ``k``, with random weights
@@ -675,6 +700,25 @@ def check_numeric_gradient(sym, location, aux_states=None, numeric_eps=None, rto
 
 class _NumericSetup:
     """The validated arguments of one ``check_numeric_gradient`` call (phase 1: validate)."""
+
+    who: str
+    sym: Symbol
+    dtype: np.dtype[Any]
+    ndtype: np.dtype[Any]
+    method: str
+    kinks: str
+    ctx: Context
+    arg_names: list[str]
+    loc: dict[str, np.ndarray]
+    aux: dict[str, np.ndarray]
+    out_shapes: list[tuple[int, ...]]
+    reqs: dict[str, str]
+    complex_step: bool
+    eps: float | None
+    rtol: float
+    atol: float | None
+    is_train: bool
+    checked: list[str]
 
     @classmethod
     def validate(cls, sym, location, aux_states, numeric_eps, rtol, atol, grad_nodes, use_forward_train, ctx,
@@ -934,7 +978,9 @@ class _NumericRun:
 # -- speed / convenience ------------------------------------------------------------------------------------
 
 
-def check_speed(sym, location=None, ctx=None, N=20, grad_req=None, typ="whole", **kwargs):
+def check_speed(sym: Symbol, location: Mapping[str, ArrayLike] | None = None, ctx: Context | None = None, N: int = 20,
+                grad_req: GradReqLike | None = None, typ: Literal["whole", "forward"] = "whole",
+                **kwargs: Any) -> float:
     """Seconds per forward+backward (``typ="whole"``) or per inference forward (``typ="forward"``).
 
     ``location`` is a dict of argument values (their shapes bind the symbol); without it the shapes come
@@ -958,7 +1004,8 @@ def check_speed(sym, location=None, ctx=None, N=20, grad_req=None, typ="whole", 
         if unknown:
             raise ValueError(f"{who}: location names {unknown}, which are not arguments; arguments are {arg_names}")
         location = {k: host_array(v, who, "argument", k, allow_complex=False) for k, v in location.items()}
-        exe = sym.simple_bind(ctx, grad_req=grad_req, **{k: np.shape(v) for k, v in location.items()})
+        shapes: dict[str, Any] = {k: np.shape(v) for k, v in location.items()}
+        exe = sym.simple_bind(ctx, grad_req=grad_req, **shapes)
     for name, value in location.items():
         exe.arg_dict[name][...] = to_device(value, ctx, exe.arg_dict[name].dtype)
     if typ == "whole":
@@ -980,7 +1027,8 @@ def check_speed(sym, location=None, ctx=None, N=20, grad_req=None, typ="whole", 
     return (time.perf_counter() - tic) / N
 
 
-def simple_forward(sym, ctx=None, is_train=False, **inputs):
+def simple_forward(sym: Symbol, ctx: Context | None = None, is_train: bool = False,
+                   **inputs: ArrayLike) -> np.ndarray | list[np.ndarray]:
     """Outputs of one forward with the given argument arrays (one array, or a list for several outputs)."""
     who = "simple_forward"
     check_symbol(sym, who)

@@ -16,10 +16,12 @@ the MXNet-style checkers add on top:
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 
 from ._inputs import (
+    NamedArrays,
     check_choice,
     check_dtype,
     check_executor,
@@ -43,6 +45,11 @@ from .frames import hide_from_pytest as _hide_from_pytest
 from .harness import Harness, as_array_like, assert_deterministic, refuse_random_ops, trace_values
 from .report import Kink, format_index
 from .tolerance import min_numeric_eps, numeric_noise
+
+if TYPE_CHECKING:
+    from numpy.typing import DTypeLike
+
+    from symgrad.symbol import BoundExecutor
 
 __tracebackhide__ = _hide_from_pytest  # a failed check shows its report, not these frames
 
@@ -216,8 +223,9 @@ def _write_location(executor, loc, dtype):
         args[k][...] = as_array_like(args[k], v.astype(dtype) if v.dtype.kind == "f" else v)
 
 
-def numeric_grad(executor, location, aux_states=None, eps=1e-4, use_forward_train=True, dtype=np.float32, *,
-                 method="central", progress=True):
+def numeric_grad(executor: BoundExecutor, location: NamedArrays, aux_states: NamedArrays | None = None,
+                 eps: float | None = 1e-4, use_forward_train: bool = True, dtype: DTypeLike = np.float32, *,
+                 method: Literal["central", "richardson"] = "central", progress: bool = True) -> dict[str, np.ndarray]:
     """Numeric gradient of the sum of every output of ``executor`` by central differences (MXNet's ``numeric_grad``).
 
     The values of ``location`` (a dict name -> array, or a list in ``list_arguments()`` order; a dict may
@@ -267,6 +275,7 @@ def numeric_grad(executor, location, aux_states=None, eps=1e-4, use_forward_trai
     if eps is None:
         steps = {k: default_steps(to_numpy(args[k]), args[k].dtype, method) for k in loc}
     else:
+        assert fixed is not None  # eps is not None
         steps = fixed
     harness = Harness(executor, is_train=use_forward_train, aux_initial=aux or {})
     harness.assert_deterministic(who)
@@ -305,7 +314,7 @@ def element_kinks(harness, name, objective: Callable, indices, steps, analytic, 
     steps = np.broadcast_to(np.asarray(steps, np.float64), arr.shape)
     tol = np.broadcast_to(np.asarray(tol, np.float64), arr.shape)
     evaluate = lambda: objective(harness.outputs([name]))
-    found = []
+    found: list[Kink] = []
     for n_seen, idx in enumerate(indices):
         if n_seen >= probe and not found:
             break
@@ -363,7 +372,7 @@ def move_off_kink(values, kink, j, step) -> None:
 def kink_warning(who, kinks, redrawn, excluded, *, redrawn_note="", excluded_as="the comparison",
                  excluded_note="") -> str:
     """The text of the ``NondifferentiablePointWarning`` of a check that re-drew or excluded kink elements."""
-    per_arg = {}
+    per_arg: dict[str, int] = {}
     for k in kinks:
         per_arg[k.arg] = per_arg.get(k.arg, 0) + 1
     where = ", ".join(f"{a!r}: {c}" for a, c in per_arg.items())

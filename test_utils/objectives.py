@@ -10,6 +10,7 @@ Below ``differencer`` (whose scale-out ``Recipe`` rebuilds an objective in a wor
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any, TypeVar, overload
 
 import numpy as np
 
@@ -31,8 +32,16 @@ _add_reduce = np.add.reduce
 
 LOSS_OBJECTIVES: dict[str, Callable] = {}
 
+_F = TypeVar("_F", bound=Callable[..., Any])
 
-def register_loss_objective(op_name: str, factory: Callable | None = None):
+
+@overload
+def register_loss_objective(op_name: str, factory: None = None) -> Callable[[_F], _F]: ...
+@overload
+def register_loss_objective(op_name: str, factory: _F) -> _F: ...
+
+
+def register_loss_objective(op_name: str, factory: Callable[..., Any] | None = None) -> Callable[..., Any]:
     """Register the implied loss of a loss-head op (an op name, or a Custom op's ``op_type``).
 
     Usable as a decorator. ``factory(params, inputs, output) -> loss(inputs, output) -> (value, magnitude)``.

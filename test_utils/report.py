@@ -8,7 +8,9 @@ the seed with a one-line reproduction; the same facts are attributes, for tests 
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 from .frames import hide_from_pytest
 from .seed import REPRODUCE_MARK, current_seed, reproduction, reproduction_line
@@ -42,7 +44,7 @@ class Kink:
     analytic: float | None = None
     subgradient: bool = True
 
-    def describe(self, arg=None) -> str:
+    def describe(self, arg: str | None = None) -> str:
         name = self.arg if arg is None else arg
         return (f"non-differentiable point at {name}[{format_index(self.index)}] = {self.value:.6g} (left derivative "
                 f"{self.left:.6g}, right derivative {self.right:.6g}"
@@ -52,7 +54,7 @@ class Kink:
         return self.describe()
 
 
-def format_index(index) -> str:
+def format_index(index: Iterable[Any]) -> str:
     """``(1, 2)`` as ``"1, 2"``, ``(3,)`` as ``"3"``."""
     return ", ".join(str(int(i)) for i in index)
 
@@ -131,7 +133,7 @@ class GradientCheckError(AssertionError):
 
     hides_checker_frames = True  # frames.hide_from_pytest: pytest shows the report, not symgrad's frames
 
-    def __init__(self, message, **facts):
+    def __init__(self, message: str | Report, **facts: Any) -> None:
         self.report = message if isinstance(message, Report) else None
         if self.report is not None:
             message = self.report.render()
@@ -166,11 +168,11 @@ class GradientCheckError(AssertionError):
             setattr(self, k, v)
         self._facts = dict(facts)
 
-    def facts(self) -> dict:
+    def facts(self) -> dict[str, Any]:
         """Every public attribute (the facts a composite report takes over from the report it builds on)."""
         return {k: v for k, v in self.__dict__.items() if not k.startswith("_") and k not in ("report", "reproduce")}
 
-    def __reduce__(self):  # keep the facts when pickled (pytest-xdist, multiprocessing)
+    def __reduce__(self) -> tuple[Any, ...]:  # keep the facts when pickled (pytest-xdist, multiprocessing)
         state = {k: v for k, v in self.__dict__.items() if not k.startswith("_")}
         return (_restore, (type(self), str(self), state))
 
@@ -200,7 +202,18 @@ class NondifferentiableError(ValueError):
         seed, reproduce: the seed of the check and the one-line reproduction (the message's last line).
     """
 
-    def __init__(self, message, **facts):
+    arg_name: str | None
+    index: tuple[int, ...] | None
+    value: float | None
+    output_index: int | None
+    output_element: tuple[int, ...] | None
+    eps: float | None
+    left: float | None
+    right: float | None
+    residual: float | None
+    threshold: float | None
+
+    def __init__(self, message: str, **facts: Any) -> None:
         from .seed import current_seed as _seed
 
         self.seed = _seed()
@@ -216,7 +229,7 @@ class NondifferentiableError(ValueError):
             setattr(self, k, v)
 
 
-def with_reproduction(message, seed) -> str:
+def with_reproduction(message: object, seed: int | None) -> str:
     """``message`` ending with one line ``seed N -- reproduce: <command>`` (any older such line removed, so a
     report quoting another report's text keeps only its own)."""
     kept = [line for line in str(message).split("\n") if REPRODUCE_MARK not in line]

@@ -20,6 +20,8 @@ import os
 import random
 import shlex
 import sys
+from collections.abc import Callable, Iterator
+from typing import Any, ParamSpec, TypeVar, overload
 
 import numpy as np
 
@@ -35,15 +37,18 @@ COUNT_ENV = "SYMGRAD_TEST_COUNT"
 #: the text that marks the reproduction line of a report (one per report)
 REPRODUCE_MARK = "-- reproduce: "
 
-_current: contextvars.ContextVar = contextvars.ContextVar("symgrad_test_seed", default=None)
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+_current: contextvars.ContextVar[int | None] = contextvars.ContextVar("symgrad_test_seed", default=None)
 
 
-def current_seed():
+def current_seed() -> int | None:
     """The seed of the ``with_seed`` test (or ``rng`` fixture, or checker call) running now, or None."""
     return _current.get()
 
 
-def _env_seed():
+def _env_seed() -> int | None:
     env = os.environ.get(SEED_ENV, "").strip()
     if not env:
         return None
@@ -65,7 +70,7 @@ def _command() -> str:
     return "<the same code>"  # an interactive session, a notebook, python -c
 
 
-def reproduction(seed=None) -> str:
+def reproduction(seed: int | None = None) -> str:
     """One shell line re-running the current test (or script) with ``seed`` (None: no seed needed).
 
     >>> reproduction(7).startswith("SYMGRAD_TEST_SEED=7 ")
@@ -75,19 +80,19 @@ def reproduction(seed=None) -> str:
     return cmd if seed is None else f"{SEED_ENV}={int(seed)} {cmd}"
 
 
-def reproduction_line(seed=None) -> str:
+def reproduction_line(seed: int | None = None) -> str:
     """The last line of every failure report: the seed and the one-line reproduction."""
     lead = f"seed {int(seed)}" if seed is not None else "no random seed involved"
     return f"{lead} {REPRODUCE_MARK}{reproduction(seed)}"
 
 
-def _seed_note(seed, i, count) -> str:
+def _seed_note(seed: int, i: int, count: int) -> str:
     run = f" (run {i + 1} of {count})" if count > 1 else ""
     return f"seed={seed}{run}: reproduce with {reproduction(seed)}"
 
 
 @contextlib.contextmanager
-def check_seed():
+def check_seed() -> Iterator[int]:
     """The scope of one checker call: yields the seed its random draws are reproducible from.
 
     Inside a seeded test the global RNG is left alone (the test's seed reproduces the draws). Outside
@@ -114,17 +119,23 @@ def check_seed():
         random.setstate(py_state)
 
 
-def seeded_check(fn):
+def seeded_check(fn: Callable[_P, _R]) -> Callable[_P, _R]:
     """Decorator: run the checker ``fn`` inside ``check_seed()`` (its signature is kept)."""
     @functools.wraps(fn)
-    def wrapper(*args, **kwargs):
+    def wrapper(*args: _P.args, **kwargs: _P.kwargs) -> _R:
         with check_seed():
             return fn(*args, **kwargs)
 
     return wrapper
 
 
-def with_seed(seed=None):
+@overload
+def with_seed(seed: Callable[_P, _R]) -> Callable[_P, _R | None]: ...
+@overload
+def with_seed(seed: int | np.integer[Any] | None = None) -> Callable[[Callable[_P, _R]], Callable[_P, _R | None]]: ...
+
+
+def with_seed(seed: int | np.integer[Any] | Callable[..., Any] | None = None) -> Callable[..., Any]:
     """Decorator seeding numpy's and Python's global RNGs before each run of a test.
 
     The seed is ``seed`` when given, else the environment variable ``SYMGRAD_TEST_SEED``, else a

@@ -14,8 +14,12 @@ tolerance of their two dtypes, so float32 vs float64 is checked at float32's tol
 from __future__ import annotations
 
 import numbers
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from numpy.typing import DTypeLike
 
 __all__ = [
     "default_dtype",
@@ -32,29 +36,37 @@ __all__ = [
     "scaled_atol",
 ]
 
+#: a real number as the checkers accept it (Python or numpy scalar; booleans are refused where they matter)
+Real: TypeAlias = "float | np.floating[Any] | np.integer[Any]"
+#: a tolerance argument: None (use the table), a number (used as is) or ``{dtype: number}`` (entries override the
+#: table for those dtypes; any key ``np.dtype`` accepts)
+Tolerance: TypeAlias = "Real | dict[Any, Real] | None"
+
 _INT_TYPES = (np.bool_, np.int8, np.uint8, np.int32, np.uint32, np.int64, np.uint64)
 
 
-def default_dtype():
+def default_dtype() -> type[np.float32]:
     """The dtype test data is created in (float32, as MXNet)."""
     return np.float32
 
 
-def default_rtols() -> dict:
+def default_rtols() -> dict[np.dtype[Any], float]:
     """Relative tolerance per dtype (MXNet 1.9): float16 1e-2, float32 1e-4, float64 1e-5, integers 0."""
-    table = {np.dtype(np.float16): 1e-2, np.dtype(np.float32): 1e-4, np.dtype(np.float64): 1e-5}
+    table: dict[np.dtype[Any], float] = {
+        np.dtype(np.float16): 1e-2, np.dtype(np.float32): 1e-4, np.dtype(np.float64): 1e-5}
     table.update({np.dtype(t): 0 for t in _INT_TYPES})
     return table
 
 
-def default_atols() -> dict:
+def default_atols() -> dict[np.dtype[Any], float]:
     """Absolute tolerance per dtype (MXNet 1.9): float16 1e-1, float32 1e-3, float64 1e-20, integers 0."""
-    table = {np.dtype(np.float16): 1e-1, np.dtype(np.float32): 1e-3, np.dtype(np.float64): 1e-20}
+    table: dict[np.dtype[Any], float] = {
+        np.dtype(np.float16): 1e-1, np.dtype(np.float32): 1e-3, np.dtype(np.float64): 1e-20}
     table.update({np.dtype(t): 0 for t in _INT_TYPES})
     return table
 
 
-def default_numeric_eps() -> dict:
+def default_numeric_eps() -> dict[np.dtype[Any], float]:
     """MXNet's finite-difference steps per dtype (powers of two).
 
     symgrad's ``check_numeric_gradient`` does not use them by default (it picks a step per element for
@@ -63,7 +75,7 @@ def default_numeric_eps() -> dict:
     return {np.dtype(np.float16): 1.0 / 2**6, np.dtype(np.float32): 1.0 / 2**9, np.dtype(np.float64): 1.0 / 2**14}
 
 
-def min_numeric_eps(dtype, numeric_dtype=np.float64) -> float:
+def min_numeric_eps(dtype: DTypeLike, numeric_dtype: DTypeLike = np.float64) -> float:
     """The smallest ``numeric_eps`` accepted for ``dtype`` under test, finite differences taken in ``numeric_dtype``.
 
     It is the larger of MXNet's floor (1e-5 when float16/float32 is under test) and
@@ -79,7 +91,7 @@ def min_numeric_eps(dtype, numeric_dtype=np.float64) -> float:
     return max(mxnet_floor, float(np.sqrt(np.finfo(numeric_dtype).eps)) / 4)
 
 
-def effective_dtype(dat) -> np.dtype:
+def effective_dtype(dat: object) -> np.dtype[Any]:
     """The dtype whose tolerance applies to ``dat`` (numbers count as float64, as numpy scalars do)."""
     if isinstance(dat, numbers.Number) and not hasattr(dat, "dtype"):
         dat = np.asarray(dat)
@@ -104,7 +116,7 @@ def _norm_tol_dict(tol: dict) -> dict:
     return {np.dtype(k): v for k, v in tol.items()}
 
 
-def get_tolerance(dat, tol, default_tol: dict):
+def get_tolerance(dat: object, tol: Tolerance, default_tol: dict[np.dtype[Any], float]) -> Real:
     """The tolerance for comparisons of ``dat``: ``tol`` if a number, else ``tol[dtype]`` or the default."""
     if isinstance(tol, numbers.Number) and not isinstance(tol, bool):
         return tol
@@ -118,19 +130,19 @@ def get_tolerance(dat, tol, default_tol: dict):
     return default_tol[_table_dtype(dtype, default_tol)]
 
 
-def get_tols(x, y, rtol, atol):
+def get_tols(x: object, y: object, rtol: Tolerance, atol: Tolerance) -> tuple[Real, Real]:
     """``(rtol, atol)`` for comparing ``x`` with ``y``: the looser of the two dtypes' tolerances."""
     rtol = max(get_tolerance(x, rtol, default_rtols()), get_tolerance(y, rtol, default_rtols()))
     atol = max(get_tolerance(x, atol, default_atols()), get_tolerance(y, atol, default_atols()))
     return rtol, atol
 
 
-def get_rtol(rtol=None, dtype=np.float64):
+def get_rtol(rtol: Tolerance = None, dtype: DTypeLike = np.float64) -> Real:
     """``rtol`` or the table's entry for ``dtype``."""
     return get_tolerance(np.empty((), dtype), rtol, default_rtols())
 
 
-def get_atol(atol=None, dtype=np.float64):
+def get_atol(atol: Tolerance = None, dtype: DTypeLike = np.float64) -> Real:
     """``atol`` or the table's entry for ``dtype``."""
     return get_tolerance(np.empty((), dtype), atol, default_atols())
 

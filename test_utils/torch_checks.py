@@ -39,6 +39,9 @@ Differences from PyTorch (trustworthy numbers):
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
 import numpy as np
 
 import symgrad as sg
@@ -56,15 +59,22 @@ from .scaleout import check_pool
 from .seed import seeded_check
 from .tolerance import numeric_noise
 
+if TYPE_CHECKING:
+    from concurrent.futures import Executor
+
+    from symgrad.symbol import Symbol
+
 __tracebackhide__ = _hide_from_pytest  # a failed check shows its report, not these frames
 
 __all__ = ["gradcheck", "gradgradcheck"]
 
 
 @seeded_check
-def gradcheck(func, inputs, *, eps=1e-6, atol=1e-5, rtol=1e-3, raise_exception=True, nondet_tol=0.0,
-              check_undefined_grad=True, fast_mode=False, float64_reference=True, progress=True, executor=None,
-              probes=None):
+def gradcheck(func: Callable[..., Symbol | Sequence[Symbol]], inputs: np.ndarray | Sequence[Any], *,
+              eps: float | None = 1e-6, atol: float = 1e-5, rtol: float = 1e-3, raise_exception: bool = True,
+              nondet_tol: float = 0.0, check_undefined_grad: bool = True, fast_mode: bool = False,
+              float64_reference: bool = True, progress: bool = True, executor: Executor | None = None,
+              probes: bool | None = None) -> bool:
     """Check the gradients of ``func`` at ``inputs`` against finite differences (PyTorch's ``gradcheck``).
 
     Args:
@@ -114,9 +124,12 @@ def gradcheck(func, inputs, *, eps=1e-6, atol=1e-5, rtol=1e-3, raise_exception=T
 
 
 @seeded_check
-def gradgradcheck(func, inputs, grad_outputs=None, *, eps=1e-6, atol=1e-5, rtol=1e-3,
-                  gen_non_contig_grad_outputs=False, raise_exception=True, nondet_tol=0.0, check_undefined_grad=True,
-                  fast_mode=False, float64_reference=True, progress=True, executor=None):
+def gradgradcheck(func: Callable[..., Symbol | Sequence[Symbol]], inputs: np.ndarray | Sequence[Any],
+                  grad_outputs: np.ndarray | Sequence[np.ndarray] | None = None, *, eps: float | None = 1e-6,
+                  atol: float = 1e-5, rtol: float = 1e-3, gen_non_contig_grad_outputs: bool = False,
+                  raise_exception: bool = True, nondet_tol: float = 0.0, check_undefined_grad: bool = True,
+                  fast_mode: bool = False, float64_reference: bool = True, progress: bool = True,
+                  executor: Executor | None = None) -> bool:
     """Check the second-order gradients of ``func`` (PyTorch's ``gradgradcheck``).
 
     ``gradcheck`` is applied to the vector-Jacobian product ``(inputs, grad_outputs) -> symgrad.grad(
