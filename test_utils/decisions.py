@@ -409,4 +409,6 @@ def _pinned_op(op, choices):
             fixed = on_device[xp] = [c if xp is np else xp.asarray(c) for c in choices]
         return op.pinned(xp, fixed, *inputs, **params)
 
-    return dataclasses.replace(op, forward=forward, gradient=None, decisions=None, pinned=None, accepts_out=False)
+    # (specialize=None: the op's kernels are equivalents of its own forward, not of the pinned one)
+    return dataclasses.replace(op, forward=forward, specialize=None, gradient=None, decisions=None, pinned=None,
+                               accepts_out=False)
