@@ -218,7 +218,7 @@ def bench_mlp(exe, contenders, rounds, reps, warmup, budget_s):
     gc.disable()  # as timeit does; both sides equally
     try:
         for r in range(rounds):
-            order = names[r % len(names):] + names[: r % len(names)]  # rotate who goes first
+            order = names[r % len(names) :] + names[: r % len(names)]  # rotate who goes first
             for name in order:
                 f0 = _minor_faults()
                 times = _time_calls(contenders[name], reps, budget_s)
@@ -244,8 +244,11 @@ def summarize_mlp(results):
     for _, r in results:
         med = r["medians"]
         floor = {k: min(v) for k, v in med.items()}
-        clean = [i for i in range(r["rounds"])
-                 if med["numpy_out"][i] <= 2.5 * canary and all(med[k][i] <= 2.5 * floor[k] for k in med)]
+        clean = [
+            i
+            for i in range(r["rounds"])
+            if med["numpy_out"][i] <= 2.5 * canary and all(med[k][i] <= 2.5 * floor[k] for k in med)
+        ]
         use = clean or list(range(r["rounds"]))
         r["clean"] = len(clean)
         r["best"] = floor
@@ -306,12 +309,20 @@ def bench_chain(n_nodes, repeats, shape=(8, 8), seed=0):
         if out_shapes != [tuple(shape)] or arg_shapes != [tuple(shape)]:
             raise AssertionError(f"chain infer_shape gave {arg_shapes} -> {out_shapes}")
         want_y, want_g = _chain_reference(exe.arg_dict["x"], n_nodes)
-        if not (np.allclose(exe.outputs[0], want_y, rtol=1e-4, atol=1e-5)
-                and np.allclose(exe.grad_dict["x"], want_g, rtol=1e-3, atol=1e-6)):
+        if not (
+            np.allclose(exe.outputs[0], want_y, rtol=1e-4, atol=1e-5)
+            and np.allclose(exe.grad_dict["x"], want_g, rtol=1e-3, atol=1e-6)
+        ):
             raise AssertionError(f"chain of {n_nodes}: forward/backward disagree with numpy")
-        times = {"build": t1 - t0, "infer_shape": t2 - t1, "simple_bind": t3 - t2,
-                 "fwd+bwd": t5 - t4, "2nd fwd+bwd": t6 - t5,
-                 "n_fwd": len(exe.plan.forward_instrs), "n_bwd": len(exe.plan.backward_instrs)}
+        times = {
+            "build": t1 - t0,
+            "infer_shape": t2 - t1,
+            "simple_bind": t3 - t2,
+            "fwd+bwd": t5 - t4,
+            "2nd fwd+bwd": t6 - t5,
+            "n_fwd": len(exe.plan.forward_instrs),
+            "n_bwd": len(exe.plan.backward_instrs),
+        }
         del exe, out
         best = times if best is None else {k: min(best[k], v) for k, v in times.items()}
     return best
@@ -364,8 +375,9 @@ def bench_small_chain(layers=200, size=16, rounds=9, reps=100, seed=0):
 
     sg_step()
     want_y, want_g = numpy_small_chain(x, head, layers)
-    if not (np.allclose(exe.outputs[0], want_y, rtol=1e-5) and np.allclose(exe.grad_dict["x"], want_g, rtol=1e-4,
-                                                                          atol=1e-7)):
+    if not (
+        np.allclose(exe.outputs[0], want_y, rtol=1e-5) and np.allclose(exe.grad_dict["x"], want_g, rtol=1e-4, atol=1e-7)
+    ):
         raise AssertionError("small chain: symgrad and numpy disagree")
     for _ in range(20):
         sg_step()
@@ -375,23 +387,32 @@ def bench_small_chain(layers=200, size=16, rounds=9, reps=100, seed=0):
     gc.disable()
     try:
         for r in range(rounds):
-            for name, fn in ((("symgrad", sg_step), ("numpy", np_step)) if r % 2 == 0
-                             else (("numpy", np_step), ("symgrad", sg_step))):
+            for name, fn in (
+                (("symgrad", sg_step), ("numpy", np_step)) if r % 2 == 0 else (("numpy", np_step), ("symgrad", sg_step))
+            ):
                 times[name].append(statistics.median(_time_calls(fn, reps)))
     finally:
         gc.enable()
     ratio = statistics.median(a / b for a, b in zip(times["symgrad"], times["numpy"]))
     n_instr = len(exe.plan.forward_instrs) + len(exe.plan.backward_instrs)
-    return {k: statistics.median(v) for k, v in times.items()} | {"ratio": ratio, "instrs": n_instr,
-                                                                 "layers": layers, "size": size}
+    return {k: statistics.median(v) for k, v in times.items()} | {
+        "ratio": ratio,
+        "instrs": n_instr,
+        "layers": layers,
+        "size": size,
+    }
 
 
 def _print_small_chain(r):
     print()
-    print(f"Chain of {r['layers']} x (tanh, x1.01) on {r['size']} float32, forward+backward "
-          f"({r['instrs']} instructions) against numpy by hand")
-    print(f"  symgrad {r['symgrad'] * 1e6:8.0f}us   numpy {r['numpy'] * 1e6:8.0f}us   "
-          f"per instruction {r['symgrad'] / r['instrs'] * 1e6:.2f}us")
+    print(
+        f"Chain of {r['layers']} x (tanh, x1.01) on {r['size']} float32, forward+backward "
+        f"({r['instrs']} instructions) against numpy by hand"
+    )
+    print(
+        f"  symgrad {r['symgrad'] * 1e6:8.0f}us   numpy {r['numpy'] * 1e6:8.0f}us   "
+        f"per instruction {r['symgrad'] / r['instrs'] * 1e6:.2f}us"
+    )
     verdict = "OK" if r["ratio"] <= SMALL_CHAIN_TARGET else "ABOVE TARGET"
     print(f"  ratio symgrad / numpy: {r['ratio']:.3f} (target <= {SMALL_CHAIN_TARGET}) -> {verdict}")
 
@@ -450,14 +471,20 @@ def bench_series(sizes, mxnet=None, repeats=1):
 
 def _print_series(rows):
     print()
-    print("Scaling series: chain x -> tanh -> +1.0 -> ... of n nodes, shape (8, 8), grad_req write; one fresh "
-          "process per point; build + simple_bind + one forward+backward")
-    print(f"  {'nodes':>8s} {'who':>8s} {'build':>9s} {'bind':>9s} {'run':>9s} {'total':>9s} {'peak RSS':>9s} "
-          f"{'build+bind/node':>16s}")
+    print(
+        "Scaling series: chain x -> tanh -> +1.0 -> ... of n nodes, shape (8, 8), grad_req write; one fresh "
+        "process per point; build + simple_bind + one forward+backward"
+    )
+    print(
+        f"  {'nodes':>8s} {'who':>8s} {'build':>9s} {'bind':>9s} {'run':>9s} {'total':>9s} {'peak RSS':>9s} "
+        f"{'build+bind/node':>16s}"
+    )
     for n, by in rows:
         for who, (b, bd, r, rss) in by.items():
-            print(f"  {n:8d} {who:>8s} {b:8.3f}s {bd:8.3f}s {r:8.3f}s {b + bd + r:8.2f}s {rss / 2**20:7.0f}MB "
-                  f"{(b + bd) / n * 1e6:14.1f}us")
+            print(
+                f"  {n:8d} {who:>8s} {b:8.3f}s {bd:8.3f}s {r:8.3f}s {b + bd + r:8.2f}s {rss / 2**20:7.0f}MB "
+                f"{(b + bd) / n * 1e6:14.1f}us"
+            )
         if "mxnet" in by:
             s, m = by["symgrad"], by["mxnet"]
             print(f"  {'':8s} {'ratio':>8s} build+bind symgrad / MXNet = {(s[0] + s[1]) / (m[0] + m[1]):.2f}")
@@ -471,28 +498,42 @@ def _header(args):
         blas = f"{info.get('name', '?')} {info.get('version', '')}".strip()
     except Exception:  # pragma: no cover - older numpy / odd builds
         pass
-    print(f"symgrad benchmark  python {platform.python_version()}  numpy {np.__version__} ({blas})  "
-          f"cpus {os.cpu_count()}  {'quick' if args.quick else 'default'} settings")
+    print(
+        f"symgrad benchmark  python {platform.python_version()}  numpy {np.__version__} ({blas})  "
+        f"cpus {os.cpu_count()}  {'quick' if args.quick else 'default'} settings"
+    )
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--quick", action="store_true", help="fewer repetitions (a few seconds)")
     ap.add_argument("--rounds", type=int, help="interleaved MLP timing rounds (default 9, quick 3)")
     ap.add_argument("--reps", type=int, help="calls per contender per round (default 200, quick 60)")
     ap.add_argument("--batch", type=int, default=64, help="MLP batch size (default 64)")
-    ap.add_argument("--chain", type=int, nargs="*", default=[1000, 10000],
-                    help="chain lengths in operator nodes (default 1000 10000)")
+    ap.add_argument(
+        "--chain",
+        type=int,
+        nargs="*",
+        default=[1000, 10000],
+        help="chain lengths in operator nodes (default 1000 10000)",
+    )
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--no-mlp", action="store_true", help="skip the MLP benchmark")
-    ap.add_argument("--no-heap-phase", action="store_true",
-                    help="skip the second MLP phase with glibc heap trimming off (mallopt)")
+    ap.add_argument(
+        "--no-heap-phase", action="store_true", help="skip the second MLP phase with glibc heap trimming off (mallopt)"
+    )
     ap.add_argument("--no-small-chain", action="store_true", help="skip the 200 x (tanh, x1.01) chain")
-    ap.add_argument("--series", type=int, nargs="*",
-                    help="scaling series sizes, each in its own process (no value: 1e3 1e4 1e5 1e6)")
-    ap.add_argument("--mxnet", metavar="PYTHON", help="an interpreter with MXNet for the series (e.g. "
-                    "/work/mxvenv/bin/python)")
+    ap.add_argument(
+        "--series",
+        type=int,
+        nargs="*",
+        help="scaling series sizes, each in its own process (no value: 1e3 1e4 1e5 1e6)",
+    )
+    ap.add_argument(
+        "--mxnet", metavar="PYTHON", help="an interpreter with MXNet for the series (e.g. /work/mxvenv/bin/python)"
+    )
     args = ap.parse_args(argv)
     rounds = args.rounds or (3 if args.quick else 9)
     reps = args.reps or (60 if args.quick else 200)
@@ -532,33 +573,48 @@ def main(argv=None):
 
 def _print_mlp(results, args, rounds, reps, exe):
     print()
-    print(f"MLP {'-'.join(map(str, LAYERS))}, batch {args.batch}, float32, forward+backward, "
-          f"{len(exe.plan.forward_instrs)} forward + {len(exe.plan.backward_instrs)} backward instructions")
-    print(f"  {rounds} interleaved rounds x {reps} calls; per-call median per round; best = best round, "
-          "median and ratio (of the per-round ratios) over the undisturbed rounds")
-    rows = [("symgrad executor", "symgrad"), ("numpy reference (arr[...] = expr)", "numpy"),
-            ("numpy with out= (info only)", "numpy_out")]
+    print(
+        f"MLP {'-'.join(map(str, LAYERS))}, batch {args.batch}, float32, forward+backward, "
+        f"{len(exe.plan.forward_instrs)} forward + {len(exe.plan.backward_instrs)} backward instructions"
+    )
+    print(
+        f"  {rounds} interleaved rounds x {reps} calls; per-call median per round; best = best round, "
+        "median and ratio (of the per-round ratios) over the undisturbed rounds"
+    )
+    rows = [
+        ("symgrad executor", "symgrad"),
+        ("numpy reference (arr[...] = expr)", "numpy"),
+        ("numpy with out= (info only)", "numpy_out"),
+    ]
     head = "".join(f" | {label:^33s}" for label, _ in results)
     print(f"  {'':34s}{head}")
     print(f"  {'':34s}" + " | {:>9s} {:>9s} {:>13s}".format("best", "median", "faults/call") * len(results))
     for label, key in rows:
-        cells = "".join(f" | {r['best'][key] * 1e6:7.0f}us {r['median'][key] * 1e6:7.0f}us {r['faults'][key]:13.0f}"
-                        for _, r in results)
+        cells = "".join(
+            f" | {r['best'][key] * 1e6:7.0f}us {r['median'][key] * 1e6:7.0f}us {r['faults'][key]:13.0f}"
+            for _, r in results
+        )
         print(f"  {label:34s}{cells}")
-    print(f"  {'symgrad - numpy reference':34s}" + "".join(
-        f" | {(r['median']['symgrad'] - r['median']['numpy']) * 1e6:+17.0f}us {'':13s}" for _, r in results))
-    print(f"  {'ratio symgrad / numpy reference':34s}" + "".join(
-        f" | {r['ratio']:19.3f} {'':13s}" for _, r in results))
-    print(f"  {'ratio symgrad / numpy out=':34s}" + "".join(
-        f" | {r['ratio_tight']:19.3f} {'':13s}" for _, r in results))
+    print(
+        f"  {'symgrad - numpy reference':34s}"
+        + "".join(f" | {(r['median']['symgrad'] - r['median']['numpy']) * 1e6:+17.0f}us {'':13s}" for _, r in results)
+    )
+    print(f"  {'ratio symgrad / numpy reference':34s}" + "".join(f" | {r['ratio']:19.3f} {'':13s}" for _, r in results))
+    print(
+        f"  {'ratio symgrad / numpy out=':34s}" + "".join(f" | {r['ratio_tight']:19.3f} {'':13s}" for _, r in results)
+    )
     by = dict(results)
     for label, r in results:
         if r["clean"] < r["rounds"]:
-            print(f"  note ({label}): {r['rounds'] - r['clean']} of {r['rounds']} rounds were disturbed "
-                  "(see summarize_mlp) and left out of the medians and ratios")
+            print(
+                f"  note ({label}): {r['rounds'] - r['clean']} of {r['rounds']} rounds were disturbed "
+                "(see summarize_mlp) and left out of the medians and ratios"
+            )
         if r["clean"] < max(2, (r["rounds"] + 1) // 2):
-            print(f"  WARNING ({label}): too few undisturbed rounds; the machine is busy and the numbers "
-                  "are unreliable: rerun on a quiet machine")
+            print(
+                f"  WARNING ({label}): too few undisturbed rounds; the machine is busy and the numbers "
+                "are unreliable: rerun on a quiet machine"
+            )
     main = by.get("heap trimming off") or by["default heap"]
     verdict = "OK" if main["ratio"] <= TARGET_RATIO else "ABOVE TARGET"
     if main["clean"] < max(2, (main["rounds"] + 1) // 2):
@@ -567,34 +623,41 @@ def _print_mlp(results, args, rounds, reps, exe):
     print(f"  target symgrad / numpy reference <= {TARGET_RATIO} ({which}): {main['ratio']:.3f} -> {verdict}")
     d = by.get("default heap")
     if d is not None and "heap trimming off" in by:
-        print(f"  with glibc's default heap the ratio is {d['ratio']:.3f}; it depends on page faults per call "
-              f"(symgrad {d['faults']['symgrad']:.0f}, numpy {d['faults']['numpy']:.0f}), whose count depends "
-              "on heap history and whose cost on the machine")
+        print(
+            f"  with glibc's default heap the ratio is {d['ratio']:.3f}; it depends on page faults per call "
+            f"(symgrad {d['faults']['symgrad']:.0f}, numpy {d['faults']['numpy']:.0f}), whose count depends "
+            "on heap history and whose cost on the machine"
+        )
 
 
 def _print_chain(rows, repeats):
     print()
-    print(f"Elementwise chain x -> tanh -> +1.0 -> ... (shape (8, 8), grad_req write; best of {repeats}; "
-          "total = the first four columns)")
+    print(
+        f"Elementwise chain x -> tanh -> +1.0 -> ... (shape (8, 8), grad_req write; best of {repeats}; "
+        "total = the first four columns)"
+    )
     cols = ("build", "infer_shape", "simple_bind", "fwd+bwd", "2nd fwd+bwd")
-    print(f"  {'nodes':>6s} {'instrs f/b':>11s} " + " ".join(f"{c:>11s}" for c in cols)
-          + f" {'total':>9s}")
+    print(f"  {'nodes':>6s} {'instrs f/b':>11s} " + " ".join(f"{c:>11s}" for c in cols) + f" {'total':>9s}")
     per_node = {}
     for n, t in rows:
         total = sum(t[c] for c in cols[:4])
         per_node[n] = {c: t[c] / n for c in cols}
         per_node[n]["total"] = total / n
-        print(f"  {n:6d} {t['n_fwd']:5d}/{t['n_bwd']:<5d} " + " ".join(f"{t[c] * 1e3:9.1f}ms" for c in cols)
-              + f" {total:8.2f}s")
+        print(
+            f"  {n:6d} {t['n_fwd']:5d}/{t['n_bwd']:<5d} "
+            + " ".join(f"{t[c] * 1e3:9.1f}ms" for c in cols)
+            + f" {total:8.2f}s"
+        )
     print("  per node:")
     for n, pn in per_node.items():
-        print(f"  {n:6d} {'':11s} " + " ".join(f"{pn[c] * 1e6:9.1f}us" for c in cols)
-              + f" {pn['total'] * 1e6:7.0f}us")
+        print(f"  {n:6d} {'':11s} " + " ".join(f"{pn[c] * 1e6:9.1f}us" for c in cols) + f" {pn['total'] * 1e6:7.0f}us")
     if len(per_node) >= 2:
         lo, hi = min(per_node), max(per_node)
         g = {c: per_node[hi][c] / per_node[lo][c] for c in cols + ("total",)}
-        print(f"  per-node cost at {hi} / at {lo} nodes (1.00 = linear): "
-              + ", ".join(f"{c} {v:.2f}x" for c, v in g.items()))
+        print(
+            f"  per-node cost at {hi} / at {lo} nodes (1.00 = linear): "
+            + ", ".join(f"{c} {v:.2f}x" for c, v in g.items())
+        )
 
 
 if __name__ == "__main__":

@@ -50,8 +50,9 @@ _THREAD_VARS = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
 
 
 def _conv_bn(S, x, num_filter, kernel, stride, pad, name, relu=True):
-    x = S.Convolution(x, kernel=kernel, stride=stride, pad=pad, num_filter=num_filter, no_bias=True,
-                      name=f"{name}_conv")
+    x = S.Convolution(
+        x, kernel=kernel, stride=stride, pad=pad, num_filter=num_filter, no_bias=True, name=f"{name}_conv"
+    )
     x = S.BatchNorm(x, fix_gamma=False, eps=1e-5, name=f"{name}_bn")
     return S.Activation(x, act_type="relu", name=f"{name}_relu") if relu else x
 
@@ -172,9 +173,18 @@ def worker(args):
     fwd, bwd, faults = time_steps(exe, sync, args.repeat)
     cpu = (time.process_time() - c0) / (args.repeat + 1)
     steps = [f + b for f, b in zip(fwd, bwd)]
-    print(json.dumps({"step_s": statistics.median(steps), "forward_s": statistics.median(fwd),
-                      "backward_s": statistics.median(bwd), "cpu_s": cpu, "peak_rss_mb": peak_rss_mb(),
-                      "faults": faults}))
+    print(
+        json.dumps(
+            {
+                "step_s": statistics.median(steps),
+                "forward_s": statistics.median(fwd),
+                "backward_s": statistics.median(bwd),
+                "cpu_s": cpu,
+                "peak_rss_mb": peak_rss_mb(),
+                "faults": faults,
+            }
+        )
+    )
 
 
 # ----------------------------------------------------------------------------
@@ -258,8 +268,16 @@ def conv_table(by_conv, steps, conv_geom, clock):
         mm = _matmul_gflops(m, kk, nn, clock)
         per_step = secs / steps
         gf = flop / per_step / 1e9
-        rows.append((kind, f"{c}x{'x'.join(map(str, xs))} -> {f}x{'x'.join(map(str, ys))} k{'x'.join(map(str, k))}",
-                     per_step * 1e3, gf, mm, gf / mm))
+        rows.append(
+            (
+                kind,
+                f"{c}x{'x'.join(map(str, xs))} -> {f}x{'x'.join(map(str, ys))} k{'x'.join(map(str, k))}",
+                per_step * 1e3,
+                gf,
+                mm,
+                gf / mm,
+            )
+        )
         total_flop += flop
         total_s += per_step
         total_mm_s += flop / (mm * 1e9)
@@ -277,8 +295,10 @@ def print_convs(by_conv, steps, clock):
     print(f"{'convolution':12s} {'shape':34s} {'ms/step':>8s} {'GFLOP/s':>8s} {'matmul':>7s} {'ratio':>6s}")
     for kind, shape, ms, gf, mm, ratio in rows:
         print(f"{kind:12s} {shape:34s} {ms:8.2f} {gf:8.1f} {mm:7.1f} {ratio:6.2f}")
-    print(f"{'all':12s} {'':34s} {secs * 1e3:8.1f} {flop / secs / 1e9:8.1f} {flop / mm_secs / 1e9:7.1f} "
-          f"{mm_secs / secs:6.2f}")
+    print(
+        f"{'all':12s} {'':34s} {secs * 1e3:8.1f} {flop / secs / 1e9:8.1f} {flop / mm_secs / 1e9:7.1f} "
+        f"{mm_secs / secs:6.2f}"
+    )
 
 
 def run_alone(args):
@@ -289,8 +309,10 @@ def run_alone(args):
         by_op, by_conv = instrument(exe, clock)
     fwd, bwd, faults = time_steps(exe, sync, args.repeat)
     f, b = statistics.median(fwd), statistics.median(bwd)
-    print(f"ResNet-18 batch {args.batch} x 3 x {args.size} x {args.size} {args.dtype} on cpu, symgrad "
-          f"(median of {args.repeat}; load {_load()})")
+    print(
+        f"ResNet-18 batch {args.batch} x 3 x {args.size} x {args.size} {args.dtype} on cpu, symgrad "
+        f"(median of {args.repeat}; load {_load()})"
+    )
     print(f"forward  {f:.3f} s\nbackward {b:.3f} s\ntotal    {f + b:.3f} s per iteration")
     print(f"peak RSS {peak_rss_mb():.0f} MB, {faults:.0f} page faults per step")
     steps = args.repeat + 1
@@ -320,8 +342,20 @@ def _spawn(python, contender, args):
     env = dict(os.environ)
     if args.threads:
         env.update({v: str(args.threads) for v in _THREAD_VARS})
-    cmd = [python, str(HERE), "--worker", contender, "--batch", str(args.batch), "--size", str(args.size),
-           "--repeat", str(args.repeat), "--dtype", args.dtype]
+    cmd = [
+        python,
+        str(HERE),
+        "--worker",
+        contender,
+        "--batch",
+        str(args.batch),
+        "--size",
+        str(args.size),
+        "--repeat",
+        str(args.repeat),
+        "--dtype",
+        args.dtype,
+    ]
     out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True).stdout
     return json.loads(out.strip().splitlines()[-1])
 
@@ -336,15 +370,19 @@ def compare(args):
             results[who].append(_spawn(pythons[who], who, args))
     load_after = _load()
     ratios = [s["step_s"] / m["step_s"] for s, m in zip(results["symgrad"], results["mxnet"])]
-    print(f"ResNet-18 batch {args.batch} x 3 x {args.size}^2 {args.dtype}, forward+backward; {args.rounds} rounds "
-          f"x {args.repeat} steps, alternating processes; threads {args.threads or 'default'}; "
-          f"load {load_before} -> {load_after}")
+    print(
+        f"ResNet-18 batch {args.batch} x 3 x {args.size}^2 {args.dtype}, forward+backward; {args.rounds} rounds "
+        f"x {args.repeat} steps, alternating processes; threads {args.threads or 'default'}; "
+        f"load {load_before} -> {load_after}"
+    )
     print(f"{'':8s} {'step s':>7s} {'fwd s':>6s} {'bwd s':>6s} {'cpu s':>6s} {'peak RSS MB':>11s} {'faults':>7s}")
     for who in ("symgrad", "mxnet"):
         rs = results[who]
         med = {k: statistics.median(x[k] for x in rs) for k in rs[0]}
-        print(f"{who:8s} {med['step_s']:7.3f} {med['forward_s']:6.3f} {med['backward_s']:6.3f} {med['cpu_s']:6.3f} "
-              f"{max(x['peak_rss_mb'] for x in rs):11.0f} {med['faults']:7.0f}")
+        print(
+            f"{who:8s} {med['step_s']:7.3f} {med['forward_s']:6.3f} {med['backward_s']:6.3f} {med['cpu_s']:6.3f} "
+            f"{max(x['peak_rss_mb'] for x in rs):11.0f} {med['faults']:7.0f}"
+        )
     print(f"symgrad / MXNet: {statistics.median(ratios):.2f} (rounds {min(ratios):.2f}-{max(ratios):.2f})")
 
 
@@ -356,8 +394,12 @@ def main(argv=None):
     ap.add_argument("--dtype", default="float32")
     ap.add_argument("--profile", action="store_true", help="seconds per operator")
     ap.add_argument("--convs", action="store_true", help="GFLOP/s per convolution against numpy matmul")
-    ap.add_argument("--clock", choices=("wall", "cpu"), default="wall",
-                    help="what --profile and --convs count: wall seconds or process CPU seconds")
+    ap.add_argument(
+        "--clock",
+        choices=("wall", "cpu"),
+        default="wall",
+        help="what --profile and --convs count: wall seconds or process CPU seconds",
+    )
     ap.add_argument("--mxnet", metavar="PYTHON", help="compare with MXNet run by this Python")
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--threads", type=int, default=0, help="BLAS/OpenMP threads of the compared processes")

@@ -48,14 +48,33 @@ def write_model(path):
 #: contender -> (workers, extra environment)
 def contenders(workers):
     one = {k: "1" for k in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")}
-    return {"serial": (1, {}), f"--workers {workers}": (workers, {}), "serial, 1 BLAS thread": (1, one),
-            f"--workers {workers}, 1 BLAS thread": (workers, one)}
+    return {
+        "serial": (1, {}),
+        f"--workers {workers}": (workers, {}),
+        "serial, 1 BLAS thread": (1, one),
+        f"--workers {workers}, 1 BLAS thread": (workers, one),
+    }
 
 
 def run_check(model, size, samples, workers, env=None):
     """``(check seconds, command seconds, JSON report)`` of one ``symgrad check`` process."""
-    cmd = [sys.executable, "-m", "symgrad", "check", model, "--shape", f"data=1,3,{size},{size}",
-           "--shape", "softmax_label=1", "--mode", "sample", "--samples", str(samples), "--json", "--no-progress"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "symgrad",
+        "check",
+        model,
+        "--shape",
+        f"data=1,3,{size},{size}",
+        "--shape",
+        "softmax_label=1",
+        "--mode",
+        "sample",
+        "--samples",
+        str(samples),
+        "--json",
+        "--no-progress",
+    ]
     if workers > 1:
         cmd += ["--workers", str(workers)]
     t0 = time.perf_counter()
@@ -89,14 +108,19 @@ def main(argv=None):
                 check_s, wall_s, doc = run_check(model, args.size, args.samples, workers, env)
                 times[name].append((check_s, wall_s))
                 reports.setdefault(name, doc["arguments"])
-                print(f"  round {r + 1}: {name:<22} check {check_s:7.2f} s  command {wall_s:7.2f} s  "
-                      f"(load {os.getloadavg()[0]:.1f})", flush=True)
+                print(
+                    f"  round {r + 1}: {name:<22} check {check_s:7.2f} s  command {wall_s:7.2f} s  "
+                    f"(load {os.getloadavg()[0]:.1f})",
+                    flush=True,
+                )
     load_after = os.getloadavg()
     same = all(rep == reports["serial"] for rep in reports.values())
     med = {n: (statistics.median(c for c, _ in t), statistics.median(x for _, x in t)) for n, t in times.items()}
     n_args = sum(r["verdict"] != "skip" for r in reports["serial"])
-    print(f"\nResNet-18 v1, input 1x3x{args.size}x{args.size}, symgrad check --mode sample --samples {args.samples} "
-          f"({n_args} arguments), medians of {args.rounds} alternating rounds")
+    print(
+        f"\nResNet-18 v1, input 1x3x{args.size}x{args.size}, symgrad check --mode sample --samples {args.samples} "
+        f"({n_args} arguments), medians of {args.rounds} alternating rounds"
+    )
     # the speed-up of each round (its serial run's check seconds / the contender's, run next to it), then the
     # median over the rounds: the load of a shared machine moves both runs of a round alike
     print(f"{'contender':<32}{'check s':>10}{'command s':>12}{'speed-up':>10}  (median over rounds of serial / own)")

@@ -75,8 +75,10 @@ def workload(name, contender):
 def mlp_arrays(seed):
     """data, label and (weight, bias) per layer, He-initialised; float32."""
     rng = np.random.default_rng(seed)
-    arrays = {"data": rng.standard_normal((MLP_BATCH, MLP_LAYERS[0]), dtype=np.float32),
-              "softmax_label": rng.integers(0, MLP_LAYERS[-1], size=MLP_BATCH).astype(np.float32)}
+    arrays = {
+        "data": rng.standard_normal((MLP_BATCH, MLP_LAYERS[0]), dtype=np.float32),
+        "softmax_label": rng.integers(0, MLP_LAYERS[-1], size=MLP_BATCH).astype(np.float32),
+    }
     for k in range(1, len(MLP_LAYERS)):
         fan_in, width = MLP_LAYERS[k - 1], MLP_LAYERS[k]
         scale = np.float32(np.sqrt(2.0 / fan_in))
@@ -116,9 +118,13 @@ def fill_zoo_arrays(names, shapes, seed, head_shape):
 
 def numcheck_arrays(seed):
     rng = np.random.default_rng(seed)
-    return {"data": rng.standard_normal(NUMCHECK_DATA), "conv_weight": rng.standard_normal((4, 3, 3, 3)) * 0.3,
-            "conv_bias": rng.standard_normal(4) * 0.1, "fc_weight": rng.standard_normal((5, 4 * 6 * 6)) * 0.1,
-            "fc_bias": rng.standard_normal(5) * 0.1}
+    return {
+        "data": rng.standard_normal(NUMCHECK_DATA),
+        "conv_weight": rng.standard_normal((4, 3, 3, 3)) * 0.3,
+        "conv_bias": rng.standard_normal(4) * 0.1,
+        "fc_weight": rng.standard_normal((5, 4 * 6 * 6)) * 0.1,
+        "fc_bias": rng.standard_normal(5) * 0.1,
+    }
 
 
 # ----------------------------------------------------------------------------
@@ -172,8 +178,11 @@ def chain_symgrad(seed):
         exe.backward(head)
 
     step()
-    return Case(step, grad_norms(["x"], [exe.grad_dict["x"]]),
-                f"{len(exe.plan.forward_instrs)} + {len(exe.plan.backward_instrs)} instructions")
+    return Case(
+        step,
+        grad_norms(["x"], [exe.grad_dict["x"]]),
+        f"{len(exe.plan.forward_instrs)} + {len(exe.plan.backward_instrs)} instructions",
+    )
 
 
 @workload("resnet18", "symgrad")
@@ -195,8 +204,9 @@ def resnet18_symgrad(seed):
 
     step()
     w = "resnetv10_dense0_weight"
-    return Case(step, {"|out|": float(np.linalg.norm(exe.outputs[0])),
-                       f"|d {w}|": float(np.linalg.norm(exe.grad_dict[w]))})
+    return Case(
+        step, {"|out|": float(np.linalg.norm(exe.outputs[0])), f"|d {w}|": float(np.linalg.norm(exe.grad_dict[w]))}
+    )
 
 
 def _bind_chain_symgrad(n_nodes):
@@ -238,8 +248,9 @@ def numcheck_symgrad(seed):
     from symgrad.test_utils import check_numeric_gradient
 
     S = sg.sym
-    net = S.FullyConnected(S.tanh(S.Convolution(S.Variable("data"), kernel=(3, 3), num_filter=4, name="conv")),
-                           num_hidden=5, name="fc")
+    net = S.FullyConnected(
+        S.tanh(S.Convolution(S.Variable("data"), kernel=(3, 3), num_filter=4, name="conv")), num_hidden=5, name="fc"
+    )
     location = numcheck_arrays(seed)
     if sorted(net.list_arguments()) != sorted(location):
         raise AssertionError(f"arguments {net.list_arguments()}")
@@ -364,8 +375,13 @@ def resnet18_mxnet(seed):
 
     step()
     w = "resnetv10_dense0_weight"
-    return Case(step, {"|out|": float(np.linalg.norm(exe.outputs[0].asnumpy())),
-                       f"|d {w}|": float(np.linalg.norm(exe.grad_dict[w].asnumpy()))})
+    return Case(
+        step,
+        {
+            "|out|": float(np.linalg.norm(exe.outputs[0].asnumpy())),
+            f"|d {w}|": float(np.linalg.norm(exe.grad_dict[w].asnumpy())),
+        },
+    )
 
 
 def _bind_chain_mxnet(n_nodes):
@@ -414,8 +430,9 @@ def numcheck_mxnet(seed):
     from mxnet.test_utils import check_numeric_gradient
 
     S = mx.sym
-    net = S.FullyConnected(S.tanh(S.Convolution(S.Variable("data"), kernel=(3, 3), num_filter=4, name="conv")),
-                           num_hidden=5, name="fc")
+    net = S.FullyConnected(
+        S.tanh(S.Convolution(S.Variable("data"), kernel=(3, 3), num_filter=4, name="conv")), num_hidden=5, name="fc"
+    )
     location = numcheck_arrays(seed)
 
     def step():
@@ -485,10 +502,18 @@ def _torch_resnet18(torch):
     class Block(nn.Module):
         def __init__(self, cin, cout, stride):
             super().__init__()
-            self.body = nn.Sequential(nn.Conv2d(cin, cout, 3, stride, 1, bias=False), nn.BatchNorm2d(cout), nn.ReLU(),
-                                      nn.Conv2d(cout, cout, 3, 1, 1, bias=False), nn.BatchNorm2d(cout))
-            self.short = (nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False), nn.BatchNorm2d(cout))
-                          if stride != 1 or cin != cout else nn.Identity())
+            self.body = nn.Sequential(
+                nn.Conv2d(cin, cout, 3, stride, 1, bias=False),
+                nn.BatchNorm2d(cout),
+                nn.ReLU(),
+                nn.Conv2d(cout, cout, 3, 1, 1, bias=False),
+                nn.BatchNorm2d(cout),
+            )
+            self.short = (
+                nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False), nn.BatchNorm2d(cout))
+                if stride != 1 or cin != cout
+                else nn.Identity()
+            )
 
         def forward(self, x):
             return torch.relu(self.body(x) + self.short(x))
@@ -526,8 +551,10 @@ def numcheck_torch(seed):
     torch = _torch()
     F = torch.nn.functional
     arrays = numcheck_arrays(seed)
-    inputs = tuple(torch.from_numpy(arrays[n]).requires_grad_()
-                   for n in ("data", "conv_weight", "conv_bias", "fc_weight", "fc_bias"))
+    inputs = tuple(
+        torch.from_numpy(arrays[n]).requires_grad_()
+        for n in ("data", "conv_weight", "conv_bias", "fc_weight", "fc_bias")
+    )
 
     def net(x, w, b, fw, fb):
         return F.linear(torch.tanh(F.conv2d(x, w, b)).flatten(1), fw, fb)

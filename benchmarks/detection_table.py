@@ -78,8 +78,12 @@ def measure(seeds, checkers=None):
 
 
 #: issue 8's checkers: kind "full" compares every element, "directional" one random direction
-ISSUE8_CHECKERS = {"check_numeric_gradient": "full", "gradcheck": "full", "check_backward": "directional",
-                   "gradcheck(fast_mode)": "directional"}
+ISSUE8_CHECKERS = {
+    "check_numeric_gradient": "full",
+    "gradcheck": "full",
+    "check_backward": "directional",
+    "gradcheck(fast_mode)": "directional",
+}
 
 
 def _issue8_bugs():
@@ -89,8 +93,12 @@ def _issue8_bugs():
         def inputs(rng):
             return (rng.standard_normal(shape).astype(np.float32),)
 
-        return (f"1% error in {name} (float32)", make, inputs,
-                lambda err: err.pattern == "small" and err.factor is not None and abs(err.factor - 1.01) < 1e-3)
+        return (
+            f"1% error in {name} (float32)",
+            make,
+            inputs,
+            lambda err: err.pattern == "small" and err.factor is not None and abs(err.factor - 1.01) < 1e-3,
+        )
 
     def shift_inputs(rng):
         x = rng.standard_normal((24, 5)).astype(np.float32)
@@ -99,10 +107,11 @@ def _issue8_bugs():
     def shift_named(err):
         return err.pattern == "confined" and err.indices == [(cc.SHIFT_BUG_ROW, 0)] and (err.arg_name or "")[-1:] == "1"
 
-    return [pct("softmax", lambda k: cc.softmax_op(k), (3, 5)),
-            pct("logsumexp", lambda k: cc.logsumexp_op(k), (3, 16)),
-            ("1 element of a zero gradient (float32)", lambda k: cc.shift_softmax_op(k != 1.0), shift_inputs,
-             shift_named)]
+    return [
+        pct("softmax", lambda k: cc.softmax_op(k), (3, 5)),
+        pct("logsumexp", lambda k: cc.logsumexp_op(k), (3, 16)),
+        ("1 element of a zero gradient (float32)", lambda k: cc.shift_softmax_op(k != 1.0), shift_inputs, shift_named),
+    ]
 
 
 def measure_issue8(seeds):
@@ -142,8 +151,12 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seeds", type=int, default=20, help="seeds per (bug, checker) (default 20)")
     parser.add_argument("--width", type=int, default=150, help="characters of the diagnosis shown (default 150)")
-    parser.add_argument("--part", choices=("all", "planted", "issue8"), default="all",
-                        help="the planted bugs of tests/test_planted_bugs.py, those of issue 8, or both (default)")
+    parser.add_argument(
+        "--part",
+        choices=("all", "planted", "issue8"),
+        default="all",
+        help="the planted bugs of tests/test_planted_bugs.py, those of issue 8, or both (default)",
+    )
     opts = parser.parse_args(argv)
     seeds = list(range(opts.seeds))
     n = len(seeds)
@@ -151,16 +164,22 @@ def main(argv=None):
         extra = measure_issue8(seeds)
         wb = max(len(r[0]) for r in extra)
         print(f"Issue 8 planted bugs, float32, {n} seeds each: caught / named / false alarms on the correct op")
-        print(f"{'planted bug':<{wb}}  {'checker':<22}  {'kind':<11}  {'caught':>6}  {'named':>6}  {'false':>5}  "
-              f"{'ms':>6}  diagnosis")
+        print(
+            f"{'planted bug':<{wb}}  {'checker':<22}  {'kind':<11}  {'caught':>6}  {'named':>6}  {'false':>5}  "
+            f"{'ms':>6}  diagnosis"
+        )
         for name, checker, kind, caught, nm, false, diag, ms in extra:
             text = diag if len(diag) <= opts.width else diag[: opts.width - 3] + "..."
-            print(f"{name:<{wb}}  {checker:<22}  {kind:<11}  {caught:>3}/{n:<2}  {nm:>3}/{n:<2}  {false:>5}  "
-                  f"{ms:>6.1f}  {text}")
+            print(
+                f"{name:<{wb}}  {checker:<22}  {kind:<11}  {caught:>3}/{n:<2}  {nm:>3}/{n:<2}  {false:>5}  "
+                f"{ms:>6.1f}  {text}"
+            )
         for kind in ("full", "directional"):
             sel = [r for r in extra if r[2] == kind]
-            print(f"  {kind}: caught {sum(r[3] for r in sel)}/{len(sel) * n}, named {sum(r[4] for r in sel)}/"
-                  f"{len(sel) * n}, false alarms {sum(r[5] for r in sel)}/{len(sel) * n}")
+            print(
+                f"  {kind}: caught {sum(r[3] for r in sel)}/{len(sel) * n}, named {sum(r[4] for r in sel)}/"
+                f"{len(sel) * n}, false alarms {sum(r[5] for r in sel)}/{len(sel) * n}"
+            )
         if opts.part == "issue8":
             return extra
         print()
@@ -173,8 +192,10 @@ def main(argv=None):
         text = diag if len(diag) <= opts.width else diag[: opts.width - 3] + "..."
         print(f"{name:<{wb}}  {checker:<{wc}}  {caught:>3}/{n:<2}  {nm:>3}/{n:<2}  {false:>5}  {ms:>6.1f}  {text}")
     total = len(rows) * n
-    print(f"total: caught {sum(r[2] for r in rows)}/{total}, named {sum(r[3] for r in rows)}/{total}, "
-          f"false alarms {sum(r[4] for r in rows)}/{total}")
+    print(
+        f"total: caught {sum(r[2] for r in rows)}/{total}, named {sum(r[3] for r in rows)}/{total}, "
+        f"false alarms {sum(r[4] for r in rows)}/{total}"
+    )
     return rows
 
 

@@ -52,6 +52,7 @@ F32 = np.float32
 
 def _ops(rng):
     """``name -> (func, inputs)``: every argument is an input (PyTorch style); float32 values."""
+
     def normal(*shape):
         return rng.standard_normal(shape).astype(F32)
 
@@ -59,17 +60,22 @@ def _ops(rng):
         "tanh": (lambda x: S.tanh(x), (normal(4, 5),)),
         "sigmoid": (lambda x: S.sigmoid(x), (normal(4, 5),)),
         "exp": (lambda x: S.exp(x), (normal(4, 5),)),
-        "FullyConnected": (lambda x, w, b: S.FullyConnected(x, weight=w, bias=b, num_hidden=4),
-                           (normal(3, 5), normal(4, 5), normal(4))),
+        "FullyConnected": (
+            lambda x, w, b: S.FullyConnected(x, weight=w, bias=b, num_hidden=4),
+            (normal(3, 5), normal(4, 5), normal(4)),
+        ),
         "softmax": (lambda x: S.softmax(x, axis=-1), (normal(4, 5),)),
-        "BatchNorm": (lambda x, g, b: S.BatchNorm(x, gamma=g, beta=b, fix_gamma=False, name="bn"),
-                      (normal(6, 3), rng.uniform(0.5, 1.5, 3).astype(F32), normal(3))),
+        "BatchNorm": (
+            lambda x, g, b: S.BatchNorm(x, gamma=g, beta=b, fix_gamma=False, name="bn"),
+            (normal(6, 3), rng.uniform(0.5, 1.5, 3).astype(F32), normal(3)),
+        ),
     }
 
 
 def _head(rng, func, inputs):
     shapes = S.Group([func(*[S.Variable(f"x{i}") for i in range(len(inputs))])]).infer_shape(
-        **{f"x{i}": v.shape for i, v in enumerate(inputs)})[1]
+        **{f"x{i}": v.shape for i, v in enumerate(inputs)}
+    )[1]
     return tuple(rng.standard_normal(s).astype(F32) for s in shapes)
 
 
@@ -131,7 +137,7 @@ def _anchor_chainer(func, inputs, gys, eps=1e-3, atol=1e-5, rtol=1e-4, rng=None)
     return abs(numeric - analytic) <= atol + rtol * abs(analytic)
 
 
-def _anchor_mxnet(func, inputs, eps=2.0 ** -9, rtol=1e-4, atol=1e-3):
+def _anchor_mxnet(func, inputs, eps=2.0**-9, rtol=1e-4, atol=1e-3):
     """MXNet 1.9's check_numeric_gradient as it runs on float32 arrays: the analytic gradient of sum(w * out)
     (w uniform in [0.1, 1.1)), MXNet's float32 step 2^-9 (x +- eps/2 stored in float32, the differences of
     the float32 outputs summed in float32), ``assert_almost_equal(numeric, backward)`` at float32's tolerances."""
@@ -161,6 +167,7 @@ def _symbol(func, inputs):
 
 def _checks():
     """``checker name -> (symgrad run, anchor run or None)``; a run returns True when the check passes."""
+
     def mxnet(rng, func, inputs):
         tu.check_numeric_gradient(_symbol(func, inputs), list(inputs))
         return True
@@ -190,10 +197,14 @@ def _checks():
     def torch2(rng, func, inputs):
         return gradgradcheck(func, inputs, raise_exception=False)
 
-    return {"check_numeric_gradient": (mxnet, mxnet_anchor),
-            "check_backward": (chainer, chainer_anchor), "check_double_backward": (chainer2, None),
-            "gradcheck": (torch, lambda rng, func, inputs: _anchor_torch(func, inputs)),
-            "gradcheck(fast_mode)": (torch_fast, None), "gradgradcheck": (torch2, None)}
+    return {
+        "check_numeric_gradient": (mxnet, mxnet_anchor),
+        "check_backward": (chainer, chainer_anchor),
+        "check_double_backward": (chainer2, None),
+        "gradcheck": (torch, lambda rng, func, inputs: _anchor_torch(func, inputs)),
+        "gradcheck(fast_mode)": (torch_fast, None),
+        "gradgradcheck": (torch2, None),
+    }
 
 
 #: second order is not defined through fused backward nodes (BatchNorm's _backward_BatchNorm)
@@ -253,21 +264,35 @@ def detect_chainer_torch(seeds):
         ("product-rule term missing", planted("product"), unary, "spread", 1),
         ("1% error", planted("pct"), unary, "small", 1),
         ("1 of 1000 elements off by 25%", planted("one"), lambda rng: unary(rng, (10, 100)), "confined", 1),
-        ("transposed weight gradient", planted_matmul,
-         lambda rng: (rng.standard_normal((3, 4)).astype(F32), rng.standard_normal((4, 4)).astype(F32)),
-         "transposed", 1),
-        ("wrong broadcast reduction", planted_bias,
-         lambda rng: (rng.standard_normal((3, 4)).astype(F32), rng.standard_normal(4).astype(F32)), "broadcast", 1),
+        (
+            "transposed weight gradient",
+            planted_matmul,
+            lambda rng: (rng.standard_normal((3, 4)).astype(F32), rng.standard_normal((4, 4)).astype(F32)),
+            "transposed",
+            1,
+        ),
+        (
+            "wrong broadcast reduction",
+            planted_bias,
+            lambda rng: (rng.standard_normal((3, 4)).astype(F32), rng.standard_normal(4).astype(F32)),
+            "broadcast",
+            1,
+        ),
         ("second order doubled", planted_cube(2.0), unary, "doubled", 2),
     ]
     runs = {
-        1: {"check_backward": lambda rng, f, x: check_backward(f, x, _head(rng, f, x)),
+        1: {
+            "check_backward": lambda rng, f, x: check_backward(f, x, _head(rng, f, x)),
             "gradcheck": lambda rng, f, x: gradcheck(f, x),
-            "gradcheck(fast_mode)": lambda rng, f, x: gradcheck(f, x, fast_mode=True)},
-        2: {"check_double_backward": lambda rng, f, x: check_double_backward(
-                f, x, _head(rng, f, x), tuple(rng.standard_normal(v.shape).astype(F32) for v in x)),
+            "gradcheck(fast_mode)": lambda rng, f, x: gradcheck(f, x, fast_mode=True),
+        },
+        2: {
+            "check_double_backward": lambda rng, f, x: check_double_backward(
+                f, x, _head(rng, f, x), tuple(rng.standard_normal(v.shape).astype(F32) for v in x)
+            ),
             "gradgradcheck": lambda rng, f, x: gradgradcheck(f, x),
-            "gradgradcheck(fast_mode)": lambda rng, f, x: gradgradcheck(f, x, fast_mode=True)},
+            "gradgradcheck(fast_mode)": lambda rng, f, x: gradgradcheck(f, x, fast_mode=True),
+        },
     }
     rows = []
     for bug, func, make, pattern, order in bugs:
@@ -305,9 +330,15 @@ def run_issue8(seeds, dtypes=(np.float32, np.float64)):
     import checker_cases as cc
 
     rows = []
-    groups = [("kink", cc.KINK_NAMES, cc.NO_SECOND_ORDER, lambda rng, dt, name: cc.kink_cases(rng, dt)[name][:2]),
-              ("zero gradient", cc.ZERO_NAMES, cc.ZERO_NO_SECOND_ORDER,
-               lambda rng, dt, name: cc.zero_grad_cases(rng, dt)[name][:2])]
+    groups = [
+        ("kink", cc.KINK_NAMES, cc.NO_SECOND_ORDER, lambda rng, dt, name: cc.kink_cases(rng, dt)[name][:2]),
+        (
+            "zero gradient",
+            cc.ZERO_NAMES,
+            cc.ZERO_NO_SECOND_ORDER,
+            lambda rng, dt, name: cc.zero_grad_cases(rng, dt)[name][:2],
+        ),
+    ]
     for group, names, no_second, make in groups:
         for name in names:
             for checker in cc.CHECKERS:
@@ -343,16 +374,18 @@ def run_issue8(seeds, dtypes=(np.float32, np.float64)):
                 first = first or f"seed {seed}: {getattr(err, 'diagnosis', None) or str(err).splitlines()[0]}"
             finally:
                 os.environ.pop("SYMGRAD_TEST_SEED", None)
-        rows.append(("kink", "relu(FullyConnected) at 0", "check_numeric_gradient", np.dtype(dt).name, alarms, None,
-                     first))
+        rows.append(
+            ("kink", "relu(FullyConnected) at 0", "check_numeric_gradient", np.dtype(dt).name, alarms, None, first)
+        )
     return rows
 
 
 def print_issue8(rows, n, width=90):
     print(f"\nIssue 8 cases: false alarms of correct gradients, default settings, {n} seeds (target 0)")
     wc = max(len(r[1]) for r in rows)
-    print(f"{'group':<13} {'case':<{wc}} {'checker':<22} {'dtype':<13} {'alarms':>7} {'kink warning':>12}  "
-          "first failure")
+    print(
+        f"{'group':<13} {'case':<{wc}} {'checker':<22} {'dtype':<13} {'alarms':>7} {'kink warning':>12}  first failure"
+    )
     for group, case, checker, dt, alarms, warned, first in rows:
         w = "-" if warned is None else f"{warned}/{n}"
         text = first if len(first) <= width else first[: width - 3] + "..."
@@ -366,8 +399,12 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--seeds", type=int, default=100)
     parser.add_argument("--detection", action="store_true", help="also measure the detection of planted bugs")
-    parser.add_argument("--part", choices=("all", "smooth", "issue8"), default="all",
-                        help="smooth ops against the anchors, the cases of issue 8, or both (default)")
+    parser.add_argument(
+        "--part",
+        choices=("all", "smooth", "issue8"),
+        default="all",
+        help="smooth ops against the anchors, the cases of issue 8, or both (default)",
+    )
     args = parser.parse_args(argv)
     seeds = range(args.seeds)
     n = args.seeds

@@ -86,8 +86,16 @@ def _graphs():
     fc = sg.sym.FullyConnected(x, w, num_hidden=3, no_bias=True, name="fc")
     yield "fc_relu_sum", sg.sym.sum(sg.sym.relu(fc) * fc), {"x": (4, 5), "w": (3, 5)}
     yield "tanh_softmax", sg.sym.softmax(sg.sym.tanh(x * 2.0) + sg.sym.sin(x)), {"x": (3, 4)}
-    yield "conv_pool", sg.sym.Pooling(sg.sym.Convolution(x, w, kernel=(3, 3), num_filter=2, no_bias=True),
-                                     kernel=(2, 2), stride=(2, 2), pool_type="max"), {"x": (1, 2, 6, 6), "w": (2, 2, 3, 3)}
+    yield (
+        "conv_pool",
+        sg.sym.Pooling(
+            sg.sym.Convolution(x, w, kernel=(3, 3), num_filter=2, no_bias=True),
+            kernel=(2, 2),
+            stride=(2, 2),
+            pool_type="max",
+        ),
+        {"x": (1, 2, 6, 6), "w": (2, 2, 3, 3)},
+    )
 
 
 def numeric_grads():
@@ -107,20 +115,37 @@ def checkers():
         for dtype in (np.float32, np.float64):
             loc = {"x": np.random.default_rng(3).uniform(0.5, 1.5, (3, 4)).astype(dtype)}
             tag = f"{op}/{np.dtype(dtype).name}"
-            yield f"check_numeric_gradient/{tag}", _outcome(
-                lambda sym=sym, loc=loc, dtype=dtype: tu.check_numeric_gradient(sym, loc, dtype=dtype))
+            yield (
+                f"check_numeric_gradient/{tag}",
+                _outcome(lambda sym=sym, loc=loc, dtype=dtype: tu.check_numeric_gradient(sym, loc, dtype=dtype)),
+            )
             ograd = np.ones((3, 4), dtype)
             expected = {"x": 3.0 * loc["x"].astype(np.float64) ** 2}
-            yield f"check_symbolic_backward/{tag}", _outcome(
-                lambda sym=sym, loc=loc, dtype=dtype, ograd=ograd, expected=expected: tu.check_symbolic_backward(
-                    sym, loc, [ograd], expected, dtype=dtype))
-            yield f"check_backward/{tag}", _outcome(
-                lambda sym=sym, loc=loc, ograd=ograd: tu.check_backward(
-                    lambda v: sg.sym.Custom(v, op_type=op, name="c"), loc["x"], ograd, dtype=np.float64))
+            yield (
+                f"check_symbolic_backward/{tag}",
+                _outcome(
+                    lambda sym=sym, loc=loc, dtype=dtype, ograd=ograd, expected=expected: tu.check_symbolic_backward(
+                        sym, loc, [ograd], expected, dtype=dtype
+                    )
+                ),
+            )
+            yield (
+                f"check_backward/{tag}",
+                _outcome(
+                    lambda sym=sym, loc=loc, ograd=ograd: tu.check_backward(
+                        lambda v: sg.sym.Custom(v, op_type=op, name="c"), loc["x"], ograd, dtype=np.float64
+                    )
+                ),
+            )
             if dtype == np.float64:
-                yield f"gradcheck/{tag}", _outcome(
-                    lambda loc=loc: tu.gradcheck(lambda v: sg.sym.Custom(v, op_type=op, name="c"), (loc["x"],),
-                                                 raise_exception=True))
+                yield (
+                    f"gradcheck/{tag}",
+                    _outcome(
+                        lambda loc=loc: tu.gradcheck(
+                            lambda v: sg.sym.Custom(v, op_type=op, name="c"), (loc["x"],), raise_exception=True
+                        )
+                    ),
+                )
 
 
 def _rows(res):
@@ -133,8 +158,9 @@ def model_checks():
     for name in ("mlp", "lenet", "resblock"):
         for dtype in ("float32", "float64"):
             for mode in ("fast", "sample"):
-                res = tu.check_model(model_zoo.load_example(name), dtype=dtype, mode=mode, seed=1, samples=4,
-                                     raise_on_failure=False)
+                res = tu.check_model(
+                    model_zoo.load_example(name), dtype=dtype, mode=mode, seed=1, samples=4, raise_on_failure=False
+                )
                 yield f"check_model/{name}/{dtype}/{mode}", _rows(res)
     try:
         import gluon_exports
@@ -149,8 +175,13 @@ def model_checks():
     for variant in ("planted_ok", "planted_scaled"):
         if variant not in planted_network.VARIANTS:
             continue
-        res = tu.check_model(planted_network.spliced_symbol(text, variant), params,
-                             shapes={"data": (1, 3, 64, 64)}, seed=2, raise_on_failure=False)
+        res = tu.check_model(
+            planted_network.spliced_symbol(text, variant),
+            params,
+            shapes={"data": (1, 3, 64, 64)},
+            seed=2,
+            raise_on_failure=False,
+        )
         yield f"check_model/resnet18_v1/{variant}", _rows(res)
 
 

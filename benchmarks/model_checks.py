@@ -44,10 +44,26 @@ from symgrad.test_utils import check_model  # noqa: E402
 ZOO = os.path.join(HERE, "..", "tests", "fixtures", "zoo")
 #: Gluon exports and the input size of the checks (the smallest at which every gradient is nonzero; the nets
 #: ending in a fixed-size pooling or dense layer need their full size)
-EXPORTS = {"resnet18_v1": 64, "mobilenetv2_1.0": 64, "mobilenet1.0": 64, "resnet50_v1": 64, "squeezenet1.1": 224,
-           "vgg11_bn": 224, "densenet121": 224, "inceptionv3": 299}
-ZOO_NETS = {"resnet18_v1": 64, "resnet18_v2": 64, "mobilenet0.25": 64, "mobilenetv2_0.25": 64, "alexnet": 64,
-            "squeezenet1.0": 224, "densenet121": 224, "inceptionv3": 299}
+EXPORTS = {
+    "resnet18_v1": 64,
+    "mobilenetv2_1.0": 64,
+    "mobilenet1.0": 64,
+    "resnet50_v1": 64,
+    "squeezenet1.1": 224,
+    "vgg11_bn": 224,
+    "densenet121": 224,
+    "inceptionv3": 299,
+}
+ZOO_NETS = {
+    "resnet18_v1": 64,
+    "resnet18_v2": 64,
+    "mobilenet0.25": 64,
+    "mobilenetv2_0.25": 64,
+    "alexnet": 64,
+    "squeezenet1.0": 224,
+    "densenet121": 224,
+    "inceptionv3": 299,
+}
 FULL = {"resnet18_v1": 224, "densenet121": 224, "inceptionv3": 299, "mobilenetv2_1.0": 224, "squeezenet1.1": 224}
 
 
@@ -95,14 +111,35 @@ def false_alarms(args):
                     if key in seen:
                         continue
                     model, params = _model(src, net)
-                    res, seconds = _check(model, params, size, dtype=dtype, mode=mode, seed=seed,
-                                          samples=args.samples, locate=False, workers=args.workers)
-                    _emit(args.out, {"key": key, "source": src, "net": net, "size": size, "dtype": dtype,
-                                     "mode": mode, "seed": seed, "ok": res.ok,
-                                     "failed": [r["name"] for r in res.failed],
-                                     "unsettled": [r["name"] for r in res.rows if r["verdict"] == "unsettled"],
-                                     "imprecise": [r["name"] for r in res.rows if r["verdict"] == "imprecise"],
-                                     "arguments": len(res.rows), "seconds": round(seconds, 2)})
+                    res, seconds = _check(
+                        model,
+                        params,
+                        size,
+                        dtype=dtype,
+                        mode=mode,
+                        seed=seed,
+                        samples=args.samples,
+                        locate=False,
+                        workers=args.workers,
+                    )
+                    _emit(
+                        args.out,
+                        {
+                            "key": key,
+                            "source": src,
+                            "net": net,
+                            "size": size,
+                            "dtype": dtype,
+                            "mode": mode,
+                            "seed": seed,
+                            "ok": res.ok,
+                            "failed": [r["name"] for r in res.failed],
+                            "unsettled": [r["name"] for r in res.rows if r["verdict"] == "unsettled"],
+                            "imprecise": [r["name"] for r in res.rows if r["verdict"] == "imprecise"],
+                            "arguments": len(res.rows),
+                            "seconds": round(seconds, 2),
+                        },
+                    )
 
 
 def planted(args):
@@ -118,10 +155,19 @@ def planted(args):
             sym = planted_network.spliced_symbol(text, variant)
             t0 = time.perf_counter()
             res = check_model(sym, params, shapes={"data": (1, 3, 64, 64)}, seed=seed, raise_on_failure=False)
-            _emit(args.out, {"key": key, "variant": variant, "seed": seed, "caught": not res.ok,
-                             "named": [f.name for f in res.faults], "diagnosis": [f.diagnosis for f in res.faults],
-                             "failed": [r["name"] for r in res.failed],
-                             "seconds": round(time.perf_counter() - t0, 2)})
+            _emit(
+                args.out,
+                {
+                    "key": key,
+                    "variant": variant,
+                    "seed": seed,
+                    "caught": not res.ok,
+                    "named": [f.name for f in res.faults],
+                    "diagnosis": [f.diagnosis for f in res.faults],
+                    "failed": [r["name"] for r in res.failed],
+                    "seconds": round(time.perf_counter() - t0, 2),
+                },
+            )
 
 
 def block(args):
@@ -134,11 +180,13 @@ def block(args):
     seen = _done(args.out)
     rb = resnet_block
     checkers = {
-        "check_backward": lambda xs, rng, dt: check_backward(rb.block, xs, rng.standard_normal(
-            (1, rb.C, 56, 56)).astype(dt), progress=False),
+        "check_backward": lambda xs, rng, dt: check_backward(
+            rb.block, xs, rng.standard_normal((1, rb.C, 56, 56)).astype(dt), progress=False
+        ),
         "gradcheck_fast": lambda xs, rng, dt: gradcheck(rb.block, xs, fast_mode=True, progress=False),
         "check_numeric_gradient": lambda xs, rng, dt: tu.check_numeric_gradient(
-            rb.symbol(), dict(zip(rb.NAMES, xs)), dtype=dt, progress=False),
+            rb.symbol(), dict(zip(rb.NAMES, xs)), dtype=dt, progress=False
+        ),
     }
     for seed in range(args.seeds):
         for dt in (np.float32, np.float64):
@@ -155,8 +203,18 @@ def block(args):
                     ok, error = True, None
                 except tu.GradientCheckError as err:
                     ok, error = False, str(err).split("\n")[0]
-                _emit(args.out, {"key": key, "checker": name, "dtype": np.dtype(dt).name, "seed": seed, "ok": ok,
-                                 "error": error, "seconds": round(time.perf_counter() - t0, 2)})
+                _emit(
+                    args.out,
+                    {
+                        "key": key,
+                        "checker": name,
+                        "dtype": np.dtype(dt).name,
+                        "seed": seed,
+                        "ok": ok,
+                        "error": error,
+                        "seconds": round(time.perf_counter() - t0, 2),
+                    },
+                )
 
 
 def timing(args):
@@ -167,9 +225,18 @@ def timing(args):
             _timing_cli(args, net, model, params, size)
             continue
         res, seconds = _check(model, params, size, dtype="float32")
-        _emit(args.out, {"key": f"time/{net}/{size}", "net": net, "size": size, "ok": res.ok,
-                         "arguments": len(res.rows), "seconds": round(seconds, 1),
-                         "threads": os.environ.get("OPENBLAS_NUM_THREADS", "default")})
+        _emit(
+            args.out,
+            {
+                "key": f"time/{net}/{size}",
+                "net": net,
+                "size": size,
+                "ok": res.ok,
+                "arguments": len(res.rows),
+                "seconds": round(seconds, 1),
+                "threads": os.environ.get("OPENBLAS_NUM_THREADS", "default"),
+            },
+        )
 
 
 def _timing_cli(args, net, model, params, size):
@@ -186,9 +253,19 @@ def _timing_cli(args, net, model, params, size):
     done = subprocess.run(cmd, capture_output=True, text=True)
     seconds = time.perf_counter() - t0
     what = f"workers{args.workers}" if args.workers else "cli-default"
-    _emit(args.out, {"key": f"time/{net}/{size}/{what}", "net": net, "size": size,
-                     "ok": done.returncode == 0, "workers": workers, "forked": FORKS, "seconds": round(seconds, 1),
-                     "summary": done.stdout.strip().splitlines()[-1] if done.stdout.strip() else done.stderr[-300:]})
+    _emit(
+        args.out,
+        {
+            "key": f"time/{net}/{size}/{what}",
+            "net": net,
+            "size": size,
+            "ok": done.returncode == 0,
+            "workers": workers,
+            "forked": FORKS,
+            "seconds": round(seconds, 1),
+            "summary": done.stdout.strip().splitlines()[-1] if done.stdout.strip() else done.stderr[-300:],
+        },
+    )
 
 
 def _passed_count(summary):
@@ -237,8 +314,14 @@ def table(args):
                 for mode in ("fast", "sample"):
                     sel = [r for r in rs if r["dtype"] == dtype and r["mode"] == mode]
                     vague = sum(bool(r.get("imprecise")) for r in sel)
-                    cells.append((f"{sum(not r['ok'] for r in sel)}/{len(sel)} FAIL"
-                                  + (f" ({vague} with imprecise args)" if vague else "")) if sel else "-")
+                    cells.append(
+                        (
+                            f"{sum(not r['ok'] for r in sel)}/{len(sel)} FAIL"
+                            + (f" ({vague} with imprecise args)" if vague else "")
+                        )
+                        if sel
+                        else "-"
+                    )
             secs = sorted(r["seconds"] for r in rs if r["mode"] == "fast")
             print(f"| {net} ({src}, {size}) | " + " | ".join(cells) + f" | {secs[len(secs) // 2] if secs else '-'} |")
     bl = [r for r in rows if "checker" in r]
@@ -247,8 +330,10 @@ def table(args):
         print("|---|---|---|---|")
         for name in dict.fromkeys(r["checker"] for r in bl):
             sel = [r for r in bl if r["checker"] == name]
-            cells = [f"{sum(not r['ok'] for r in sel if r['dtype'] == d)}/{sum(r['dtype'] == d for r in sel)} FAIL"
-                     for d in ("float32", "float64")]
+            cells = [
+                f"{sum(not r['ok'] for r in sel if r['dtype'] == d)}/{sum(r['dtype'] == d for r in sel)} FAIL"
+                for d in ("float32", "float64")
+            ]
             secs = sorted(r["seconds"] for r in sel)
             print(f"| {name} | " + " | ".join(cells) + f" | {secs[len(secs) // 2]} |")
     pl = [r for r in rows if "variant" in r]

@@ -74,8 +74,15 @@ class Worker:
         self.contender = contender
         self.log_path = Path(log_dir) / f"{contender}.log"
         self.log = open(self.log_path, "w")
-        self.proc = subprocess.Popen([python, str(WORKER), contender], stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, stderr=self.log, text=True, env=env, cwd=REPO)
+        self.proc = subprocess.Popen(
+            [python, str(WORKER), contender],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self.log,
+            text=True,
+            env=env,
+            cwd=REPO,
+        )
         self.dead = None  # why the process is gone, once it is
         self.ready = self.ask()
 
@@ -126,8 +133,14 @@ def probe(contender, python, env):
     if python is None:
         return None
     try:
-        out = subprocess.run([python, str(WORKER), "--version", contender], capture_output=True, text=True,
-                             env=env, cwd=REPO, timeout=120)
+        out = subprocess.run(
+            [python, str(WORKER), "--version", contender],
+            capture_output=True,
+            text=True,
+            env=env,
+            cwd=REPO,
+            timeout=120,
+        )
     except (OSError, subprocess.TimeoutExpired):
         return None
     return out.stdout.strip() if out.returncode == 0 else None
@@ -235,8 +248,17 @@ def fmt_ratio(r):
 
 
 def table(results):
-    head = ["workload", "symgrad", "numpy", "symgrad ÷ numpy", "MXNet", "symgrad ÷ MXNet", "PyTorch",
-            "symgrad ÷ PyTorch", "load"]
+    head = [
+        "workload",
+        "symgrad",
+        "numpy",
+        "symgrad ÷ numpy",
+        "MXNet",
+        "symgrad ÷ MXNet",
+        "PyTorch",
+        "symgrad ÷ PyTorch",
+        "load",
+    ]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for res in results:
         med, ratios = summarize(res)
@@ -264,11 +286,12 @@ def header(args, versions):
     when = datetime.datetime.now().strftime("%Y-%m-%d %H:%M")
     mode = "quick" if args.quick else "full"
     threads = f"{args.threads} thread(s) per contender" if args.threads else "default threads"
-    lines = [f"symgrad benchmark suite, {when}, commit {git_state()}, {mode} mode ({args.rounds} rounds), "
-             f"{threads}",
-             f"machine: {platform.machine()}, {os.cpu_count()} cpus, Python {platform.python_version()}; "
-             f"load average (1/5/15 min) at start: {Path('/proc/loadavg').read_text().split()[:3]}",
-             "contenders: " + "; ".join(f"{LABELS[c]}: {v}" for c, v in versions.items())]
+    lines = [
+        f"symgrad benchmark suite, {when}, commit {git_state()}, {mode} mode ({args.rounds} rounds), {threads}",
+        f"machine: {platform.machine()}, {os.cpu_count()} cpus, Python {platform.python_version()}; "
+        f"load average (1/5/15 min) at start: {Path('/proc/loadavg').read_text().split()[:3]}",
+        "contenders: " + "; ".join(f"{LABELS[c]}: {v}" for c, v in versions.items()),
+    ]
     return "\n".join(lines)
 
 
@@ -276,8 +299,9 @@ def header(args, versions):
 
 
 def parse(argv):
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
+    ap = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__
+    )
     ap.add_argument("--quick", action="store_true", help="3 rounds, fewer calls (under 2 minutes)")
     ap.add_argument("--rounds", type=int, help="alternating rounds (default 7, quick 3)")
     ap.add_argument("--only", help="comma-separated workloads: " + ",".join(s.name for s in SPECS))
@@ -346,10 +370,12 @@ def main(argv=None):
     print()
     print(table(results))
     print()
-    print(f"Times: median over {args.rounds} rounds of each contender's median call; ratios: median (spread: "
-          "min–max over the rounds, from 5 rounds on without the lowest and the highest) of symgrad's time / the "
-          "peer's in the same round (< 1: symgrad faster); load: 1-minute load average before → after the "
-          "workload.")
+    print(
+        f"Times: median over {args.rounds} rounds of each contender's median call; ratios: median (spread: "
+        "min–max over the rounds, from 5 rounds on without the lowest and the highest) of symgrad's time / the "
+        "peer's in the same round (< 1: symgrad faster); load: 1-minute load average before → after the "
+        "workload."
+    )
     for res in results:
         for note in res["notes"]:
             print(f"- {res['name']}: {note}")

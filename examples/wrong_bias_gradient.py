@@ -49,9 +49,11 @@ def main():
     checks = {
         "check_numeric_gradient (MXNet style)": lambda: check_numeric_gradient(sym, {"data": x, "bias": b}),
         "check_backward (Chainer style)": lambda: check_backward(
-            lambda d, w: sg.sym.Custom(d, w, op_type="add_bias_buggy"), (x, b), rng.standard_normal((3, 4))),
+            lambda d, w: sg.sym.Custom(d, w, op_type="add_bias_buggy"), (x, b), rng.standard_normal((3, 4))
+        ),
         "gradcheck (PyTorch style)": lambda: gradcheck(
-            lambda d, w: sg.sym.Custom(d, w, op_type="add_bias_buggy"), (x, b)),
+            lambda d, w: sg.sym.Custom(d, w, op_type="add_bias_buggy"), (x, b)
+        ),
     }
     for title, run in checks.items():
         print(f"== {title}")

@@ -77,8 +77,10 @@ def parse_shapes(items) -> dict:
         except ValueError:
             shape = None
         if not sep or not name or shape is None or any(d < 0 for d in shape):
-            raise CLIError(f"--shape {item!r}: expected NAME=D1,D2,... with non-negative integer dimensions "
-                           "(e.g. --shape data=2,3,32,32)")
+            raise CLIError(
+                f"--shape {item!r}: expected NAME=D1,D2,... with non-negative integer dimensions "
+                "(e.g. --shape data=2,3,32,32)"
+            )
         shapes[name] = shape
     return shapes
 
@@ -96,8 +98,9 @@ def parse_grad_req(items, arg_names) -> dict:
         if name is None:
             default = req
         elif name.strip() not in arg_names:
-            raise CLIError(f"--grad-req {item!r}: {name.strip()!r} is not an argument of the model "
-                           f"(arguments: {few(arg_names)})")
+            raise CLIError(
+                f"--grad-req {item!r}: {name.strip()!r} is not an argument of the model (arguments: {few(arg_names)})"
+            )
         else:
             per_arg[name.strip()] = req
     return {n: per_arg.get(n, default) for n in arg_names}
@@ -218,11 +221,21 @@ def _check(args, stack) -> int:
         _print_header(args, prep, ctx, spread_text)
     progress = (sys.stderr.isatty() and not args.json) if args.progress is None else args.progress
     _on_sigterm(stack)
-    result = check_model(prep, dtype=args.dtype, mode=args.mode, samples=args.samples, seed=args.seed,
-                         grad_req=reqs, ctx=ctx, executor=executor, workers=workers, progress=progress,
-                         raise_on_failure=False, keep_partial=True)
-    result.header.update(ctx=str(ctx), samples=args.samples if args.mode == "sample" else None,
-                         executor=spread_text)
+    result = check_model(
+        prep,
+        dtype=args.dtype,
+        mode=args.mode,
+        samples=args.samples,
+        seed=args.seed,
+        grad_req=reqs,
+        ctx=ctx,
+        executor=executor,
+        workers=workers,
+        progress=progress,
+        raise_on_failure=False,
+        keep_partial=True,
+    )
+    result.header.update(ctx=str(ctx), samples=args.samples if args.mode == "sample" else None, executor=spread_text)
     _print_result(args, result)
     if result.partial:
         return EXIT_SIGTERM if result.interrupted == "SIGTERM" else EXIT_SIGINT
@@ -267,22 +280,29 @@ def _print_result(args, result) -> None:
 
 
 def _print_header(args, prep, ctx, spread_text):
-    mode_text = {"fast": "fast (random directions per argument, bisected where one fails)",
-                 "sample": f"sample (up to {args.samples} random elements per argument, smaller arguments whole)",
-                 "full": "full (every element)"}[args.mode]
+    mode_text = {
+        "fast": "fast (random directions per argument, bisected where one fails)",
+        "sample": f"sample (up to {args.samples} random elements per argument, smaller arguments whole)",
+        "full": "full (every element)",
+    }[args.mode]
     n_aux = len(prep.aux)
     print(f"symgrad check: {prep.label}")
-    print(f"  {len(prep.args)} arguments, {n_aux} auxiliary states, outputs "
-          f"{', '.join('x'.join(map(str, s)) for s in prep.out_shapes)}; dtype {args.dtype}; mode {mode_text}; "
-          f"seed {args.seed}; {ctx}")
+    print(
+        f"  {len(prep.args)} arguments, {n_aux} auxiliary states, outputs "
+        f"{', '.join('x'.join(map(str, s)) for s in prep.out_shapes)}; dtype {args.dtype}; mode {mode_text}; "
+        f"seed {args.seed}; {ctx}"
+    )
     given = set(prep.given)
     random_names = [k for k in list(prep.args) + list(prep.aux) if k not in given]
     if random_names:
-        print(f"  random values (seed {args.seed}) for {len(random_names)} of {len(prep.args) + n_aux} inputs"
-              + (f" ({len(given)} from {args.params})" if args.params else ""))
+        print(
+            f"  random values (seed {args.seed}) for {len(random_names)} of {len(prep.args) + n_aux} inputs"
+            + (f" ({len(given)} from {args.params})" if args.params else "")
+        )
     if prep.ignored:
-        print(f"  note: {len(prep.ignored)} entries of {args.params} are not inputs of the model: "
-              f"{few(prep.ignored, 4)}")
+        print(
+            f"  note: {len(prep.ignored)} entries of {args.params} are not inputs of the model: {few(prep.ignored, 4)}"
+        )
     if prep.dropouts:
         print(f"  note: Dropout checked as identity (p=0) for a deterministic forward: {few(prep.dropouts, 4)}")
     if spread_text:
@@ -300,8 +320,10 @@ def cmd_info(args) -> int:
         raise CLIError(f"--line-length {args.line_length}: must be at least 40")
     viz.print_summary(sym, shape=shape, line_length=args.line_length)
     if shape is None:
-        print("(shapes unknown: give the input shapes with --shape NAME=D1,D2,... for output shapes and every "
-              "parameter count)")
+        print(
+            "(shapes unknown: give the input shapes with --shape NAME=D1,D2,... for output shapes and every "
+            "parameter count)"
+        )
     return 0
 
 
@@ -345,69 +367,129 @@ def cmd_plot(args) -> int:
 def build_parser() -> argparse.ArgumentParser:
     from . import __version__, model_zoo
 
-    parser = _Parser(prog="symgrad", description="Check a model's gradients numerically, summarise it, draw it.",
-                     epilog="Without a command, runs 'symgrad check --example "
-                            f"{model_zoo.DEFAULT_EXAMPLE}'. Exit codes: 0 ok, 1 a gradient fails, 2 an error.")
-    parser.add_argument("--version", action="version", version=f"symgrad {__version__}",
-                        help="print the version and exit")
+    parser = _Parser(
+        prog="symgrad",
+        description="Check a model's gradients numerically, summarise it, draw it.",
+        epilog="Without a command, runs 'symgrad check --example "
+        f"{model_zoo.DEFAULT_EXAMPLE}'. Exit codes: 0 ok, 1 a gradient fails, 2 an error.",
+    )
+    parser.add_argument(
+        "--version", action="version", version=f"symgrad {__version__}", help="print the version and exit"
+    )
     parser.add_argument("--debug", action="store_true", help="show the traceback of an error")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
 
     def common(p, what):
         p.add_argument("model", nargs="?", metavar="MODEL.json", help=f"the symbol JSON file to {what}")
-        p.add_argument("--example", metavar="NAME", choices=list(model_zoo.EXAMPLES),
-                       help=f"a model shipped with symgrad instead of a file: {', '.join(model_zoo.EXAMPLES)}")
-        p.add_argument("--shape", action="append", metavar="NAME=D1,D2,...",
-                       help="the shape of an input (repeatable); default: the file's __shape__ attributes")
-        p.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
-                       help="show the traceback of an error")
-        p.add_argument("--import", dest="imports", action="append", metavar="MODULE_OR_PATH",
-                       help="import a module (dotted name or a .py file) before loading, e.g. one that registers "
-                       "the model's Custom ops (repeatable)")
+        p.add_argument(
+            "--example",
+            metavar="NAME",
+            choices=list(model_zoo.EXAMPLES),
+            help=f"a model shipped with symgrad instead of a file: {', '.join(model_zoo.EXAMPLES)}",
+        )
+        p.add_argument(
+            "--shape",
+            action="append",
+            metavar="NAME=D1,D2,...",
+            help="the shape of an input (repeatable); default: the file's __shape__ attributes",
+        )
+        p.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help="show the traceback of an error")
+        p.add_argument(
+            "--import",
+            dest="imports",
+            action="append",
+            metavar="MODULE_OR_PATH",
+            help="import a module (dotted name or a .py file) before loading, e.g. one that registers "
+            "the model's Custom ops (repeatable)",
+        )
 
-    check = sub.add_parser("check", help="check every argument's gradient against finite differences",
-                           description="Load the model, fill missing arguments with seeded random values (labels "
-                                       "and indices as valid integers), run forward/backward and check every "
-                                       "argument's gradient numerically. Exit code 0 only when every gradient "
-                                       "passes.")
+    check = sub.add_parser(
+        "check",
+        help="check every argument's gradient against finite differences",
+        description="Load the model, fill missing arguments with seeded random values (labels "
+        "and indices as valid integers), run forward/backward and check every "
+        "argument's gradient numerically. Exit code 0 only when every gradient "
+        "passes.",
+    )
     common(check, "check")
-    check.add_argument("--params", metavar="FILE", help="an MXNet .params (or .npz) file with argument "
-                       "('arg:NAME') and auxiliary ('aux:NAME') values; the others are random")
-    check.add_argument("--dtype", choices=DTYPES, default="float32", help="the dtype under test (default float32); "
-                       "the numeric reference is always float64")
-    check.add_argument("--grad-req", action="append", metavar="REQ|NAME=REQ",
-                       help="write (default), add or null, for every argument or for NAME (repeatable)")
-    check.add_argument("--mode", choices=MODES, default="fast", help="fast (default): random directional "
-                       "derivatives per argument on the forward's pinned pieces, bisected to the worst elements where "
-                       "one fails; sample: --samples random elements per argument, small arguments whole; full: "
-                       "every element")
-    check.add_argument("--samples", type=int, default=None, metavar="N",
-                       help=f"elements per argument in sample mode (default {DEFAULT_SAMPLES}; "
-                       f"{', '.join(f'{k}: {v}' for k, v in model_zoo.EXAMPLE_SAMPLES.items())})")
+    check.add_argument(
+        "--params",
+        metavar="FILE",
+        help="an MXNet .params (or .npz) file with argument "
+        "('arg:NAME') and auxiliary ('aux:NAME') values; the others are random",
+    )
+    check.add_argument(
+        "--dtype",
+        choices=DTYPES,
+        default="float32",
+        help="the dtype under test (default float32); the numeric reference is always float64",
+    )
+    check.add_argument(
+        "--grad-req",
+        action="append",
+        metavar="REQ|NAME=REQ",
+        help="write (default), add or null, for every argument or for NAME (repeatable)",
+    )
+    check.add_argument(
+        "--mode",
+        choices=MODES,
+        default="fast",
+        help="fast (default): random directional "
+        "derivatives per argument on the forward's pinned pieces, bisected to the worst elements where "
+        "one fails; sample: --samples random elements per argument, small arguments whole; full: "
+        "every element",
+    )
+    check.add_argument(
+        "--samples",
+        type=int,
+        default=None,
+        metavar="N",
+        help=f"elements per argument in sample mode (default {DEFAULT_SAMPLES}; "
+        f"{', '.join(f'{k}: {v}' for k, v in model_zoo.EXAMPLE_SAMPLES.items())})",
+    )
     check.add_argument("--seed", type=int, default=0, help="seed of the random values and draws (default 0)")
     check.add_argument("--ctx", default="cpu", metavar="cpu|gpu:N", help="device (default cpu)")
     check.add_argument("--json", action="store_true", help="print the report as JSON (for CI)")
-    check.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
-                       help="progress on long work: a bar on a terminal, else a line every few seconds (default: "
-                       "when stderr is a terminal)")
+    check.add_argument(
+        "--progress",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="progress on long work: a bar on a terminal, else a line every few seconds (default: "
+        "when stderr is a terminal)",
+    )
     spread = check.add_mutually_exclusive_group()
-    spread.add_argument("--workers", type=int, default=None, metavar="N",
-                        help="share the arguments between N local processes (default: one per usable core on "
-                        "Linux, forked after the analytic pass; 1 elsewhere); the results are those of one process")
-    spread.add_argument("--scheduler", default=None, metavar="ADDRESS",
-                        help="spread the finite differences over a Dask cluster (e.g. tcp://host:8786; needs "
-                        "dask[distributed] here and on the workers, with symgrad installed there)")
+    spread.add_argument(
+        "--workers",
+        type=int,
+        default=None,
+        metavar="N",
+        help="share the arguments between N local processes (default: one per usable core on "
+        "Linux, forked after the analytic pass; 1 elsewhere); the results are those of one process",
+    )
+    spread.add_argument(
+        "--scheduler",
+        default=None,
+        metavar="ADDRESS",
+        help="spread the finite differences over a Dask cluster (e.g. tcp://host:8786; needs "
+        "dask[distributed] here and on the workers, with symgrad installed there)",
+    )
     check.set_defaults(func=cmd_check)
 
-    info = sub.add_parser("info", help="a layer table: op, output shape, parameter count, totals",
-                          description="Print an MXNet print_summary-style table of the model.")
+    info = sub.add_parser(
+        "info",
+        help="a layer table: op, output shape, parameter count, totals",
+        description="Print an MXNet print_summary-style table of the model.",
+    )
     common(info, "summarise")
     info.add_argument("--line-length", type=int, default=120, metavar="N", help="width of the table (default 120)")
     info.set_defaults(func=cmd_info)
 
-    plot = sub.add_parser("plot", help="draw the graph with graphviz (svg, png, pdf or dot)",
-                          description="Draw the graph (MXNet plot_network look). '.dot' needs only the graphviz "
-                                      "Python package; the other formats need graphviz's 'dot' program.")
+    plot = sub.add_parser(
+        "plot",
+        help="draw the graph with graphviz (svg, png, pdf or dot)",
+        description="Draw the graph (MXNet plot_network look). '.dot' needs only the graphviz "
+        "Python package; the other formats need graphviz's 'dot' program.",
+    )
     common(plot, "draw")
     plot.add_argument("-o", "--output", required=True, metavar="FILE", help="FILE.svg, .png, .pdf or .dot")
     plot.add_argument("--title", help="the graph's title (default: the output file's name)")
@@ -426,8 +508,7 @@ def main(argv=None) -> int:
         args = parser.parse_args(argv)
         if args.command is None:
             raise CLIError("a command is needed: check, info or plot (see 'symgrad --help')")
-        if getattr(args, "model", None) is None and getattr(args, "example", None) is None \
-                and args.command != "check":
+        if getattr(args, "model", None) is None and getattr(args, "example", None) is None and args.command != "check":
             raise CLIError(f"{args.command}: give a MODEL.json file or --example NAME")
         return args.func(args)
     except SystemExit as exc:  # --help / --version

@@ -55,9 +55,7 @@ class Context:
 
     def __eq__(self, other: object) -> bool:
         return (
-            isinstance(other, Context)
-            and self.device_type == other.device_type
-            and self.device_id == other.device_id
+            isinstance(other, Context) and self.device_type == other.device_type and self.device_id == other.device_id
         )
 
     def __hash__(self) -> int:

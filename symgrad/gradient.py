@@ -71,8 +71,13 @@ def _depends(node, dep) -> bool:
     return any(src.id in dep and names[slot] not in no_grad for slot, (src, _) in enumerate(node.inputs))
 
 
-def build_gradients(heads: Sequence[Entry], head_grads: Sequence[Entry | None], wrt: Sequence[Node],
-                    loss_scale: float | None = None, order: Sequence[Node] | None = None) -> list[Entry | None]:
+def build_gradients(
+    heads: Sequence[Entry],
+    head_grads: Sequence[Entry | None],
+    wrt: Sequence[Node],
+    loss_scale: float | None = None,
+    order: Sequence[Node] | None = None,
+) -> list[Entry | None]:
     """Gradient entries of ``heads`` w.r.t. the variable nodes ``wrt``.
 
     ``heads`` are ``(node, index)`` entries, ``head_grads`` one entry (or None,
@@ -91,8 +96,13 @@ def build_gradients(heads: Sequence[Entry], head_grads: Sequence[Entry | None], 
         return _build(heads, head_grads, wrt, loss_scale, order)
 
 
-def _build(heads: Sequence[Entry], head_grads: Sequence[Entry | None], wrt: Sequence[Node],
-           loss_scale: float | None = None, order: Sequence[Node] | None = None) -> list[Entry | None]:
+def _build(
+    heads: Sequence[Entry],
+    head_grads: Sequence[Entry | None],
+    wrt: Sequence[Node],
+    loss_scale: float | None = None,
+    order: Sequence[Node] | None = None,
+) -> list[Entry | None]:
     if order is None:
         order = topo_order(heads)
     dep = _dependents(order, {n.id for n in wrt})
@@ -197,13 +207,13 @@ def _needs(node, op, dep) -> list:
         return [src.id in dep for src, _ in inputs]
     n_args = node.num_args()
     names = node.input_names() if no_grad else None
-    return [slot < n_args and src.id in dep
-            and not (no_grad and names[slot] in no_grad)  # type: ignore[index]  # (names is set when no_grad is)
-            for slot, (src, _) in enumerate(inputs)]
+    return [
+        slot < n_args and src.id in dep and not (no_grad and names[slot] in no_grad)  # type: ignore[index]  # (names is set when no_grad is)
+        for slot, (src, _) in enumerate(inputs)
+    ]
 
 
-def expansion_gradients(expand: Callable[..., Symbol], inputs: Sequence[Symbol], head: Symbol
-                        ) -> list[Symbol | None]:
+def expansion_gradients(expand: Callable[..., Symbol], inputs: Sequence[Symbol], head: Symbol) -> list[Symbol | None]:
     """Gradients of a fused node through its expansion: the second-order rule of a node that computes in one
     instruction what ``expand(*inputs)`` builds from several (``_backward_tanh`` and ``ograd * (1 - y^2)``).
 
@@ -222,8 +232,16 @@ def expansion_gradients(expand: Callable[..., Symbol], inputs: Sequence[Symbol],
     for e in entries:
         g = None if e is None else Symbol([e])
         # (the names are the placeholders' ``__expand_*__``: never ``name``, Symbol.__call__'s own keyword)
-        result.append(g if g is None else g(**{name: subs[name]  # type: ignore[arg-type]
-                                               for name in g.list_arguments()}))
+        result.append(
+            g
+            if g is None
+            else g(
+                **{
+                    name: subs[name]  # type: ignore[arg-type]
+                    for name in g.list_arguments()
+                }
+            )
+        )
     return result
 
 
@@ -238,9 +256,13 @@ def _entries(symbols: Symbol | Iterable[Symbol], what: str) -> list[Entry]:
     return out
 
 
-def grad(outputs: Symbol | Iterable[Symbol], inputs: Symbol | Iterable[Symbol],
-         grad_outputs: Iterable[Symbol | None] | None = None, grad_inputs: Iterable[Symbol | None] | None = None,
-         loss_scale: float | None = None) -> list[Symbol | None]:
+def grad(
+    outputs: Symbol | Iterable[Symbol],
+    inputs: Symbol | Iterable[Symbol],
+    grad_outputs: Iterable[Symbol | None] | None = None,
+    grad_inputs: Iterable[Symbol | None] | None = None,
+    loss_scale: float | None = None,
+) -> list[Symbol | None]:
     """Gradient Symbols of ``outputs`` w.r.t. the variables ``inputs`` (``chainer.grad`` semantics).
 
     Args:

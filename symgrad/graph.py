@@ -80,8 +80,9 @@ def topo_order(heads: Iterable) -> list[Node]:
     return topo_order_split(heads, ())[0]
 
 
-def topo_order_split(heads: Iterable, more: Iterable, heads_order: Sequence[Node] | None = None
-                     ) -> tuple[list[Node], int]:
+def topo_order_split(
+    heads: Iterable, more: Iterable, heads_order: Sequence[Node] | None = None
+) -> tuple[list[Node], int]:
     """``topo_order(heads + more)`` and how many of its nodes ``topo_order(heads)`` holds: one walk.
 
     The DFS emits everything reachable from ``heads`` before it starts on ``more``, so those nodes are

@@ -48,7 +48,7 @@ def _retry(node, rule, ins, outs, kind, unknown_dims, first):
         for keep in [None, *partial] if len(partial) > 1 else [None] if partial else []:
             trial = [None if j in partial and j != keep else v for j, v in enumerate(values)]
             try:
-                answers.append(rule(node.params, trial[:len(ins)], trial[len(ins):], where(node)))
+                answers.append(rule(node.params, trial[: len(ins)], trial[len(ins) :], where(node)))
             except Exception:
                 continue
             if keep is None and _determines_all(answers[0]):
@@ -94,8 +94,12 @@ def _merge(old, new, kind, unknown_dims):
     dimensions two shapes of one rank whose dimensions agree wherever both are known merge into one."""
     if not _differs(old, new, kind):
         return tuple(old) if kind == "shape" else old
-    if kind == "shape" and unknown_dims and len(old) == len(new) and all(a == b or 0 in (a, b)
-                                                                          for a, b in zip(old, new)):
+    if (
+        kind == "shape"
+        and unknown_dims
+        and len(old) == len(new)
+        and all(a == b or 0 in (a, b) for a, b in zip(old, new))
+    ):
         return tuple(a or b for a, b in zip(old, new))
     return None
 

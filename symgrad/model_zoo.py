@@ -29,8 +29,20 @@ from .base import StrPath
 if TYPE_CHECKING:
     from .symbol import Shape, Symbol
 
-__all__ = ["EXAMPLES", "DEFAULT_EXAMPLE", "EXAMPLE_SAMPLES", "example_path", "load_example", "mlp", "lenet", "resblock",
-           "write_examples", "MODELS", "DATA_SHAPES", "example_inputs"]
+__all__ = [
+    "EXAMPLES",
+    "DEFAULT_EXAMPLE",
+    "EXAMPLE_SAMPLES",
+    "example_path",
+    "load_example",
+    "mlp",
+    "lenet",
+    "resblock",
+    "write_examples",
+    "MODELS",
+    "DATA_SHAPES",
+    "example_inputs",
+]
 
 MODELS_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "models")
 
@@ -74,12 +86,17 @@ def resblock(channels=4, num_classes=3, data_shape=(2, 4, 6, 6)):
 #: name -> (file in symgrad/models, one-line description, builder or None for a file written by MXNet)
 EXAMPLES: dict[str, tuple[str, str, Callable[[], Symbol] | None]] = {
     "mlp": ("mlp.json", "multilayer perceptron: 3 FullyConnected + tanh, SoftmaxOutput", mlp),
-    "lenet": ("lenet.json", "LeNet: 2 x (Convolution 5x5, tanh, max Pooling), 2 FullyConnected, SoftmaxOutput",
-              lenet),
-    "resblock": ("resblock.json", "residual block: 2 x (Convolution 3x3, BatchNorm), identity shortcut, relu, "
-                 "global Pooling, SoftmaxOutput", resblock),
-    "mobilenet0.25": ("mobilenet0.25.json", "Gluon model zoo MobileNet 0.25 (exported by MXNet 1.9.1, "
-                      "84 arguments, 54 auxiliary states)", None),
+    "lenet": ("lenet.json", "LeNet: 2 x (Convolution 5x5, tanh, max Pooling), 2 FullyConnected, SoftmaxOutput", lenet),
+    "resblock": (
+        "resblock.json",
+        "residual block: 2 x (Convolution 3x3, BatchNorm), identity shortcut, relu, global Pooling, SoftmaxOutput",
+        resblock,
+    ),
+    "mobilenet0.25": (
+        "mobilenet0.25.json",
+        "Gluon model zoo MobileNet 0.25 (exported by MXNet 1.9.1, 84 arguments, 54 auxiliary states)",
+        None,
+    ),
 }
 DEFAULT_EXAMPLE = "lenet"
 #: sample-mode elements per argument where the default (``cli.DEFAULT_SAMPLES``) would take minutes

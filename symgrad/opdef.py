@@ -20,8 +20,23 @@ import numpy as np
 
 from .base import ParamError, ShapeError
 
-__all__ = ["Param", "OpDef", "Decision", "register", "get_op", "list_ops", "REQUIRED", "acc_dtype", "host_array",
-           "check_float", "float_inputs", "as_shape", "parse_shape", "parse_dtype_attr", "DTYPE_TO_MX"]
+__all__ = [
+    "Param",
+    "OpDef",
+    "Decision",
+    "register",
+    "get_op",
+    "list_ops",
+    "REQUIRED",
+    "acc_dtype",
+    "host_array",
+    "check_float",
+    "float_inputs",
+    "as_shape",
+    "parse_shape",
+    "parse_dtype_attr",
+    "DTYPE_TO_MX",
+]
 
 
 class _Required:
@@ -83,8 +98,9 @@ def _literal(text: str):
     except KeyError:
         pass
     value = _parse_literal(text)
-    if len(_LITERALS) < _LITERALS_MAX and (isinstance(value, _IMMUTABLE) or (
-            type(value) is tuple and all(isinstance(e, _IMMUTABLE) for e in value))):
+    if len(_LITERALS) < _LITERALS_MAX and (
+        isinstance(value, _IMMUTABLE) or (type(value) is tuple and all(isinstance(e, _IMMUTABLE) for e in value))
+    ):
         _LITERALS[text] = value
     return value
 
@@ -126,6 +142,7 @@ class Param:
     def parse(self, value, where: str, pname: str):
         """``value`` (a Python value or MXNet's attribute string) as this parameter's type, in three phases:
         text to a Python value, None for optional parameters, then the parser of ``kind`` (``_PARSERS``)."""
+
         def bad(expected):
             return ParamError(f"{where}: parameter {pname!r} expects {expected}, got {_short(value)}")
 
@@ -329,7 +346,7 @@ class Decision:
 
 def broadcast_support(site, shape) -> tuple:
     """The element of an input of ``shape`` that numpy broadcasting reads at output index ``site``."""
-    site = tuple(site)[len(site) - len(shape):] if shape else ()
+    site = tuple(site)[len(site) - len(shape) :] if shape else ()
     return tuple(0 if d == 1 else int(i) for i, d in zip(site, shape))
 
 
@@ -637,8 +654,20 @@ def parse_shape(text):
 
 
 # MXNet's dtype codes, as ``mx.sym.Variable`` writes them into ``__dtype__`` (``_DTYPE_NP_TO_MX``)
-DTYPE_TO_MX = {"float32": 0, "float64": 1, "float16": 2, "uint8": 3, "int32": 4, "int8": 5, "int64": 6,
-                "bool": 7, "int16": 8, "uint16": 9, "uint32": 10, "uint64": 11}
+DTYPE_TO_MX = {
+    "float32": 0,
+    "float64": 1,
+    "float16": 2,
+    "uint8": 3,
+    "int32": 4,
+    "int8": 5,
+    "int64": 6,
+    "bool": 7,
+    "int16": 8,
+    "uint16": 9,
+    "uint32": 10,
+    "uint64": 11,
+}
 _MX_TO_DTYPE = {str(v): k for k, v in DTYPE_TO_MX.items()}
 
 

@@ -44,8 +44,16 @@ from .symbol import positional_params
 if TYPE_CHECKING:
     import numpy.typing as npt
 
-__all__ = ["CustomOp", "CustomOpProp", "CustomOpError", "register", "get_registered",
-           "get_all_registered_operators", "get_operator_arguments", "OperatorArguments"]
+__all__ = [
+    "CustomOp",
+    "CustomOpProp",
+    "CustomOpError",
+    "register",
+    "get_registered",
+    "get_all_registered_operators",
+    "get_operator_arguments",
+    "OperatorArguments",
+]
 
 
 class CustomOpError(SymgradError):
@@ -67,8 +75,11 @@ def _custom_op_error_type(original: type) -> type:
         cls = CustomOpError
         if not issubclass(CustomOpError, original):
             try:
-                cls = type(f"CustomOpError[{original.__name__}]", (CustomOpError, original),
-                           {"__module__": __name__, "__str__": Exception.__str__})
+                cls = type(
+                    f"CustomOpError[{original.__name__}]",
+                    (CustomOpError, original),
+                    {"__module__": __name__, "__str__": Exception.__str__},
+                )
             except TypeError:  # an exception type with its own instance layout (OSError, SyntaxError...)
                 cls = CustomOpError
         _ERROR_TYPES[original] = cls
@@ -110,8 +121,11 @@ def get_operator_arguments(op_name: str) -> OperatorArguments:
     else:
         names = _default_inputs(op)
         types = ["NDArray-or-Symbol"] * len(names)
-    pnames = positional_params(op) if not (op.variadic or op.extra_params) else \
-        [p for p in op.params if not p.startswith("_")]
+    pnames = (
+        positional_params(op)
+        if not (op.variadic or op.extra_params)
+        else [p for p in op.params if not p.startswith("_")]
+    )
     for p in pnames:
         names.append(p)
         types.append(_type_string(op.params[p]))
@@ -134,8 +148,16 @@ def _default_inputs(op) -> list[str]:
     return best if best is not None else ["data"]
 
 
-_KIND_NAMES = {"int": "int", "float": "float", "bool": "boolean", "shape": "Shape(tuple)", "axis": "Shape or None",
-               "str": "string", "floats": "tuple of <float>", "any": "string"}
+_KIND_NAMES = {
+    "int": "int",
+    "float": "float",
+    "bool": "boolean",
+    "shape": "Shape(tuple)",
+    "axis": "Shape or None",
+    "str": "string",
+    "floats": "tuple of <float>",
+    "any": "string",
+}
 
 
 def _type_string(spec: Param) -> str:
@@ -145,8 +167,9 @@ def _type_string(spec: Param) -> str:
         if spec.choices:
             options = sorted(repr(c) for c in spec.choices)
         else:
-            options = sorted(f"'{name}'" for name in ("float16", "float32", "float64", "uint8", "int8", "int32",
-                                                      "int64", "bool"))
+            options = sorted(
+                f"'{name}'" for name in ("float16", "float32", "float64", "uint8", "int8", "int32", "int64", "bool")
+            )
         if spec.optional:
             options.insert(0, "None")
         head = "{" + ", ".join(options) + "}"
@@ -173,6 +196,7 @@ def _type_string(spec: Param) -> str:
         shown = str(default)
     return f"{kind}, optional, default={shown}"
 
+
 _PROPS: dict[str, type[CustomOpProp]] = {}
 
 #: The shapes of a custom op's inputs, outputs or auxiliary states: one list of dimensions each.
@@ -180,8 +204,10 @@ ShapeList: TypeAlias = "Sequence[Sequence[int]]"
 #: ``CustomOpProp.infer_shape``'s answer: ``(in_shapes, out_shapes)`` or ``(in_shapes, out_shapes, aux_shapes)``.
 InferShapeResult: TypeAlias = "tuple[ShapeList, ShapeList] | tuple[ShapeList, ShapeList, ShapeList]"
 #: ``CustomOpProp.infer_type``'s answer: ``(in_types, out_types)`` or ``(in_types, out_types, aux_types)``.
-InferTypeResult: TypeAlias = ("tuple[Sequence[npt.DTypeLike], Sequence[npt.DTypeLike]]"
-                              " | tuple[Sequence[npt.DTypeLike], Sequence[npt.DTypeLike], Sequence[npt.DTypeLike]]")
+InferTypeResult: TypeAlias = (
+    "tuple[Sequence[npt.DTypeLike], Sequence[npt.DTypeLike]]"
+    " | tuple[Sequence[npt.DTypeLike], Sequence[npt.DTypeLike], Sequence[npt.DTypeLike]]"
+)
 _PropT = TypeVar("_PropT", bound="CustomOpProp")
 
 
@@ -191,12 +217,20 @@ class CustomOp:
     def __init__(self) -> None:
         pass
 
-    def forward(self, is_train: bool, req: list[str], in_data: list[Array], out_data: list[Array],
-                aux: list[Array]) -> None:
+    def forward(
+        self, is_train: bool, req: list[str], in_data: list[Array], out_data: list[Array], aux: list[Array]
+    ) -> None:
         """Fill ``out_data`` from ``in_data`` (use ``self.assign(dst, req[i], src)``)."""
 
-    def backward(self, req: list[str], out_grad: list[Array], in_data: list[Array], out_data: list[Array],
-                 in_grad: list[Array], aux: list[Array]) -> None:
+    def backward(
+        self,
+        req: list[str],
+        out_grad: list[Array],
+        in_data: list[Array],
+        out_data: list[Array],
+        in_grad: list[Array],
+        aux: list[Array],
+    ) -> None:
         """Fill ``in_grad`` (use ``self.assign(in_grad[i], req[i], src)``)."""
 
     def assign(self, dst: Array, req: str, src: npt.ArrayLike) -> None:
@@ -232,8 +266,9 @@ class CustomOpProp:
     def list_auxiliary_states(self) -> list[str]:
         return []
 
-    def declare_backward_dependency(self, out_grad: Sequence[int], in_data: Sequence[int], out_data: Sequence[int]
-                                    ) -> list[int]:
+    def declare_backward_dependency(
+        self, out_grad: Sequence[int], in_data: Sequence[int], out_data: Sequence[int]
+    ) -> list[int]:
         deps: list[int] = []
         if self.need_top_grad_:
             deps.extend(out_grad)
@@ -241,8 +276,7 @@ class CustomOpProp:
         deps.extend(out_data)
         return deps
 
-    def create_operator(self, ctx: Context, in_shapes: list[list[int]], in_dtypes: list[type[np.generic]]
-                        ) -> CustomOp:
+    def create_operator(self, ctx: Context, in_shapes: list[list[int]], in_dtypes: list[type[np.generic]]) -> CustomOp:
         return CustomOp()
 
 
@@ -403,8 +437,11 @@ def _custom_fwd(xp, *inputs, is_train, op_type, __state__):
     types = _call(st, "infer_type", lambda: st.prop.infer_type([np.dtype(x.dtype).type for x in in_data]))
     out_data = _wrap(xp, [xp.zeros(tuple(s), dtype=t) for s, t in zip(res[1], types[1])])
     op = _call(st, "create_operator", lambda: st.operator(xp, in_data))
-    _call(st, "forward", lambda: op.forward(is_train=is_train, req=["write"] * n_out, in_data=in_data,
-                                             out_data=out_data, aux=aux))
+    _call(
+        st,
+        "forward",
+        lambda: op.forward(is_train=is_train, req=["write"] * n_out, in_data=in_data, out_data=out_data, aux=aux),
+    )
     outs = tuple(xp.asarray(o) if xp is not np else o.view(np.ndarray) for o in out_data)
     return outs
 
@@ -416,8 +453,9 @@ def _custom_grad(F, n, g):
     ograds = []
     if st.prop.need_top_grad_:
         ograds = [g[k] if g[k] is not None else F.zeros_like(n.outputs[k]) for k in range(n_out)]
-    grads = F._backward_Custom(*ograds, *n.inputs[:n_in], *n.outputs, *n.inputs[n_in:],
-                               __state__=st, reqs=reqs, has_ograd=bool(ograds))
+    grads = F._backward_Custom(
+        *ograds, *n.inputs[:n_in], *n.outputs, *n.inputs[n_in:], __state__=st, reqs=reqs, has_ograd=bool(ograds)
+    )
     grads = list(grads)
     return [grads[i] if n.needs[i] else None for i in range(n_in)] + [None] * n_aux
 
@@ -429,9 +467,9 @@ def _custom_bwd(xp, *arrays, num_args, __state__, reqs, has_ograd):
     out_grad = []
     if has_ograd:
         out_grad, k = list(arrays[:n_out]), n_out
-    in_data = arrays[k:k + n_in]
-    out_data = arrays[k + n_in:k + n_in + n_out]
-    aux = arrays[k + n_in + n_out:]
+    in_data = arrays[k : k + n_in]
+    out_data = arrays[k + n_in : k + n_in + n_out]
+    aux = arrays[k + n_in + n_out :]
     if not has_ograd:
         out_grad = [xp.zeros_like(o) for o in out_data]
     w_in, w_out, w_og, w_aux = (_wrap(xp, a) for a in (in_data, out_data, out_grad, aux))
@@ -441,8 +479,11 @@ def _custom_bwd(xp, *arrays, num_args, __state__, reqs, has_ograd):
     reqs = [given[j][1] if j in given and reqs[j] != "null" else r for j, r in enumerate(reqs)]
     in_grad = _wrap(xp, [given[j][0] if j in given else xp.zeros_like(x) for j, x in enumerate(in_data)])
     op = _call(st, "create_operator", lambda: st.operator(xp, w_in))
-    _call(st, "backward", lambda: op.backward(req=list(reqs), out_grad=w_og, in_data=w_in, out_data=w_out,
-                                               in_grad=in_grad, aux=w_aux))
+    _call(
+        st,
+        "backward",
+        lambda: op.backward(req=list(reqs), out_grad=w_og, in_data=w_in, out_data=w_out, in_grad=in_grad, aux=w_aux),
+    )
     return tuple(xp.asarray(gr) if xp is not np else gr.view(np.ndarray) for gr in in_grad)
 
 
@@ -451,7 +492,7 @@ def _bwd_shape(params, in_shapes, out_shapes, where):
     st = params["__state__"]
     n_in, n_out, _ = st.n()
     k = n_out if params["has_ograd"] else 0
-    return in_shapes, list(in_shapes[k:k + n_in])
+    return in_shapes, list(in_shapes[k : k + n_in])
 
 
 _register_op(

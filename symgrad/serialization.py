@@ -69,8 +69,11 @@ _HIDDEN_KEYS = ("ctx_group", "lr_mult", "wd_mult", "force_mirroring", "mirror_st
 MAX_PARAM_CHARS = 1 << 16
 _MAX_SHAPE_CHARS = 1024
 # initializers MXNet 0.9.4+ attaches to input variables (FSetInputVarAttrOnCompose), added to older files
-_INPUT_INITS = {"BatchNorm": {3: '["zero", {}]', 4: '["one", {}]'}, "LeakyReLU": {1: '["Constant", {"value": 0.25}]'},
-                "UpSampling": {1: '["bilinear", {}]'}}
+_INPUT_INITS = {
+    "BatchNorm": {3: '["zero", {}]', 4: '["one", {}]'},
+    "LeakyReLU": {1: '["Constant", {"value": 0.25}]'},
+    "UpSampling": {1: '["bilinear", {}]'},
+}
 _MAX_NDIM = 32
 
 
@@ -98,15 +101,21 @@ def _to_doc(sym: Symbol) -> dict[str, Any]:
             entry["attrs"] = attrs
         k = node.num_args()
         # MXNet marks inputs its op mutates (auxiliary states) with version 1
-        entry["inputs"] = [[index[src.id], j, int(slot >= k and src.op is None)]
-                           for slot, (src, j) in enumerate(node.inputs)]
+        entry["inputs"] = [
+            [index[src.id], j, int(slot >= k and src.op is None)] for slot, (src, j) in enumerate(node.inputs)
+        ]
         out_nodes.append(entry)
         if node.op is None:
             arg_nodes.append(i)
         row_ptr.append(row_ptr[-1] + node.num_outputs)
     heads = [[index[n.id], j, 0] for n, j in sym._outputs]
-    return {"nodes": out_nodes, "arg_nodes": arg_nodes, "node_row_ptr": row_ptr, "heads": heads,
-            "attrs": {"mxnet_version": ["int", MXNET_VERSION]}}
+    return {
+        "nodes": out_nodes,
+        "arg_nodes": arg_nodes,
+        "node_row_ptr": row_ptr,
+        "heads": heads,
+        "attrs": {"mxnet_version": ["int", MXNET_VERSION]},
+    }
 
 
 def _dump_str(s: str, where: str) -> str:
@@ -197,13 +206,16 @@ def _version(doc, err) -> int:
     if "is_np_shape" in attrs:
         flag = attrs["is_np_shape"]
         if not (isinstance(flag, list) and len(flag) == 2 and flag[1] in (0, False)):
-            raise err("the symbol was saved with NumPy shape semantics (is_np_shape); "
-                      "only MXNet's classic (mx.sym) symbols are supported")
+            raise err(
+                "the symbol was saved with NumPy shape semantics (is_np_shape); "
+                "only MXNet's classic (mx.sym) symbols are supported"
+            )
     if "mxnet_version" not in attrs:
         return _LEGACY_VERSION
     v = attrs["mxnet_version"]
-    if not (isinstance(v, list) and len(v) == 2 and v[0] == "int" and isinstance(v[1], int)
-            and not isinstance(v[1], bool)):
+    if not (
+        isinstance(v, list) and len(v) == 2 and v[0] == "int" and isinstance(v[1], int) and not isinstance(v[1], bool)
+    ):
         raise err(f"graph attribute 'mxnet_version' must be [\"int\", N], got {_short(v)}")
     return v[1]
 
@@ -245,10 +257,15 @@ def _check_var_attrs(attrs: dict, where: str, err) -> None:
         value = opdef._literal(raw.strip())
         if isinstance(value, int) and not isinstance(value, bool):
             value = (value,)
-        if (not isinstance(value, (tuple, list)) or len(value) > _MAX_NDIM
-                or not all(isinstance(d, int) and not isinstance(d, bool) and 0 <= d < 2**63 for d in value)):
-            raise err(f"{where}: __shape__ attribute {_short(raw)} is not a tuple of at most {_MAX_NDIM} "
-                      "non-negative dimensions")
+        if (
+            not isinstance(value, (tuple, list))
+            or len(value) > _MAX_NDIM
+            or not all(isinstance(d, int) and not isinstance(d, bool) and 0 <= d < 2**63 for d in value)
+        ):
+            raise err(
+                f"{where}: __shape__ attribute {_short(raw)} is not a tuple of at most {_MAX_NDIM} "
+                "non-negative dimensions"
+            )
     raw = attrs.get("__dtype__")
     if raw is not None:
         try:
@@ -271,7 +288,7 @@ def _topo_indices(doc_nodes, inputs_of, heads, err) -> list[int]:
             for src, _ in it:
                 if state[src] == 1:
                     path = [i for i, _ in stack]
-                    cycle = path[path.index(src):] + [src]
+                    cycle = path[path.index(src) :] + [src]
                     names = " -> ".join(f"{i} {doc_nodes[i].get('name')!r}" for i in cycle)
                     raise err(f"the graph has a cycle: node {names}")
                 if state[src] == 0:
@@ -345,14 +362,16 @@ def _node_inputs(op, name, attrs, inputs, names, version, where, err) -> list:
     an MXNet < 0.9.4 file's inputs get the ``__init__`` MXNet's upgrader gives them."""
     inputs = list(inputs)
     if len(inputs) < len(names) and version < 900:
-        for iname in names[len(inputs):]:
+        for iname in names[len(inputs) :]:
             inputs.append((Node(None, f"{name}_{iname}", {}, dict(attrs), (), 1), 0))
     if len(inputs) != len(names):
         raise err(f"{where}: has {len(inputs)} inputs, {op.name} takes {len(names)} {names}")
     for slot, (src, j) in enumerate(inputs):
         if j >= src.num_outputs:
-            raise err(f"{where}: input {slot} ({names[slot]!r}) asks for output {j} of {src.op_name} "
-                      f"{src.name!r}, which has {src.num_outputs}")
+            raise err(
+                f"{where}: input {slot} ({names[slot]!r}) asks for output {j} of {src.op_name} "
+                f"{src.name!r}, which has {src.num_outputs}"
+            )
     if version < 904:
         for slot, init in _INPUT_INITS.get(op.name, {}).items():
             if slot < len(inputs) and inputs[slot][0].op is None:
@@ -404,8 +423,10 @@ def _read_node(i, raw, n, err):
     opname = _check_type(raw["op"], str, f"node {i} 'op'", err)
     name = _check_type(raw["name"], str, f"node {i} 'name'", err)
     where = f"node {i} ({opname} {name!r})"
-    ins = [_entry(e, n, f"{where} input {k}", err)
-           for k, e in enumerate(_check_type(raw["inputs"], list, f"{where} 'inputs'", err))]
+    ins = [
+        _entry(e, n, f"{where} input {k}", err)
+        for k, e in enumerate(_check_type(raw["inputs"], list, f"{where} 'inputs'", err))
+    ]
     if opname == "null":
         op = None
         if ins:
@@ -466,8 +487,9 @@ def load_json(text: str | bytes | bytearray | memoryview, source: str = "symbol 
     try:
         doc = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise err(f"not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno} "
-                  f"(character offset {exc.pos})") from None
+        raise err(
+            f"not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno} (character offset {exc.pos})"
+        ) from None
     except RecursionError:
         raise err("not a symbol file: JSON nested too deeply") from None
     try:
@@ -496,10 +518,21 @@ _V1_MAGIC = 0xF993FAC8
 _V2_MAGIC = 0xF993FAC9
 _V3_MAGIC = 0xF993FACA
 # mshadow type flags
-_FLAG_TO_DTYPE = {0: "<f4", 1: "<f8", 2: "<f2", 3: "u1", 4: "<i4", 5: "i1", 6: "<i8", 7: "?",
-                  8: "<i2", 9: "<u2", 10: "<u4", 11: "<u8"}
-_DTYPE_TO_FLAG = {"float32": 0, "float64": 1, "float16": 2, "uint8": 3, "int32": 4, "int8": 5, "int64": 6,
-                  "bool": 7}
+_FLAG_TO_DTYPE = {
+    0: "<f4",
+    1: "<f8",
+    2: "<f2",
+    3: "u1",
+    4: "<i4",
+    5: "i1",
+    6: "<i8",
+    7: "?",
+    8: "<i2",
+    9: "<u2",
+    10: "<u4",
+    11: "<u8",
+}
+_DTYPE_TO_FLAG = {"float32": 0, "float64": 1, "float16": 2, "uint8": 3, "int32": 4, "int8": 5, "int64": 6, "bool": 7}
 _STYPES = {1: "row_sparse", 2: "csr"}
 
 
@@ -518,7 +551,7 @@ class _Reader:
     def take(self, n: int, what: str):
         if n > self.remaining():
             raise self.error(f"truncated: {what} needs {n} bytes, {self.remaining()} remain")
-        chunk = self.data[self.pos:self.pos + n]
+        chunk = self.data[self.pos : self.pos + n]
         self.pos += n
         return chunk
 
@@ -565,8 +598,10 @@ def _read_array(r: _Reader, k: int):
         raise r.error(f"array {k} has shape {tuple(dims)}, too large for any array", at=start)
     nbytes = size * dtype.itemsize
     if nbytes > r.remaining():
-        raise r.error(f"array {k} declares shape {tuple(dims)} ({dtype.name}, {nbytes} bytes) but only "
-                      f"{r.remaining()} bytes remain in the file")
+        raise r.error(
+            f"array {k} declares shape {tuple(dims)} ({dtype.name}, {nbytes} bytes) but only "
+            f"{r.remaining()} bytes remain in the file"
+        )
     raw = r.take(nbytes, f"array {k} data")
     if dtype == np.bool_:
         arr = np.frombuffer(raw, np.uint8) != 0
@@ -632,8 +667,9 @@ def _nd_bytes(arrays, names) -> bytes:
         a = _to_numpy(value, name)
         flag = _DTYPE_TO_FLAG.get(a.dtype.name)
         if flag is None:
-            raise SerializationError(f"{label}: dtype {a.dtype} cannot be stored in an MXNet file; "
-                                     f"use one of {sorted(_DTYPE_TO_FLAG)}")
+            raise SerializationError(
+                f"{label}: dtype {a.dtype} cannot be stored in an MXNet file; use one of {sorted(_DTYPE_TO_FLAG)}"
+            )
         if a.ndim == 0:
             raise SerializationError(f"{label} is 0-d; MXNet's format cannot store scalars, reshape it to (1,)")
         parts.append(struct.pack(f"<Iii{a.ndim}q", _V2_MAGIC, 0, a.ndim, *a.shape))
@@ -704,8 +740,10 @@ def _load_npz(blob: bytes, source: str) -> dict[str, np.ndarray]:
             if not info.filename.endswith(".npy"):
                 raise SerializationError(f"{where} is not a .npy array")
             if info.file_size > info.compress_size * _MAX_DEFLATE_RATIO + 4096:
-                raise SerializationError(f"{where} claims {info.file_size} bytes from {info.compress_size} "
-                                         "compressed bytes, more than compression can produce")
+                raise SerializationError(
+                    f"{where} claims {info.file_size} bytes from {info.compress_size} "
+                    "compressed bytes, more than compression can produce"
+                )
             try:
                 with zf.open(info) as f:
                     version = np.lib.format.read_magic(f)
@@ -724,11 +762,20 @@ def _load_npz(blob: bytes, source: str) -> dict[str, np.ndarray]:
                         raise ValueError(f"declares {len(shape)} dimensions")
                     nbytes = math.prod(shape) * dtype.itemsize
                     if nbytes > info.file_size - header_len:
-                        raise ValueError(f"declares shape {shape} ({nbytes} bytes) but holds "
-                                         f"{info.file_size - header_len} bytes")
+                        raise ValueError(
+                            f"declares shape {shape} ({nbytes} bytes) but holds {info.file_size - header_len} bytes"
+                        )
                     raw = f.read(nbytes)
-            except (ValueError, OSError, EOFError, zipfile.BadZipFile, SyntaxError, TypeError, NotImplementedError,
-                    RuntimeError) as exc:  # RuntimeError: an encrypted member
+            except (
+                ValueError,
+                OSError,
+                EOFError,
+                zipfile.BadZipFile,
+                SyntaxError,
+                TypeError,
+                NotImplementedError,
+                RuntimeError,
+            ) as exc:  # RuntimeError: an encrypted member
                 raise SerializationError(f"{where}: {exc}") from None
             if len(raw) != nbytes:
                 raise SerializationError(f"{where}: truncated, {len(raw)} of {nbytes} data bytes")
@@ -740,8 +787,9 @@ def _load_npz(blob: bytes, source: str) -> dict[str, np.ndarray]:
 # -- checkpoints: arg:/aux: ------------------------------------------------------------------------
 
 
-def save_params(fname: StrPath, arg_params: Mapping[str, npt.ArrayLike],
-                aux_params: Mapping[str, npt.ArrayLike] | None = None) -> None:
+def save_params(
+    fname: StrPath, arg_params: Mapping[str, npt.ArrayLike], aux_params: Mapping[str, npt.ArrayLike] | None = None
+) -> None:
     """Write ``arg_params``/``aux_params`` as MXNet writes ``NAME-0000.params`` (``arg:``/``aux:`` names).
 
     A file name ending in ``.npz`` writes an uncompressed numpy archive with the same keys instead.
@@ -766,15 +814,19 @@ def load_params(fname: StrPath) -> tuple[dict[str, np.ndarray], dict[str, np.nda
     if isinstance(data, list):
         if not data:
             return {}, {}
-        raise SerializationError(f"{source}: the arrays have no names; a checkpoint names them 'arg:NAME'/"
-                                 "'aux:NAME' (use symgrad.nd_load for unnamed arrays)")
+        raise SerializationError(
+            f"{source}: the arrays have no names; a checkpoint names them 'arg:NAME'/"
+            "'aux:NAME' (use symgrad.nd_load for unnamed arrays)"
+        )
     arg_params: dict[str, np.ndarray]
     aux_params: dict[str, np.ndarray]
     arg_params, aux_params = {}, {}
     for key, value in data.items():
         prefix, sep, name = key.partition(":")
         if not sep or prefix not in ("arg", "aux") or not name:
-            raise SerializationError(f"{source}: entry {key!r} has no 'arg:'/'aux:' prefix; this is not a "
-                                     "checkpoint (Gluon save_parameters files load with symgrad.nd_load)")
+            raise SerializationError(
+                f"{source}: entry {key!r} has no 'arg:'/'aux:' prefix; this is not a "
+                "checkpoint (Gluon save_parameters files load with symgrad.nd_load)"
+            )
         (arg_params if prefix == "arg" else aux_params)[name] = value
     return arg_params, aux_params

@@ -16,8 +16,23 @@ from .base import AttrScope, NameManager, Prefix
 from .serialization import fromjson, load, load_json
 from .symbol import Group, Symbol, Variable, populate, var
 
-__all__ = ["Symbol", "Variable", "var", "Group", "NameManager", "Prefix", "AttrScope",
-           "maximum", "minimum", "hypot", "pow", "power", "load", "load_json", "fromjson"]
+__all__ = [
+    "Symbol",
+    "Variable",
+    "var",
+    "Group",
+    "NameManager",
+    "Prefix",
+    "AttrScope",
+    "maximum",
+    "minimum",
+    "hypot",
+    "pow",
+    "power",
+    "load",
+    "load_json",
+    "fromjson",
+]
 
 populate(globals())  # note: shadows builtins such as sum/max/min/abs/round in this module
 
@@ -92,14 +107,27 @@ def full(shape, val, dtype=None, **kwargs):
 
 def arange(start, stop=None, step=1.0, repeat=1, infer_range=False, name=None, dtype=None):
     """Evenly spaced values in ``[start, stop)`` (``mx.sym.arange``; ``arange(n)`` is 0..n-1)."""
-    return _arange(start=start, stop=stop, step=step, repeat=repeat,  # noqa: F821 - from populate()
-                   infer_range=infer_range, name=name, dtype=_float32_if_none(dtype))
+    return _arange(
+        start=start,
+        stop=stop,
+        step=step,
+        repeat=repeat,  # noqa: F821 - from populate()
+        infer_range=infer_range,
+        name=name,
+        dtype=_float32_if_none(dtype),
+    )
 
 
 def linspace(start, stop, num, endpoint=True, name=None, dtype=None):
     """``num`` evenly spaced values from ``start`` to ``stop`` (``mx.sym.linspace``)."""
-    return _linspace(start=start, stop=stop, num=num, endpoint=endpoint,  # noqa: F821 - from populate()
-                     name=name, dtype=_float32_if_none(dtype))
+    return _linspace(
+        start=start,
+        stop=stop,
+        num=num,
+        endpoint=endpoint,  # noqa: F821 - from populate()
+        name=name,
+        dtype=_float32_if_none(dtype),
+    )
 
 
 def eye(N, M=0, k=0, dtype=None, **kwargs):  # noqa: N803 - MXNet's names
@@ -114,8 +142,9 @@ def histogram(a, bins=10, range=None, **kwargs):  # noqa: A002 - MXNet's name
         return _histogram(data=a, bins=bins, **kwargs)  # noqa: F821 - from populate()
     if isinstance(bins, numbers.Integral) and not isinstance(bins, bool):
         if range is None:
-            raise ValueError("histogram: range is required when bins is an int (null range is not supported "
-                             "in symbol mode)")
+            raise ValueError(
+                "histogram: range is required when bins is an int (null range is not supported in symbol mode)"
+            )
         return _histogram(data=a, bin_cnt=bins, range=range, **kwargs)  # noqa: F821 - from populate()
     raise ValueError("histogram: bins must be an int or a Symbol of bin edges")
 
@@ -124,9 +153,19 @@ def split_v2(ary, indices_or_sections, axis=0, squeeze_axis=False):
     """Split ``ary`` along ``axis`` (``mx.sym.split_v2``): an int gives that many near-equal parts, a tuple
     the positions to split at (``(2, 3)``: ``[:2]``, ``[2:3]``, ``[3:]``)."""
     if isinstance(indices_or_sections, numbers.Integral) and not isinstance(indices_or_sections, bool):
-        return _split_v2(ary, indices=(), axis=axis, squeeze_axis=squeeze_axis,  # noqa: F821
-                         sections=int(indices_or_sections))
+        return _split_v2(
+            ary,
+            indices=(),
+            axis=axis,
+            squeeze_axis=squeeze_axis,  # noqa: F821
+            sections=int(indices_or_sections),
+        )
     if isinstance(indices_or_sections, tuple):
-        return _split_v2(ary, indices=(0,) + tuple(indices_or_sections), axis=axis,  # noqa: F821
-                         squeeze_axis=squeeze_axis, sections=0)
+        return _split_v2(
+            ary,
+            indices=(0,) + tuple(indices_or_sections),
+            axis=axis,  # noqa: F821
+            squeeze_axis=squeeze_axis,
+            sections=0,
+        )
     raise ValueError("split_v2: indices_or_sections must be an int or a tuple of ints")

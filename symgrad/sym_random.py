@@ -19,8 +19,19 @@ import numbers
 from . import sym as _sym
 from .symbol import Symbol
 
-__all__ = ["uniform", "normal", "randn", "poisson", "exponential", "gamma", "multinomial", "negative_binomial",
-           "generalized_negative_binomial", "shuffle", "randint"]
+__all__ = [
+    "uniform",
+    "normal",
+    "randn",
+    "poisson",
+    "exponential",
+    "gamma",
+    "multinomial",
+    "negative_binomial",
+    "generalized_negative_binomial",
+    "shuffle",
+    "randint",
+]
 
 
 def _options(shape, dtype, kwargs):
@@ -94,14 +105,22 @@ def gamma(alpha=1, beta=1, shape=None, dtype=None, **kwargs):
 def negative_binomial(k=1, p=1, shape=None, dtype=None, **kwargs):
     """Negative binomial samples (``k`` failure limit, ``p`` probability): ``_random_negative_binomial`` /
     ``_sample_negative_binomial``."""
-    return _pick("negative_binomial", "_random_negative_binomial", "_sample_negative_binomial", [k, p], shape,
-                 dtype, kwargs)
+    return _pick(
+        "negative_binomial", "_random_negative_binomial", "_sample_negative_binomial", [k, p], shape, dtype, kwargs
+    )
 
 
 def generalized_negative_binomial(mu=1, alpha=1, shape=None, dtype=None, **kwargs):
     """Generalized negative binomial samples (mean ``mu``, dispersion ``alpha``)."""
-    return _pick("generalized_negative_binomial", "_random_generalized_negative_binomial",
-                 "_sample_generalized_negative_binomial", [mu, alpha], shape, dtype, kwargs)
+    return _pick(
+        "generalized_negative_binomial",
+        "_random_generalized_negative_binomial",
+        "_sample_generalized_negative_binomial",
+        [mu, alpha],
+        shape,
+        dtype,
+        kwargs,
+    )
 
 
 def multinomial(data, shape=None, get_prob=True, dtype="int32", **kwargs):

@@ -43,11 +43,13 @@ InferredShapes: TypeAlias = "tuple[list[Shape], list[Shape], list[Shape]] | tupl
 #: ``infer_shape_partial``'s answer: None for a shape nothing determines.
 PartialShapes: TypeAlias = "tuple[list[Shape | None], list[Shape | None], list[Shape | None]]"
 #: ``infer_type``'s answer: numpy scalar types (``np.float32``), or three Nones when some type stays unknown.
-InferredTypes: TypeAlias = ("tuple[list[type[np.generic]], list[type[np.generic]], list[type[np.generic]]]"
-                            " | tuple[None, None, None]")
+InferredTypes: TypeAlias = (
+    "tuple[list[type[np.generic]], list[type[np.generic]], list[type[np.generic]]] | tuple[None, None, None]"
+)
 #: ``infer_type_partial``'s answer: None for a type nothing determines.
-PartialTypes: TypeAlias = ("tuple[list[type[np.generic] | None], list[type[np.generic] | None], "
-                           "list[type[np.generic] | None]]")
+PartialTypes: TypeAlias = (
+    "tuple[list[type[np.generic] | None], list[type[np.generic] | None], list[type[np.generic] | None]]"
+)
 #: Arrays handed to ``bind``: a list in ``list_arguments()`` (``list_auxiliary_states()``) order, or a dict by
 #: name. For ``args_grad`` a None entry (or a name left out) means no gradient array for that argument.
 BindArrays: TypeAlias = "list[Array] | tuple[Array, ...] | dict[str, Array]"
@@ -89,16 +91,22 @@ class BoundExecutor(Protocol):
     def backward(self, out_grads: OutGrads = None, is_train: bool = True) -> None: ...
     def forward_all(self, is_train: bool = False) -> list[Array]: ...
     def rerun_downstream(self, names: Iterable[str]) -> list[Array]: ...
-    def forward_with_hook(self, hook: Callable[[Node, list[Array]], Sequence[Array | None] | None],
-                          is_train: bool = False) -> list[Array]: ...
-    def set_monitor_callback(self, callback: Callable[[str, Array], object] | None,
-                             monitor_all: bool = False) -> None: ...
+    def forward_with_hook(
+        self, hook: Callable[[Node, list[Array]], Sequence[Array | None] | None], is_train: bool = False
+    ) -> list[Array]: ...
+    def set_monitor_callback(
+        self, callback: Callable[[str, Array], object] | None, monitor_all: bool = False
+    ) -> None: ...
     def set_value_hook(self, hook: Callable[[Node, int, Array, str], Array] | None) -> None: ...
-    def copy_params_from(self, arg_params: Mapping[str, npt.ArrayLike],
-                         aux_params: Mapping[str, npt.ArrayLike] | None = None,
-                         allow_extra_params: bool = False) -> None: ...
-    def reshape(self, partial_shaping: bool = False, allow_up_sizing: bool = False,
-                **kwargs: ShapeLike) -> BoundExecutor: ...
+    def copy_params_from(
+        self,
+        arg_params: Mapping[str, npt.ArrayLike],
+        aux_params: Mapping[str, npt.ArrayLike] | None = None,
+        allow_extra_params: bool = False,
+    ) -> None: ...
+    def reshape(
+        self, partial_shaping: bool = False, allow_up_sizing: bool = False, **kwargs: ShapeLike
+    ) -> BoundExecutor: ...
 
 
 class Head(types.SimpleNamespace):
@@ -233,8 +241,9 @@ class Symbol:
         Hidden outputs (BatchNorm's mean/var, L2Normalization's norm) are left out, as in MXNet (NNVM's
         ``FNumVisibleOutputs``).
         """
-        return Symbol([(n, i) for n in self._nodes()
-                       for i in range(n.op.n_visible(n.params) if n.op is not None else 1)])
+        return Symbol(
+            [(n, i) for n in self._nodes() for i in range(n.op.n_visible(n.params) if n.op is not None else 1)]
+        )
 
     def replace_ops(self, replace: Callable[[str, OpDef, dict[str, Any]], OpDef | None]) -> Symbol:
         """A copy of this graph in which ``replace(name, op, params)`` may swap the operator of each op node.
@@ -250,8 +259,9 @@ class Symbol:
             inputs = [(new.get(src.id, src), i) for src, i in node.inputs]
             if op is None and all(a[0] is b[0] for a, b in zip(inputs, node.inputs)):
                 continue
-            new[node.id] = Node(op if op is not None else node.op, node.name, node.params, node.attrs, inputs,
-                                node.num_outputs)
+            new[node.id] = Node(
+                op if op is not None else node.op, node.name, node.params, node.attrs, inputs, node.num_outputs
+            )
         return Symbol([(new.get(n.id, n), i) for n, i in self._outputs])
 
     def isolate(self, name: str) -> Symbol:
@@ -287,10 +297,16 @@ class Symbol:
         out = []
         for node, index in self._outputs:
             op = node.op
-            out.append(Head(name=node.name, op_name=None if op is None else op.name, index=index,
-                            params=dict(node.params or {}) if op is not None else {},
-                            loss_head=op is not None and bool(op.loss_head(node.params)),
-                            inputs=Symbol(list(node.inputs)) if node.inputs else None))
+            out.append(
+                Head(
+                    name=node.name,
+                    op_name=None if op is None else op.name,
+                    index=index,
+                    params=dict(node.params or {}) if op is not None else {},
+                    loss_head=op is not None and bool(op.loss_head(node.params)),
+                    inputs=Symbol(list(node.inputs)) if node.inputs else None,
+                )
+            )
         return out
 
     # -- attributes ---------------------------------------------------------------
@@ -368,8 +384,9 @@ class Symbol:
         res, _ = self._shape_map(args, kwargs)
         # an argument with a 0 dimension is unknown; an output computed from fully known arguments may
         # be genuinely empty (a slice that selects nothing)
-        if not partial and (any(v is None for part in res for v in part)
-                            or any(0 in v for part in (res[0], res[2]) for v in part)):
+        if not partial and (
+            any(v is None for part in res for v in part) or any(0 in v for part in (res[0], res[2]) for v in part)
+        ):
             return None, None, None
         return res
 
@@ -443,10 +460,16 @@ class Symbol:
         return Symbol(outs)
 
     # -- binding ----------------------------------------------------------------
-    def bind(self, ctx: Context | None, args: BindArrays, args_grad: BindArrays | None = None,
-             grad_req: GradReq = "write", aux_states: BindArrays | None = None,
-             group2ctx: Mapping[str, Context] | None = None, shared_exec: BoundExecutor | None = None
-             ) -> BoundExecutor:
+    def bind(
+        self,
+        ctx: Context | None,
+        args: BindArrays,
+        args_grad: BindArrays | None = None,
+        grad_req: GradReq = "write",
+        aux_states: BindArrays | None = None,
+        group2ctx: Mapping[str, Context] | None = None,
+        shared_exec: BoundExecutor | None = None,
+    ) -> BoundExecutor:
         """Bind arrays to the arguments (used by reference); see ``symgrad.executor.Executor``.
 
         ``args`` / ``args_grad`` / ``aux_states`` are lists in ``list_arguments()`` /
@@ -457,11 +480,18 @@ class Symbol:
         _no_group2ctx(group2ctx, "bind")
         return _above("executor").Executor(self, ctx, args, args_grad, grad_req, aux_states)
 
-    def simple_bind(self, ctx: Context | None, grad_req: GradReq = "write",
-                    type_dict: Mapping[str, npt.DTypeLike] | None = None, stype_dict: Mapping[str, str] | None = None,
-                    group2ctx: Mapping[str, Context] | None = None, shared_arg_names: Sequence[str] | None = None,
-                    shared_exec: BoundExecutor | None = None, shared_buffer: Mapping[str, Array] | None = None,
-                    **shapes: ShapeLike | None) -> BoundExecutor:
+    def simple_bind(
+        self,
+        ctx: Context | None,
+        grad_req: GradReq = "write",
+        type_dict: Mapping[str, npt.DTypeLike] | None = None,
+        stype_dict: Mapping[str, str] | None = None,
+        group2ctx: Mapping[str, Context] | None = None,
+        shared_arg_names: Sequence[str] | None = None,
+        shared_exec: BoundExecutor | None = None,
+        shared_buffer: Mapping[str, Array] | None = None,
+        **shapes: ShapeLike | None,
+    ) -> BoundExecutor:
         """Infer shapes from ``shapes``, allocate zeroed arrays on ``ctx`` and bind.
 
         ``grad_req`` is a string, a list or a dict (arguments missing from it get ``'null'``);
@@ -473,8 +503,10 @@ class Symbol:
         if stype_dict and any(v != "default" for v in stype_dict.values()):
             raise NotImplementedError(f"simple_bind: sparse storage types are not supported (stype_dict={stype_dict})")
         if shared_arg_names or shared_buffer:
-            raise NotImplementedError("simple_bind: shared_arg_names / shared_buffer are not supported; "
-                                      "bind the arrays you want to share with bind(args=...)")
+            raise NotImplementedError(
+                "simple_bind: shared_arg_names / shared_buffer are not supported; "
+                "bind the arrays you want to share with bind(args=...)"
+            )
         return _above("executor").simple_bind(self, ctx, grad_req=grad_req, type_dict=type_dict, shapes=shapes)
 
     def grad(self, wrt: object) -> NoReturn:
@@ -566,15 +598,90 @@ class Symbol:
 # MXNet 1.9.1's fluent methods on Symbol (python/mxnet/symbol/symbol.py): ``x.sum(axis=1)`` is
 # ``sym.sum(x, axis=1)``. Method name -> the name looked up in ``symgrad.sym`` when it is called, so a
 # method works as soon as its operator (or Python-level function, ``split_v2``) exists.
-_FLUENT = {name: name for name in (
-    "reshape", "reshape_like", "zeros_like", "ones_like", "broadcast_axes", "repeat", "pad", "swapaxes",
-    "split", "split_v2", "slice", "slice_axis", "slice_like", "take", "one_hot", "pick", "sort", "topk",
-    "argsort", "argmax", "argmax_channel", "argmin", "clip", "abs", "sign", "shape_array", "size_array",
-    "broadcast_to", "broadcast_like", "tile", "transpose", "flip", "depth_to_space", "space_to_depth",
-    "sum", "nansum", "prod", "nanprod", "mean", "max", "min", "norm", "round", "rint", "fix", "floor", "ceil",
-    "trunc", "sin", "cos", "tan", "arcsin", "arccos", "arctan", "degrees", "radians", "sinh", "cosh", "tanh",
-    "arcsinh", "arccosh", "arctanh", "exp", "expm1", "log", "log10", "log2", "log1p", "sqrt", "rsqrt", "cbrt",
-    "rcbrt", "square", "reciprocal", "relu", "sigmoid", "softmax", "log_softmax", "softmin")}
+_FLUENT = {
+    name: name
+    for name in (
+        "reshape",
+        "reshape_like",
+        "zeros_like",
+        "ones_like",
+        "broadcast_axes",
+        "repeat",
+        "pad",
+        "swapaxes",
+        "split",
+        "split_v2",
+        "slice",
+        "slice_axis",
+        "slice_like",
+        "take",
+        "one_hot",
+        "pick",
+        "sort",
+        "topk",
+        "argsort",
+        "argmax",
+        "argmax_channel",
+        "argmin",
+        "clip",
+        "abs",
+        "sign",
+        "shape_array",
+        "size_array",
+        "broadcast_to",
+        "broadcast_like",
+        "tile",
+        "transpose",
+        "flip",
+        "depth_to_space",
+        "space_to_depth",
+        "sum",
+        "nansum",
+        "prod",
+        "nanprod",
+        "mean",
+        "max",
+        "min",
+        "norm",
+        "round",
+        "rint",
+        "fix",
+        "floor",
+        "ceil",
+        "trunc",
+        "sin",
+        "cos",
+        "tan",
+        "arcsin",
+        "arccos",
+        "arctan",
+        "degrees",
+        "radians",
+        "sinh",
+        "cosh",
+        "tanh",
+        "arcsinh",
+        "arccosh",
+        "arctanh",
+        "exp",
+        "expm1",
+        "log",
+        "log10",
+        "log2",
+        "log1p",
+        "sqrt",
+        "rsqrt",
+        "cbrt",
+        "rcbrt",
+        "square",
+        "reciprocal",
+        "relu",
+        "sigmoid",
+        "softmax",
+        "log_softmax",
+        "softmin",
+    )
+}
 _FLUENT["astype"] = "cast"
 
 
@@ -583,11 +690,12 @@ def _fluent_target(method, opname):
         return creator(opname)
     except ParamError:
         raise NotImplementedError(
-            f"Symbol.{method}: the operator {opname!r} it calls is not available in symgrad") from None
+            f"Symbol.{method}: the operator {opname!r} it calls is not available in symgrad"
+        ) from None
 
 
 def _make_fluent(method, opname):
-    def fluent(self, *args, **kwargs):
+    def fluent(self, *args: Any, **kwargs: Any) -> Symbol:  # the op's own inputs and parameters, passed on
         return _fluent_target(method, opname)(self, *args, **kwargs)
 
     fluent.__name__ = fluent.__qualname__ = method
@@ -605,8 +713,9 @@ def _fluent_expand_dims(self: Symbol, axis: int, inplace: bool = False, **kwargs
     return _fluent_target("expand_dims", "expand_dims")(self, axis=axis, **kwargs)
 
 
-def _fluent_squeeze(self: Symbol, axis: int | Sequence[int] | None = None, inplace: bool = False,
-                    **kwargs: Any) -> Symbol:
+def _fluent_squeeze(
+    self: Symbol, axis: int | Sequence[int] | None = None, inplace: bool = False, **kwargs: Any
+) -> Symbol:
     """Fluent form of ``sym.squeeze`` (MXNet's ``Symbol.squeeze``; ``inplace`` is ignored)."""
     return _fluent_target("squeeze", "squeeze")(self, axis=axis, **kwargs)
 
@@ -633,8 +742,13 @@ def _eval(self: Symbol, ctx: Context | None = None, **kwargs: Array) -> list[Arr
 
 for _method, _opname in _FLUENT.items():
     setattr(Symbol, _method, _make_fluent(_method, _opname))
-for _method, _fn in (("flatten", _fluent_flatten), ("expand_dims", _fluent_expand_dims),
-                     ("squeeze", _fluent_squeeze), ("diag", _fluent_diag), ("eval", _eval)):
+for _method, _fn in (
+    ("flatten", _fluent_flatten),
+    ("expand_dims", _fluent_expand_dims),
+    ("squeeze", _fluent_squeeze),
+    ("diag", _fluent_diag),
+    ("eval", _eval),
+):
     _fn.__name__ = _fn.__qualname__ = _method
     setattr(Symbol, _method, _fn)
 del _method, _opname, _fn
@@ -665,9 +779,17 @@ def _collect(known, arg_nodes, outputs, aux_nodes):
 # -- construction ---------------------------------------------------------------
 
 
-def Variable(name: str, attr: Mapping[str, object] | None = None, shape: ShapeLike | None = None,
-             lr_mult: float | None = None, wd_mult: float | None = None, dtype: npt.DTypeLike | None = None,
-             init: object = None, stype: str | None = None, **kwargs: object) -> Symbol:
+def Variable(
+    name: str,
+    attr: Mapping[str, object] | None = None,
+    shape: ShapeLike | None = None,
+    lr_mult: float | None = None,
+    wd_mult: float | None = None,
+    dtype: npt.DTypeLike | None = None,
+    init: object = None,
+    stype: str | None = None,
+    **kwargs: object,
+) -> Symbol:
     """A named placeholder (``mx.sym.Variable``, same parameters in the same order).
 
     Args:
@@ -746,8 +868,8 @@ def _create(op, args, kwargs, name=None, attr=None, hint=None):
     if op.prepare is not None:
         params = op.prepare(params, node_name)
     names = op.list_inputs(params) + op.list_aux(params)
-    if len(args) > len(names) and all(a is None for a in args[len(names):]):
-        args = args[:len(names)]  # ``Convolution(x, w, None, no_bias=True)``: an absent trailing input
+    if len(args) > len(names) and all(a is None for a in args[len(names) :]):
+        args = args[: len(names)]  # ``Convolution(x, w, None, no_bias=True)``: an absent trailing input
     if len(args) > len(names):
         raise ParamError(f"{where}: got {len(args)} inputs, {op.name} takes {len(names)} {names}")
     given = {n: a for n, a in zip(names, args) if a is not None}
@@ -844,12 +966,16 @@ def _split_positional(op, args, param_kwargs, where):
     names = positional_params(op)
     for j, value in enumerate(rest):
         if isinstance(value, Symbol):
-            raise ParamError(f"{where}: positional argument {k + j} is a Symbol after the parameter values "
-                            f"{list(rest[:j])!r}; inputs come first")
+            raise ParamError(
+                f"{where}: positional argument {k + j} is a Symbol after the parameter values "
+                f"{list(rest[:j])!r}; inputs come first"
+            )
     if len(rest) > len(names):
         what = f"parameters {names}" if names else "no parameters"
-        raise ParamError(f"{where}: positional input {k + len(names)} must be a Symbol, got "
-                        f"{type(rest[len(names)]).__name__} ({op.name} takes {what} after its inputs)")
+        raise ParamError(
+            f"{where}: positional input {k + len(names)} must be a Symbol, got "
+            f"{type(rest[len(names)]).__name__} ({op.name} takes {what} after its inputs)"
+        )
     given = dict(zip(names, rest))
     twice = [n for n in given if n in param_kwargs]
     if twice:
@@ -909,8 +1035,13 @@ def _above(module: str):
 
 #: MXNet's op-name prefixes and the ``sym`` submodule each goes to (``_init_op_module``):
 #: ``_linalg_potrf`` is ``sym.linalg.potrf``; ``_random_*`` and ``_sample_*`` are ``sym.random.*``.
-NAMESPACE_PREFIXES = {"_contrib_": "contrib", "_linalg_": "linalg", "_image_": "image",
-                      "_random_": "random", "_sample_": "random"}
+NAMESPACE_PREFIXES = {
+    "_contrib_": "contrib",
+    "_linalg_": "linalg",
+    "_image_": "image",
+    "_random_": "random",
+    "_sample_": "random",
+}
 _NS_FUNCS: dict = {}
 
 
@@ -933,7 +1064,7 @@ def _namespace_entries() -> dict:
         prefix = next((p for p in NAMESPACE_PREFIXES if opname.startswith(p)), None)
         if prefix is None or len(opname) == len(prefix):
             continue
-        short = opname[len(prefix):]
+        short = opname[len(prefix) :]
         funcs = entries.setdefault(NAMESPACE_PREFIXES[prefix], {})
         if short in funcs:
             continue
@@ -957,8 +1088,11 @@ def _random_wrappers() -> dict:
         return {}
     names = getattr(module, "__all__", None)
     if names is None:
-        names = [n for n, v in vars(module).items()
-                 if not n.startswith("_") and callable(v) and getattr(v, "__module__", None) == module.__name__]
+        names = [
+            n
+            for n, v in vars(module).items()
+            if not n.startswith("_") and callable(v) and getattr(v, "__module__", None) == module.__name__
+        ]
     return {n: getattr(module, n) for n in names}
 
 

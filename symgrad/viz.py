@@ -50,9 +50,11 @@ _WEIGHT_LIKE = ("_weight", "_bias", "_beta", "_gamma", "_moving_var", "_moving_m
 _COLORS = ("#8dd3c7", "#fb8072", "#ffffb3", "#bebada", "#80b1d3", "#fdb462", "#b3de69", "#fccde5")
 _SOFTMAX = ("Softmax", "SoftmaxOutput", "softmax", "log_softmax", "SoftmaxActivation")
 _SHAPE_OPS = ("Concat", "Flatten", "Reshape", "concat", "flatten", "reshape", "transpose", "expand_dims", "stack")
-_INSTALL = ("install graphviz: the Python package with 'pip install graphviz' (or pip install 'symgrad[viz]') and "
-            "the 'dot' program with 'apt-get install graphviz' (macOS: 'brew install graphviz', conda: "
-            "'conda install graphviz')")
+_INSTALL = (
+    "install graphviz: the Python package with 'pip install graphviz' (or pip install 'symgrad[viz]') and "
+    "the 'dot' program with 'apt-get install graphviz' (macOS: 'brew install graphviz', conda: "
+    "'conda install graphviz')"
+)
 
 
 def _check_symbol(symbol, who):
@@ -84,8 +86,10 @@ def _shapes(symbol, shape, who):
     _, out_shapes, _ = internals.infer_shape_partial(**shape)
     unknown = [n for n, s in zip(names, out_shapes) if s is None]
     if unknown:
-        raise ValueError(f"{who}: input shape is incomplete: the shape of {', '.join(unknown[:4])}"
-                         f"{', ...' if len(unknown) > 4 else ''} is unknown; give the shapes of the inputs")
+        raise ValueError(
+            f"{who}: input shape is incomplete: the shape of {', '.join(unknown[:4])}"
+            f"{', ...' if len(unknown) > 4 else ''} is unknown; give the shapes of the inputs"
+        )
     return dict(zip(names, out_shapes))
 
 
@@ -111,8 +115,12 @@ def _fmt_shape(shape) -> str:
     return "x".join(str(int(d)) for d in shape)
 
 
-def print_summary(symbol: Symbol, shape: dict[str, ShapeLike] | None = None, line_length: int = 120,
-                  positions: Sequence[float] = [.44, .64, .74, 1.]) -> None:  # noqa: B006 (MXNet's)
+def print_summary(
+    symbol: Symbol,
+    shape: dict[str, ShapeLike] | None = None,
+    line_length: int = 120,
+    positions: Sequence[float] = [0.44, 0.64, 0.74, 1.0],
+) -> None:  # noqa: B006 (MXNet's)
     """Print a table of the layers of ``symbol``: name (op), output shape (batch axis left out, as MXNet),
     parameter count and the layers it reads; then the total parameter count.
 
@@ -172,8 +180,12 @@ def print_summary(symbol: Symbol, shape: dict[str, ShapeLike] | None = None, lin
                 elif src.name not in labels:
                     prev.append(src.name)
         s = out_shape(node)
-        fields = [f"{node.name}({node.op_name})", _fmt_shape(s[1:]) if s is not None else "",
-                  count if (node.op is None or shapes is not None or count) else "?", prev[0] if prev else ""]
+        fields = [
+            f"{node.name}({node.op_name})",
+            _fmt_shape(s[1:]) if s is not None else "",
+            count if (node.op is None or shapes is not None or count) else "?",
+            prev[0] if prev else "",
+        ]
         print_row(fields)
         for p in prev[1:]:
             print_row(["", "", "", p])
@@ -221,9 +233,14 @@ def _color(op) -> str:
     return _COLORS[7]
 
 
-def plot_network(symbol: Symbol, shape: dict[str, ShapeLike] | None = None, title: str = "plot",
-                 save_format: str = "pdf", node_attrs: Mapping[str, str] = {},  # noqa: B006 (MXNet's)
-                 hide_weights: bool = True) -> graphviz.Digraph:
+def plot_network(
+    symbol: Symbol,
+    shape: dict[str, ShapeLike] | None = None,
+    title: str = "plot",
+    save_format: str = "pdf",
+    node_attrs: Mapping[str, str] = {},  # noqa: B006 (MXNet's)
+    hide_weights: bool = True,
+) -> graphviz.Digraph:
     """The graph of ``symbol`` as a ``graphviz.Digraph`` (MXNet's ``plot_network`` look).
 
     Ops are boxes coloured by kind (convolution/dense, activation, normalisation, pooling, shape ops, softmax,
@@ -252,8 +269,9 @@ def plot_network(symbol: Symbol, shape: dict[str, ShapeLike] | None = None, titl
     _check_symbol(symbol, "plot_network")
     shapes = _shapes(symbol, shape, "plot_network")
     nodes, params, aux, _ = _graph(symbol)
-    hidden = {n.name for n in nodes if n.op is None and (n.name in params or n.name in aux
-                                                            or n.name.endswith(_WEIGHT_LIKE))}
+    hidden = {
+        n.name for n in nodes if n.op is None and (n.name in params or n.name in aux or n.name.endswith(_WEIGHT_LIKE))
+    }
     node_attr = {"shape": "box", "fixedsize": "false", "width": "1.3", "height": "0.8034", "style": "filled"}
     node_attr.update(node_attrs)
     dot = Digraph(name=title, format=save_format)
@@ -306,7 +324,9 @@ def render(dot: graphviz.Digraph, path: StrPath) -> None:
         try:
             data = dot.pipe(format=fmt)
         except graphviz.ExecutableNotFound:
-            raise RuntimeError(f"writing {path} needs graphviz's 'dot' program, which is not installed: {_INSTALL}; "
-                               "or write a .dot file, which needs neither") from None
+            raise RuntimeError(
+                f"writing {path} needs graphviz's 'dot' program, which is not installed: {_INSTALL}; "
+                "or write a .dot file, which needs neither"
+            ) from None
     with open(path, "wb") as f:
         f.write(data)

@@ -109,24 +109,46 @@ __all__ = [
 
 # name -> the module of this package that defines it
 _EXPORTS = {
-    **dict.fromkeys(["NondifferentiableError", "check_backward", "check_double_backward", "numerical_grad"],
-                    "chainer_checks"),
+    **dict.fromkeys(
+        ["NondifferentiableError", "check_backward", "check_double_backward", "numerical_grad"], "chainer_checks"
+    ),
     **dict.fromkeys(["almost_equal", "assert_allclose", "assert_almost_equal", "compare", "same"], "compare"),
     "check_consistency": "consistency",
     **dict.fromkeys(["default_context", "set_default_context"], "context"),
-    **dict.fromkeys(["rand_ndarray", "rand_shape_2d", "rand_shape_3d", "rand_shape_nd", "random_arrays",
-                     "random_uniform_arrays"], "data"),
+    **dict.fromkeys(
+        ["rand_ndarray", "rand_shape_2d", "rand_shape_3d", "rand_shape_nd", "random_arrays", "random_uniform_arrays"],
+        "data",
+    ),
     "DecisionFlipWarning": "decisions",
     **dict.fromkeys(["diagnose", "register_rule"], "diagnose"),
-    **dict.fromkeys(["check_numeric_gradient", "check_speed", "check_symbolic_backward", "check_symbolic_forward",
-                     "simple_forward"], "mxnet_checks"),
+    **dict.fromkeys(
+        [
+            "check_numeric_gradient",
+            "check_speed",
+            "check_symbolic_backward",
+            "check_symbolic_forward",
+            "simple_forward",
+        ],
+        "mxnet_checks",
+    ),
     **dict.fromkeys(["check_model", "ModelCheckResult"], "model_check"),
     "numeric_grad": "numeric",
     "register_loss_objective": "objectives",
     "GradientCheckError": "report",
     "with_seed": "seed",
-    **dict.fromkeys(["default_atols", "default_dtype", "default_numeric_eps", "default_rtols", "get_atol", "get_rtol",
-                     "get_tolerance", "get_tols"], "tolerance"),
+    **dict.fromkeys(
+        [
+            "default_atols",
+            "default_dtype",
+            "default_numeric_eps",
+            "default_rtols",
+            "get_atol",
+            "get_rtol",
+            "get_tolerance",
+            "get_tols",
+        ],
+        "tolerance",
+    ),
     **dict.fromkeys(["gradcheck", "gradgradcheck"], "torch_checks"),
 }
 

@@ -54,11 +54,12 @@ def check_kind(arr, who, what, name, allow_complex=True):
     ValueError naming ``what`` ``name`` and the dtype."""
     kind = arr.dtype.kind
     if kind not in "biufc":
-        raise TypeError(f"{who}: {what} {name!r} has dtype {arr.dtype}; give a numeric (bool, integer or float) "
-                        "array")
+        raise TypeError(f"{who}: {what} {name!r} has dtype {arr.dtype}; give a numeric (bool, integer or float) array")
     if kind == "c" and not allow_complex:
-        raise ValueError(f"{who}: {what} {name!r} is complex ({arr.dtype}) but the checked values are real; "
-                         "casting would drop the imaginary part silently -- give a real array")
+        raise ValueError(
+            f"{who}: {what} {name!r} is complex ({arr.dtype}) but the checked values are real; "
+            "casting would drop the imaginary part silently -- give a real array"
+        )
     return arr
 
 
@@ -136,8 +137,10 @@ def check_shapes(sym, arrays: dict, who):
                 culprits.append(f"{name!r} has shape {shapes[name]}, expected {tuple(want)}")
         if culprits:
             detail = "; or ".join(culprits)
-            raise ValueError(f"{who}: shapes do not fit the symbol: {detail} (expected = inferred from the other "
-                             f"inputs' shapes); symgrad said: {exc}") from exc
+            raise ValueError(
+                f"{who}: shapes do not fit the symbol: {detail} (expected = inferred from the other "
+                f"inputs' shapes); symgrad said: {exc}"
+            ) from exc
         raise ValueError(f"{who}: shapes do not fit the symbol: {exc}") from exc
     if res[0] is None:
         raise ValueError(f"{who}: cannot infer every shape from {shapes}")
@@ -152,8 +155,10 @@ def nonfinite_notes(arrays: dict, what="argument") -> list[str]:
         if a is None or a.dtype.kind not in "fc" or np.isfinite(a).all():
             continue
         idx = tuple(int(i) for i in np.argwhere(~np.isfinite(a))[0])
-        notes.append(f"note: {what} {name!r} contains {int(np.isnan(a).sum())} NaN and {int(np.isinf(a).sum())} "
-                     f"Inf values (first at index {idx}); they propagate into the values compared")
+        notes.append(
+            f"note: {what} {name!r} contains {int(np.isnan(a).sum())} NaN and {int(np.isinf(a).sum())} "
+            f"Inf values (first at index {idx}); they propagate into the values compared"
+        )
     return notes
 
 
@@ -286,8 +291,10 @@ def check_executor(executor, who):
     from symgrad.executor import Executor
 
     if not isinstance(executor, Executor):
-        raise TypeError(f"{who}: executor must be a symgrad Executor (from sym.bind or sym.simple_bind), got "
-                        f"{type(executor).__name__}")
+        raise TypeError(
+            f"{who}: executor must be a symgrad Executor (from sym.bind or sym.simple_bind), got "
+            f"{type(executor).__name__}"
+        )
     return executor
 
 

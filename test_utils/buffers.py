@@ -73,9 +73,13 @@ def probe(sym, values: dict, aux: dict, heads: list, gradients: dict, dtype, ctx
 
 def _backward_twice(sym, values, aux, heads, initial, req, ctx) -> dict:
     bufs = {k: to_device(v.copy(), ctx) for k, v in initial.items()}
-    exe = sym.bind(ctx, {k: to_device(np.array(v, copy=True), ctx) for k, v in values.items()}, args_grad=bufs,
-                   grad_req={k: (req if k in bufs else "null") for k in values},
-                   aux_states={k: to_device(np.array(v, copy=True), ctx) for k, v in aux.items()})
+    exe = sym.bind(
+        ctx,
+        {k: to_device(np.array(v, copy=True), ctx) for k, v in values.items()},
+        args_grad=bufs,
+        grad_req={k: (req if k in bufs else "null") for k in values},
+        aux_states={k: to_device(np.array(v, copy=True), ctx) for k, v in aux.items()},
+    )
     for _ in range(CALLS):
         exe.forward(is_train=True)
         exe.backward([None if h is None else to_device(h, ctx) for h in heads])
@@ -91,15 +95,30 @@ def _judge(name, got, b, g, req, dt, who, noise):
     allowed = 8.0 * eps * (np.abs(b) + CALLS * np.abs(g)) + (0.0 if noise is None else CALLS * noise)
     rtol = float(get_rtol(None, dt))
     models = _MODELS[req]
-    fits = [what for what, model in models.items()
-            if np.all(np.abs(got - model(b, g)) <= allowed + rtol * np.abs(model(b, g)))]
+    fits = [
+        what
+        for what, model in models.items()
+        if np.all(np.abs(got - model(b, g)) <= allowed + rtol * np.abs(model(b, g)))
+    ]
     if "honours req" in fits:
         return
     guess = fits[0] if fits else None
-    headline = (f"gradient of {name!r} after {CALLS} backward calls with grad_req {req!r} on a random buffer: "
-                + (f"the op {guess}" if guess else f"the buffer is not what grad_req {req!r} gives"))
-    compare(got, models["honours req"](b, g), rtol, 0.0, check=who, arg_name=name, what=headline,
-            names=("buffer", "expected"), noise=allowed,
-            extra_lines=[f"expected: {'initial buffer + ' if req == 'add' else ''}{CALLS if req == 'add' else 1} x "
-                         "the gradient of the checker's own backward"],
-            facts={"grad_req": req, "buffer_bug": guess})
+    headline = f"gradient of {name!r} after {CALLS} backward calls with grad_req {req!r} on a random buffer: " + (
+        f"the op {guess}" if guess else f"the buffer is not what grad_req {req!r} gives"
+    )
+    compare(
+        got,
+        models["honours req"](b, g),
+        rtol,
+        0.0,
+        check=who,
+        arg_name=name,
+        what=headline,
+        names=("buffer", "expected"),
+        noise=allowed,
+        extra_lines=[
+            f"expected: {'initial buffer + ' if req == 'add' else ''}{CALLS if req == 'add' else 1} x "
+            "the gradient of the checker's own backward"
+        ],
+        facts={"grad_req": req, "buffer_bug": guess},
+    )

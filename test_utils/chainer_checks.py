@@ -113,36 +113,69 @@ def _kink_in(deltas, samples, center, raw_center, diff_atol, diff_rtol):
     return None
 
 
-def _kink_error(found, *, arg_name, index, value, eps, deltas, samples, center, out_shapes, out_names, lead=None,
-                extra=()):
+def _kink_error(
+    found, *, arg_name, index, value, eps, deltas, samples, center, out_shapes, out_names, lead=None, extra=()
+):
     k, e, test = found
     elem = tuple(int(i) for i in np.unravel_index(e, out_shapes[k])) if out_shapes[k] else ()
     offsets = [deltas[0], deltas[1], 0.0, deltas[2], deltas[3]]
-    values = [float(np.ravel(samples[0][k])[e]), float(np.ravel(samples[1][k])[e]), float(np.ravel(center[k])[e]),
-              float(np.ravel(samples[2][k])[e]), float(np.ravel(samples[3][k])[e])]
+    values = [
+        float(np.ravel(samples[0][k])[e]),
+        float(np.ravel(samples[1][k])[e]),
+        float(np.ravel(center[k])[e]),
+        float(np.ravel(samples[2][k])[e]),
+        float(np.ravel(samples[3][k])[e]),
+    ]
     where = f"{arg_name}[{format_index(index)}]" if index is not None else arg_name
     head = lead or (f"non-differentiable point at {where}" + (f" (value {value:.8g})" if value is not None else ""))
-    lines = [head + ": the one-sided derivatives differ, so finite differences and backward need not agree "
-             "there (a kink, not a gradient bug); move the input away from it"]
+    lines = [
+        head + ": the one-sided derivatives differ, so finite differences and backward need not agree "
+        "there (a kink, not a gradient bug); move the input away from it"
+    ]
     oname = out_names[k] if out_names else f"output {k}"
     nonfinite = bool(test.nonfinite[e])
     left, right, jump = float(test.left[e]), float(test.right[e]), float(test.jump[e])
     if nonfinite:
         lines.append(f"  {oname}{list(elem)} changes between finite and non-finite values around the point")
     else:
-        lines.append(f"  {oname}{list(elem)}: left derivative {left:.6g}, right derivative {right:.6g}; the jump "
-                     f"{abs(jump):.3g} > {float(np.ravel(test.threshold)[e]):.3g} and does not shrink with the step")
+        lines.append(
+            f"  {oname}{list(elem)}: left derivative {left:.6g}, right derivative {right:.6g}; the jump "
+            f"{abs(jump):.3g} > {float(np.ravel(test.threshold)[e]):.3g} and does not shrink with the step"
+        )
     lines.append(f"  samples (offset -> value), half-width {eps:g}:")
     lines += [f"    {d:+.6g} -> {v:.10g}" for d, v in zip(offsets, values)]
     lines += list(extra)
     return NondifferentiableError(
-        "\n".join(lines), arg_name=arg_name, index=index, value=value, output_index=k, output_element=elem,
-        eps=eps, offsets=tuple(offsets), samples=tuple(values), left=left, right=right, residual=abs(jump),
-        threshold=float(np.ravel(test.threshold)[e]), nonfinite=nonfinite)
+        "\n".join(lines),
+        arg_name=arg_name,
+        index=index,
+        value=value,
+        output_index=k,
+        output_element=elem,
+        eps=eps,
+        offsets=tuple(offsets),
+        samples=tuple(values),
+        left=left,
+        right=right,
+        residual=abs(jump),
+        threshold=float(np.ravel(test.threshold)[e]),
+        nonfinite=nonfinite,
+    )
 
 
-def _numerical(evaluate, probes, steps, grad_outputs, *, detect=False, diff_atol=0.0, diff_rtol=1e-2,
-               center=None, out_names=None, lead=None):
+def _numerical(
+    evaluate,
+    probes,
+    steps,
+    grad_outputs,
+    *,
+    detect=False,
+    diff_atol=0.0,
+    diff_rtol=1e-2,
+    center=None,
+    out_names=None,
+    lead=None,
+):
     """Numeric derivatives of ``sum(grad_outputs * outputs)`` for each probe (one differencer sweep).
 
     ``evaluate()`` returns the outputs with the probe applied. With ``detect`` the outputs are sampled at
@@ -162,9 +195,19 @@ def _numerical(evaluate, probes, steps, grad_outputs, *, detect=False, diff_atol
             if found is not None:
                 label, index = probe.name, probe.index
                 value = None if index is None else probe.x
-                raise _kink_error(found, arg_name=label, index=index, value=value, eps=2.0 * deltas[2],
-                                  deltas=deltas, samples=samples, center=center64, lead=lead, out_names=out_names,
-                                  out_shapes=[np.shape(y) if y is not None else () for y in center64])
+                raise _kink_error(
+                    found,
+                    arg_name=label,
+                    index=index,
+                    value=value,
+                    eps=2.0 * deltas[2],
+                    deltas=deltas,
+                    samples=samples,
+                    center=center64,
+                    lead=lead,
+                    out_names=out_names,
+                    out_shapes=[np.shape(y) if y is not None else () for y in center64],
+                )
         ds, width = derivative("kink2" if detect else "central", deltas, samples, probe.label)
         total = sum(float(np.sum(d * gy)) for d, gy in zip(ds, gys) if d is not None and gy is not None)
         out.append((probe, total, width))
@@ -177,10 +220,16 @@ def to_host(v):
     return v if np.isscalar(v) else to_numpy(v)
 
 
-def numerical_grad(f: Callable[[], object], inputs: Sequence[np.ndarray],
-                   grad_outputs: ArrayLike | Sequence[ArrayLike | None] | None, eps: float = 1e-3,
-                   detect_nondifferentiable: bool = False, diff_atol: float = 0, diff_rtol: float = 1e-2,
-                   center_outputs: ArrayLike | Sequence[ArrayLike | None] | None = None) -> tuple[np.ndarray, ...]:
+def numerical_grad(
+    f: Callable[[], object],
+    inputs: Sequence[np.ndarray],
+    grad_outputs: ArrayLike | Sequence[ArrayLike | None] | None,
+    eps: float = 1e-3,
+    detect_nondifferentiable: bool = False,
+    diff_atol: float = 0,
+    diff_rtol: float = 1e-2,
+    center_outputs: ArrayLike | Sequence[ArrayLike | None] | None = None,
+) -> tuple[np.ndarray, ...]:
     """Numeric gradient of ``sum(grad_outputs * f())`` w.r.t. ``inputs`` (Chainer's ``numerical_grad``).
 
     ``f`` takes no arguments and returns the outputs (an array or a tuple of arrays; None entries are
@@ -220,8 +269,10 @@ def numerical_grad(f: Callable[[], object], inputs: Sequence[np.ndarray],
         if np.dtype(x.dtype).kind != "f":
             raise TypeError(f"numerical_grad: inputs[{i}] has dtype {x.dtype}; the inputs must be float arrays")
         if isinstance(x, np.ndarray) and not x.flags.writeable:
-            raise ValueError(f"{who}: inputs[{i}] is read-only; numerical_grad changes each element in place (and "
-                             "restores it), so give a writeable array")
+            raise ValueError(
+                f"{who}: inputs[{i}] is read-only; numerical_grad changes each element in place (and "
+                "restores it), so give a writeable array"
+            )
     eps = check_number(eps, who, "eps", positive=True)
     detect_nondifferentiable = check_flag(detect_nondifferentiable, who, "detect_nondifferentiable")
     diff_atol, diff_rtol = check_number(diff_atol, who, "diff_atol"), check_number(diff_rtol, who, "diff_rtol")
@@ -235,9 +286,16 @@ def numerical_grad(f: Callable[[], object], inputs: Sequence[np.ndarray],
     for i, x in enumerate(inputs):
         g = np.zeros(np.shape(x), np.float64)
         probes = [ElementProbe(x, idx, f"inputs[{i}]") for idx in np.ndindex(*np.shape(x))]
-        for probe, d, _ in _numerical(evaluate, probes, [eps] * len(probes), grad_outputs,
-                                      detect=bool(detect_nondifferentiable), diff_atol=float(diff_atol),
-                                      diff_rtol=float(diff_rtol), center=center):
+        for probe, d, _ in _numerical(
+            evaluate,
+            probes,
+            [eps] * len(probes),
+            grad_outputs,
+            detect=bool(detect_nondifferentiable),
+            diff_atol=float(diff_atol),
+            diff_rtol=float(diff_rtol),
+            center=center,
+        ):
             g[probe.index] = d
         grads.append(g.astype(x.dtype))
     return tuple(grads)
@@ -262,12 +320,22 @@ def _direction(shapes):
 
 
 @seeded_check
-def check_backward(func: Callable[..., Symbol | Sequence[Symbol]], x_data: np.ndarray | Sequence[np.ndarray],
-                   y_grad: ArrayLike | Sequence[ArrayLike | None] | None,
-                   params: Mapping[str, ArrayLike] | tuple[()] | None = (), eps: float = 1e-3, atol: float = 1e-5,
-                   rtol: float = 1e-4, no_grads: Sequence[bool] | None = None, dtype: DTypeLike | None = None,
-                   detect_nondifferentiable: bool = False, *, float64_reference: bool = True, progress: bool = True,
-                   probes: bool | None = None) -> None:
+def check_backward(
+    func: Callable[..., Symbol | Sequence[Symbol]],
+    x_data: np.ndarray | Sequence[np.ndarray],
+    y_grad: ArrayLike | Sequence[ArrayLike | None] | None,
+    params: Mapping[str, ArrayLike] | tuple[()] | None = (),
+    eps: float = 1e-3,
+    atol: float = 1e-5,
+    rtol: float = 1e-4,
+    no_grads: Sequence[bool] | None = None,
+    dtype: DTypeLike | None = None,
+    detect_nondifferentiable: bool = False,
+    *,
+    float64_reference: bool = True,
+    progress: bool = True,
+    probes: bool | None = None,
+) -> None:
     """Test the backward of ``func`` along a random direction (Chainer's ``check_backward``).
 
     Args:
@@ -305,8 +373,22 @@ def check_backward(func: Callable[..., Symbol | Sequence[Symbol]], x_data: np.nd
     >>> x = np.random.uniform(-1, 1, (3, 4)).astype(np.float32)
     >>> check_backward(lambda x: sg.sym.tanh(x), x, np.ones((3, 4), np.float32))
     """
-    return _check_backward("check_backward", func, x_data, y_grad, params, eps, atol, rtol, no_grads, dtype,
-                           detect_nondifferentiable, float64_reference, progress, probes=probes)
+    return _check_backward(
+        "check_backward",
+        func,
+        x_data,
+        y_grad,
+        params,
+        eps,
+        atol,
+        rtol,
+        no_grads,
+        dtype,
+        detect_nondifferentiable,
+        float64_reference,
+        progress,
+        probes=probes,
+    )
 
 
 def _validate(who, func, x_data, params, eps, atol, rtol, no_grads, dtype, names, flags=None):
@@ -328,8 +410,10 @@ def _validate(who, func, x_data, params, eps, atol, rtol, no_grads, dtype, names
             raise ValueError(f"{who}: length of no_grads and x_data should be the same: {len(no_grads)} != {len(xs)}")
     for n, x, ng in zip(names, xs, no_grads):
         if not ng and np.dtype(x.dtype).kind != "f":
-            raise ValueError(f"{who}: input {n!r} has dtype {x.dtype} but no_grads is False for it; finite "
-                             "differences need a float input (integer inputs default to no_grads=True)")
+            raise ValueError(
+                f"{who}: input {n!r} has dtype {x.dtype} but no_grads is False for it; finite "
+                "differences need a float input (integer inputs default to no_grads=True)"
+            )
     if dtype is not None:
         dtype = check_dtype(dtype, who)
     for label, v in (("eps", eps), ("atol", atol), ("rtol", rtol)):
@@ -338,11 +422,26 @@ def _validate(who, func, x_data, params, eps, atol, rtol, no_grads, dtype, names
     return graph, names, no_grads, dtype
 
 
-def _check_backward(who, func, x_data, y_grad, params, eps, atol, rtol, no_grads, dtype, detect, float64_reference,
-                    progress=True, names=None, wrap=None, probes=None):
+def _check_backward(
+    who,
+    func,
+    x_data,
+    y_grad,
+    params,
+    eps,
+    atol,
+    rtol,
+    no_grads,
+    dtype,
+    detect,
+    float64_reference,
+    progress=True,
+    names=None,
+    wrap=None,
+    probes=None,
+):
     flags = {"detect_nondifferentiable": detect, "float64_reference": float64_reference, "progress": progress}
-    graph, names, no_grads, dtype = _validate(who, func, x_data, params, eps, atol, rtol, no_grads, dtype, names,
-                                              flags)
+    graph, names, no_grads, dtype = _validate(who, func, x_data, params, eps, atol, rtol, no_grads, dtype, names, flags)
     eps, rtol, atol = float(eps), float(rtol), float(atol)
     heads = graph.head_grads(y_grad)
     graph.assert_no_gradient([n for n, ng in zip(names, no_grads) if ng])  # no_grads inputs: no gradient flows
@@ -353,8 +452,13 @@ def _check_backward(who, func, x_data, y_grad, params, eps, atol, rtol, no_grads
     ndtype = dtype if dtype is not None else (np.dtype(np.float64) if float64_reference else None)
     r = dict(zip(checked, _direction([graph.values[n].shape for n in checked])))
     check = _Directional(who, graph, heads, checked, r, ndtype, eps, rtol, atol, detect, progress, wrap)
-    check_step(eps, check.ref.dtype, check.ref.dtype, who, " Use a larger eps, or keep the float64 reference "
-               "(dtype=None, float64_reference=True).")
+    check_step(
+        eps,
+        check.ref.dtype,
+        check.ref.dtype,
+        who,
+        " Use a larger eps, or keep the float64 reference (dtype=None, float64_reference=True).",
+    )
     check.run()
     graph.probe_buffers(checked, heads, who)
     if probes is not False and not wrap:  # first order only: a second-order graph's points are the first's
@@ -408,10 +512,18 @@ class _Directional:
         else:
             value, width = ref.directional(r, self.eps)
         dt = {n: self.grads[n].dtype for n in self.checked}
-        _, a_noise = analytic_noise(graph.sym, graph.values, graph.aux, self.heads, self.checked,
-                                    max(dt.values(), key=lambda d: np.finfo(d).eps), actual=self.grads)
-        noise = (f_noise / width * (3.0 if self.detect else 1.0)
-                 + float(sum(np.nansum(a_noise[n] * np.abs(r[n])) for n in self.checked)))
+        _, a_noise = analytic_noise(
+            graph.sym,
+            graph.values,
+            graph.aux,
+            self.heads,
+            self.checked,
+            max(dt.values(), key=lambda d: np.finfo(d).eps),
+            actual=self.grads,
+        )
+        noise = f_noise / width * (3.0 if self.detect else 1.0) + float(
+            sum(np.nansum(a_noise[n] * np.abs(r[n])) for n in self.checked)
+        )
         return analytic, value, noise
 
     def _detected(self):
@@ -424,9 +536,17 @@ class _Directional:
         center = _parts(ref, ref.base)
         probe = DirectionProbe(arrays, base, self.r)
         try:
-            ((_, d, width),) = _numerical(parts, [probe], [self.eps], _part_weights(ref), detect=True,
-                                          diff_rtol=self.rtol, center=center, out_names=_part_names(ref),
-                                          lead="non-differentiable point along the random direction r")
+            ((_, d, width),) = _numerical(
+                parts,
+                [probe],
+                [self.eps],
+                _part_weights(ref),
+                detect=True,
+                diff_rtol=self.rtol,
+                center=center,
+                out_names=_part_names(ref),
+                lead="non-differentiable point along the random direction r",
+            )
         except NondifferentiableError as err:
             raise self._localise(err) from None
         return d, width
@@ -443,14 +563,26 @@ class _Directional:
             probes = [ElementProbe(arr, i, n) for i in np.ndindex(*arr.shape)]
             steps = [self.eps * abs(float(self.r[n][p.index])) for p in probes]
             try:
-                _numerical(lambda n=n: _parts(ref, h.outputs([n])), probes, steps, _part_weights(ref), detect=True,
-                           diff_rtol=self.rtol, center=center, out_names=_part_names(ref))
+                _numerical(
+                    lambda n=n: _parts(ref, h.outputs([n])),
+                    probes,
+                    steps,
+                    _part_weights(ref),
+                    detect=True,
+                    diff_rtol=self.rtol,
+                    center=center,
+                    out_names=_part_names(ref),
+                )
             except NondifferentiableError as found:
-                extra = ["  (found by sampling each element of the inputs in turn; along the random direction:",
-                         *["  " + line for line in str(err).split("\n")[1:-1]], "  )"]
-                out = NondifferentiableError(str(found).rsplit("\n", 1)[0] + "\n" + "\n".join(extra),
-                                             **{k: v for k, v in found.__dict__.items()
-                                                if k not in ("seed", "reproduce")})
+                extra = [
+                    "  (found by sampling each element of the inputs in turn; along the random direction:",
+                    *["  " + line for line in str(err).split("\n")[1:-1]],
+                    "  )",
+                ]
+                out = NondifferentiableError(
+                    str(found).rsplit("\n", 1)[0] + "\n" + "\n".join(extra),
+                    **{k: v for k, v in found.__dict__.items() if k not in ("seed", "reproduce")},
+                )
                 out.direction_samples = err.samples
                 return out
         return err
@@ -466,13 +598,24 @@ class _Directional:
 
         analytic, first, noise = self._sides()
         rounding = noise - self.f_noise / self.eps  # the analytic side's part of the allowance
-        got = settle(lambda h: self.ref.directional(self.r, h), self.eps, first, analytic, self.atol + rounding,
-                     self.f_noise, self.rtol)
+        got = settle(
+            lambda h: self.ref.directional(self.r, h),
+            self.eps,
+            first,
+            analytic,
+            self.atol + rounding,
+            self.f_noise,
+            self.rtol,
+        )
         if got.settled and got.ok:
-            warnings.warn(f"{self.who}: the central difference with eps={self.eps:g} along r erred by truncation "
-                          f"(numeric {first:.10g}, backward . r {analytic:.10g}); retaken down to eps={got.step:.3g} "
-                          f"it settles at {got.value:.10g}, which the backward matches: pass (use a smaller eps "
-                          "near steep points)", RuntimeWarning, stacklevel=4)
+            warnings.warn(
+                f"{self.who}: the central difference with eps={self.eps:g} along r erred by truncation "
+                f"(numeric {first:.10g}, backward . r {analytic:.10g}); retaken down to eps={got.step:.3g} "
+                f"it settles at {got.value:.10g}, which the backward matches: pass (use a smaller eps "
+                "near steep points)",
+                RuntimeWarning,
+                stacklevel=4,
+            )
             return True
         return False
 
@@ -490,9 +633,17 @@ class _Directional:
         while True:
             analytic, numeric, noise = self._sides()
             try:
-                compare(analytic, numeric, self.rtol, self.atol, check=self.who, names=("backward . r", "numeric"),
-                        what="backward does not match finite differences along a random direction r",
-                        eps=f"{self.eps:g} (step along r, |r| = 1)", noise=noise)
+                compare(
+                    analytic,
+                    numeric,
+                    self.rtol,
+                    self.atol,
+                    check=self.who,
+                    names=("backward . r", "numeric"),
+                    what="backward does not match finite differences along a random direction r",
+                    eps=f"{self.eps:g} (step along r, |r| = 1)",
+                    noise=noise,
+                )
                 break
             except GradientCheckError as err:
                 failure = self._failure(analytic, numeric, noise, err)
@@ -527,8 +678,13 @@ class _Directional:
         kinks = None if (skipped or self.detect or self.kinks.exhausted) else only_kinks(elements)
         if kinks and self.kinks.new(kinks):
             return OnlyKinks(kinks)
-        if not skipped and self.kinks.redrawn and not self.detect and not self.kinks.exhausted \
-                and all(self._at_redrawn(e) for e, _ in elements):
+        if (
+            not skipped
+            and self.kinks.redrawn
+            and not self.detect
+            and not self.kinks.exhausted
+            and all(self._at_redrawn(e) for e, _ in elements)
+        ):
             # every element passes on its own, or only elements that were moved off a kink still mismatch: the
             # direction still meets that kink (two tied elements moved the same way by nearly the same
             # distance). Leave the moved elements -- proven kinks with a valid subgradient -- out of r and run
@@ -557,10 +713,14 @@ class _Directional:
             return False
         if hi - lo <= tol or not lo - tol <= analytic <= hi + tol:
             return False
-        warnings.warn(NondifferentiablePointWarning(
-            f"{self.who}: the random direction r meets a kink no single input element shows (each passes alone): "
-            f"one-sided derivatives along r {minus:.6g} (left) and {plus:.6g} (right), backward . r = {analytic:.6g} "
-            "lies between them -- a non-differentiable point, not a gradient error"), stacklevel=5)
+        warnings.warn(
+            NondifferentiablePointWarning(
+                f"{self.who}: the random direction r meets a kink no single input element shows (each passes alone): "
+                f"one-sided derivatives along r {minus:.6g} (left) and {plus:.6g} (right), "
+                f"backward . r = {analytic:.6g} lies between them -- a non-differentiable point, not a gradient error"
+            ),
+            stacklevel=5,
+        )
         return True
 
     def _at_redrawn(self, err) -> bool:
@@ -576,8 +736,9 @@ class _Directional:
             a_n = float(np.sum(self.grads[n].astype(np.float64) * self.r[n]))
             num_n, width_n = self.ref.directional({n: self.r[n]}, self.eps)
             eps_dt = float(np.finfo(self.grads[n].dtype).eps)
-            noise_n = (self.f_noise / width_n
-                       + NOISE_FACTOR * eps_dt * float(np.sum(np.abs(self.grads[n].astype(np.float64) * self.r[n]))))
+            noise_n = self.f_noise / width_n + NOISE_FACTOR * eps_dt * float(
+                np.sum(np.abs(self.grads[n].astype(np.float64) * self.r[n]))
+            )
             contributions[n] = (a_n, num_n)
             tol_n = self.atol + self.rtol * abs(num_n) + noise_n
             if not abs(a_n - num_n) <= tol_n:
@@ -589,29 +750,46 @@ class _Directional:
 
     def _report(self, analytic, numeric, noise, err, contributions, failing, elements, skipped):
         who, checked = self.who, self.checked
-        report = Report(who, "backward does not match finite differences along a random direction r "
-                        f"(eps={self.eps:g}, atol={self.atol:.3g}, rtol={self.rtol:.3g})"
-                        + (f" -- {self.wrap}" if self.wrap else ""))
+        report = Report(
+            who,
+            "backward does not match finite differences along a random direction r "
+            f"(eps={self.eps:g}, atol={self.atol:.3g}, rtol={self.rtol:.3g})"
+            + (f" -- {self.wrap}" if self.wrap else ""),
+        )
         report.summary.append(
             f"directional derivative: backward . r = {analytic:.10g}, numeric = {numeric:.10g}, "
             f"|error| = {abs(analytic - numeric):.3g} > tolerance {self.atol + self.rtol * abs(numeric) + noise:.3g} "
-            f"(atol + rtol * |numeric| + rounding noise {noise:.2g})")
+            f"(atol + rtol * |numeric| + rounding noise {noise:.2g})"
+        )
         under_test = ", ".join(sorted({np.dtype(self.graph.values[n].dtype).name for n in checked}))
-        report.context.append(f"dtype under test {under_test}, numeric reference in {self.ref.dtype.name}"
-                              f"{' (float64_reference=False)' if self.ndtype is None else ''}, forward is_train=True")
+        report.context.append(
+            f"dtype under test {under_test}, numeric reference in {self.ref.dtype.name}"
+            f"{' (float64_reference=False)' if self.ndtype is None else ''}, forward is_train=True"
+        )
         width = max(len(n) for n in checked)
-        report.context.append("contribution of each input (backward_i . r_i vs numeric derivative moving that input "
-                              "alone):")
+        report.context.append(
+            "contribution of each input (backward_i . r_i vs numeric derivative moving that input alone):"
+        )
         for n in checked:
             a_n, num_n = contributions[n]
             mark = "  <-- mismatch" if any(f[1] == n for f in failing) else ""
             report.context.append(f"  {n:<{width}}  {a_n:>16.8g}  {num_n:>16.8g}{mark}")
-        facts = {"directional": (analytic, numeric), "contributions": contributions, "direction": self.r,
-                 "dtype": self.graph.values[failing[0][1]].dtype, "redrawn": self.kinks.redrawn}
+        facts = {
+            "directional": (analytic, numeric),
+            "contributions": contributions,
+            "direction": self.r,
+            "dtype": self.graph.values[failing[0][1]].dtype,
+            "redrawn": self.kinks.redrawn,
+        }
         if elements:
             primary = elements[0]
-            report.children.append((f"per-element check of {primary.arg_name!r} (gradient of sum(y_grad * y), "
-                                    f"central differences {self.ref.step_description}):", primary.report))
+            report.children.append(
+                (
+                    f"per-element check of {primary.arg_name!r} (gradient of sum(y_grad * y), "
+                    f"central differences {self.ref.step_description}):",
+                    primary.report,
+                )
+            )
             if len(elements) > 1:
                 more = ", ".join(f"{e.arg_name!r} ({100 * e.mismatch_fraction:.3g}% mismatch)" for e in elements[1:])
                 report.notes.append(f"also failing per element: {more}")
@@ -622,17 +800,36 @@ class _Directional:
             return GradientCheckError(report, **state)
         n = failing[0][1]
         if n in skipped:
-            report.notes.append(f"{n!r} has {self.graph.values[n].size} elements (> {MAX_LOCALISE}): no per-element "
-                                "comparison; the contributions above locate the argument")
+            report.notes.append(
+                f"{n!r} has {self.graph.values[n].size} elements (> {MAX_LOCALISE}): no per-element "
+                "comparison; the contributions above locate the argument"
+            )
         else:
-            report.notes.append(f"the per-element comparison of {n!r} passes at rtol={self.rtol:.3g}, "
-                                f"atol={self.atol:.3g}: the error is too small to show per element")
+            report.notes.append(
+                f"the per-element comparison of {n!r} passes at rtol={self.rtol:.3g}, "
+                f"atol={self.atol:.3g}: the error is too small to show per element"
+            )
         a_vec = np.array([contributions[k][0] for k in checked])
         n_vec = np.array([contributions[k][1] for k in checked])
         return GradientCheckError(
-            report, check=who, arg_name=n, index=None, worst=list(err.worst), mismatch_fraction=1.0, n_mismatch=1,
-            size=1, rtol=self.rtol, atol=self.atol, eps=self.eps, names=("backward . r", "numeric"), diagnosis=None,
-            actual=a_vec, expected=n_vec, seed=err.seed, **facts)
+            report,
+            check=who,
+            arg_name=n,
+            index=None,
+            worst=list(err.worst),
+            mismatch_fraction=1.0,
+            n_mismatch=1,
+            size=1,
+            rtol=self.rtol,
+            atol=self.atol,
+            eps=self.eps,
+            names=("backward . r", "numeric"),
+            diagnosis=None,
+            actual=a_vec,
+            expected=n_vec,
+            seed=err.seed,
+            **facts,
+        )
 
 
 def _parts(ref, outs):
@@ -660,15 +857,23 @@ def _part_names(ref):
 
 
 @seeded_check
-def check_double_backward(func: Callable[..., Symbol | Sequence[Symbol]], x_data: np.ndarray | Sequence[np.ndarray],
-                          y_grad: np.ndarray | Sequence[np.ndarray] | None,
-                          x_grad_grad: ArrayLike | Sequence[ArrayLike],
-                          params: Mapping[str, ArrayLike] | tuple[()] | None = (),
-                          params_grad_grad: Mapping[str, ArrayLike] | ArrayLike | Sequence[ArrayLike] | None = (),
-                          eps: float = 1e-3, atol: float = 1e-4, rtol: float = 1e-3,
-                          no_grads: Sequence[bool] | None = None, dtype: DTypeLike | None = None,
-                          detect_nondifferentiable: bool = False, *, float64_reference: bool = True,
-                          progress: bool = True) -> None:
+def check_double_backward(
+    func: Callable[..., Symbol | Sequence[Symbol]],
+    x_data: np.ndarray | Sequence[np.ndarray],
+    y_grad: np.ndarray | Sequence[np.ndarray] | None,
+    x_grad_grad: ArrayLike | Sequence[ArrayLike],
+    params: Mapping[str, ArrayLike] | tuple[()] | None = (),
+    params_grad_grad: Mapping[str, ArrayLike] | ArrayLike | Sequence[ArrayLike] | None = (),
+    eps: float = 1e-3,
+    atol: float = 1e-4,
+    rtol: float = 1e-3,
+    no_grads: Sequence[bool] | None = None,
+    dtype: DTypeLike | None = None,
+    detect_nondifferentiable: bool = False,
+    *,
+    float64_reference: bool = True,
+    progress: bool = True,
+) -> None:
     """Test the second-order gradient of ``func`` (Chainer's ``check_double_backward``).
 
     The first-order gradient ``(x, gy) -> (gx, gparams)`` is built as Symbols with ``symgrad.grad``
@@ -700,8 +905,10 @@ def check_double_backward(func: Callable[..., Symbol | Sequence[Symbol]], x_data
     gys = None if y_grad is None else as_tuple(y_grad)
     for i, g in enumerate(gys or ()):
         if array_context(g) is None:
-            raise TypeError(f"{who}: y_grad[{i}] must be a numpy or CuPy array (the head gradients are inputs of "
-                            f"the first-order gradient), got {type(g).__name__}")
+            raise TypeError(
+                f"{who}: y_grad[{i}] must be a numpy or CuPy array (the head gradients are inputs of "
+                f"the first-order gradient), got {type(g).__name__}"
+            )
     float_x = [np.dtype(x.dtype).kind == "f" for x in xs]
     ggx = list(as_tuple(x_grad_grad))
     if len(ggx) == n_x and len(ggx) != sum(float_x):
@@ -712,16 +919,16 @@ def check_double_backward(func: Callable[..., Symbol | Sequence[Symbol]], x_data
     if isinstance(params_grad_grad, dict):
         unknown = [k for k in params_grad_grad if k not in pdict]
         if unknown or len(params_grad_grad) != len(pdict):
-            raise ValueError(f"{who}: params_grad_grad keys {sorted(params_grad_grad)} must equal the params "
-                             f"{sorted(pdict)}")
+            raise ValueError(
+                f"{who}: params_grad_grad keys {sorted(params_grad_grad)} must equal the params {sorted(pdict)}"
+            )
         ggp = [params_grad_grad[k] for k in pdict]
     else:
         ggp = list(as_tuple(params_grad_grad)) if params_grad_grad is not None else []
         if ggp == [()] or (len(ggp) == 0):
             ggp = []
         if len(ggp) != len(pdict):
-            raise ValueError(f"{who}: params_grad_grad has {len(ggp)} arrays for {len(pdict)} params "
-                             f"{list(pdict)}")
+            raise ValueError(f"{who}: params_grad_grad has {len(ggp)} arrays for {len(pdict)} params {list(pdict)}")
     x_names = [f"x{i}" for i in range(n_x)]
     gy_names = [] if gys is None else [f"gy{i}" for i in range(len(gys))]
 
@@ -737,8 +944,22 @@ def check_double_backward(func: Callable[..., Symbol | Sequence[Symbol]], x_data
         return tuple(sg.sym.zeros_like(v) if g is None else g for g, v in zip(gs, grad_vars))
 
     inputs = tuple(xs) + (() if gys is None else tuple(gys))
-    _check_backward(who, first_order_grad, inputs, tuple(ggx) + tuple(ggp), pdict, eps, atol, rtol, no_grads,
-                    dtype, detect_nondifferentiable, float64_reference, progress, names=x_names + gy_names,
-                    wrap="the second-order gradient (gradient of the first-order gradient (gx, gparams) w.r.t. "
-                         "x, gy and params) disagrees with finite differences of the first-order gradient")
+    _check_backward(
+        who,
+        first_order_grad,
+        inputs,
+        tuple(ggx) + tuple(ggp),
+        pdict,
+        eps,
+        atol,
+        rtol,
+        no_grads,
+        dtype,
+        detect_nondifferentiable,
+        float64_reference,
+        progress,
+        names=x_names + gy_names,
+        wrap="the second-order gradient (gradient of the first-order gradient (gx, gparams) w.r.t. "
+        "x, gy and params) disagrees with finite differences of the first-order gradient",
+    )
     return None

@@ -51,14 +51,28 @@ def _violations(a, e, rtol, atol, equal_nan, noise=None):
     return bad, err, allowed
 
 
-def compare(actual: ArrayLike, expected: ArrayLike, rtol: Real, atol: Real, *, check: str = "assert_almost_equal",
-            arg_name: str | None = None, what: str | None = None, names: Sequence[str] = ("actual", "expected"),
-            equal_nan: bool = False, eps: str | float | None = None, noise: ArrayLike | None = None,
-            max_rows: int = 10, extra_lines: Iterable[str] = (), facts: Mapping[str, Any] | None = None,
-            broadcast: bool | Literal["expected"] = True,
-            context: Mapping[str, Any] | Callable[[], Mapping[str, Any] | None] | None = None,
-            exclude: ArrayLike | None = None, analytic_noise: ArrayLike | None = None,
-            noise_dtype: DTypeLike | None = None) -> None:
+def compare(
+    actual: ArrayLike,
+    expected: ArrayLike,
+    rtol: Real,
+    atol: Real,
+    *,
+    check: str = "assert_almost_equal",
+    arg_name: str | None = None,
+    what: str | None = None,
+    names: Sequence[str] = ("actual", "expected"),
+    equal_nan: bool = False,
+    eps: str | float | None = None,
+    noise: ArrayLike | None = None,
+    max_rows: int = 10,
+    extra_lines: Iterable[str] = (),
+    facts: Mapping[str, Any] | None = None,
+    broadcast: bool | Literal["expected"] = True,
+    context: Mapping[str, Any] | Callable[[], Mapping[str, Any] | None] | None = None,
+    exclude: ArrayLike | None = None,
+    analytic_noise: ArrayLike | None = None,
+    noise_dtype: DTypeLike | None = None,
+) -> None:
     """Raise ``GradientCheckError`` unless ``actual`` matches ``expected`` elementwise.
 
     Args:
@@ -123,11 +137,23 @@ def compare(actual: ArrayLike, expected: ArrayLike, rtol: Real, atol: Real, *, c
     report = Report(check, what, names=tuple(names), rows=rows, diagnosis=diag, context=list(extra_lines))
     report.summary.append(_summary(n_bad, size, names, rtol, atol, eps, noise, analytic_noise, noise_dtype))
     if n_excluded:
-        report.summary.append(f"{n_excluded} element{'s' if n_excluded != 1 else ''} left out of the comparison "
-                              "(non-differentiable points)")
+        report.summary.append(
+            f"{n_excluded} element{'s' if n_excluded != 1 else ''} left out of the comparison "
+            "(non-differentiable points)"
+        )
     raise GradientCheckError(
-        report, index=rows[0][0], worst=rows, mismatch_fraction=n_bad / size, n_mismatch=n_bad, size=size,
-        diagnosis=diag, actual=a_b, expected=e_b, n_excluded=n_excluded, **common, **facts,
+        report,
+        index=rows[0][0],
+        worst=rows,
+        mismatch_fraction=n_bad / size,
+        n_mismatch=n_bad,
+        size=size,
+        diagnosis=diag,
+        actual=a_b,
+        expected=e_b,
+        n_excluded=n_excluded,
+        **common,
+        **facts,
     )
 
 
@@ -136,10 +162,25 @@ def _shape_error(a, e, names, arg_name, extra_lines, common, facts):
     diag = None
     if a.ndim == 2 and a.shape == e.shape[::-1]:
         diag = Diagnosis("the shapes are transposed: the rule swaps the axes", "transposed", axes=(0, 1))
-    report = Report(common["check"], f"shapes differ{about}: {names[0]} has shape {a.shape}, {names[1]} has shape "
-                    f"{e.shape}", diagnosis=diag, context=list(extra_lines))
-    return GradientCheckError(report, index=None, worst=[], mismatch_fraction=1.0, n_mismatch=max(a.size, e.size),
-                              size=max(a.size, e.size), diagnosis=diag, actual=a, expected=e, **common, **facts)
+    report = Report(
+        common["check"],
+        f"shapes differ{about}: {names[0]} has shape {a.shape}, {names[1]} has shape {e.shape}",
+        diagnosis=diag,
+        context=list(extra_lines),
+    )
+    return GradientCheckError(
+        report,
+        index=None,
+        worst=[],
+        mismatch_fraction=1.0,
+        n_mismatch=max(a.size, e.size),
+        size=max(a.size, e.size),
+        diagnosis=diag,
+        actual=a,
+        expected=e,
+        **common,
+        **facts,
+    )
 
 
 def _worst_rows(a_b, e_b, bad, err, allowed, max_rows):
@@ -185,9 +226,17 @@ def _seed_fact():
     return {} if seed is None else {"seed": seed}
 
 
-def assert_almost_equal(a: ArrayLike, b: ArrayLike, rtol: Tolerance = None, atol: Tolerance = None,
-                        names: Sequence[str] = ("a", "b"), equal_nan: bool = False,
-                        mismatches: Sequence[int] = (10, 10), *, use_broadcast: bool = True) -> None:
+def assert_almost_equal(
+    a: ArrayLike,
+    b: ArrayLike,
+    rtol: Tolerance = None,
+    atol: Tolerance = None,
+    names: Sequence[str] = ("a", "b"),
+    equal_nan: bool = False,
+    mismatches: Sequence[int] = (10, 10),
+    *,
+    use_broadcast: bool = True,
+) -> None:
     """Assert ``|a - b| <= atol + rtol * |b|`` elementwise (MXNet's ``assert_almost_equal``).
 
     Tolerances: ``None`` takes the looser default of the two dtypes (``default_rtols``/``default_atols``),
@@ -205,9 +254,11 @@ def assert_almost_equal(a: ArrayLike, b: ArrayLike, rtol: Tolerance = None, atol
     who = "assert_almost_equal"
     if not (isinstance(names, (tuple, list)) and len(names) == 2 and all(isinstance(n, str) for n in names)):
         raise TypeError(f"{who}: names must be a pair of strings such as ('a', 'b'), got {names!r}")
-    if not (isinstance(mismatches, (tuple, list)) and len(mismatches) == 2
-            and all(isinstance(m, (int, np.integer)) and not isinstance(m, (bool, np.bool_)) and m >= 1
-                    for m in mismatches)):
+    if not (
+        isinstance(mismatches, (tuple, list))
+        and len(mismatches) == 2
+        and all(isinstance(m, (int, np.integer)) and not isinstance(m, (bool, np.bool_)) and m >= 1 for m in mismatches)
+    ):
         raise TypeError(f"{who}: mismatches must be a pair of integers >= 1 such as (10, 10), got {mismatches!r}")
     check_tolerances(rtol, atol, who)
     equal_nan = check_flag(equal_nan, who, "equal_nan")
@@ -216,12 +267,27 @@ def assert_almost_equal(a: ArrayLike, b: ArrayLike, rtol: Tolerance = None, atol
     rtol, atol = get_tols(a_np, b_np, rtol, atol)
     if getattr(a_np, "dtype", None) == np.bool_ and getattr(b_np, "dtype", None) == np.bool_:
         rtol = atol = 0
-    compare(a_np, b_np, rtol, atol, names=names, equal_nan=equal_nan, max_rows=mismatches[0],
-            what=f"{names[0]} and {names[1]} are not almost equal", broadcast=use_broadcast)
+    compare(
+        a_np,
+        b_np,
+        rtol,
+        atol,
+        names=names,
+        equal_nan=equal_nan,
+        max_rows=mismatches[0],
+        what=f"{names[0]} and {names[1]} are not almost equal",
+        broadcast=use_broadcast,
+    )
 
 
-def almost_equal(a: ArrayLike, b: ArrayLike, rtol: Tolerance = None, atol: Tolerance = None, equal_nan: bool = False,
-                 use_broadcast: bool = True) -> bool:
+def almost_equal(
+    a: ArrayLike,
+    b: ArrayLike,
+    rtol: Tolerance = None,
+    atol: Tolerance = None,
+    equal_nan: bool = False,
+    use_broadcast: bool = True,
+) -> bool:
     """True when ``assert_almost_equal(a, b, rtol, atol)`` would pass.
 
     Unlike MXNet 1.9 (whose ``almost_equal`` falls back to float64's tolerances whatever the dtypes),
@@ -248,7 +314,8 @@ def same(a: ArrayLike, b: ArrayLike) -> bool:
     return bool(np.array_equal(to_numpy(a), to_numpy(b)))
 
 
-def assert_allclose(a: ArrayLike, b: ArrayLike, rtol: Tolerance = 1e-07, atol: Tolerance = 0,
-                    equal_nan: bool = True) -> None:
+def assert_allclose(
+    a: ArrayLike, b: ArrayLike, rtol: Tolerance = 1e-07, atol: Tolerance = 0, equal_nan: bool = True
+) -> None:
     """MXNet's ``assert_allclose``: ``assert_almost_equal`` with numpy's default tolerances."""
     assert_almost_equal(a, b, rtol=rtol, atol=atol, equal_nan=equal_nan)

@@ -88,15 +88,18 @@ class _Entry:
 
     def __init__(self, index, spec, sym, grad_req):
         if not isinstance(spec, dict):
-            raise TypeError(f"{_WHO}: ctx_list[{index}] must be a dict such as {{'ctx': sg.cpu(), 'data': (2, 3), "
-                            f"'type_dict': {{'data': np.float16}}}}, got {type(spec).__name__}")
+            raise TypeError(
+                f"{_WHO}: ctx_list[{index}] must be a dict such as {{'ctx': sg.cpu(), 'data': (2, 3), "
+                f"'type_dict': {{'data': np.float16}}}}, got {type(spec).__name__}"
+            )
         spec = dict(spec)
         if "ctx" not in spec:
             raise ValueError(f"{_WHO}: ctx_list[{index}] has no 'ctx' key (keys {sorted(spec)})")
         ctx = spec.pop("ctx")
         if not isinstance(ctx, Context):
-            raise TypeError(f"{_WHO}: ctx_list[{index}]['ctx'] must be a Context such as sg.cpu(0) or sg.gpu(0), "
-                            f"got {ctx!r}")
+            raise TypeError(
+                f"{_WHO}: ctx_list[{index}]['ctx'] must be a Context such as sg.cpu(0) or sg.gpu(0), got {ctx!r}"
+            )
         type_dict = dict(spec.pop("type_dict", None) or {})
         check_stypes(spec.pop("stype_dict", None), _WHO, f"ctx_list[{index}]['stype_dict']")
         for name, shape in spec.items():
@@ -140,8 +143,9 @@ def _check_symbols(sym, n):
     if isinstance(sym, Symbol):
         return [sym] * n
     if not isinstance(sym, (list, tuple)) or not all(isinstance(s, Symbol) for s in sym):
-        raise TypeError(f"{_WHO}: sym must be a Symbol or a list of Symbols (one per ctx_list entry), got "
-                        f"{type(sym).__name__}")
+        raise TypeError(
+            f"{_WHO}: sym must be a Symbol or a list of Symbols (one per ctx_list entry), got {type(sym).__name__}"
+        )
     if len(sym) != n:
         raise ValueError(f"{_WHO}: {len(sym)} symbols for {n} ctx_list entries; give one symbol per entry")
     args, outs = sym[0].list_arguments(), sym[0].list_outputs()
@@ -161,8 +165,9 @@ def _check_params(given, names, shapes, what, noun):
         raise TypeError(f"{_WHO}: {what} must be a dict name -> array, got {type(given).__name__}")
     unknown = [k for k in given if k not in names]
     if unknown:
-        raise ValueError(f"{_WHO}: {what} names {unknown}, which are not {noun}s of the symbol; its {noun}s are "
-                         f"{list(names)}")
+        raise ValueError(
+            f"{_WHO}: {what} names {unknown}, which are not {noun}s of the symbol; its {noun}s are {list(names)}"
+        )
     for k, v in given.items():
         if not isinstance(v, (int, float)):  # MXNet's aux default is the number 0
             check_kind(np.asarray(to_numpy(v)), _WHO, what, k, allow_complex=False)
@@ -198,25 +203,41 @@ def _loss_heads(sym):
 
 def _ground_truth(ground_truth, required, optional):
     if not isinstance(ground_truth, dict):
-        raise TypeError(f"{_WHO}: ground_truth must be a dict name -> array (as returned by check_consistency), "
-                        f"got {type(ground_truth).__name__}")
+        raise TypeError(
+            f"{_WHO}: ground_truth must be a dict name -> array (as returned by check_consistency), "
+            f"got {type(ground_truth).__name__}"
+        )
     missing = [k for k in required if k not in ground_truth]
     if missing:
-        raise ValueError(f"{_WHO}: ground_truth has no array for {missing}; it needs every output and every "
-                         f"gradient whose grad_req is not 'null': {list(required)}")
+        raise ValueError(
+            f"{_WHO}: ground_truth has no array for {missing}; it needs every output and every "
+            f"gradient whose grad_req is not 'null': {list(required)}"
+        )
     unknown = [k for k in ground_truth if k not in required and k not in optional]
     if unknown:
-        raise ValueError(f"{_WHO}: ground_truth names {unknown}, which are neither outputs, gradients with a "
-                         f"grad_req other than 'null' nor auxiliary states: {list(required) + list(optional)}")
+        raise ValueError(
+            f"{_WHO}: ground_truth names {unknown}, which are neither outputs, gradients with a "
+            f"grad_req other than 'null' nor auxiliary states: {list(required) + list(optional)}"
+        )
     return {k: _host(v) for k, v in ground_truth.items()}
 
 
 @seeded_check
-def check_consistency(sym: Symbol | Sequence[Symbol], ctx_list: Sequence[Mapping[str, Any]], scale: float = 1.0,
-                      grad_req: GradReqLike = "write", arg_params: dict[str, Any] | None = None,
-                      aux_params: dict[str, Any] | None = None, rtol: Tolerance = None, atol: Tolerance = None,
-                      raise_on_err: bool = True, ground_truth: dict[str, Any] | None = None, equal_nan: bool = False,
-                      use_uniform: bool = False, rand_type: DTypeLike = np.float64) -> dict[str, Any]:
+def check_consistency(
+    sym: Symbol | Sequence[Symbol],
+    ctx_list: Sequence[Mapping[str, Any]],
+    scale: float = 1.0,
+    grad_req: GradReqLike = "write",
+    arg_params: dict[str, Any] | None = None,
+    aux_params: dict[str, Any] | None = None,
+    rtol: Tolerance = None,
+    atol: Tolerance = None,
+    raise_on_err: bool = True,
+    ground_truth: dict[str, Any] | None = None,
+    equal_nan: bool = False,
+    use_uniform: bool = False,
+    rand_type: DTypeLike = np.float64,
+) -> dict[str, Any]:
     """Check that a symbol gives the same outputs and gradients on every device and dtype (MXNet 1.9).
 
     Args:
@@ -300,14 +321,24 @@ class _Consistency:
     comparison of one entry's values with the reference, shared by every phase."""
 
     # -- phase 1: validate -------------------------------------------------------------------------------
-    def __init__(self, sym: Symbol | Sequence[Symbol], ctx_list: Sequence[Mapping[str, Any]], grad_req: GradReqLike,
-                 rtol: Tolerance, atol: Tolerance, raise_on_err: bool, ground_truth: dict[str, Any] | None,
-                 equal_nan: bool) -> None:
+    def __init__(
+        self,
+        sym: Symbol | Sequence[Symbol],
+        ctx_list: Sequence[Mapping[str, Any]],
+        grad_req: GradReqLike,
+        rtol: Tolerance,
+        atol: Tolerance,
+        raise_on_err: bool,
+        ground_truth: dict[str, Any] | None,
+        equal_nan: bool,
+    ) -> None:
         if not isinstance(ctx_list, (list, tuple)):
             raise TypeError(f"{_WHO}: ctx_list must be a list of dicts, got {type(ctx_list).__name__}")
         if len(ctx_list) < (1 if ground_truth is not None else 2):
-            raise ValueError(f"{_WHO}: ctx_list has {len(ctx_list)} entries; comparing needs at least two (or one "
-                             "and a ground_truth)")
+            raise ValueError(
+                f"{_WHO}: ctx_list has {len(ctx_list)} entries; comparing needs at least two (or one "
+                "and a ground_truth)"
+            )
         check_tolerances(rtol, atol, _WHO)
         raise_on_err = check_flag(raise_on_err, _WHO, "raise_on_err")
         equal_nan = check_flag(equal_nan, _WHO, "equal_nan")
@@ -323,14 +354,18 @@ class _Consistency:
         self.ground_truth = ground_truth
         self.gt: dict[str, np.ndarray] | None = None
         if ground_truth is not None:
-            self.gt = _ground_truth(ground_truth, self.out_names + (self.grad_names if self.training else []),
-                                    self.aux_names)
+            self.gt = _ground_truth(
+                ground_truth, self.out_names + (self.grad_names if self.training else []), self.aux_names
+            )
         self.errors: dict = {}  # entry index -> its GradientCheckErrors, settled at the end
         self._noise: dict = {}  # (entry index, phase) -> {name: estimated rounding noise in the entry's dtype}
         self.heads: list[np.ndarray | None] | None = None  # the head gradients of the training pass
         self.out_kinds = dict.fromkeys(self.out_names, "output")
-        self.kinds = {**self.out_kinds, **dict.fromkeys(self.grad_names, "gradient"),
-                      **dict.fromkeys(self.aux_names, "auxiliary state")}
+        self.kinds = {
+            **self.out_kinds,
+            **dict.fromkeys(self.grad_names, "gradient"),
+            **dict.fromkeys(self.aux_names, "auxiliary state"),
+        }
         self._same_shapes()
 
     def _same_shapes(self):
@@ -338,12 +373,16 @@ class _Consistency:
         self.arg_shapes = {k: tuple(a.shape) for k, a in first.arg_dict.items()}
         self.aux_shapes = {k: tuple(a.shape) for k, a in first.aux_dict.items()}
         for e in self.entries[1:]:
-            for what, shapes, arrays in (("argument", self.arg_shapes, e.exe.arg_dict),
-                                         ("auxiliary state", self.aux_shapes, e.exe.aux_dict)):
+            for what, shapes, arrays in (
+                ("argument", self.arg_shapes, e.exe.arg_dict),
+                ("auxiliary state", self.aux_shapes, e.exe.aux_dict),
+            ):
                 for k, a in arrays.items():
                     if tuple(a.shape) != shapes[k]:
-                        raise ValueError(f"{_WHO}: {what} {k!r} has shape {tuple(a.shape)} in ctx_list[{e.index}] "
-                                         f"but {shapes[k]} in ctx_list[0]; every entry must bind the same shapes")
+                        raise ValueError(
+                            f"{_WHO}: {what} {k!r} has shape {tuple(a.shape)} in ctx_list[{e.index}] "
+                            f"but {shapes[k]} in ctx_list[0]; every entry must bind the same shapes"
+                        )
 
     # -- phase 2: the same inputs everywhere ----------------------------------------------------------------
     def inputs(self, arg_params, aux_params, scale, use_uniform, rand_type):
@@ -368,8 +407,9 @@ class _Consistency:
             if self.gt is not None and not self.training:
                 self.compare(e, outs, None, self.gt, "forward(is_train=False)", self.out_kinds)
             elif e is not self.ref:
-                self.compare(e, outs, self.ref, self.infer_outs[self.ref.index], "forward(is_train=False)",
-                             self.out_kinds)
+                self.compare(
+                    e, outs, self.ref, self.infer_outs[self.ref.index], "forward(is_train=False)", self.out_kinds
+                )
 
     def truth_without_training(self) -> dict:
         ref = self.ref
@@ -382,8 +422,10 @@ class _Consistency:
         comparable). Returns each entry's outputs, gradients and auxiliary states."""
         train_outs = [e.forward(is_train=True) for e in self.entries]
         head_rng = np.random.default_rng(_inputs_seed(self.host_args, self.host_aux))
-        self.heads = [None if loss else head_rng.standard_normal(train_outs[0][name].shape).astype(np.float16)
-                      for name, loss in zip(self.out_names, _loss_heads(self.syms[0]))]
+        self.heads = [
+            None if loss else head_rng.standard_normal(train_outs[0][name].shape).astype(np.float16)
+            for name, loss in zip(self.out_names, _loss_heads(self.syms[0]))
+        ]
         results = []
         for e, outs in zip(self.entries, train_outs):
             _backward(e.exe, self.heads, e.ctx)
@@ -418,8 +460,15 @@ class _Consistency:
             rt, at = get_tols(np.empty(0, tol_a), np.empty(0, tol_b), self.rtol, self.atol)
             looser = _smaller_dtype(tol_a, tol_b)
             kind = kinds[name]
-            facts = {"entry": e.index, "ctx": e.ctx, "dtype": np.dtype(got.dtype), "entry_dtype": e.dtype,
-                     "reference": reference, "phase": phase, "kind": kind}
+            facts = {
+                "entry": e.index,
+                "ctx": e.ctx,
+                "dtype": np.dtype(got.dtype),
+                "entry_dtype": e.dtype,
+                "reference": reference,
+                "phase": phase,
+                "kind": kind,
+            }
             if kind == "gradient":
                 facts["grad_req"] = self.reqs[name]
             if flips:
@@ -427,12 +476,26 @@ class _Consistency:
             what = f"{'gradient of' if kind == 'gradient' else kind} {name!r}"
             noise = self.rounding_noise(e, ref_entry, phase).get(name)
             try:
-                compare(got, want, rt, at, check=_WHO, arg_name=name, names=(e.label, ref_label),
-                        what=f"{what} on {e.desc} differs from {ref_desc}", analytic_noise=noise,
-                        noise_dtype=e.dtype if noise is not None else None,
-                        equal_nan=self.equal_nan, broadcast=False, facts=facts,
-                        extra_lines=[f"compared after {phase}, at the tolerance of {looser.name} (the less precise "
-                                     "dtype of the pair)", *_flip_lines(ref_entry, e, flips)])
+                compare(
+                    got,
+                    want,
+                    rt,
+                    at,
+                    check=_WHO,
+                    arg_name=name,
+                    names=(e.label, ref_label),
+                    what=f"{what} on {e.desc} differs from {ref_desc}",
+                    analytic_noise=noise,
+                    noise_dtype=e.dtype if noise is not None else None,
+                    equal_nan=self.equal_nan,
+                    broadcast=False,
+                    facts=facts,
+                    extra_lines=[
+                        f"compared after {phase}, at the tolerance of {looser.name} (the less precise "
+                        "dtype of the pair)",
+                        *_flip_lines(ref_entry, e, flips),
+                    ],
+                )
             except GradientCheckError as err:
                 sink.append(err)
 
@@ -441,18 +504,24 @@ class _Consistency:
         the rounding its dtype commits, emulated on the float64 graph (``harness.RoundingEmulator``), so that a
         float32 entry is allowed the accumulation noise a correct float32 computation has -- the tolerance model
         of every other checker -- on top of the dtype's rtol/atol. Empty otherwise, and for auxiliary states."""
-        if ref_entry is None or np.dtype(e.dtype).kind != "f" or np.dtype(e.dtype).itemsize >= np.dtype(
-                ref_entry.dtype).itemsize:
+        if (
+            ref_entry is None
+            or np.dtype(e.dtype).kind != "f"
+            or np.dtype(e.dtype).itemsize >= np.dtype(ref_entry.dtype).itemsize
+        ):
             return {}
         key = (e.index, phase)
         if key not in self._noise:
             train = phase == _TRAIN_PHASE
             values = {k: np.asarray(to_numpy(v)) for k, v in self.host_args.items()}
             values = {k: v.astype(e.exe.arg_dict[k].dtype) for k, v in values.items()}
-            aux = {k: np.broadcast_to(np.asarray(to_numpy(v), np.float64), e.exe.aux_dict[k].shape)
-                   for k, v in self.host_aux.items()}
-            emulator = RoundingEmulator(self.syms[e.index], values, aux, self.grad_names if train else [], e.dtype,
-                                        is_train=train, outputs=True)
+            aux = {
+                k: np.broadcast_to(np.asarray(to_numpy(v), np.float64), e.exe.aux_dict[k].shape)
+                for k, v in self.host_aux.items()
+            }
+            emulator = RoundingEmulator(
+                self.syms[e.index], values, aux, self.grad_names if train else [], e.dtype, is_train=train, outputs=True
+            )
             _, (noise,) = emulator.noise([self.heads] if train else [])
             self._noise[key] = noise
         return self._noise[key]
@@ -479,21 +548,33 @@ class _Consistency:
         """``e``'s failures against the most precise entry re-run with ``e``'s decisions pinned: none (then
         warn) when the flips explain every difference; the original ones when nothing flipped."""
         ref = self.ref
-        flips, pinned_infer, pinned_train = _pinned_reference(e, ref, self.host_args, self.host_aux, self.heads,
-                                                              self.grad_names)
+        flips, pinned_infer, pinned_train = _pinned_reference(
+            e, ref, self.host_args, self.host_aux, self.heads, self.grad_names
+        )
         if not flips:
             return errs
         sink = []
-        self.compare(e, self.infer_outs[e.index], ref, pinned_infer, "forward(is_train=False)", self.out_kinds, sink,
-                     flips)
+        self.compare(
+            e, self.infer_outs[e.index], ref, pinned_infer, "forward(is_train=False)", self.out_kinds, sink, flips
+        )
         if train_values is not None:
             self.compare(e, train_values[e.index], ref, pinned_train, _TRAIN_PHASE, self.kinds, sink, flips)
         if not sink:
             # stacklevel 5: _recheck <- settle <- check_consistency <- seeded_check's wrapper <- the caller
-            warnings.warn(DecisionFlipWarning("\n".join([
-                f"{_WHO}: not an error: {len(flips)} decision(s) flipped between {e.desc} and {ref.desc} "
-                f"({_legend(ref, e)}); with them pinned, {e.desc} agrees with it in every output, gradient and "
-                "auxiliary state:", *format_flips(flips)]), flips), stacklevel=5)
+            warnings.warn(
+                DecisionFlipWarning(
+                    "\n".join(
+                        [
+                            f"{_WHO}: not an error: {len(flips)} decision(s) flipped between {e.desc} and {ref.desc} "
+                            f"({_legend(ref, e)}); with them pinned, {e.desc} agrees with it in every output, "
+                            "gradient and auxiliary state:",
+                            *format_flips(flips),
+                        ]
+                    ),
+                    flips,
+                ),
+                stacklevel=5,
+            )
         return sink
 
 
@@ -501,8 +582,11 @@ def _flip_lines(ref, e, flips):
     """Report lines of a comparison with ``ref`` re-run with ``e``'s decisions pinned (none without flips)."""
     if not flips:
         return []
-    return [f"{ref.desc} was re-run with {len(flips)} decision(s) pinned to {e.desc}'s, so that the two differ only "
-            f"by rounding ({_legend(ref, e)}):", *format_flips(flips)]
+    return [
+        f"{ref.desc} was re-run with {len(flips)} decision(s) pinned to {e.desc}'s, so that the two differ only "
+        f"by rounding ({_legend(ref, e)}):",
+        *format_flips(flips),
+    ]
 
 
 def _legend(ref, e):

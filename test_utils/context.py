@@ -15,6 +15,7 @@ if TYPE_CHECKING:
 
 __all__ = ["default_context", "set_default_context", "to_numpy", "to_device", "synchronize"]
 
+
 def default_context() -> Context:
     """The context checkers run on when ``ctx=None``: ``symgrad.current_context()``
     (the innermost ``with sg.gpu(0):`` scope, else the default set by ``set_default_context``)."""

@@ -40,8 +40,16 @@ from .report import format_index
 
 __tracebackhide__ = _hide_from_pytest  # a failed check shows its report, not these frames
 
-__all__ = ["DecisionFlipWarning", "Flip", "DecisionRecord", "record_decisions", "pin_decisions", "format_flips",
-           "Pinning", "pinned_symbol"]
+__all__ = [
+    "DecisionFlipWarning",
+    "Flip",
+    "DecisionRecord",
+    "record_decisions",
+    "pin_decisions",
+    "format_flips",
+    "Pinning",
+    "pinned_symbol",
+]
 
 _MAX_ROUNDS = 4  # pinning one window can move a neighbouring (overlapping) window's near tie: re-decide
 
@@ -89,8 +97,10 @@ class Flip:
     def describe(self) -> str:
         where = f"{self.op} {self.node!r}[{format_index(self.index)}]"
         tail = "" if self.pinned else " (could not be pinned)"
-        return (f"{where}: {_num(self.choice_precise)} -> {_num(self.choice_other)}, decided on "
-                f"{self.value_precise:.6g} vs {self.value_other:.6g}{tail}")
+        return (
+            f"{where}: {_num(self.choice_precise)} -> {_num(self.choice_other)}, decided on "
+            f"{self.value_precise:.6g} vs {self.value_other:.6g}{tail}"
+        )
 
     def __str__(self):
         return self.describe()
@@ -182,9 +192,12 @@ def record_decisions(exe, is_train=False) -> DecisionRecord:
         if not _decides(node):
             return None
         decisions = _decide(node, inputs)
-        seen = _Seen(node.op.name, [np.array(to_numpy(a), copy=True) for a in inputs],
-                     [np.asarray(to_numpy(d.choice)) for d in decisions],
-                     [np.asarray(to_numpy(d.value)) for d in decisions])
+        seen = _Seen(
+            node.op.name,
+            [np.array(to_numpy(a), copy=True) for a in inputs],
+            [np.asarray(to_numpy(d.choice)) for d in decisions],
+            [np.asarray(to_numpy(d.value)) for d in decisions],
+        )
         record.nodes[node.name] = seen
         record.by_ordinal[(node.op.name, order.next(node.op.name))] = seen
         return None
@@ -288,14 +301,32 @@ def _note_flips(node, k, decision, sites, seen, met, is_train):
         site = tuple(int(i) for i in site)
         if (k, site) in met:
             continue
-        met[(k, site)] = Flip(node.op.name, node.name, tuple(decision.inputs), site, float(values[site]),
-                              float(seen.values[k][site]), choices[site].item(), seen.choices[k][site].item(),
-                              is_train)
+        met[(k, site)] = Flip(
+            node.op.name,
+            node.name,
+            tuple(decision.inputs),
+            site,
+            float(values[site]),
+            float(seen.values[k][site]),
+            choices[site].item(),
+            seen.choices[k][site].item(),
+            is_train,
+        )
 
 
 def _unpinned(flip: Flip) -> Flip:
-    return Flip(flip.op, flip.node, flip.inputs, flip.index, flip.value_precise, flip.value_other,
-                flip.choice_precise, flip.choice_other, flip.is_train, pinned=False)
+    return Flip(
+        flip.op,
+        flip.node,
+        flip.inputs,
+        flip.index,
+        flip.value_precise,
+        flip.value_other,
+        flip.choice_precise,
+        flip.choice_other,
+        flip.is_train,
+        pinned=False,
+    )
 
 
 def _overwrite(current, copied, decision, sites, seen, shapes):
@@ -334,8 +365,9 @@ def format_flips(flips, limit=10) -> list:
     for f in flips:
         key = (f.op, f.node, f.is_train)
         counts[key] = counts.get(key, 0) + 1
-    per_node = ", ".join(f"{op} {node!r} {n} ({'training' if train else 'inference'})"
-                         for (op, node, train), n in counts.items())
+    per_node = ", ".join(
+        f"{op} {node!r} {n} ({'training' if train else 'inference'})" for (op, node, train), n in counts.items()
+    )
     lines = [f"  flips per node: {per_node}"]
     lines += [f"  {f.describe()}" + (" [training pass]" if f.is_train else " [inference pass]") for f in flips[:limit]]
     if len(flips) > limit:
@@ -410,5 +442,6 @@ def _pinned_op(op, choices):
         return op.pinned(xp, fixed, *inputs, **params)
 
     # (specialize=None: the op's kernels are equivalents of its own forward, not of the pinned one)
-    return dataclasses.replace(op, forward=forward, specialize=None, gradient=None, decisions=None, pinned=None,
-                               accepts_out=False)
+    return dataclasses.replace(
+        op, forward=forward, specialize=None, gradient=None, decisions=None, pinned=None, accepts_out=False
+    )

@@ -140,7 +140,8 @@ def _nonfinite(actual, expected):
         return Diagnosis(
             f"actual has {int(bad.sum())} non-finite values ({n_nan} NaN, {int(bad.sum()) - n_nan} Inf) where "
             "expected is finite: overflow, a division by zero or a log/sqrt of a non-positive value in the rule",
-            "nonfinite", n_nonfinite=int(bad.sum()),
+            "nonfinite",
+            n_nonfinite=int(bad.sum()),
         )
     return None
 
@@ -163,8 +164,11 @@ def _scaled(actual, expected, context=None):
         if _confined(actual, expected, context):
             return None  # a few wrong elements of a zero gradient: name them (``_confined``)
         if np.any(actual != 0):
-            return Diagnosis("expected is all zeros but actual is not: a gradient where none should flow (a "
-                             "constant, an index input or a BlockGrad'ed path got one)", "unexpected")
+            return Diagnosis(
+                "expected is all zeros but actual is not: a gradient where none should flow (a "
+                "constant, an index input or a BlockGrad'ed path got one)",
+                "unexpected",
+            )
         return None
     k = float(np.vdot(actual, expected)) / ee
     resid = float(np.linalg.norm(actual - k * expected)) / np.sqrt(ee)
@@ -177,23 +181,36 @@ def _scaled(actual, expected, context=None):
         pct = 100 * abs(k - 1.0)
         return Diagnosis(
             f"actual = {_nice(k)} x expected: off by ~{pct:.2g}% everywhere: a slightly wrong constant or an "
-            "approximation in the rule (a rounded coefficient, a series or a cheaper formula)", "small", k,
+            "approximation in the rule (a rounded coefficient, a series or a cheaper formula)",
+            "small",
+            k,
             relative_error=abs(k - 1.0),
         )
     if abs(k) <= FIT_RTOL:
-        return Diagnosis("actual is (close to) zero: gradient missing / not connected -- the rule returns zeros or "
-                         "the argument's path to the output is cut", "missing", k)
+        return Diagnosis(
+            "actual is (close to) zero: gradient missing / not connected -- the rule returns zeros or "
+            "the argument's path to the output is cut",
+            "missing",
+            k,
+        )
     kr = round(k)
     if kr != 0 and abs(k - kr) <= FIT_RTOL * max(1.0, abs(k)):
         if kr == -1:
             return Diagnosis("actual = -expected: sign flipped", "sign", k)
         if kr == 2:
-            return Diagnosis("actual = 2 x expected: counted twice / accumulated over two backward calls -- "
-                             "grad_req 'add' or a gradient not zeroed", "doubled", k)
+            return Diagnosis(
+                "actual = 2 x expected: counted twice / accumulated over two backward calls -- "
+                "grad_req 'add' or a gradient not zeroed",
+                "doubled",
+                k,
+            )
         if kr > 2:
-            return Diagnosis(f"actual = {kr} x expected: accumulated over {kr} backward calls (grad_req 'add' or a "
-                             f"gradient not zeroed between calls) or a contribution counted {kr} times",
-                             "accumulated", k)
+            return Diagnosis(
+                f"actual = {kr} x expected: accumulated over {kr} backward calls (grad_req 'add' or a "
+                f"gradient not zeroed between calls) or a contribution counted {kr} times",
+                "accumulated",
+                k,
+            )
         return Diagnosis(f"actual = {kr} x expected: scaled by {kr} (sign flipped and scaled)", "scaled", k)
     inv = 1.0 / k
     ir = round(inv)
@@ -203,10 +220,17 @@ def _scaled(actual, expected, context=None):
             return Diagnosis(
                 f"actual = expected / {ir}: averaged over {axis} (size {ir}) instead of summed -- a broadcast "
                 f"argument's gradient is the sum over the broadcast axis (or a normalisation applied once too often)",
-                "broadcast", k, axis=axis, reduction="mean",
+                "broadcast",
+                k,
+                axis=axis,
+                reduction="mean",
             )
-        return Diagnosis(f"actual = expected / {ir}: scaled by 1/{ir} -- a normalisation (batch size, element "
-                         "count, grad_scale) applied once too often", "scaled", k)
+        return Diagnosis(
+            f"actual = expected / {ir}: scaled by 1/{ir} -- a normalisation (batch size, element "
+            "count, grad_scale) applied once too often",
+            "scaled",
+            k,
+        )
     return Diagnosis(f"actual = {_nice(k)} x expected: scaled by {_nice(k)}", "scaled", k)
 
 
@@ -229,10 +253,14 @@ def _accumulated_drifting(actual, expected):
     if n < 3 or not np.all(np.abs(ratio - n) <= DRIFT_BAND * n):
         return None
     lo, hi = float(ratio.min()), float(ratio.max())
-    return Diagnosis(f"actual ~ {n} x expected (the ratio varies from {lo:.3g} to {hi:.3g}): accumulated over {n} "
-                     f"backward calls (grad_req 'add', or a gradient not zeroed between calls) whose gradients "
-                     f"differed a little -- parameters updated between the calls", "accumulated", float(n),
-                     ratio_range=(lo, hi))
+    return Diagnosis(
+        f"actual ~ {n} x expected (the ratio varies from {lo:.3g} to {hi:.3g}): accumulated over {n} "
+        f"backward calls (grad_req 'add', or a gradient not zeroed between calls) whose gradients "
+        f"differed a little -- parameters updated between the calls",
+        "accumulated",
+        float(n),
+        ratio_range=(lo, hi),
+    )
 
 
 def _offset(actual, expected):
@@ -243,8 +271,12 @@ def _offset(actual, expected):
     c = float(d.mean())
     if c != 0 and float(d.std()) <= FIT_RTOL * abs(c):
         sign = "+" if c > 0 else "-"
-        return Diagnosis(f"actual = expected {sign} {_nice(abs(c))} everywhere: a constant offset (a bias or "
-                         "constant term added twice or missing)", "offset", offset=c)
+        return Diagnosis(
+            f"actual = expected {sign} {_nice(abs(c))} everywhere: a constant offset (a bias or "
+            "constant term added twice or missing)",
+            "offset",
+            offset=c,
+        )
     return None
 
 
@@ -260,9 +292,12 @@ def _stale_buffer(actual, expected, context):
     left = float(np.max(np.abs(actual - initial - expected), initial=0.0))
     if not np.any(initial) or error == 0.0 or left > FIT_RTOL * error:
         return None
-    return Diagnosis("actual = the buffer's initial content + expected: the backward reads a stale buffer: it adds "
-                     "into a gradient buffer it should overwrite (grad_req 'write': MXNet does not zero the buffer "
-                     "first; self.assign(in_grad[i], req[i], ...) writes)", "stale_buffer")
+    return Diagnosis(
+        "actual = the buffer's initial content + expected: the backward reads a stale buffer: it adds "
+        "into a gradient buffer it should overwrite (grad_req 'write': MXNet does not zero the buffer "
+        "first; self.assign(in_grad[i], req[i], ...) writes)",
+        "stale_buffer",
+    )
 
 
 _stale_buffer.uses_context = True  # type: ignore[attr-defined]
@@ -281,20 +316,31 @@ def _transposed(actual, expected):
     if actual.ndim == 2:
         t = expected.T
         if actual.shape == t.shape and _close(actual, t):
-            return Diagnosis("actual = expected transposed: the rule swaps the axes (a missing or extra .T)",
-                             "transposed", axes=(0, 1))
+            return Diagnosis(
+                "actual = expected transposed: the rule swaps the axes (a missing or extra .T)",
+                "transposed",
+                axes=(0, 1),
+            )
         if _close(actual, t.reshape(actual.shape)):
-            return Diagnosis("actual = expected transposed, then reshaped to fit: the rule computes the transposed "
-                             "gradient (e.g. x.T @ g instead of g.T @ x) and reshapes it", "transposed",
-                             axes=(0, 1), reshaped=True)
+            return Diagnosis(
+                "actual = expected transposed, then reshaped to fit: the rule computes the transposed "
+                "gradient (e.g. x.T @ g instead of g.T @ x) and reshapes it",
+                "transposed",
+                axes=(0, 1),
+                reshaped=True,
+            )
         return None
     n = actual.ndim
     for i in range(n):
         for j in range(i + 1, n):
             t = np.swapaxes(expected, i, j)
             if t.shape == actual.shape and _close(actual, t):
-                return Diagnosis(f"actual = expected with axes {i} and {j} swapped: the rule transposes the wrong "
-                                 "axes (a missing or extra transpose/swapaxes)", "transposed", axes=(i, j))
+                return Diagnosis(
+                    f"actual = expected with axes {i} and {j} swapped: the rule transposes the wrong "
+                    "axes (a missing or extra transpose/swapaxes)",
+                    "transposed",
+                    axes=(i, j),
+                )
     return None
 
 
@@ -309,7 +355,8 @@ def _sign_partly_flipped(actual, expected):
         return Diagnosis(
             f"actual = expected but with the sign flipped in {int(flipped.sum())} of {flipped.size} elements "
             f"({100 * flipped.mean():.3g}%): the rule is wrong on one side of a kink (abs, relu, sign, max)",
-            "partial_sign", indices=[tuple(int(i) for i in ix) for ix in np.argwhere(flipped)[:CONFINED_MAX]],
+            "partial_sign",
+            indices=[tuple(int(i) for i in ix) for ix in np.argwhere(flipped)[:CONFINED_MAX]],
         )
     return None
 
@@ -319,8 +366,12 @@ def _swapped(actual, expected, context):
     for name, other in (context or {}).get("other_expected", ()):
         other = np.asarray(other, np.float64)
         if other.shape == actual.shape and np.any(other) and _close(actual, other) and not _close(expected, other):
-            return Diagnosis(f"actual = the expected gradient of {name!r}: the gradients of two arguments are "
-                             f"swapped (d/da returned for b and d/db for a)", "swapped", other=name)
+            return Diagnosis(
+                f"actual = the expected gradient of {name!r}: the gradients of two arguments are "
+                f"swapped (d/da returned for b and d/db for a)",
+                "swapped",
+                other=name,
+            )
     return None
 
 
@@ -344,9 +395,12 @@ def _at_output(actual, expected, context):
     ratio = at[bad] / expected[bad]
     if float(np.ptp(ratio)) <= FIT_RTOL * float(np.max(np.abs(ratio))):
         return None
-    return Diagnosis(f"actual = the derivative evaluated at the output {out_name!r} instead of the input (f'(y) "
-                     "for f'(x), y = f(x)): the rule reads out_data where it should read in_data", "at_output",
-                     output=out_name)
+    return Diagnosis(
+        f"actual = the derivative evaluated at the output {out_name!r} instead of the input (f'(y) "
+        "for f'(x), y = f(x)): the rule reads out_data where it should read in_data",
+        "at_output",
+        output=out_name,
+    )
 
 
 _at_output.uses_context = True  # type: ignore[attr-defined]
@@ -387,13 +441,21 @@ def _selected_rows(actual, expected, bad, axis, values, counts, label):
         return Diagnosis(
             f"the rows {shown} along axis {axis}, which {label!r} selects but the forward ignores (the expected "
             "gradient there is 0), receive gradient -- a padding index or an ignored label that still gets (or "
-            "sends) gradient", "ignored_index", index=label, axis=axis)
+            "sends) gradient",
+            "ignored_index",
+            index=label,
+            axis=axis,
+        )
     if set(rows.tolist()) & once:
         return None
     return Diagnosis(
         f"error confined to the rows {shown} along axis {axis}: exactly rows that {label!r} selects more than "
         "once (the rows it selects once agree) -- repeated indices whose gradients were overwritten instead of "
-        "added (a scatter with = where += is due)", "repeated_indices", index=label, axis=axis)
+        "added (a scatter with = where += is due)",
+        "repeated_indices",
+        index=label,
+        axis=axis,
+    )
 
 
 _repeated_indices.uses_context = True  # type: ignore[attr-defined]
@@ -411,9 +473,13 @@ def _ignored_rows(actual, expected, context):
     if not ignored.size or ignored.size == actual.shape[0]:
         return None
     shown = ", ".join(str(int(r)) for r in ignored[:6]) + (", ..." if ignored.size > 6 else "")
-    return Diagnosis(f"the rows {shown} receive gradient although the forward does not depend on them (expected 0 "
-                     "there): rows of an ignored label or a padding position that still get gradient -- an "
-                     "ignore_index / padding value the backward does not honour", "ignored_index", rows=len(ignored))
+    return Diagnosis(
+        f"the rows {shown} receive gradient although the forward does not depend on them (expected 0 "
+        "there): rows of an ignored label or a padding position that still get gradient -- an "
+        "ignore_index / padding value the backward does not honour",
+        "ignored_index",
+        rows=len(ignored),
+    )
 
 
 _ignored_rows.uses_context = True  # type: ignore[attr-defined]
@@ -425,9 +491,12 @@ def _inverted_mask(actual, expected):
     on_a, on_e = actual != 0, expected != 0
     if actual.size < 2 or not on_a.any() or not on_e.any() or not np.array_equal(on_a, ~on_e):
         return None
-    return Diagnosis(f"actual is nonzero at exactly the {int(on_a.sum())} elements where expected is zero, and zero "
-                     "where it is not: the mask is inverted -- the branches of a condition swapped (the gradient "
-                     "sent to the branch not taken)", "inverted_mask")
+    return Diagnosis(
+        f"actual is nonzero at exactly the {int(on_a.sum())} elements where expected is zero, and zero "
+        "where it is not: the mask is inverted -- the branches of a condition swapped (the gradient "
+        "sent to the branch not taken)",
+        "inverted_mask",
+    )
 
 
 def _region(actual, expected, context):
@@ -450,10 +519,13 @@ def _region(actual, expected, context):
     else:
         return None
     name = context.get("arg_name") or "x"
-    return Diagnosis(f"error confined to the {k} of {n} elements whose {name!r} value lies {where} (from "
-                     f"{_nice(float(lo_bad))} to {_nice(float(hi_bad))}); every element with {edge} agrees: the rule "
-                     "is wrong in one region of its input (a branch, a threshold or a clip)", "region",
-                     bounds=(float(lo_bad), float(hi_bad)))
+    return Diagnosis(
+        f"error confined to the {k} of {n} elements whose {name!r} value lies {where} (from "
+        f"{_nice(float(lo_bad))} to {_nice(float(hi_bad))}); every element with {edge} agrees: the rule "
+        "is wrong in one region of its input (a branch, a threshold or a clip)",
+        "region",
+        bounds=(float(lo_bad), float(hi_bad)),
+    )
 
 
 _region.uses_context = True  # type: ignore[attr-defined]
@@ -466,9 +538,12 @@ def _head_ignored(actual, expected, context):
         return None
     if not _close(np.asarray(doubled, np.float64), actual) or _close(actual, expected):
         return None
-    return Diagnosis("the backward ignores the head gradient: twice the head gradient gives the same gradient "
-                     "(it returns the derivative for a head gradient of ones, or a constant; multiply by "
-                     "out_grad)", "head_ignored")
+    return Diagnosis(
+        "the backward ignores the head gradient: twice the head gradient gives the same gradient "
+        "(it returns the derivative for a head gradient of ones, or a constant; multiply by "
+        "out_grad)",
+        "head_ignored",
+    )
 
 
 _head_ignored.uses_context = True  # type: ignore[attr-defined]
@@ -484,9 +559,12 @@ def _returned_array(actual, expected, context):
         # sign returns the head gradient where x > 0 rightly -- that is a wrong region, not a wrong array
         differs = np.abs(array - expected) > FIT_RTOL * np.maximum(np.abs(expected), np.abs(array))
         if np.mean(differs) > 0.6:
-            return Diagnosis(f"actual = {label} itself: the backward returns the wrong array (an input, an output "
-                             "or the head gradient passed through instead of the gradient)", "returned_array",
-                             array=label)
+            return Diagnosis(
+                f"actual = {label} itself: the backward returns the wrong array (an input, an output "
+                "or the head gradient passed through instead of the gradient)",
+                "returned_array",
+                array=label,
+            )
     return None
 
 
@@ -508,7 +586,10 @@ def _broadcast_reduction(actual, expected, context):
             return Diagnosis(
                 f"actual = only the {label} term (1 of {n_terms} terms of the sum): one slice of the head "
                 "gradient was used (g[0]) where a broadcast argument's gradient must be summed over the broadcast "
-                "axis (g.sum(0)) -- wrong broadcast reduction", "broadcast", slice=label, n_terms=int(n_terms),
+                "axis (g.sum(0)) -- wrong broadcast reduction",
+                "broadcast",
+                slice=label,
+                n_terms=int(n_terms),
                 reduction="one slice",
             )
     return None
@@ -534,12 +615,20 @@ def _confined(actual, expected, context):
     idx = [tuple(int(i) for i in ix) for ix in np.argwhere(bad)]
     shown = ", ".join(f"({_fmt_index(ix)}{',' if len(ix) == 1 else ''})" for ix in idx[:8])
     more = f" and {n - 8} more" if n > 8 else ""
-    off = [f"{100 * abs(actual[ix] - expected[ix]) / abs(expected[ix]):.3g}%" if expected[ix] != 0 else
-           f"{actual[ix]:.3g} where expected is 0" for ix in idx[:8]]
+    off = [
+        f"{100 * abs(actual[ix] - expected[ix]) / abs(expected[ix]):.3g}%"
+        if expected[ix] != 0
+        else f"{actual[ix]:.3g} where expected is 0"
+        for ix in idx[:8]
+    ]
     return Diagnosis(
         f"error confined to {n} of {m} elements: indices {shown}{more} (off by {', '.join(off)}); every other element "
         "agrees: an element-specific mistake (an edge case, a boundary or padding element, a special or tied "
-        "value, an indexing error), not a wrong formula", "confined", indices=idx, n_wrong=n, size=m,
+        "value, an indexing error), not a wrong formula",
+        "confined",
+        indices=idx,
+        n_wrong=n,
+        size=m,
     )
 
 
@@ -562,7 +651,9 @@ def _small_relative(actual, expected, context):
     return Diagnosis(
         f"off by ~{100 * med:.2g}% everywhere ({100 * lo:.2g}% to {100 * hi:.2g}% on 80% of the elements), not by a "
         "constant factor: a slightly wrong constant or an approximation in the rule (a cheaper formula, a series, "
-        "float16 arithmetic)", "small", relative_error=med,
+        "float16 arithmetic)",
+        "small",
+        relative_error=med,
     )
 
 
@@ -593,7 +684,10 @@ def _rounding(actual, expected, context):
     return Diagnosis(
         f"every mismatch is within {ratio:.2g} x the estimated {what} noise of actual (the size of what its sums "
         f"accumulate times eps): accumulation noise, not a wrong formula -- loosen atol to the noise "
-        f"({float(np.max(noise[bad])):.3g}), or compare in float64", "rounding", ratio=ratio)
+        f"({float(np.max(noise[bad])):.3g}), or compare in float64",
+        "rounding",
+        ratio=ratio,
+    )
 
 
 _rounding.uses_context = True  # type: ignore[attr-defined]
@@ -603,10 +697,27 @@ _rounding.uses_context = True  # type: ignore[attr-defined]
 # where both fit, it says why (an ELU with a negative alpha whose rule reads the output's sign takes the x > 0
 # branch everywhere and returns the head gradient itself; measured on the shipped-bug corpus: 60 reports of the
 # three "evaluated at the output" bugs said "returns the wrong array")
-RULES: list[Rule] = [_nonfinite, _rounding, _stale_buffer, _swapped, _inverted_mask, _at_output, _returned_array,
-                     _head_ignored, _broadcast_reduction, _repeated_indices, _ignored_rows, _scaled,
-                     _accumulated_drifting, _offset, _transposed, _region, _sign_partly_flipped, _confined,
-                     _small_relative]
+RULES: list[Rule] = [
+    _nonfinite,
+    _rounding,
+    _stale_buffer,
+    _swapped,
+    _inverted_mask,
+    _at_output,
+    _returned_array,
+    _head_ignored,
+    _broadcast_reduction,
+    _repeated_indices,
+    _ignored_rows,
+    _scaled,
+    _accumulated_drifting,
+    _offset,
+    _transposed,
+    _region,
+    _sign_partly_flipped,
+    _confined,
+    _small_relative,
+]
 
 
 def register_rule(rule: Rule, first: bool = False) -> Rule:
@@ -661,29 +772,46 @@ def _with_kinks(a, e, context, names):
     if rest.any():
         ctx = dict(context, mismatch=rest, kinks=())
         other = _run_rules(np.where(mask, 0.0, a), np.where(mask, 0.0, e), ctx)  # kinks neither fit nor break
-        note = (f"; besides, {len(kinks)} mismatching element{'s' if len(kinks) != 1 else ''} sit at "
-                f"non-differentiable points ({_kink_text(kinks, arg)})")
+        note = (
+            f"; besides, {len(kinks)} mismatching element{'s' if len(kinks) != 1 else ''} sit at "
+            f"non-differentiable points ({_kink_text(kinks, arg)})"
+        )
         if other is not None:
             other = _rename(other, names)
             return other.with_text(str(other) + note)
-        return Diagnosis(f"no simple pattern in the {int(rest.sum())} mismatching elements away from kinks{note}",
-                         "spread", kinks=kinks, n_wrong=int(rest.sum()), size=int(a.size))
+        return Diagnosis(
+            f"no simple pattern in the {int(rest.sum())} mismatching elements away from kinks{note}",
+            "spread",
+            kinks=kinks,
+            n_wrong=int(rest.sum()),
+            size=int(a.size),
+        )
     if wrong_kinks:
         k = wrong_kinks[0]
         return Diagnosis(
             f"{k.describe(arg)}, but the {names[0]} value {k.analytic:.6g} lies outside the one-sided derivatives "
             f"[{min(k.left, k.right):.6g}, {max(k.left, k.right):.6g}]: wrong even allowing for the kink "
-            f"({len(wrong_kinks)} of {len(kinks)} such elements)", "kink", kinks=kinks, subgradient=False,
+            f"({len(wrong_kinks)} of {len(kinks)} such elements)",
+            "kink",
+            kinks=kinks,
+            subgradient=False,
         )
     return Diagnosis(
         f"{_kink_text(kinks, arg)}: the one-sided derivatives differ there, so no finite difference can "
         f"check it -- not a gradient error ({names[0]} lies between them); move the point off the kink",
-        "kink", kinks=kinks, subgradient=True,
+        "kink",
+        kinks=kinks,
+        subgradient=True,
     )
 
 
-def diagnose(actual: ArrayLike, expected: ArrayLike, names: Sequence[str] = ("actual", "expected"), *,
-             context: Mapping[str, Any] | None = None) -> Diagnosis | None:
+def diagnose(
+    actual: ArrayLike,
+    expected: ArrayLike,
+    names: Sequence[str] = ("actual", "expected"),
+    *,
+    context: Mapping[str, Any] | None = None,
+) -> Diagnosis | None:
     """A one-line guess at the bug making ``actual`` differ from ``expected``, or None.
 
     Rules, in order: non-finite values; rounding; a stale 'write' buffer (``context["initial_buffer"]``); the
@@ -710,8 +838,13 @@ def diagnose(actual: ArrayLike, expected: ArrayLike, names: Sequence[str] = ("ac
     return None if msg is None else _rename(msg, names)
 
 
-def analyze(actual: ArrayLike, expected: ArrayLike, names: Sequence[str] = ("actual", "expected"), *,
-            context: Mapping[str, Any] | None = None) -> Diagnosis | None:
+def analyze(
+    actual: ArrayLike,
+    expected: ArrayLike,
+    names: Sequence[str] = ("actual", "expected"),
+    *,
+    context: Mapping[str, Any] | None = None,
+) -> Diagnosis | None:
     """``diagnose``, and when no rule fits an error spread over many elements, a "no simple pattern" line.
 
     That line (pattern ``"spread"``) gives the share of wrong elements and the range of the ratio
@@ -733,7 +866,9 @@ def analyze(actual: ArrayLike, expected: ArrayLike, names: Sequence[str] = ("act
         ratio = a[bad] / e[bad]
     ratio = ratio[np.isfinite(ratio)]
     rng = f"; the ratio {names[0]}/{names[1]} varies from {ratio.min():.3g} to {ratio.max():.3g}" if ratio.size else ""
-    text = (f"no simple pattern: the error is spread over {n} of {m} elements ({100 * n / m:.3g}%) with no constant "
-            f"ratio, offset, transposition or slice{rng} -- typical of a missing or wrong term (the product rule's "
-            "second term, a chain-rule factor) rather than a wrong constant")
+    text = (
+        f"no simple pattern: the error is spread over {n} of {m} elements ({100 * n / m:.3g}%) with no constant "
+        f"ratio, offset, transposition or slice{rng} -- typical of a missing or wrong term (the product rule's "
+        "second term, a chain-rule factor) rather than a wrong constant"
+    )
     return Diagnosis(text, "spread", n_wrong=n, size=m)

@@ -76,8 +76,13 @@ PROGRESS_DELAY = 2.0
 PROGRESS_EVERY = 5.0
 
 #: sample offsets (multiples of the step) of each rule; the kink rule's base point is given, not sampled
-OFFSETS = {"central": (-1.0, 1.0), "richardson": (-1.0, -0.5, 0.5, 1.0), "complex_step": (1.0,),
-           "kink": (-4.0, -1.0, -0.25, 0.25, 1.0, 4.0), "kink2": (-2.0, -1.0, 1.0, 2.0)}
+OFFSETS = {
+    "central": (-1.0, 1.0),
+    "richardson": (-1.0, -0.5, 0.5, 1.0),
+    "complex_step": (1.0,),
+    "kink": (-4.0, -1.0, -0.25, 0.25, 1.0, 4.0),
+    "kink2": (-2.0, -1.0, 1.0, 2.0),
+}
 
 #: ... and the jump at s must exceed this multiple of its rounding noise
 KINK_NOISE = 10.0
@@ -99,7 +104,7 @@ def default_steps(x, numeric_dtype=np.float64, method="central") -> np.ndarray:
     x = np.asarray(x)
     x = np.abs(x.real if np.iscomplexobj(x) else x).astype(np.float64)
     eps = float(np.finfo(np.dtype(numeric_dtype)).eps)
-    rel = {"central": eps ** (1.0 / 3.0), "richardson": eps ** 0.2, "complex_step": COMPLEX_STEP}[check_method(method)]
+    rel = {"central": eps ** (1.0 / 3.0), "richardson": eps**0.2, "complex_step": COMPLEX_STEP}[check_method(method)]
     return rel * np.maximum(x, 1.0)
 
 
@@ -164,8 +169,14 @@ class DirectionProbe:
 
 def _in_place(arr, base, r) -> bool:
     """Whether ``arr = base + delta * r`` can be computed in ``arr`` itself: host arrays of one float dtype."""
-    return (isinstance(arr, np.ndarray) and isinstance(base, np.ndarray) and isinstance(r, np.ndarray)
-            and arr.dtype == base.dtype == r.dtype and arr.dtype.kind == "f" and arr.shape == base.shape == r.shape)
+    return (
+        isinstance(arr, np.ndarray)
+        and isinstance(base, np.ndarray)
+        and isinstance(r, np.ndarray)
+        and arr.dtype == base.dtype == r.dtype
+        and arr.dtype.kind == "f"
+        and arr.shape == base.shape == r.shape
+    )
 
 
 # == the loop ===============================================================================================
@@ -212,8 +223,9 @@ def sweep(probes: Iterable, steps: Iterable, evaluate: Callable | None, rule: st
 def _quotient(deltas, samples, a, b, label):
     width = deltas[b] - deltas[a]
     if not width > 0:
-        raise ValueError(f"numeric gradient: the step vanishes for {label} in its dtype (x + h == x - h); "
-                         "use a larger step")
+        raise ValueError(
+            f"numeric gradient: the step vanishes for {label} in its dtype (x + h == x - h); use a larger step"
+        )
     return [None if ya is None else (yb - ya) / width for ya, yb in zip(samples[a], samples[b])], width
 
 
@@ -286,8 +298,9 @@ class KinkTest:
                 # a jump of the function itself (the first-order gradient of abs at 0, seen by a second-order
                 # check): a one-sided quotient shrinks like 1/s, where a smooth function's stays (f') or grows
                 for q, q4 in ((lefts[i], lefts[i + 1]), (rights[i], rights[i + 1])):
-                    self.discontinuous |= (np.abs(q) > self.threshold * scale[i]) & (np.abs(q4) * (1.0 + c) / 2.0
-                                                                                     < np.abs(q))
+                    self.discontinuous |= (np.abs(q) > self.threshold * scale[i]) & (
+                        np.abs(q4) * (1.0 + c) / 2.0 < np.abs(q)
+                    )
         self.kink = self.kink | self.nonfinite | self.discontinuous
 
 
@@ -315,8 +328,9 @@ class Progress:
       lines between phases.
     """
 
-    def __init__(self, total, enabled=True, desc="numeric gradient", *, delay=None, lines=False, stream=None,
-                 unit="elem"):
+    def __init__(
+        self, total, enabled=True, desc="numeric gradient", *, delay=None, lines=False, stream=None, unit="elem"
+    ):
         self.total, self.enabled, self.desc, self.unit = int(total), bool(enabled), desc, unit
         self.stream = stream
         self.delay = PROGRESS_DELAY if delay is None else float(delay)
@@ -346,16 +360,20 @@ class Progress:
         except ImportError:  # optional dependency: no bar, no complaint
             self.enabled = False
             return
-        self.bar = tqdm(total=self.total, initial=self.done, desc=self.desc, unit=self.unit, leave=False,
-                        file=self.stream)
+        self.bar = tqdm(
+            total=self.total, initial=self.done, desc=self.desc, unit=self.unit, leave=False, file=self.stream
+        )
 
     def line(self, now=None, what="checked"):
         elapsed = (now or time.perf_counter()) - self.start
         rate = self.done / elapsed if elapsed > 0 else 0.0
         left = (self.total - self.done) / rate if rate > 0 else math.inf
         eta = f"about {left:.0f} s left" if math.isfinite(left) else "time left unknown"
-        print(f"{self.desc}: {self.done}/{self.total} {what}, {rate:.2f}/s, {elapsed:.0f} s so far, {eta}",
-              file=self.stream or sys.stderr, flush=True)
+        print(
+            f"{self.desc}: {self.done}/{self.total} {what}, {rate:.2f}/s, {elapsed:.0f} s so far, {eta}",
+            file=self.stream or sys.stderr,
+            flush=True,
+        )
 
     def note(self, text):
         """A line between phases (line mode only)."""
@@ -387,8 +405,17 @@ def _element_probes(harness, name, indices=None):
     return (ElementProbe(arr, i, name) for i in idx)
 
 
-def gradient(harness, names, objective: Callable, steps: dict, *, method="central", progress=True,
-             desc="numeric gradient", spread=None):
+def gradient(
+    harness,
+    names,
+    objective: Callable,
+    steps: dict,
+    *,
+    method="central",
+    progress=True,
+    desc="numeric gradient",
+    spread=None,
+):
     """Numeric gradients of ``objective(outputs) -> float`` w.r.t. the arguments ``names``, element by element.
 
     ``steps[name]`` holds the half-steps (broadcast to the argument's shape; complex steps need a complex
@@ -508,8 +535,16 @@ class Settled:
         return bool(abs(self.analytic - self.value) <= self.allowed)
 
 
-def settle(difference: Callable, h: float, first: float, analytic: float, bound: float, f_noise: float,
-           rtol: float, max_refine: int = 8) -> Settled:
+def settle(
+    difference: Callable,
+    h: float,
+    first: float,
+    analytic: float,
+    bound: float,
+    f_noise: float,
+    rtol: float,
+    max_refine: int = 8,
+) -> Settled:
     """Retake a central difference that failed at step ``h`` at ``h/4, h/16, ...`` until it settles.
 
     ``difference(step) -> (value, width)`` is the central difference at ``step`` (``first``: its value at ``h``);

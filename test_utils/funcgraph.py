@@ -33,8 +33,18 @@ from .scaleout import Recipe, Spread
 
 __tracebackhide__ = _hide_from_pytest  # a failed check shows its report, not these frames
 
-__all__ = ["FuncGraph", "Reference", "symbols_of", "variable_in", "param_dict", "as_tuple", "MAX_LOCALISE",
-           "KinkRedraws", "OnlyKinks", "only_kinks"]
+__all__ = [
+    "FuncGraph",
+    "Reference",
+    "symbols_of",
+    "variable_in",
+    "param_dict",
+    "as_tuple",
+    "MAX_LOCALISE",
+    "KinkRedraws",
+    "OnlyKinks",
+    "only_kinks",
+]
 
 #: inputs up to this many elements get a per-element comparison when a projected check fails
 MAX_LOCALISE = 5000
@@ -46,8 +56,6 @@ def as_tuple(x):
     if isinstance(x, list):
         return tuple(x)
     return (x,)
-
-
 
 
 def symbols_of(out, who):
@@ -75,8 +83,10 @@ def param_dict(params, who):
     if params is None or (isinstance(params, (tuple, list)) and len(params) == 0):
         return {}
     if not isinstance(params, dict):
-        raise TypeError(f"{who}: params must be a dict name -> array (the values of the arguments func creates), "
-                        f"got {type(params).__name__}")
+        raise TypeError(
+            f"{who}: params must be a dict name -> array (the values of the arguments func creates), "
+            f"got {type(params).__name__}"
+        )
     return dict(params)
 
 
@@ -134,13 +144,18 @@ class FuncGraph:
             raise ValueError(f"{who}: params names {clash}, which are inputs of func")
         unknown = [k for k in params if k not in self.arg_names and k not in self.aux_names]
         if unknown:
-            raise ValueError(f"{who}: params names {unknown}, which are not arguments of the graph func built; "
-                             f"its arguments are {self.arg_names}, its auxiliary states {self.aux_names}")
+            raise ValueError(
+                f"{who}: params names {unknown}, which are not arguments of the graph func built; "
+                f"its arguments are {self.arg_names}, its auxiliary states {self.aux_names}"
+            )
         missing = [n for n in created if n not in params]
         if missing:
-            hint = ("pass their values in params (a dict name -> array)" if allow_params else
-                    "pass them as inputs: create the Variables in func from the inputs "
-                    "(e.g. FullyConnected(x, weight=w, bias=b, ...))")
+            hint = (
+                "pass their values in params (a dict name -> array)"
+                if allow_params
+                else "pass them as inputs: create the Variables in func from the inputs "
+                "(e.g. FullyConnected(x, weight=w, bias=b, ...))"
+            )
             raise ValueError(f"{who}: func created arguments {missing} that have no values; {hint}")
 
     def _host_values(self, values, params):
@@ -151,8 +166,9 @@ class FuncGraph:
             v = values[n] if n in values else params[n]
             if array_context(v) is None and not isinstance(v, (numbers.Number, list)):
                 raise TypeError(f"{who}: value of {n!r} must be an array, got {type(v).__name__}")
-            host[n] = check_kind(np.array(to_numpy(v), copy=True), who, "input" if n in values else "param", n,
-                                 allow_complex=False)
+            host[n] = check_kind(
+                np.array(to_numpy(v), copy=True), who, "input" if n in values else "param", n, allow_complex=False
+            )
         return host
 
     def _shapes(self, host, params):
@@ -193,8 +209,10 @@ class FuncGraph:
                     heads.append(np.ones(s, self.out_dtypes[k]))
                 else:
                     shapes = ", ".join(str(x) for x in self.out_shapes)
-                    raise ValueError(f"{who}: y_grad can be None only for a loss (outputs of one element or loss "
-                                     f"heads); output {self.out_names[k]!r} has shape {s} (all outputs: {shapes})")
+                    raise ValueError(
+                        f"{who}: y_grad can be None only for a loss (outputs of one element or loss "
+                        f"heads); output {self.out_names[k]!r} has shape {s} (all outputs: {shapes})"
+                    )
             return heads
         gys = list(as_tuple(y_grad))
         if len(gys) != n:
@@ -206,8 +224,10 @@ class FuncGraph:
                 continue
             g = check_kind(np.asarray(to_numpy(g)), who, "y_grad for output", self.out_names[k], allow_complex=False)
             if tuple(g.shape) != self.out_shapes[k]:
-                raise ValueError(f"{who}: y_grad for output {self.out_names[k]!r} has shape {tuple(g.shape)}, "
-                                 f"expected {self.out_shapes[k]}")
+                raise ValueError(
+                    f"{who}: y_grad for output {self.out_names[k]!r} has shape {tuple(g.shape)}, "
+                    f"expected {self.out_shapes[k]}"
+                )
             check_finite({self.out_names[k]: g}, who, "y_grad for output")
             heads.append(g.astype(self.out_dtypes[k]) if self.out_dtypes[k].kind == "f" else g)
         return heads
@@ -222,8 +242,13 @@ class FuncGraph:
         ctx = self.ctx
         args = {k: to_device(v, ctx) for k, v in self.values.items()}
         bufs = {k: to_device(np.zeros_like(self.values[k]), ctx) for k in names}
-        exe = self.sym.bind(ctx, args, args_grad=bufs, grad_req={k: "write" for k in names},
-                            aux_states={k: to_device(v, ctx) for k, v in self.aux.items()})
+        exe = self.sym.bind(
+            ctx,
+            args,
+            args_grad=bufs,
+            grad_req={k: "write" for k in names},
+            aux_states={k: to_device(v, ctx) for k, v in self.aux.items()},
+        )
         exe.forward(is_train=True)
         return exe, bufs
 
@@ -254,8 +279,7 @@ class FuncGraph:
 
         if not custom_nodes(g):
             return False
-        exe = g.bind(self.ctx, {a: to_device(self.values[a], self.ctx) for a in g.list_arguments()},
-                     grad_req="null")
+        exe = g.bind(self.ctx, {a: to_device(self.values[a], self.ctx) for a in g.list_arguments()}, grad_req="null")
         return all(not np.any(np.asarray(to_numpy(o))) for o in exe.forward(is_train=True))
 
     def probe_points(self, probes, names, heads, who, rtol, atol):
@@ -263,9 +287,18 @@ class FuncGraph:
         from . import probes as special
 
         if names and special.wanted(probes, self.sym):
-            special.run(self.sym, self.values, self.aux, heads, names,
-                        max((self.values[n].dtype for n in names), key=lambda d: np.finfo(d).eps), self.ctx, who,
-                        rtol, atol)
+            special.run(
+                self.sym,
+                self.values,
+                self.aux,
+                heads,
+                names,
+                max((self.values[n].dtype for n in names), key=lambda d: np.finfo(d).eps),
+                self.ctx,
+                who,
+                rtol,
+                atol,
+            )
 
     def decisions(self):
         """What the forward in the dtypes under test decides (``decisions.record_decisions``): the pieces a
@@ -288,12 +321,19 @@ class FuncGraph:
                 continue  # no gradient rule on the path: no gradient flows
             if g is None or self._custom_zero(g):
                 continue
-            msg = (f"{self.who}: input {n!r} (no_grads=True, dtype {self.values[n].dtype}) receives a gradient: "
-                   f"symgrad.grad returns {g.name!r} for it, where Chainer requires the gradient of an integer / "
-                   "no_grads input to be None; an op on its path is differentiated w.r.t. an index input "
-                   "(declare it in no_grad_inputs) or the input should not be in no_grads")
-            raise GradientCheckError(msg, check=self.who, arg_name=n, diagnosis="a gradient where none should flow",
-                                     names=("backward", "expected"))
+            msg = (
+                f"{self.who}: input {n!r} (no_grads=True, dtype {self.values[n].dtype}) receives a gradient: "
+                f"symgrad.grad returns {g.name!r} for it, where Chainer requires the gradient of an integer / "
+                "no_grads input to be None; an op on its path is differentiated w.r.t. an index input "
+                "(declare it in no_grad_inputs) or the input should not be in no_grads"
+            )
+            raise GradientCheckError(
+                msg,
+                check=self.who,
+                arg_name=n,
+                diagnosis="a gradient where none should flow",
+                names=("backward", "expected"),
+            )
 
 
 class Reference:
@@ -308,8 +348,13 @@ class Reference:
     def __init__(self, graph, ndtype, weights, progress=True, executor=None, record=None):
         self.graph = graph
         self.executor = executor
-        self.dtype = np.dtype(ndtype) if ndtype is not None else np.dtype(
-            np.result_type(*[v.dtype for v in graph.values.values() if v.dtype.kind == "f"] or [np.float64]))
+        self.dtype = (
+            np.dtype(ndtype)
+            if ndtype is not None
+            else np.dtype(
+                np.result_type(*[v.dtype for v in graph.values.values() if v.dtype.kind == "f"] or [np.float64])
+            )
+        )
         self.objective_weights = weights
         self.progress = progress
         ref_sym, _, make_objective = projected_objective(graph.sym, weights, graph.who)
@@ -326,8 +371,7 @@ class Reference:
         self.n_out = len(graph.out_shapes)
         self.objective = make_objective(self.base)
         self.magnitude = float(self.objective(self.base)[1])
-        self.step_description = (f"h = {float(np.cbrt(np.finfo(self.dtype).eps)):.3g} * max(|x|, 1) "
-                                 f"in {self.dtype.name}")
+        self.step_description = f"h = {float(np.cbrt(np.finfo(self.dtype).eps)):.3g} * max(|x|, 1) in {self.dtype.name}"
 
     def objective_for(self, weights):
         _, _, make = projected_objective(self.graph.sym, weights, self.graph.who)
@@ -335,8 +379,9 @@ class Reference:
 
     def evaluation_noise(self, weights=None) -> float:
         """``Harness.evaluation_noise`` of the objective (``weights``: default the reference's)."""
-        return self.harness.evaluation_noise(self.objective if weights is None else self.objective_for(weights),
-                                             self.dtype)
+        return self.harness.evaluation_noise(
+            self.objective if weights is None else self.objective_for(weights), self.dtype
+        )
 
     def directional(self, r: dict, eps, weights=None):
         """Derivative of ``delta -> objective(x + delta r)`` at 0 (the inputs of ``r`` move along it), with
@@ -354,9 +399,15 @@ class Reference:
 
     def jacobian(self, name, steps):
         """Numeric Jacobian of every output w.r.t. ``name`` (``differencer.jacobian``)."""
-        return jacobian(self.harness, name, steps, self.n_out, progress=self.progress,
-                        desc=f"{self.graph.who}: numeric Jacobian of {name!r}",
-                        spread=self._spread(self.objective_weights, "outputs"))
+        return jacobian(
+            self.harness,
+            name,
+            steps,
+            self.n_out,
+            progress=self.progress,
+            desc=f"{self.graph.who}: numeric Jacobian of {name!r}",
+            spread=self._spread(self.objective_weights, "outputs"),
+        )
 
     def _spread(self, weights, kind="projected"):
         """The ``Spread`` of a sweep on the harness (None without an executor)."""
@@ -379,12 +430,20 @@ class Reference:
         objective = self.objective_for(weights)
         scalar = lambda outs: objective(outs)[0]
         steps = {name: default_steps(self.args[name], self.dtype)}
-        numeric, widths = gradient(self.harness, [name], scalar, steps, progress=self.progress,
-                                   desc=f"{who}: per-element check of {name!r}", spread=self._spread(weights))
+        numeric, widths = gradient(
+            self.harness,
+            [name],
+            scalar,
+            steps,
+            progress=self.progress,
+            desc=f"{who}: per-element check of {name!r}",
+            spread=self._spread(weights),
+        )
         a = analytic.astype(np.float64)
         heads = [None if loss else w.astype(dt) for w, loss, dt in zip(weights, graph.loss_heads, graph.out_dtypes)]
-        _, a_noise = analytic_noise(graph.sym, graph.values, graph.aux, heads, [name], analytic.dtype,
-                                    actual={name: analytic})
+        _, a_noise = analytic_noise(
+            graph.sym, graph.values, graph.aux, heads, [name], analytic.dtype, actual={name: analytic}
+        )
         f_noise = self.evaluation_noise(weights)
         n_noise = f_noise / widths[name]
         bad, _, allowed = _violations(a, numeric[name], rtol, atol, False, n_noise + a_noise[name])
@@ -393,35 +452,59 @@ class Reference:
         kinks = element_kinks(self.harness, name, scalar, np.argwhere(bad), steps[name], a, allowed, f_noise=f_noise)
 
         def context():
-            found = diagnosis_context(graph.sym, graph.ctx, graph.values, graph.aux, heads, name, graph.out_shapes,
-                                      kinks, noise=n_noise + a_noise[name])
+            found = diagnosis_context(
+                graph.sym,
+                graph.ctx,
+                graph.values,
+                graph.aux,
+                heads,
+                name,
+                graph.out_shapes,
+                kinks,
+                noise=n_noise + a_noise[name],
+            )
             found["other_expected"] = self._others_numeric(name, scalar)
             return found
 
         try:
-            compare(a, numeric[name], rtol, atol, check=who, arg_name=name, names=("analytic", "numeric"),
-                    what=f"analytic gradient of {name!r} does not match the numeric gradient",
-                    eps=self.step_description, noise=n_noise, analytic_noise=a_noise[name],
-                    noise_dtype=analytic.dtype, broadcast=False, facts={"dtype": analytic.dtype}, context=context)
+            compare(
+                a,
+                numeric[name],
+                rtol,
+                atol,
+                check=who,
+                arg_name=name,
+                names=("analytic", "numeric"),
+                what=f"analytic gradient of {name!r} does not match the numeric gradient",
+                eps=self.step_description,
+                noise=n_noise,
+                analytic_noise=a_noise[name],
+                noise_dtype=analytic.dtype,
+                broadcast=False,
+                facts={"dtype": analytic.dtype},
+                context=context,
+            )
         except GradientCheckError as err:
             return err, kinks
         return None, kinks
 
-
     def _others_numeric(self, name, scalar) -> list:
         """``[(argument, numeric gradient)]`` of the other float arguments shaped like ``name`` (``diagnose``'s
         ``other_expected``: d/da and d/db swapped), on a failure's diagnosis only: 2 partial forwards per element."""
-        like = [n for n, v in self.args.items() if n != name and np.shape(v) == np.shape(self.args[name])
-                and np.asarray(v).dtype.kind == "f"]
+        like = [
+            n
+            for n, v in self.args.items()
+            if n != name and np.shape(v) == np.shape(self.args[name]) and np.asarray(v).dtype.kind == "f"
+        ]
         if not like:
             return []
-        numeric, _ = gradient(self.harness, like, scalar, {n: default_steps(self.args[n], self.dtype) for n in like},
-                              progress=False)
+        numeric, _ = gradient(
+            self.harness, like, scalar, {n: default_steps(self.args[n], self.dtype) for n in like}, progress=False
+        )
         return [(n, numeric[n]) for n in like]
 
 
 # == kinks: re-drawn off, or left out ==========================================================================
-
 
 
 class OnlyKinks(Exception):

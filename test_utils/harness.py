@@ -20,8 +20,17 @@ from .tolerance import NOISE_FACTOR
 
 __tracebackhide__ = _hide_from_pytest  # a failed check shows its report, not these frames
 
-__all__ = ["Harness", "as_array_like", "trace_values", "assert_deterministic", "RoundingEmulator", "analytic_noise",
-           "with_measured", "RandomOpError", "refuse_random_ops"]
+__all__ = [
+    "Harness",
+    "as_array_like",
+    "trace_values",
+    "assert_deterministic",
+    "RoundingEmulator",
+    "analytic_noise",
+    "with_measured",
+    "RandomOpError",
+    "refuse_random_ops",
+]
 
 
 class RandomOpError(ValueError):
@@ -66,7 +75,9 @@ def refuse_random_ops(graph, who) -> None:
                 "random draw on every evaluation, so finite differences of it (and of anything computed from it) "
                 "are meaningless and cannot prove a gradient. Check the deterministic part of the graph: replace "
                 f"the sample by a Variable and feed it a fixed array (e.g. one drawn once by {op.name})",
-                op_name=op.name, node_name=node.name)
+                op_name=op.name,
+                node_name=node.name,
+            )
 
 
 def as_array_like(like, host):
@@ -100,14 +111,17 @@ class Harness:
         self.is_train = bool(is_train)
         if aux_initial is None:
             aux_initial = {k: np.array(to_numpy(v), copy=True) for k, v in exe.aux_dict.items()}
-        self.aux_initial = {k: as_array_like(exe.aux_dict[k], np.asarray(to_numpy(v)).astype(exe.aux_dict[k].dtype))
-                            for k, v in aux_initial.items()}
+        self.aux_initial = {
+            k: as_array_like(exe.aux_dict[k], np.asarray(to_numpy(v)).astype(exe.aux_dict[k].dtype))
+            for k, v in aux_initial.items()
+        }
         self._based = False
 
     @classmethod
     def bind(cls, sym, values: dict, aux: dict, *, ctx, dtype=None, is_train=True, complex_names=()):
         """Bind ``sym`` on copies of ``values``/``aux`` (float arrays cast to ``dtype`` when given; the
         arguments in ``complex_names`` to its complex counterpart, for complex steps)."""
+
         def cast(v, to_complex):
             v = np.asarray(v)
             if dtype is None or v.dtype.kind != "f":
@@ -176,8 +190,9 @@ class Harness:
         ``base()``'s outputs when the caller has them (one forward fewer)."""
         eps = float(np.finfo(np.dtype(dtype)).eps)
         magnitude = objective(self.base() if base is None else base)[1]
-        return max(NOISE_FACTOR * eps * magnitude,
-                   self.objective_noise(lambda outs: objective(outs)[0], dtype, runs=runs))
+        return max(
+            NOISE_FACTOR * eps * magnitude, self.objective_noise(lambda outs: objective(outs)[0], dtype, runs=runs)
+        )
 
     def objective_noise(self, objective, dtype, runs=None) -> float:
         """Rounding noise of ``objective(outputs)`` evaluated in ``dtype``.
@@ -286,13 +301,16 @@ def assert_deterministic(exe, is_train, aux_initial=None, who="numeric gradient"
     h.reset_aux()
     aux_hint = ""
     if node is None and list(getattr(exe, "aux_dict", {}) or ()) and not aux_initial:
-        aux_hint = ("; or the forward reads an auxiliary state it updates: give the auxiliary states (aux_states) "
-                    "so that they are reset before every evaluation")
+        aux_hint = (
+            "; or the forward reads an auxiliary state it updates: give the auxiliary states (aux_states) "
+            "so that they are reset before every evaluation"
+        )
     raise ValueError(
         f"{who}: {what} is not deterministic: {culprit} gives different values in two evaluations at the same "
         f"point (is_train={bool(is_train)}); finite differences need a deterministic function -- a random op "
         "such as Dropout in training mode draws new values on every run (use p=0, is_train=False where the "
-        f"check allows it, or take the op out of the checked symbol){aux_hint}")
+        f"check allows it, or take the op out of the checked symbol){aux_hint}"
+    )
 
 
 # == rounding emulation: the analytic side's noise ========================================================
@@ -347,12 +365,27 @@ def perturb_relative(value, eps, rng):
 #: contractions of two tensor inputs (convolutions and their adjoints, dot and its adjoints, FullyConnected; a
 #: further input is a bias added as one more term, or is read for its shape only) and plain sums over axes.
 #: Applied to the squares of its inputs such an op gives ``sum t^2`` of its terms ``t``; applied to ones, K.
-ACCUMULATING_OPS = frozenset({
-    "Convolution", "Convolution_v1", "_npx_convolution", "Deconvolution", "_npx_deconvolution",
-    "_conv_forward_like", "_conv_transpose_like", "_conv_weight_grad",
-    "FullyConnected", "dot", "_dot_grad_lhs", "_dot_grad_rhs", "batch_dot",
-    "sum", "sum_axis", "nansum", "_sum_to_like",
-})
+ACCUMULATING_OPS = frozenset(
+    {
+        "Convolution",
+        "Convolution_v1",
+        "_npx_convolution",
+        "Deconvolution",
+        "_npx_deconvolution",
+        "_conv_forward_like",
+        "_conv_transpose_like",
+        "_conv_weight_grad",
+        "FullyConnected",
+        "dot",
+        "_dot_grad_lhs",
+        "_dot_grad_rhs",
+        "batch_dot",
+        "sum",
+        "sum_axis",
+        "nansum",
+        "_sum_to_like",
+    }
+)
 
 
 def accumulation_noise(terms, total, squares, eps) -> np.ndarray:
@@ -420,9 +453,13 @@ class RoundingEmulator:
         self.aux = {k: np.asarray(to_numpy(v)).astype(np.float64) for k, v in aux.items()}
         self.names = list(names)
         self.bufs = {k: np.zeros(self.args[k].shape, np.float64) for k in self.names}
-        self.exe = sym.bind(cpu(), {k: v.copy() for k, v in self.args.items()}, args_grad=self.bufs,
-                            grad_req={k: ("write" if k in self.bufs else "null") for k in self.args},
-                            aux_states={k: v.copy() for k, v in self.aux.items()})
+        self.exe = sym.bind(
+            cpu(),
+            {k: v.copy() for k, v in self.args.items()},
+            args_grad=self.bufs,
+            grad_req={k: ("write" if k in self.bufs else "null") for k in self.args},
+            aux_states={k: v.copy() for k, v in self.aux.items()},
+        )
         self.is_train = bool(is_train)
         self.run = int(seed) * 1000
         self.rng = np.random.default_rng(seed)
@@ -444,8 +481,10 @@ class RoundingEmulator:
         """Whether ``node`` computes from a head gradient (nodes come in execution order, so inputs are known)."""
         found = self._carry.get(node.id)
         if found is None:
-            found = any((src.op is None and src.name not in self.bound) or self._carry.get(src.id, False)
-                        for src, _ in node.inputs)
+            found = any(
+                (src.op is None and src.name not in self.bound) or self._carry.get(src.id, False)
+                for src, _ in node.inputs
+            )
             self._carry[node.id] = found
         return found
 
@@ -574,8 +613,13 @@ class RoundingEmulator:
                 for k in sq:
                     sq[k] += (run[k] - ex[k]) ** 2
         # plus the rounding of the result itself, which a value already on the grid does not show
-        return exact, [{k: EMULATION_SIGMAS * np.sqrt(v / EMULATION_RUNS) + NOISE_FACTOR * eps * np.abs(ex[k])
-                        for k, v in sq.items()} for sq, ex in zip(square, exact)]
+        return exact, [
+            {
+                k: EMULATION_SIGMAS * np.sqrt(v / EMULATION_RUNS) + NOISE_FACTOR * eps * np.abs(ex[k])
+                for k, v in sq.items()
+            }
+            for sq, ex in zip(square, exact)
+        ]
 
 
 #: the measured difference of a gradient in the dtype under test from float64 is excused up to this share of the
@@ -600,7 +644,8 @@ def analytic_noise(sym, values: dict, aux: dict, heads: list, names, dtype, *, i
     forward and backward passes in float64.
     """
     rows_exact, rows_noise = RoundingEmulator(sym, values, aux, names, dtype, is_train=is_train, seed=seed).noise(
-        [heads])
+        [heads]
+    )
     exact, noise = rows_exact[0], rows_noise[0]
     if actual is not None:
         noise = with_measured(noise, exact, actual, dtype)
@@ -613,8 +658,7 @@ def with_measured(noise: dict, exact: dict, actual: dict, dtype, scale=None) -> 
     if np.dtype(dtype).itemsize >= 8:
         return noise
     if scale is None:  # of the finite entries: one NaN gradient must not make every element's noise NaN
-        scale = max((float(np.max(np.abs(g), where=np.isfinite(g), initial=0.0)) for g in exact.values()),
-                    default=0.0)
+        scale = max((float(np.max(np.abs(g), where=np.isfinite(g), initial=0.0)) for g in exact.values()), default=0.0)
     out = {}
     for k, v in noise.items():
         with np.errstate(invalid="ignore"):

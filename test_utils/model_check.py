@@ -57,9 +57,24 @@ if TYPE_CHECKING:
 
 __tracebackhide__ = _hide_from_pytest  # a failed check shows its report, not these frames
 
-__all__ = ["check_model", "ModelCheckResult", "ArgResult", "NodeFault", "ModelInputError", "CheckInterrupted",
-           "WorkerDied", "MODES", "DEFAULT_SAMPLES", "DIRECTIONS", "prepare_model", "infer_shapes", "variable_roles",
-           "random_values", "deterministic_dropout", "render_table"]
+__all__ = [
+    "check_model",
+    "ModelCheckResult",
+    "ArgResult",
+    "NodeFault",
+    "ModelInputError",
+    "CheckInterrupted",
+    "WorkerDied",
+    "MODES",
+    "DEFAULT_SAMPLES",
+    "DIRECTIONS",
+    "prepare_model",
+    "infer_shapes",
+    "variable_roles",
+    "random_values",
+    "deterministic_dropout",
+    "render_table",
+]
 
 #: ``mode`` values: directional detection with localisation, sampled elements, every element
 MODES = ("fast", "sample", "full")
@@ -122,8 +137,7 @@ def infer_shapes(sym, shapes: dict, known: dict | None = None):
     inputs = sym.list_inputs()
     for name in shapes:
         if name not in inputs:
-            raise ModelInputError(f"--shape {name}=...: {name!r} is not an input of the model (inputs: "
-                                  f"{few(inputs)})")
+            raise ModelInputError(f"--shape {name}=...: {name!r} is not an input of the model (inputs: {few(inputs)})")
     given = {**(known or {}), **shapes}
     try:
         arg_shapes, out_shapes, aux_shapes = sym.infer_shape_partial(**given)
@@ -133,8 +147,10 @@ def infer_shapes(sym, shapes: dict, known: dict | None = None):
     unknown = [n for n, s in zip(args + aux, list(arg_shapes) + list(aux_shapes)) if s is None or 0 in s]
     if unknown or any(s is None for s in out_shapes):
         missing = unknown or ["an output"]
-        raise ModelInputError(f"the shapes do not infer: the shape of {few(missing, 4)} is unknown; give the input "
-                              "shapes (--shape NAME=D1,D2,..., e.g. --shape data=1,3,224,224)")
+        raise ModelInputError(
+            f"the shapes do not infer: the shape of {few(missing, 4)} is unknown; give the input "
+            "shapes (--shape NAME=D1,D2,..., e.g. --shape data=1,3,224,224)"
+        )
     return dict(zip(args, arg_shapes)), list(out_shapes), dict(zip(aux, aux_shapes))
 
 
@@ -153,8 +169,10 @@ def variable_roles(sym, arg_shapes: dict) -> dict:
         if node.op is None:
             continue
         slots = node.input_names()
-        in_shapes = {slot: every.get(src.name if src.op is None else src.output_name(idx))
-                     for (src, idx), slot in zip(node.inputs, slots)}
+        in_shapes = {
+            slot: every.get(src.name if src.op is None else src.output_name(idx))
+            for (src, idx), slot in zip(node.inputs, slots)
+        }
         for (src, _), slot in zip(node.inputs, slots):
             if src.op is not None or src.name not in arg_shapes:
                 continue
@@ -176,6 +194,7 @@ def variable_roles(sym, arg_shapes: dict) -> dict:
 
 def _index_bound(op, slot, params, in_shapes, own_shape):
     """How many valid values an index input of ``op`` has (None: 0/1 labels or unknown)."""
+
     def dim(shape, axis):
         if shape is None or not len(shape):
             return None
@@ -209,8 +228,9 @@ def _given(value, name, shape, what):
     """A value from the params file, refused unless it has the shape the model needs."""
     value = np.asarray(value)
     if tuple(value.shape) != tuple(shape):
-        raise ModelInputError(f"--params: {what}{name!r} has shape {tuple(value.shape)} in the file but the model "
-                              f"needs {tuple(shape)}")
+        raise ModelInputError(
+            f"--params: {what}{name!r} has shape {tuple(value.shape)} in the file but the model needs {tuple(shape)}"
+        )
     return value
 
 
@@ -316,8 +336,9 @@ def _load_params(params) -> tuple[dict, dict]:
             kind, _, name = k.partition(":") if ":" in k else ("arg", "", k)
             (aux if kind == "aux" else args)[name] = np.asarray(to_numpy(v))
         return args, aux
-    raise TypeError(f"{WHO}: params must be a .params/.npz path, a dict or an (args, aux) pair, "
-                    f"got {type(params).__name__}")
+    raise TypeError(
+        f"{WHO}: params must be a .params/.npz path, a dict or an (args, aux) pair, got {type(params).__name__}"
+    )
 
 
 def prepare_model(model, params=None, shapes=None, seed=0) -> PreparedModel:
@@ -350,9 +371,21 @@ class ArgResult(dict):
 
 
 def _row(name, shape, role, req, **kw):
-    r = ArgResult(name=name, shape=list(map(int, shape)), size=int(np.prod(shape)) if len(shape) else 1, role=role,
-                  grad_req=req, checked=0, method=None, max_error=None, worst_ratio=None, verdict="not checked",
-                  diagnosis=None, worst=[], notes=[])
+    r = ArgResult(
+        name=name,
+        shape=list(map(int, shape)),
+        size=int(np.prod(shape)) if len(shape) else 1,
+        role=role,
+        grad_req=req,
+        checked=0,
+        method=None,
+        max_error=None,
+        worst_ratio=None,
+        verdict="not checked",
+        diagnosis=None,
+        worst=[],
+        notes=[],
+    )
     r.update(kw)
     return r
 
@@ -423,14 +456,20 @@ class ModelCheckResult:
         skipped = f", {c['skip']} skipped (not differentiable)" if c["skip"] else ""
         left = f", {c['not checked']} not checked" if c["not checked"] else ""
         left += f", {c['unsettled']} unsettled (no verdict)" if c["unsettled"] else ""
-        left += (f", {c['imprecise']} imprecise in {self.dtype} (no verdict: the rule holds in float64)"
-                 if c["imprecise"] else "")
+        left += (
+            f", {c['imprecise']} imprecise in {self.dtype} (no verdict: the rule holds in float64)"
+            if c["imprecise"]
+            else ""
+        )
         if self.partial:
             verdict = f"PARTIAL ({self.interrupted or 'interrupted'})"
         else:
             plural = "s" if c["FAIL"] != 1 else ""
-            verdict = ("no gradient fails" if c["imprecise"] else "every gradient passes") if self.ok \
+            verdict = (
+                ("no gradient fails" if c["imprecise"] else "every gradient passes")
+                if self.ok
                 else f"{c['FAIL']} gradient{plural} FAIL"
+            )
         return f"{verdict}: {c['pass']} passed, {c['FAIL']} failed{skipped}{left} in {self.seconds:.1f} s"
 
     def lines(self) -> list[str]:
@@ -440,8 +479,10 @@ class ModelCheckResult:
         for fault in self.faults:
             out.append("faulty " + fault.describe())
         if self.failed and not self.faults and not self.partial:
-            out.append("no single node's backward disagrees with its own forward at its recorded inputs: the error "
-                       "comes from how the nodes are connected or from an input the local checks cannot move")
+            out.append(
+                "no single node's backward disagrees with its own forward at its recorded inputs: the error "
+                "comes from how the nodes are connected or from an input the local checks cannot move"
+            )
         out.append(self.summary())
         return out
 
@@ -450,15 +491,27 @@ class ModelCheckResult:
 
     def to_dict(self) -> dict:
         c = self.counts()
-        doc = {**self.header, "model": self.label, "dtype": self.dtype, "mode": self.mode, "seed": self.seed,
-               "arguments": [dict(r) for r in self.rows], "faulty_nodes": [vars(f) for f in self.faults],
-               "pinned_decision_nodes": len(self.pinning.pinned) if self.pinning is not None else 0,
-               "opaque_nodes": list(self.pinning.opaque) if self.pinning is not None else [],
-               "passed": c["pass"], "failed": c["FAIL"], "unsettled": c["unsettled"], "imprecise": c["imprecise"],
-               "skipped": c["skip"],
-               "not_checked": c["not checked"],
-               "ok": self.ok, "partial": self.partial, "interrupted": self.interrupted,
-               "seconds": round(self.seconds, 3)}
+        doc = {
+            **self.header,
+            "model": self.label,
+            "dtype": self.dtype,
+            "mode": self.mode,
+            "seed": self.seed,
+            "arguments": [dict(r) for r in self.rows],
+            "faulty_nodes": [vars(f) for f in self.faults],
+            "pinned_decision_nodes": len(self.pinning.pinned) if self.pinning is not None else 0,
+            "opaque_nodes": list(self.pinning.opaque) if self.pinning is not None else [],
+            "passed": c["pass"],
+            "failed": c["FAIL"],
+            "unsettled": c["unsettled"],
+            "imprecise": c["imprecise"],
+            "skipped": c["skip"],
+            "not_checked": c["not checked"],
+            "ok": self.ok,
+            "partial": self.partial,
+            "interrupted": self.interrupted,
+            "seconds": round(self.seconds, 3),
+        }
         return _json_safe(doc)
 
 
@@ -485,14 +538,30 @@ def render_table(rows) -> list[str]:
     for r in rows:
         shape = "x".join(map(str, r["shape"])) or "scalar"
         method = r["method"] or ""
-        checked = "-" if r["verdict"] in ("skip", "not checked") else (
-            f"dir/{r['size']}" if method.startswith("direction") else f"{r['checked']}/{r['size']}")
+        checked = (
+            "-"
+            if r["verdict"] in ("skip", "not checked")
+            else (f"dir/{r['size']}" if method.startswith("direction") else f"{r['checked']}/{r['size']}")
+        )
         notes = "; ".join(([r["diagnosis"]] if r["diagnosis"] else []) + r["notes"])
-        body.append((r["name"], shape, r["grad_req"], checked, _fmt_err(r["max_error"]),
-                     "-" if r["worst_ratio"] is None else f"{r['worst_ratio']:.2g}", r["verdict"], notes))
+        body.append(
+            (
+                r["name"],
+                shape,
+                r["grad_req"],
+                checked,
+                _fmt_err(r["max_error"]),
+                "-" if r["worst_ratio"] is None else f"{r['worst_ratio']:.2g}",
+                r["verdict"],
+                notes,
+            )
+        )
     widths = [max(len(str(x[i])) for x in [head, *body]) for i in range(len(head) - 1)]
-    line = lambda cells: "  ".join(f"{c:<{w}}" if i != 4 else f"{c:>{w}}"
-                                   for i, (c, w) in enumerate(zip(cells, widths))) + "  " + cells[-1]
+    line = lambda cells: (
+        "  ".join(f"{c:<{w}}" if i != 4 else f"{c:>{w}}" for i, (c, w) in enumerate(zip(cells, widths)))
+        + "  "
+        + cells[-1]
+    )
     out = [line(head).rstrip(), "  ".join("-" * w for w in widths) + "  " + "-" * 9]
     out += [line(b).rstrip() for b in body]
     return out
@@ -592,9 +661,13 @@ class _Point:
 
         initial = {k: rng.normal(0, 0.01, size=self.point[k].shape).astype(self.dt) for k in self.live}
         bufs = {k: to_device(v.copy() if reqs[k] == "add" else v, ctx) for k, v in initial.items()}
-        exe = sym.bind(ctx, {k: to_device(v, ctx) for k, v in self.point.items()}, args_grad=bufs,
-                       grad_req={k: (reqs[k] if k in bufs else "null") for k in self.point},
-                       aux_states={k: to_device(v.copy(), ctx) for k, v in self.aux.items()})
+        exe = sym.bind(
+            ctx,
+            {k: to_device(v, ctx) for k, v in self.point.items()},
+            args_grad=bufs,
+            grad_req={k: (reqs[k] if k in bufs else "null") for k in self.point},
+            aux_states={k: to_device(v.copy(), ctx) for k, v in self.aux.items()},
+        )
         assert_deterministic(exe, True, self.aux, WHO, "the forward with is_train=True")
         self.exe = exe
         self.record = record_decisions(exe, is_train=True)
@@ -611,8 +684,9 @@ class _Point:
         from .tolerance import NOISE_FACTOR
 
         if emulate:
-            _, self.a_noise = analytic_noise(sym, self.point, self.aux, self.heads, self.live, self.dt,
-                                             actual=self.analytic)
+            _, self.a_noise = analytic_noise(
+                sym, self.point, self.aux, self.heads, self.live, self.dt, actual=self.analytic
+            )
         elif self.dt.itemsize >= 8:  # float64 under test: the floor alone (with_measured adds nothing)
             eps = float(np.finfo(self.dt).eps)
             self.a_noise = {k: NOISE_FACTOR * eps * np.abs(self.analytic[k]) for k in self.live}
@@ -645,9 +719,13 @@ class _Point:
         if self._natural is None:
             host = lambda v: np.asarray(v, np.float64) if np.asarray(v).dtype.kind == "f" else v
             bufs = {n: np.zeros(self.point[n].shape) for n in self.live}
-            exe = self.sym.bind(cpu(), {n: host(v) for n, v in self.point.items()}, args_grad=bufs,
-                                grad_req={n: ("write" if n in bufs else "null") for n in self.point},
-                                aux_states={n: host(v) for n, v in self.aux.items()})
+            exe = self.sym.bind(
+                cpu(),
+                {n: host(v) for n, v in self.point.items()},
+                args_grad=bufs,
+                grad_req={n: ("write" if n in bufs else "null") for n in self.point},
+                aux_states={n: host(v) for n, v in self.aux.items()},
+            )
             exe.forward(is_train=True)
             exe.backward([None if h is None else np.asarray(h, np.float64) for h in self.heads])
             ref_sym, _, make_objective = projected_objective(self.sym, self.weights64, WHO)
@@ -658,12 +736,12 @@ class _Point:
         probes = [ElementProbe(harness.array(k), ix, k) for ix in indices]
         evaluate = lambda: [objective(harness.outputs([k]))[0]]
         agrees = np.zeros(len(indices), bool)
-        for j, (probe, deltas, samples) in enumerate(sweep(probes, (steps[ix] for ix in indices), evaluate,
-                                                           "central")):
+        for j, (probe, deltas, samples) in enumerate(sweep(probes, (steps[ix] for ix in indices), evaluate, "central")):
             (d,), width = derivative("central", deltas, samples, probe.label)
             g = float(bufs[k][indices[j]])
-            agrees[j] = abs(g - float(np.real(d))) <= 1e-6 * max(abs(g), abs(float(np.real(d)))) \
-                + 4.0 * self.f_noise / width
+            agrees[j] = (
+                abs(g - float(np.real(d))) <= 1e-6 * max(abs(g), abs(float(np.real(d)))) + 4.0 * self.f_noise / width
+            )
         harness.reset_aux()
         return agrees
 
@@ -711,9 +789,13 @@ class _Point:
 
         host = lambda v: v.astype(np.float64) if v.dtype.kind == "f" else v.copy()
         bufs = {k: np.zeros(self.point[k].shape) for k in self.live}
-        exe = sym.bind(cpu(), {k: host(v) for k, v in self.point.items()}, args_grad=bufs,
-                       grad_req={k: ("write" if k in bufs else "null") for k in self.point},
-                       aux_states={k: host(v) for k, v in self.aux.items()})
+        exe = sym.bind(
+            cpu(),
+            {k: host(v) for k, v in self.point.items()},
+            args_grad=bufs,
+            grad_req={k: ("write" if k in bufs else "null") for k in self.point},
+            aux_states={k: host(v) for k, v in self.aux.items()},
+        )
         pin_decisions(exe, self.record, is_train=True)
         exe.backward([None if h is None else h.astype(np.float64) for h in self.heads])
         return {k: bufs[k] for k in self.live}
@@ -798,8 +880,12 @@ class _Point:
         direction, so its numeric value is ``whole.numeric - part.numeric`` (with both differences' rounding).
         Used by the bisection, which only ranks halves: the verdict is the whole direction's."""
         numeric, noise = whole.numeric - part.numeric, whole.noise + part.noise
-        return _Projection(self.analytic_along(r_rest), numeric,
-                           self.bound(r_rest, random_signs) + self.rtol * abs(numeric) + noise, noise=noise)
+        return _Projection(
+            self.analytic_along(r_rest),
+            numeric,
+            self.bound(r_rest, random_signs) + self.rtol * abs(numeric) + noise,
+            noise=noise,
+        )
 
     def settle(self, r: dict, h: float, first: float, analytic: float, bound: float) -> _Projection:
         """Retake a difference along ``r`` that failed at step ``h`` at ``h/4, h/16, ...`` until it settles
@@ -811,8 +897,16 @@ class _Point:
         the caller reports "unsettled", never FAIL."""
         from .differencer import directional, settle
 
-        got = settle(lambda step: directional(self.ref, r, step, self.scalar), h, first, analytic, bound,
-                     self.f_noise, self.rtol, MAX_REFINE)
+        got = settle(
+            lambda step: directional(self.ref, r, step, self.scalar),
+            h,
+            first,
+            analytic,
+            bound,
+            self.f_noise,
+            self.rtol,
+            MAX_REFINE,
+        )
         return _Projection(analytic, got.value, got.allowed, settled=got.settled, step=got.step, noise=got.noise)
 
     def elements(self, k, indices):
@@ -824,8 +918,7 @@ class _Point:
         probes = [ElementProbe(arr, ix, k) for ix in indices]
         evaluate = lambda: [self.scalar(self.ref.outputs([k]))]
         numeric, widths = np.zeros(len(indices)), np.ones(len(indices))
-        for j, (probe, deltas, samples) in enumerate(sweep(probes, (steps[ix] for ix in indices), evaluate,
-                                                           "central")):
+        for j, (probe, deltas, samples) in enumerate(sweep(probes, (steps[ix] for ix in indices), evaluate, "central")):
             (d,), widths[j] = derivative("central", deltas, samples, probe.label)
             numeric[j] = float(np.real(d))
         self.ref.reset_aux()
@@ -842,8 +935,21 @@ class CheckInterrupted(KeyboardInterrupt):
 class _ModelCheck:
     """The three phases over one ``_Point`` of the whole model (see the module docstring)."""
 
-    def __init__(self, prep: PreparedModel, rows: dict, dtype, ctx, mode, samples, seed, directions, progress,
-                 executor, pin, locate=True):
+    def __init__(
+        self,
+        prep: PreparedModel,
+        rows: dict,
+        dtype,
+        ctx,
+        mode,
+        samples,
+        seed,
+        directions,
+        progress,
+        executor,
+        pin,
+        locate=True,
+    ):
         self.prep, self.rows, self.ctx, self.mode = prep, rows, ctx, mode
         self.samples, self.seed, self.directions = int(samples), int(seed), int(directions)
         self.progress, self.executor, self.pin, self.locate = progress, executor, pin, locate
@@ -858,8 +964,18 @@ class _ModelCheck:
     # -- phase 0: the analytic pass and the pinned reference
     def start(self):
         reqs = {n: r["grad_req"] for n, r in self.rows.items()}
-        self.point = _Point(self.prep.sym, self.prep.args, self.prep.aux, self.live, reqs, self.dt, self.ctx,
-                            self.seed, pin=self.pin, emulate=False)
+        self.point = _Point(
+            self.prep.sym,
+            self.prep.args,
+            self.prep.aux,
+            self.live,
+            reqs,
+            self.dt,
+            self.ctx,
+            self.seed,
+            pin=self.pin,
+            emulate=False,
+        )
         for k in self.checked:
             if self.rows[k]["grad_req"] == "null":
                 self._null(k)
@@ -884,15 +1000,23 @@ class _ModelCheck:
                 break
             bar.update()
         failing = [t for t in taken if t[0].settled and not t[0].ok]
-        if failing and any(self.point.rounding_could_explain(k, *t[:3]) for t in failing) \
-                and self.point.confirm_noise():  # the rounding was under-estimated: judge again
+        if (
+            failing
+            and any(self.point.rounding_could_explain(k, *t[:3]) for t in failing)
+            and self.point.confirm_noise()
+        ):  # the rounding was under-estimated: judge again
             taken = [(self.point.project({k: r}, rs), r, rs, j) for _, r, rs, j in taken]
             failing = [t for t in taken if t[0].settled and not t[0].ok]
         unsettled = [t for t in taken if not t[0].settled]
         proj, r, random_signs, j = max(failing or unsettled or taken, key=lambda t: t[0].ratio)
         verdict = "FAIL" if failing else "unsettled" if unsettled else "pass"
-        row.update(method=f"directional ({self.directions} directions)", checked=row["size"],
-                   max_error=proj.error, worst_ratio=proj.ratio, verdict=verdict)
+        row.update(
+            method=f"directional ({self.directions} directions)",
+            checked=row["size"],
+            max_error=proj.error,
+            worst_ratio=proj.ratio,
+            verdict=verdict,
+        )
         if verdict == "unsettled":
             row["diagnosis"] = unsettled_diagnosis(proj.step)
         if failing:
@@ -908,8 +1032,10 @@ class _ModelCheck:
             if n < LOCALISE_MAX:
                 self._localise(k, *self.point.direction(k, self.failed[k]))
             else:
-                self.rows[k]["notes"].append(f"not localised element by element: the {LOCALISE_MAX} worst of the "
-                                             f"{len(order)} failing arguments are")
+                self.rows[k]["notes"].append(
+                    f"not localised element by element: the {LOCALISE_MAX} worst of the "
+                    f"{len(order)} failing arguments are"
+                )
 
     def _localise(self, k, r, random_signs):
         """Bisect the failing direction's support to ``LEAF`` elements, then compare those and a random sample
@@ -919,9 +1045,10 @@ class _ModelCheck:
         support = np.arange(int(np.prod(shape)) if shape else 1)
         whole = self.point.project({k: r}, random_signs, refine=False, one_sided=False)
         while len(support) > LEAF:
-            halves = (support[: len(support) // 2], support[len(support) // 2:])
-            first = self.point.project({k: _restricted(r, halves[0], shape)}, random_signs, refine=False,
-                                       one_sided=False)
+            halves = (support[: len(support) // 2], support[len(support) // 2 :])
+            first = self.point.project(
+                {k: _restricted(r, halves[0], shape)}, random_signs, refine=False, one_sided=False
+            )
             tests = [first, self.point.rest(whole, first, {k: _restricted(r, halves[1], shape)}, random_signs)]
             # the worse half, also when neither fails alone (an error spread thinly): the leaf holds the worst
             # elements either way, and the element comparison below says which case it is
@@ -933,8 +1060,16 @@ class _ModelCheck:
         flat = np.sort(np.concatenate([support, others]))
         indices = [tuple(int(i) for i in np.unravel_index(f, shape)) for f in flat]
         failed_direction = row["verdict"] == "FAIL"
-        _compare(self.point, self.prep.sym, self.ctx, self.rows[k], k, indices, len(indices) == size,
-                 localised=failed_direction)
+        _compare(
+            self.point,
+            self.prep.sym,
+            self.ctx,
+            self.rows[k],
+            k,
+            indices,
+            len(indices) == size,
+            localised=failed_direction,
+        )
         row["verdict"] = "FAIL"  # the direction failed on the pinned (exact) reference, whatever the sample shows
 
     # -- sample mode
@@ -985,8 +1120,18 @@ class _ModelCheck:
         live = [n for n in args if args[n].dtype.kind == "f" and n not in frozen]
         if not live or getattr(node.op, "is_random", False):
             return None
-        point = _Point(sym, args, aux, live, {n: "write" for n in args}, self.dt, self.ctx, self.seed + position,
-                       pin=self.pin, emulate=False)
+        point = _Point(
+            sym,
+            args,
+            aux,
+            live,
+            {n: "write" for n in args},
+            self.dt,
+            self.ctx,
+            self.seed + position,
+            pin=self.pin,
+            emulate=False,
+        )
         whole, bad = None, []
         for j in range(self.directions):
             r = {n: point.direction(n, j)[0] for n in live}
@@ -1004,10 +1149,25 @@ class _ModelCheck:
         flat = np.sort(rng.choice(size, min(size, 64), replace=False))
         shape = args[bad[0]].shape
         indices = [tuple(int(i) for i in np.unravel_index(f, shape)) for f in flat]
-        _compare(point, sym, self.ctx, row, bad[0], indices, len(indices) == size,
-                 sample_context=lambda: _at_output_context(sym, point, values, aux, bad[0], indices, self))
-        return NodeFault(position, node.name, node.op.name, node.params.get("op_type") if node.op.name == "Custom"
-                         else None, bad, whole.ratio, row["diagnosis"])
+        _compare(
+            point,
+            sym,
+            self.ctx,
+            row,
+            bad[0],
+            indices,
+            len(indices) == size,
+            sample_context=lambda: _at_output_context(sym, point, values, aux, bad[0], indices, self),
+        )
+        return NodeFault(
+            position,
+            node.name,
+            node.op.name,
+            node.params.get("op_type") if node.op.name == "Custom" else None,
+            bad,
+            whole.ratio,
+            row["diagnosis"],
+        )
 
 
 def _at_output_context(sym, point, values, aux, k, indices, check) -> dict:
@@ -1021,8 +1181,18 @@ def _at_output_context(sym, point, values, aux, k, indices, check) -> dict:
     name, out = same[0]
     moved = {n: _as64(v) for n, v in values.items() if n in point.point}
     moved[k] = np.asarray(to_numpy(out), np.float64)
-    at = _Point(sym, moved, {n: _as64(v) for n, v in aux.items()}, [k], {n: "write" for n in moved}, check.dt,
-                check.ctx, point.seed, pin=check.pin, emulate=False)
+    at = _Point(
+        sym,
+        moved,
+        {n: _as64(v) for n, v in aux.items()},
+        [k],
+        {n: "write" for n in moved},
+        check.dt,
+        check.ctx,
+        point.seed,
+        pin=check.pin,
+        emulate=False,
+    )
     numeric, _, _ = at.elements(k, indices)
     return {"at_output": (name, numeric)}
 
@@ -1085,8 +1255,16 @@ class _Elements:
         numeric, widths, steps = p.elements(k, indices)
         pick = tuple(np.array(indices).T) if indices and len(indices[0]) else ()
         analytic = p.analytic[k][pick] if pick else p.analytic[k].reshape(-1)
-        e = cls(pick, analytic, numeric, steps, None, np.asarray(p.f_noise / widths, np.float64).copy(),
-                scaled_atol(p.rtol, numeric), p.rtol)
+        e = cls(
+            pick,
+            analytic,
+            numeric,
+            steps,
+            None,
+            np.asarray(p.f_noise / widths, np.float64).copy(),
+            scaled_atol(p.rtol, numeric),
+            p.rtol,
+        )
         e.a_noise = e.picked(p.a_noise[k])
         e.err = np.abs(analytic - numeric)
         e.judge()
@@ -1107,8 +1285,7 @@ def _confirm_rounding(p, k, e):
     if not e.bad.any():
         return
     measured = e.picked(p._measured[k]) if not p._confirmed else e.a_noise
-    if np.any(e.err[e.bad] <= (e.allowed - e.a_noise + np.maximum(e.a_noise, measured))[e.bad]) \
-            and p.confirm_noise():
+    if np.any(e.err[e.bad] <= (e.allowed - e.a_noise + np.maximum(e.a_noise, measured))[e.bad]) and p.confirm_noise():
         e.a_noise = e.picked(p.a_noise[k])
         e.judge()
 
@@ -1118,8 +1295,13 @@ def _settle_failing(p, k, indices, e):
     for j in np.flatnonzero(e.bad):
         onehot = np.zeros(p.point[k].shape)
         onehot[indices[j]] = 1.0
-        proj = p.settle({k: onehot}, float(e.steps[indices[j]]), float(e.numeric[j]), float(e.analytic[j]),
-                        e.atol + float(e.a_noise[j]))
+        proj = p.settle(
+            {k: onehot},
+            float(e.steps[indices[j]]),
+            float(e.numeric[j]),
+            float(e.analytic[j]),
+            e.atol + float(e.a_noise[j]),
+        )
         e.numeric[j], e.allowed[j], e.unsettled[j] = proj.numeric, proj.allowed, not proj.settled
         # rounding + truncation
         e.n_noise[j] = proj.allowed - (e.atol + float(e.a_noise[j]) + p.rtol * abs(proj.numeric))
@@ -1131,17 +1313,23 @@ def _leave_out(p, row, k, indices, e, localised):
     ``exclude``."""
     e.err = np.abs(e.analytic - e.numeric)
     bad = ~(e.err <= e.allowed) & ~e.unsettled
-    crossed, e.imprecise = ((np.zeros_like(bad), np.zeros_like(bad)) if localised
-                            else _float64_second_opinion(p, k, indices, bad, e.err, e.allowed))
+    crossed, e.imprecise = (
+        (np.zeros_like(bad), np.zeros_like(bad))
+        if localised
+        else _float64_second_opinion(p, k, indices, bad, e.err, e.allowed)
+    )
     bad &= ~e.imprecise
     if crossed.any():
         bad &= ~crossed
-        row["notes"].append(f"{int(crossed.sum())} element(s) within {ROUNDING_EXPLAINS:g}x the {p.dt.name} tolerance "
-                            "where the rule agrees with the float64 function on float64's own decisions: "
-                            f"{p.dt.name} rounding across decisions the two dtypes take differently (left out)")
+        row["notes"].append(
+            f"{int(crossed.sum())} element(s) within {ROUNDING_EXPLAINS:g}x the {p.dt.name} tolerance "
+            "where the rule agrees with the float64 function on float64's own decisions: "
+            f"{p.dt.name} rounding across decisions the two dtypes take differently (left out)"
+        )
     if e.unsettled.any():
-        row["notes"].append(f"{int(e.unsettled.sum())} element(s) unsettled (the difference did not settle as the "
-                            "step shrank) left out")
+        row["notes"].append(
+            f"{int(e.unsettled.sum())} element(s) unsettled (the difference did not settle as the step shrank) left out"
+        )
     e.exclude = e.unsettled | crossed | e.imprecise
     if bad.any() and not localised and (p.pinning is None or not p.pinning.complete):
         e.exclude |= _at_kinks(p, row, k, indices, e, bad)
@@ -1154,8 +1342,17 @@ def _at_kinks(p, row, k, indices, e, bad) -> np.ndarray:
     tol = np.zeros(p.point[k].shape)
     for ix, a in zip(indices, e.allowed):
         tol[ix] = a
-    kinks = element_kinks(p.ref, k, p.scalar, [indices[j] for j in np.flatnonzero(bad)], e.steps,
-                          p.analytic[k], tol, f_noise=p.f_noise, probe=KINK_PROBE)
+    kinks = element_kinks(
+        p.ref,
+        k,
+        p.scalar,
+        [indices[j] for j in np.flatnonzero(bad)],
+        e.steps,
+        p.analytic[k],
+        tol,
+        f_noise=p.f_noise,
+        probe=KINK_PROBE,
+    )
     at_kink = np.array([ix in {kk.index for kk in kinks if kk.subgradient} for ix in indices], bool)
     if at_kink.any():
         row["notes"].append(f"{int(at_kink.sum())} element(s) at kinks of unpinned ops left out (kink test)")
@@ -1170,12 +1367,14 @@ def _record(row, indices, e, whole, localised):
     ratio = np.where(allowed > 0, err / np.where(allowed > 0, allowed, 1.0), np.where(err > 0, np.inf, 0.0))
     order = np.argsort(-np.where(kept, np.nan_to_num(ratio, nan=np.inf), -1.0))[:5]
     method = "all elements" if whole else f"{len(indices)} elements"
-    row.update(method=(f"direction failed; bisected, {method} compared" if localised else method),
-               checked=len(indices), verdict="pass",
-               worst=[(list(indices[j]), float(e.analytic[j]), float(e.numeric[j])) for j in order if kept[j]])
+    row.update(
+        method=(f"direction failed; bisected, {method} compared" if localised else method),
+        checked=len(indices),
+        verdict="pass",
+        worst=[(list(indices[j]), float(e.analytic[j]), float(e.numeric[j])) for j in order if kept[j]],
+    )
     if not localised:
-        row.update(max_error=float(np.max(err[kept], initial=0.0)), worst_ratio=float(np.max(ratio[kept],
-                                                                                             initial=0.0)))
+        row.update(max_error=float(np.max(err[kept], initial=0.0)), worst_ratio=float(np.max(ratio[kept], initial=0.0)))
 
 
 def _judge(p, sym, ctx, row, k, e, whole, sample_context) -> bool:
@@ -1188,18 +1387,35 @@ def _judge(p, sym, ctx, row, k, e, whole, sample_context) -> bool:
     a_c, n_c, an_c, nn_c, ex_c = e.analytic, e.numeric, e.a_noise, e.n_noise, e.exclude
     context = None if whole else sample_context
     if whole and shape:  # the argument's own layout: structural diagnoses (transposed, broadcast) apply
-        a_c, n_c, an_c, nn_c, ex_c = (v.reshape(shape) for v in (e.analytic, e.numeric, e.a_noise, e.n_noise,
-                                                                  e.exclude))
+        a_c, n_c, an_c, nn_c, ex_c = (
+            v.reshape(shape) for v in (e.analytic, e.numeric, e.a_noise, e.n_noise, e.exclude)
+        )
 
         def context(k=k, noise=an_c):
             return diagnosis_context(sym, ctx, p.point, p.aux, p.heads, k, p.out_shapes, (), noise=noise)
+
     try:
-        compare(a_c, n_c, p.rtol, e.atol, check=WHO, arg_name=k, names=("analytic", "numeric"), noise=nn_c,
-                analytic_noise=an_c, noise_dtype=p.dt, exclude=ex_c, context=context,
-                what=f"analytic gradient of {k!r} does not match the numeric gradient")
+        compare(
+            a_c,
+            n_c,
+            p.rtol,
+            e.atol,
+            check=WHO,
+            arg_name=k,
+            names=("analytic", "numeric"),
+            noise=nn_c,
+            analytic_noise=an_c,
+            noise_dtype=p.dt,
+            exclude=ex_c,
+            context=context,
+            what=f"analytic gradient of {k!r} does not match the numeric gradient",
+        )
     except GradientCheckError as failure:
-        row.update(verdict="FAIL", diagnosis=failure.diagnosis or f"{failure.n_mismatch} of {failure.size} "
-                   "compared elements differ", mismatches=failure.n_mismatch)
+        row.update(
+            verdict="FAIL",
+            diagnosis=failure.diagnosis or f"{failure.n_mismatch} of {failure.size} compared elements differ",
+            mismatches=failure.n_mismatch,
+        )
         return False
     return True
 
@@ -1208,18 +1424,24 @@ def _no_verdict(p, row, e, localised):
     """A passing comparison's caveats: every element unsettled, some imprecise, or (localised) a direction that
     fails though no element does alone."""
     if e.unsettled.all() and not localised:
-        row.update(verdict="unsettled", diagnosis=unsettled_diagnosis(float(np.min(e.steps)) / 4.0 ** MAX_REFINE))
+        row.update(verdict="unsettled", diagnosis=unsettled_diagnosis(float(np.min(e.steps)) / 4.0**MAX_REFINE))
     elif e.imprecise.any():
         imprecise, numeric = e.imprecise, e.numeric
         worst = float(np.max(e.err[imprecise] / np.maximum(np.abs(numeric[imprecise]), 1e-300)))
-        row.update(verdict="imprecise", diagnosis=(
-            f"imprecise in {p.dt.name}: {int(imprecise.sum())} element(s) off by up to {100 * worst:.2g}% of their "
-            f"value, beyond {ROUNDING_EXPLAINS:g}x the tolerance, where the rule holds in float64 on float64's own "
-            f"decisions: {p.dt.name} arithmetic cannot resolve this gradient at this point (rounding amplified, "
-            "e.g. by a BatchNorm over a few values); no verdict -- check in float64 to prove it"))
+        row.update(
+            verdict="imprecise",
+            diagnosis=(
+                f"imprecise in {p.dt.name}: {int(imprecise.sum())} element(s) off by up to {100 * worst:.2g}% of their "
+                f"value, beyond {ROUNDING_EXPLAINS:g}x the tolerance, where the rule holds in float64 on float64's own "
+                f"decisions: {p.dt.name} arithmetic cannot resolve this gradient at this point (rounding amplified, "
+                "e.g. by a BatchNorm over a few values); no verdict -- check in float64 to prove it"
+            ),
+        )
     if localised:
-        row["diagnosis"] = ("the random directions fail but no compared element does alone: many small errors "
-                            "add up along the direction")
+        row["diagnosis"] = (
+            "the random directions fail but no compared element does alone: many small errors "
+            "add up along the direction"
+        )
 
 
 def _float64_second_opinion(p, k, indices, bad, err, allowed):
@@ -1240,9 +1462,11 @@ def _float64_second_opinion(p, k, indices, bad, err, allowed):
 
 
 def unsettled_diagnosis(step) -> str:
-    return (f"unsettled: the numeric derivative did not settle as the step shrank (down to {step:.1e}): the model "
-            "is too curved along this argument at this point (e.g. a BatchNorm normalising 2 values per channel) "
-            "for a difference to judge it; no verdict either way. Check at a larger batch or input size")
+    return (
+        f"unsettled: the numeric derivative did not settle as the step shrank (down to {step:.1e}): the model "
+        "is too curved along this argument at this point (e.g. a BatchNorm normalising 2 values per channel) "
+        "for a difference to judge it; no verdict either way. Check at a larger batch or input size"
+    )
 
 
 def _restricted(r, flat_support, shape):
@@ -1261,8 +1485,7 @@ def _rows(prep, grad_req) -> dict:
     elif isinstance(grad_req, dict):
         unknown = [k for k in grad_req if k not in names]
         if unknown:
-            raise ModelInputError(f"grad_req: {unknown[0]!r} is not an argument of the model (arguments: "
-                                  f"{few(names)})")
+            raise ModelInputError(f"grad_req: {unknown[0]!r} is not an argument of the model (arguments: {few(names)})")
         reqs = {k: grad_req.get(k, "write") for k in names}
     else:
         raise TypeError(f"{WHO}: grad_req must be a string or a dict, got {type(grad_req).__name__}")
@@ -1272,20 +1495,36 @@ def _rows(prep, grad_req) -> dict:
     rows = {n: _row(n, np.shape(prep.args[n]), prep.roles[n][0], reqs[n]) for n in names}
     for n in names:
         if prep.roles[n][0] == "index":
-            rows[n].update(verdict="skip", grad_req="null",
-                           diagnosis="index input (labels/indices): not differentiable")
+            rows[n].update(
+                verdict="skip", grad_req="null", diagnosis="index input (labels/indices): not differentiable"
+            )
     return rows
 
 
-def check_model(model: Symbol | str | os.PathLike[str] | PreparedModel,
-                params: str | os.PathLike[str] | Mapping[str, ArrayLike]
-                | tuple[Mapping[str, ArrayLike], Mapping[str, ArrayLike]] | None = None, *,
-                shapes: Mapping[str, Sequence[int]] | None = None, dtype: DTypeLike = "float32",
-                mode: Literal["fast", "sample", "full"] = "fast", samples: int = DEFAULT_SAMPLES, seed: int = 0,
-                grad_req: str | dict[str, str] = "write", ctx: Context | None = None,
-                executor: Executor | None = None, workers: int = 1, progress: bool = False,
-                directions: int = DIRECTIONS, pin: bool = True, locate: bool = True, raise_on_failure: bool = True,
-                keep_partial: bool = False) -> ModelCheckResult:
+def check_model(
+    model: Symbol | str | os.PathLike[str] | PreparedModel,
+    params: str
+    | os.PathLike[str]
+    | Mapping[str, ArrayLike]
+    | tuple[Mapping[str, ArrayLike], Mapping[str, ArrayLike]]
+    | None = None,
+    *,
+    shapes: Mapping[str, Sequence[int]] | None = None,
+    dtype: DTypeLike = "float32",
+    mode: Literal["fast", "sample", "full"] = "fast",
+    samples: int = DEFAULT_SAMPLES,
+    seed: int = 0,
+    grad_req: str | dict[str, str] = "write",
+    ctx: Context | None = None,
+    executor: Executor | None = None,
+    workers: int = 1,
+    progress: bool = False,
+    directions: int = DIRECTIONS,
+    pin: bool = True,
+    locate: bool = True,
+    raise_on_failure: bool = True,
+    keep_partial: bool = False,
+) -> ModelCheckResult:
     """Check the gradient of every argument of a whole model numerically, and name the faulty node.
 
     Args:
@@ -1353,20 +1592,32 @@ def check_model(model: Symbol | str | os.PathLike[str] | PreparedModel,
         gc.collect()
     imprecise = [r["name"] for r in result.rows if r["verdict"] == "imprecise"]
     if imprecise:
-        warnings.warn(f"{WHO}: {len(imprecise)} argument(s) imprecise in {result.dtype}, no verdict (off beyond the "
-                      f"tolerance where the rule holds in float64; check in float64): {few(imprecise)}",
-                      RuntimeWarning, stacklevel=2)
+        warnings.warn(
+            f"{WHO}: {len(imprecise)} argument(s) imprecise in {result.dtype}, no verdict (off beyond the "
+            f"tolerance where the rule holds in float64; check in float64): {few(imprecise)}",
+            RuntimeWarning,
+            stacklevel=2,
+        )
     unsettled = [r["name"] for r in result.rows if r["verdict"] == "unsettled"]
     if unsettled:
-        warnings.warn(f"{WHO}: {len(unsettled)} argument(s) unsettled, no verdict (the numeric derivative did not "
-                      f"settle as the step shrank): {few(unsettled)}", RuntimeWarning, stacklevel=2)
+        warnings.warn(
+            f"{WHO}: {len(unsettled)} argument(s) unsettled, no verdict (the numeric derivative did not "
+            f"settle as the step shrank): {few(unsettled)}",
+            RuntimeWarning,
+            stacklevel=2,
+        )
     if raise_on_failure and not result.ok and not result.partial:
         from .report import GradientCheckError
 
         first = result.failed[0]
-        raise GradientCheckError(f"{WHO}: {prep.label}\n" + "\n".join(result.lines()), check=WHO,
-                                 arg_name=first["name"], diagnosis=first["diagnosis"], result=result,
-                                 faults=result.faults)
+        raise GradientCheckError(
+            f"{WHO}: {prep.label}\n" + "\n".join(result.lines()),
+            check=WHO,
+            arg_name=first["name"],
+            diagnosis=first["diagnosis"],
+            result=result,
+            faults=result.faults,
+        )
     return result
 
 
@@ -1378,8 +1629,9 @@ def _run(check, result):
             _full(check)
             return
         units = len(check.live) * (check.directions if check.mode == "fast" else 1)
-        bar = stack.enter_context(Progress(units, check.progress, "symgrad check", delay=0.0, lines=True,
-                                           unit="direction"))
+        bar = stack.enter_context(
+            Progress(units, check.progress, "symgrad check", delay=0.0, lines=True, unit="direction")
+        )
         bar.note(f"analytic pass, noise estimates and the pinned reference ({len(check.live)} arguments)")
         # the workers take their phase 0 while this process takes its own (the pinning summary, null rows)
         shares = _spread(check) if check.executor is not None else None
@@ -1399,8 +1651,13 @@ def _run(check, result):
             check.localise_worst()
         if check.locate_needed():
             bar.note("an argument fails: checking each node alone")
-            result.faults = (check.attribute() if check.executor is None and forked is None
-                             else forked.faults() if forked is not None else _spread_attribution(check))
+            result.faults = (
+                check.attribute()
+                if check.executor is None and forked is None
+                else forked.faults()
+                if forked is not None
+                else _spread_attribution(check)
+            )
 
 
 def _full(check):
@@ -1414,9 +1671,16 @@ def _full(check):
         row = check.rows[n]
         row.update(method="every element (check_numeric_gradient)", checked=row["size"], verdict="pass")
         try:
-            res = check_numeric_gradient(check.prep.sym, values, aux_states=aux_v or None,
-                                         grad_nodes={n: row["grad_req"]}, dtype=dt.type, ctx=check.ctx,
-                                         progress=check.progress, executor=check.executor)
+            res = check_numeric_gradient(
+                check.prep.sym,
+                values,
+                aux_states=aux_v or None,
+                grad_nodes={n: row["grad_req"]},
+                dtype=dt.type,
+                ctx=check.ctx,
+                progress=check.progress,
+                executor=check.executor,
+            )
         except GradientCheckError as err:
             worst = err.worst[0] if err.worst else None
             row.update(verdict="FAIL", diagnosis=err.diagnosis or _one_line(err), mismatches=err.n_mismatch)
@@ -1438,9 +1702,22 @@ def _blob(check) -> bytes:
     import pickle
 
     text = check.prep.sym.tojson()
-    return pickle.dumps((_custom_sources(text), text, check.prep.args, check.prep.aux, check.prep.roles,
-                         {n: r["grad_req"] for n, r in check.rows.items()}, check.dt.name, check.mode,
-                         check.samples, check.seed, check.directions, check.pin))
+    return pickle.dumps(
+        (
+            _custom_sources(text),
+            text,
+            check.prep.args,
+            check.prep.aux,
+            check.prep.roles,
+            {n: r["grad_req"] for n, r in check.rows.items()},
+            check.dt.name,
+            check.mode,
+            check.samples,
+            check.seed,
+            check.directions,
+            check.pin,
+        )
+    )
 
 
 def _custom_sources(text) -> list:
@@ -1594,8 +1871,10 @@ def _check_workers(workers, executor, ctx) -> int:
     if workers > 1 and executor is not None:
         raise ValueError(f"{WHO}: give workers (local processes) or executor (a pool of your own), not both")
     if workers > 1 and getattr(ctx, "device_type", "cpu") != "cpu":
-        raise ValueError(f"{WHO}: workers={workers} share the numeric side between processes on the CPU; with "
-                         f"ctx {ctx} check in one process (workers=1)")
+        raise ValueError(
+            f"{WHO}: workers={workers} share the numeric side between processes on the CPU; with "
+            f"ctx {ctx} check in one process (workers=1)"
+        )
     return int(workers)
 
 
@@ -1621,7 +1900,8 @@ def process_pool(workers, method="spawn"):
         os.environ[name] = str(share)
     try:
         pool = concurrent.futures.ProcessPoolExecutor(
-            workers, mp_context=multiprocessing.get_context(method), initializer=_worker_setup, initargs=(share,))
+            workers, mp_context=multiprocessing.get_context(method), initializer=_worker_setup, initargs=(share,)
+        )
         with _quiet_fork_warning():
             futures = [pool.submit(_ready) for _ in range(workers)]  # start them now, while phase 0 runs here
         with pool:
@@ -1721,10 +2001,12 @@ def _result(future, workers):
     try:
         return future.result()
     except BrokenProcessPool as exc:
-        raise WorkerDied(f"{WHO}: a worker process ended without its result (killed: out of memory or a signal?) "
-                         f"while {workers} shared the arguments; each holds a copy of what it changes, so fewer "
-                         "workers need less memory: workers=1 (symgrad check --workers 1) checks in this process "
-                         "alone") from exc
+        raise WorkerDied(
+            f"{WHO}: a worker process ended without its result (killed: out of memory or a signal?) "
+            f"while {workers} shared the arguments; each holds a copy of what it changes, so fewer "
+            "workers need less memory: workers=1 (symgrad check --workers 1) checks in this process "
+            "alone"
+        ) from exc
 
 
 def _forked_row(k):

@@ -159,8 +159,11 @@ def _broadcast_axes(arg_shape, out_shapes, out_names):
         except ValueError:
             continue
         padded = (1,) * (len(oshape) - len(arg_shape)) + arg_shape
-        axes += [(f"axis {a} of output {oname!r}", size) for a, (d, size) in enumerate(zip(padded, oshape))
-                 if d == 1 and size > 1]
+        axes += [
+            (f"axis {a} of output {oname!r}", size)
+            for a, (d, size) in enumerate(zip(padded, oshape))
+            if d == 1 and size > 1
+        ]
     return axes
 
 
@@ -180,11 +183,18 @@ def _backward_probes(sym, ctx, loc, aux, heads, name) -> dict:
     from .probes import _index_like
 
     found: dict[str, Any] = {
-        "arrays": [(f"the value of argument {k!r}", np.asarray(to_numpy(v), np.float64))
-                   for k, v in loc.items() if np.shape(v) == np.shape(loc[name])],
+        "arrays": [
+            (f"the value of argument {k!r}", np.asarray(to_numpy(v), np.float64))
+            for k, v in loc.items()
+            if np.shape(v) == np.shape(loc[name])
+        ],
         "values": np.asarray(to_numpy(loc[name]), np.float64),
-        "indices": [(k, np.rint(np.asarray(to_numpy(v), np.float64)).astype(np.int64))
-                    for k, v in loc.items() if k != name and _index_like(to_numpy(v))]}
+        "indices": [
+            (k, np.rint(np.asarray(to_numpy(v), np.float64)).astype(np.int64))
+            for k, v in loc.items()
+            if k != name and _index_like(to_numpy(v))
+        ],
+    }
     if any(h is None for h in heads):
         return found
     heads = [np.asarray(to_numpy(h)) for h in heads]
@@ -192,10 +202,16 @@ def _backward_probes(sym, ctx, loc, aux, heads, name) -> dict:
     exe = sym.bind(ctx, _on(ctx, loc), args_grad={name: grad}, grad_req={name: "write"}, aux_states=_on(ctx, aux))
     outs = exe.forward(is_train=True)
     out_names = sym.list_outputs()
-    found["arrays"] += [(f"the value of output {n!r}", np.asarray(to_numpy(o), np.float64))
-                        for n, o in zip(out_names, outs) if np.shape(o) == np.shape(loc[name])]
-    found["arrays"] += [(f"the head gradient of {n!r}", h.astype(np.float64)) for n, h in zip(out_names, heads)
-                        if h.shape == np.shape(loc[name])]
+    found["arrays"] += [
+        (f"the value of output {n!r}", np.asarray(to_numpy(o), np.float64))
+        for n, o in zip(out_names, outs)
+        if np.shape(o) == np.shape(loc[name])
+    ]
+    found["arrays"] += [
+        (f"the head gradient of {n!r}", h.astype(np.float64))
+        for n, h in zip(out_names, heads)
+        if h.shape == np.shape(loc[name])
+    ]
     terms = []
     for k, h in enumerate(heads):
         for axis in range(h.ndim):
@@ -241,8 +257,7 @@ def diagnosis_context(sym, ctx, loc, aux, heads, name, out_shapes, kinks=(), noi
     estimated here for float16/float32 gradients (``harness.analytic_noise``), so a report can say that an
     error is accumulation noise rather than a wrong formula.
     """
-    context = {"broadcast_axes": _broadcast_axes(loc[name].shape, out_shapes, sym.list_outputs()),
-               "kinks": list(kinks)}
+    context = {"broadcast_axes": _broadcast_axes(loc[name].shape, out_shapes, sym.list_outputs()), "kinks": list(kinks)}
     dtype = np.asarray(loc[name]).dtype
     try:
         context.update(_backward_probes(sym, ctx, loc, aux, heads, name))
@@ -258,11 +273,17 @@ def diagnosis_context(sym, ctx, loc, aux, heads, name, out_shapes, kinks=(), noi
 # -- forward --------------------------------------------------------------------------------------------
 
 
-def check_symbolic_forward(sym: Symbol, location: NamedArrays,
-                           expected: ArrayLike | Sequence[ArrayLike | None] | Mapping[str, ArrayLike | None],
-                           rtol: Tolerance = None, atol: Tolerance = None, aux_states: NamedArrays | None = None,
-                           ctx: Context | None = None, equal_nan: bool = False,
-                           dtype: DTypeLike = np.float32) -> list[np.ndarray]:
+def check_symbolic_forward(
+    sym: Symbol,
+    location: NamedArrays,
+    expected: ArrayLike | Sequence[ArrayLike | None] | Mapping[str, ArrayLike | None],
+    rtol: Tolerance = None,
+    atol: Tolerance = None,
+    aux_states: NamedArrays | None = None,
+    ctx: Context | None = None,
+    equal_nan: bool = False,
+    dtype: DTypeLike = np.float32,
+) -> list[np.ndarray]:
     """Compare the outputs of ``forward(is_train=False)`` with expected arrays.
 
     Args:
@@ -315,9 +336,19 @@ def check_symbolic_forward(sym: Symbol, location: NamedArrays,
     for i, e in pairs:
         r, a = get_tols(e, outputs[i], rtol, atol)
         try:
-            compare(outputs[i], e, r, a, check=who, arg_name=names[i], names=("forward", "expected"),
-                    what=f"output {names[i]!r} does not match expected", equal_nan=equal_nan,
-                    broadcast="expected", extra_lines=notes)
+            compare(
+                outputs[i],
+                e,
+                r,
+                a,
+                check=who,
+                arg_name=names[i],
+                names=("forward", "expected"),
+                what=f"output {names[i]!r} does not match expected",
+                equal_nan=equal_nan,
+                broadcast="expected",
+                extra_lines=notes,
+            )
         except GradientCheckError as err:
             failures.append(err)
     _raise_first(failures)
@@ -328,13 +359,22 @@ def check_symbolic_forward(sym: Symbol, location: NamedArrays,
 
 
 @seeded_check
-def check_symbolic_backward(sym: Symbol, location: NamedArrays,
-                            out_grads: ArrayLike | Sequence[ArrayLike | None] | Mapping[str, ArrayLike | None] | None,
-                            expected: Sequence[ArrayLike | None] | Mapping[str, ArrayLike | None],
-                            rtol: Tolerance = None, atol: Tolerance = None, aux_states: NamedArrays | None = None,
-                            grad_req: GradReqLike = "write", ctx: Context | None = None,
-                            grad_stypes: Mapping[str, str | None] | None = None, equal_nan: bool = False,
-                            dtype: DTypeLike = np.float32, *, probes: bool | None = None) -> dict[str, np.ndarray]:
+def check_symbolic_backward(
+    sym: Symbol,
+    location: NamedArrays,
+    out_grads: ArrayLike | Sequence[ArrayLike | None] | Mapping[str, ArrayLike | None] | None,
+    expected: Sequence[ArrayLike | None] | Mapping[str, ArrayLike | None],
+    rtol: Tolerance = None,
+    atol: Tolerance = None,
+    aux_states: NamedArrays | None = None,
+    grad_req: GradReqLike = "write",
+    ctx: Context | None = None,
+    grad_stypes: Mapping[str, str | None] | None = None,
+    equal_nan: bool = False,
+    dtype: DTypeLike = np.float32,
+    *,
+    probes: bool | None = None,
+) -> dict[str, np.ndarray]:
     """Compare the gradients of one forward(is_train=True) + backward with expected arrays.
 
     Gradient buffers exist only for the arguments in ``expected`` and start *dirty* (standard-normal
@@ -377,8 +417,9 @@ def check_symbolic_backward(sym: Symbol, location: NamedArrays,
     >>> ograd = np.ones((2, 2))
     >>> _ = check_symbolic_backward(lhs + rhs, [mat1, mat2], [ograd], [ograd, ograd])
     """
-    check = _BackwardCheck.validate(sym, location, out_grads, expected, rtol, atol, aux_states, grad_req, ctx,
-                                    grad_stypes, equal_nan, dtype)
+    check = _BackwardCheck.validate(
+        sym, location, out_grads, expected, rtol, atol, aux_states, grad_req, ctx, grad_stypes, equal_nan, dtype
+    )
     grads = check.backward()
     check.compare(grads)
     check.probe(grads, probes)
@@ -407,8 +448,9 @@ def _backward_reqs(grad_req, exp, arg_names, who):
     if isinstance(grad_req, dict):
         missing = [k for k in exp if k not in grad_req]
         if missing:
-            raise ValueError(f"{who}: grad_req has no entry for {missing}, which have expected gradients; "
-                             f"grad_req is {grad_req}")
+            raise ValueError(
+                f"{who}: grad_req has no entry for {missing}, which have expected gradients; grad_req is {grad_req}"
+            )
     return normalize_grad_req(grad_req, arg_names, who)
 
 
@@ -418,8 +460,9 @@ class _BackwardCheck:
 
     # -- phase 1: validate --------------------------------------------------------------------------------
     @classmethod
-    def validate(cls, sym, location, out_grads, expected, rtol, atol, aux_states, grad_req, ctx, grad_stypes,
-                 equal_nan, dtype):
+    def validate(
+        cls, sym, location, out_grads, expected, rtol, atol, aux_states, grad_req, ctx, grad_stypes, equal_nan, dtype
+    ):
         s = cls()
         s.who = who = "check_symbolic_backward"
         check_symbol(sym, who)
@@ -445,12 +488,15 @@ class _BackwardCheck:
         # dirty buffers, drawn in sorted name order (as MXNet) so a seed reproduces them
         self.initial = {}
         for k in sorted(self.exp):
-            self.initial[k] = _cast(np.random.normal(size=self.loc[k].shape),
-                                    self.loc[k].dtype if isinstance(self.dtype, str) else self.dtype)
+            self.initial[k] = _cast(
+                np.random.normal(size=self.loc[k].shape),
+                self.loc[k].dtype if isinstance(self.dtype, str) else self.dtype,
+            )
         buffers = _on(self.ctx, self.initial)
         exe_reqs = {k: (self.reqs[k] if k in self.exp else "null") for k in self.arg_names}
-        exe = self.sym.bind(self.ctx, _on(self.ctx, self.loc), args_grad=buffers, grad_req=exe_reqs,
-                            aux_states=_on(self.ctx, self.aux))
+        exe = self.sym.bind(
+            self.ctx, _on(self.ctx, self.loc), args_grad=buffers, grad_req=exe_reqs, aux_states=_on(self.ctx, self.aux)
+        )
         exe.forward(is_train=True)
         exe.backward([None if h is None else to_device(h, self.ctx) for h in self.heads])
         return {k: np.array(to_numpy(buffers[k]), copy=True) for k in self.arg_names if k in self.exp}
@@ -460,8 +506,11 @@ class _BackwardCheck:
         """Every buffer against its expected gradient (or, grad_req 'null', its initial value); the first failure
         is raised, naming the others."""
         heads = dict(zip(self.sym.list_outputs(), self.heads))
-        notes = (nonfinite_notes(self.loc) + nonfinite_notes(self.aux, "auxiliary state")
-                 + nonfinite_notes(heads, "head gradient (out_grads) of output"))
+        notes = (
+            nonfinite_notes(self.loc)
+            + nonfinite_notes(self.aux, "auxiliary state")
+            + nonfinite_notes(heads, "head gradient (out_grads) of output")
+        )
         failures = []
         for name, g in grads.items():
             try:
@@ -482,29 +531,70 @@ class _BackwardCheck:
             return found
 
         if req == "null":
-            compare(g, self.initial[name], 0.0, 0.0, check=self.who, arg_name=name, names=("buffer", "initial"),
-                    what=f"gradient buffer of {name!r} changed although grad_req is 'null'",
-                    extra_lines=[_NULL_HINT], equal_nan=True, facts=facts, broadcast="expected")
+            compare(
+                g,
+                self.initial[name],
+                0.0,
+                0.0,
+                check=self.who,
+                arg_name=name,
+                names=("buffer", "initial"),
+                what=f"gradient buffer of {name!r} changed although grad_req is 'null'",
+                extra_lines=[_NULL_HINT],
+                equal_nan=True,
+                facts=facts,
+                broadcast="expected",
+            )
             return
         r, a = get_tols(self.exp[name], g, self.rtol, self.atol)
         if req == "add":
             added = g.astype(np.float64) - self.initial[name].astype(np.float64)
-            compare(added, self.exp[name], r, a, check=self.who, arg_name=name, names=("added", "expected"),
-                    what=f"gradient of {name!r} added to its buffer (buffer - initial) does not match expected "
-                         "(grad_req 'add')",
-                    equal_nan=self.equal_nan, facts=facts, broadcast="expected", context=context, extra_lines=notes)
+            compare(
+                added,
+                self.exp[name],
+                r,
+                a,
+                check=self.who,
+                arg_name=name,
+                names=("added", "expected"),
+                what=f"gradient of {name!r} added to its buffer (buffer - initial) does not match expected "
+                "(grad_req 'add')",
+                equal_nan=self.equal_nan,
+                facts=facts,
+                broadcast="expected",
+                context=context,
+                extra_lines=notes,
+            )
         else:
-            compare(g, self.exp[name], r, a, check=self.who, arg_name=name, names=("backward", "expected"),
-                    what=f"gradient of {name!r} does not match expected (grad_req 'write')",
-                    equal_nan=self.equal_nan, facts=facts, broadcast="expected", context=context, extra_lines=notes)
+            compare(
+                g,
+                self.exp[name],
+                r,
+                a,
+                check=self.who,
+                arg_name=name,
+                names=("backward", "expected"),
+                what=f"gradient of {name!r} does not match expected (grad_req 'write')",
+                equal_nan=self.equal_nan,
+                facts=facts,
+                broadcast="expected",
+                context=context,
+                extra_lines=notes,
+            )
 
     # -- phase 4: probes ------------------------------------------------------------------------------------
     def probe(self, grads, probes):
         """Custom ops under grad_req 'add' and repeated backward calls (``buffers.probe``), then the special-point
         probes (``probes.run``), against the gradients this check accepted."""
-        live = {k: (g.astype(np.float64) - self.initial[k].astype(np.float64) if self.reqs[k] == "add"
-                    else g.astype(np.float64))
-                for k, g in grads.items() if self.reqs[k] != "null"}
+        live = {
+            k: (
+                g.astype(np.float64) - self.initial[k].astype(np.float64)
+                if self.reqs[k] == "add"
+                else g.astype(np.float64)
+            )
+            for k, g in grads.items()
+            if self.reqs[k] != "null"
+        }
         dt = next(iter(grads.values())).dtype if grads else np.dtype(np.float64)
         probe(self.sym, self.loc, self.aux, self.heads, live, dt, self.ctx, self.who)
         from . import probes as special
@@ -532,8 +622,10 @@ def _head_list(out_grads, out_names, out_shapes, dtype, who):
         given = [out_grads.get(k) for k in out_names]
     elif isinstance(out_grads, (list, tuple)):
         if len(out_grads) != n:
-            raise ValueError(f"{who}: out_grads has {len(out_grads)} arrays for {n} outputs {out_names}; give one "
-                             "per output in that order (None for a loss head), or a dict")
+            raise ValueError(
+                f"{who}: out_grads has {len(out_grads)} arrays for {n} outputs {out_names}; give one "
+                "per output in that order (None for a loss head), or a dict"
+            )
         given = list(out_grads)
     else:
         if n != 1:
@@ -550,8 +642,9 @@ def _head_list(out_grads, out_names, out_shapes, dtype, who):
             raise TypeError(f"{who}: out_grads for output {name!r} must be an array, got {type(v).__name__}") from exc
         check_kind(h, who, "out_grads for output", name, allow_complex=isinstance(dtype, str))
         if tuple(h.shape) != tuple(shape):
-            raise ValueError(f"{who}: out_grads for output {name!r} has shape {tuple(h.shape)}, expected "
-                             f"{tuple(shape)}")
+            raise ValueError(
+                f"{who}: out_grads for output {name!r} has shape {tuple(h.shape)}, expected {tuple(shape)}"
+            )
         heads.append(_cast(h, dtype))
     return heads
 
@@ -576,8 +669,9 @@ def _grad_nodes(grad_nodes, arg_names, who):
         if unknown:
             raise ValueError(f"{who}: grad_nodes names {unknown}, which are not arguments; arguments are {arg_names}")
         return {k: "write" for k in arg_names if k in grad_nodes}
-    raise TypeError(f"{who}: grad_nodes must be None, a list of names or a dict name -> grad_req, "
-                    f"got {type(grad_nodes).__name__}")
+    raise TypeError(
+        f"{who}: grad_nodes must be None, a list of names or a dict name -> grad_req, got {type(grad_nodes).__name__}"
+    )
 
 
 #: what ``check_numeric_gradient`` does with a mismatch at a non-differentiable point
@@ -604,15 +698,26 @@ class NumericGradientResult(dict):
 
 
 @seeded_check
-def check_numeric_gradient(sym: Symbol, location: NamedArrays, aux_states: NamedArrays | None = None,
-                           numeric_eps: Tolerance = None, rtol: Tolerance = None, atol: Tolerance = None,
-                           grad_nodes: GradReqLike | None = None,
-                           use_forward_train: bool = True, ctx: Context | None = None,
-                           grad_stype_dict: Mapping[str, str | None] | None = None, dtype: DTypeLike = np.float32, *,
-                           numeric_dtype: DTypeLike = np.float64,
-                           method: Literal["central", "richardson", "complex_step"] = "central",
-                           kinks: Literal["redraw", "exclude", "error"] = "redraw", progress: bool = True,
-                           executor: Executor | None = None, probes: bool | None = None) -> NumericGradientResult:
+def check_numeric_gradient(
+    sym: Symbol,
+    location: NamedArrays,
+    aux_states: NamedArrays | None = None,
+    numeric_eps: Tolerance = None,
+    rtol: Tolerance = None,
+    atol: Tolerance = None,
+    grad_nodes: GradReqLike | None = None,
+    use_forward_train: bool = True,
+    ctx: Context | None = None,
+    grad_stype_dict: Mapping[str, str | None] | None = None,
+    dtype: DTypeLike = np.float32,
+    *,
+    numeric_dtype: DTypeLike = np.float64,
+    method: Literal["central", "richardson", "complex_step"] = "central",
+    kinks: Literal["redraw", "exclude", "error"] = "redraw",
+    progress: bool = True,
+    executor: Executor | None = None,
+    probes: bool | None = None,
+) -> NumericGradientResult:
     """Check the backward pass against finite differences (MXNet's ``check_numeric_gradient``).
 
     The scalar checked is ``f = sum_k sum(w_k * out_k)`` over every output ``k``, with random weights
@@ -682,15 +787,35 @@ def check_numeric_gradient(sym: Symbol, location: NamedArrays, aux_states: Named
     >>> x = sg.sym.Variable("x")
     >>> res = check_numeric_gradient(sg.sym.tanh(x), [np.array([0.1, -0.5, 2.0])])
     """
-    setup = _NumericSetup.validate(sym, location, aux_states, numeric_eps, rtol, atol, grad_nodes, use_forward_train,
-                                   ctx, grad_stype_dict, dtype, numeric_dtype, method, kinks)
+    setup = _NumericSetup.validate(
+        sym,
+        location,
+        aux_states,
+        numeric_eps,
+        rtol,
+        atol,
+        grad_nodes,
+        use_forward_train,
+        ctx,
+        grad_stype_dict,
+        dtype,
+        numeric_dtype,
+        method,
+        kinks,
+    )
     if executor is not None:
         check_pool(executor, setup.who)
     run = _NumericRun(setup, check_flag(progress, setup.who, "progress"), executor)
     rounds = run.until_no_kinks()
     if run.redrawn or run.excluded:
-        text = kink_warning(setup.who, run.first_kinks, run.redrawn, run.excluded,
-                            redrawn_note=" (result.redrawn, result.location)", excluded_note="; result.excluded")
+        text = kink_warning(
+            setup.who,
+            run.first_kinks,
+            run.redrawn,
+            run.excluded,
+            redrawn_note=" (result.redrawn, result.location)",
+            excluded_note="; result.excluded",
+        )
         warnings.warn(NondifferentiablePointWarning(text), stacklevel=2)
     result = run.compare(rounds)
     run.probe_buffers(rounds)
@@ -721,8 +846,23 @@ class _NumericSetup:
     checked: list[str]
 
     @classmethod
-    def validate(cls, sym, location, aux_states, numeric_eps, rtol, atol, grad_nodes, use_forward_train, ctx,
-                 grad_stype_dict, dtype, numeric_dtype, method, kinks):
+    def validate(
+        cls,
+        sym,
+        location,
+        aux_states,
+        numeric_eps,
+        rtol,
+        atol,
+        grad_nodes,
+        use_forward_train,
+        ctx,
+        grad_stype_dict,
+        dtype,
+        numeric_dtype,
+        method,
+        kinks,
+    ):
         s = cls()
         s.who = who = "check_numeric_gradient"
         check_symbol(sym, who)
@@ -745,8 +885,10 @@ class _NumericSetup:
         s.reqs = _grad_nodes(grad_nodes, s.arg_names, who)
         s.complex_step = s.method == "complex_step"
         if s.complex_step and numeric_eps is not None:
-            raise ValueError(f"{who}: numeric_eps does not apply to method='complex_step' (its step is "
-                             f"{COMPLEX_STEP:g} * max(|x|, 1)); leave numeric_eps=None")
+            raise ValueError(
+                f"{who}: numeric_eps does not apply to method='complex_step' (its step is "
+                f"{COMPLEX_STEP:g} * max(|x|, 1)); leave numeric_eps=None"
+            )
         s.eps = None if s.complex_step else resolve_numeric_eps(numeric_eps, s.dtype, s.ndtype, who)
         check_tolerances(rtol, atol, who)
         s.rtol, s.atol = get_tols(np.empty(0, s.dtype), np.empty(0, s.dtype), rtol, atol if atol is not None else 0.0)
@@ -773,8 +915,9 @@ class _NumericRun:
         self.s, self.progress, self.executor = s, progress, executor
         # random projection (quantised to dtype: both executors see the same weights) and dirty buffers
         self.weights = [np.asarray(np.random.rand(*shape) + 0.1).astype(s.dtype) for shape in s.out_shapes]
-        self.initial = {k: np.random.normal(0, 0.01, size=s.loc[k].shape).astype(s.dtype)
-                        for k in s.arg_names if k in s.reqs}
+        self.initial = {
+            k: np.random.normal(0, 0.01, size=s.loc[k].shape).astype(s.dtype) for k in s.arg_names if k in s.reqs
+        }
         self.weights64 = [w.astype(np.float64) for w in self.weights]
         ref_sym, self.loss_heads, self.make_objective = projected_objective(s.sym, self.weights64, s.who)
         self.heads = [None if loss else w for w, loss in zip(self.weights, self.loss_heads)]
@@ -787,21 +930,31 @@ class _NumericRun:
         if s.complex_step:
             losses = [n for n, loss in zip(s.sym.list_outputs(), self.loss_heads) if loss]
             if losses:
-                raise NotImplementedError(f"{s.who}: method='complex_step' cannot differentiate the implied loss of "
-                                          f"the loss head output(s) {losses}; use method='central' or 'richardson'")
-            check_complex_support(s.sym, s.loc, s.aux, names=s.checked, ctx=s.ctx, is_train=s.is_train,
-                                  numeric_dtype=s.ndtype, who=s.who)
+                raise NotImplementedError(
+                    f"{s.who}: method='complex_step' cannot differentiate the implied loss of "
+                    f"the loss head output(s) {losses}; use method='central' or 'richardson'"
+                )
+            check_complex_support(
+                s.sym, s.loc, s.aux, names=s.checked, ctx=s.ctx, is_train=s.is_train, numeric_dtype=s.ndtype, who=s.who
+            )
         self.buffers = _on(s.ctx, self.initial)
-        self.exe = s.sym.bind(s.ctx, _on(s.ctx, s.loc), args_grad=self.buffers,
-                              grad_req={k: s.reqs.get(k, "null") for k in s.arg_names}, aux_states=_on(s.ctx, s.aux))
+        self.exe = s.sym.bind(
+            s.ctx,
+            _on(s.ctx, s.loc),
+            args_grad=self.buffers,
+            grad_req={k: s.reqs.get(k, "null") for k in s.arg_names},
+            aux_states=_on(s.ctx, s.aux),
+        )
         self.ref = Harness.bind(ref_sym, s.loc, s.aux, ctx=s.ctx, dtype=s.ndtype, is_train=s.is_train)
-        assert_deterministic(self.exe, True, s.aux, s.who,
-                             "the forward with is_train=True (that of the analytic gradient)")
+        assert_deterministic(
+            self.exe, True, s.aux, s.who, "the forward with is_train=True (that of the analytic gradient)"
+        )
         if not s.is_train:
             self.ref.assert_deterministic(s.who, "the forward with is_train=False (use_forward_train=False)")
         if s.complex_step:
-            self.cref = Harness.bind(s.sym, s.loc, s.aux, ctx=s.ctx, dtype=s.ndtype, is_train=s.is_train,
-                                     complex_names=s.checked)
+            self.cref = Harness.bind(
+                s.sym, s.loc, s.aux, ctx=s.ctx, dtype=s.ndtype, is_train=s.is_train, complex_names=s.checked
+            )
         self.spread = self.cspread = None
         if self.executor is not None:  # the workers rebuild each harness from the symbol's JSON
             self.spread = Spread(self.executor, self.ref, Recipe(s.sym, self.weights64, s.who), s.who)
@@ -842,13 +995,20 @@ class _NumericRun:
             steps = {k: np.full(point[k].shape, s.eps / 2.0) for k in s.checked}
         if s.complex_step:
             self.cref.set_values(point)
-            numeric, widths = gradient(self.cref, s.checked, complex_objective(self.weights64),
-                                       {k: default_steps(point[k], s.ndtype, "complex_step") for k in s.checked},
-                                       method="complex_step", progress=self.progress,
-                                       desc="numeric gradient (complex step)", spread=self.cspread)
+            numeric, widths = gradient(
+                self.cref,
+                s.checked,
+                complex_objective(self.weights64),
+                {k: default_steps(point[k], s.ndtype, "complex_step") for k in s.checked},
+                method="complex_step",
+                progress=self.progress,
+                desc="numeric gradient (complex step)",
+                spread=self.cspread,
+            )
         else:
-            numeric, widths = gradient(self.ref, s.checked, scalar, steps, method=s.method, progress=self.progress,
-                                       spread=self.spread)
+            numeric, widths = gradient(
+                self.ref, s.checked, scalar, steps, method=s.method, progress=self.progress, spread=self.spread
+            )
         noise = {k: f_noise / widths[k] for k in s.checked}
         return numeric, noise, f_noise, scalar, steps
 
@@ -865,8 +1025,9 @@ class _NumericRun:
             for k in s.checked:
                 bad, _, allowed = _violations(analytic[k], numeric[k], s.rtol, atol[k], False, n_noise[k] + a_noise[k])
                 if bad.any():
-                    ks = element_kinks(self.ref, k, scalar, np.argwhere(bad), steps[k], analytic[k], allowed,
-                                       f_noise=f_noise)
+                    ks = element_kinks(
+                        self.ref, k, scalar, np.argwhere(bad), steps[k], analytic[k], allowed, f_noise=f_noise
+                    )
                     if ks:
                         found[k] = ks
             if self.first_kinks is None:
@@ -880,16 +1041,26 @@ class _NumericRun:
                     self.excluded[k] = [kk.index for kk in ks]
                 break
             self._redraw(valid, steps)
-        return dict(got=got, analytic=analytic, numeric=numeric, n_noise=n_noise, a_noise=a_noise, found=found,
-                    atol=atol)
+        return dict(
+            got=got, analytic=analytic, numeric=numeric, n_noise=n_noise, a_noise=a_noise, found=found, atol=atol
+        )
 
     def probe_buffers(self, r):
         """Phase 6: custom ops given grad_req 'add' and called twice (``buffers.probe``), against this pass's
         gradients."""
         s = self.s
         live = [k for k in s.checked]
-        probe(s.sym, self.point, s.aux, self.heads, {k: r["analytic"][k] for k in live}, s.dtype, s.ctx, s.who,
-              noise={k: r["a_noise"][k] for k in live})
+        probe(
+            s.sym,
+            self.point,
+            s.aux,
+            self.heads,
+            {k: r["analytic"][k] for k in live},
+            s.dtype,
+            s.ctx,
+            s.who,
+            noise={k: r["a_noise"][k] for k in live},
+        )
 
     def probe_points(self, probes):
         """Phase 7: the special-point probes (``probes.run``; None: where the graph has Custom nodes)."""
@@ -898,8 +1069,18 @@ class _NumericRun:
         s = self.s
         if s.complex_step or not special.wanted(probes, s.sym):
             return
-        special.run(s.sym, self.point, s.aux, self.heads, s.checked, s.dtype, s.ctx, s.who, s.rtol,
-                    s.atol if s.atol is not None else 0.0)
+        special.run(
+            s.sym,
+            self.point,
+            s.aux,
+            self.heads,
+            s.checked,
+            s.dtype,
+            s.ctx,
+            s.who,
+            s.rtol,
+            s.atol if s.atol is not None else 0.0,
+        )
 
     def _atol(self, numeric):
         """The given atol, or (atol=None) the dtype's rtol times the largest |numeric| entry of the argument: an
@@ -921,8 +1102,10 @@ class _NumericRun:
         results = NumericGradientResult()
         results.kinks, results.redrawn, results.excluded = self.first_kinks or [], self.redrawn, self.excluded
         results.location, results.method = self.point, s.method
-        context_line = (f"dtype under test {s.dtype.name}, numeric reference in {np.dtype(s.ndtype).name} "
-                        f"({s.method}), forward is_train={s.is_train}")
+        context_line = (
+            f"dtype under test {s.dtype.name}, numeric reference in {np.dtype(s.ndtype).name} "
+            f"({s.method}), forward is_train={s.is_train}"
+        )
         failures = []
         for name in s.arg_names:
             if name not in s.reqs:
@@ -939,20 +1122,37 @@ class _NumericRun:
         return results
 
     def _compare_null(self, name, got):
-        compare(got, self.initial[name], 0.0, 0.0, check=self.s.who, arg_name=name, names=("buffer", "initial"),
-                what=f"gradient buffer of {name!r} changed although grad_req is 'null'",
-                extra_lines=[_NULL_HINT], equal_nan=True, facts=self._facts(name), broadcast="expected")
+        compare(
+            got,
+            self.initial[name],
+            0.0,
+            0.0,
+            check=self.s.who,
+            arg_name=name,
+            names=("buffer", "initial"),
+            what=f"gradient buffer of {name!r} changed although grad_req is 'null'",
+            extra_lines=[_NULL_HINT],
+            equal_nan=True,
+            facts=self._facts(name),
+            broadcast="expected",
+        )
 
     def _facts(self, name):
-        return {"grad_req": self.s.reqs[name], "dtype": self.s.dtype, "redrawn": self.redrawn,
-                "excluded": self.excluded}
+        return {
+            "grad_req": self.s.reqs[name],
+            "dtype": self.s.dtype,
+            "redrawn": self.redrawn,
+            "excluded": self.excluded,
+        }
 
     def _compare_one(self, name, r, context_line):
         s = self.s
         extra = [context_line]
         if self.redrawn:
-            extra.append(f"checked after re-drawing {sum(len(v) for v in self.redrawn.values())} element(s) off "
-                         "non-differentiable points (see .redrawn)")
+            extra.append(
+                f"checked after re-drawing {sum(len(v) for v in self.redrawn.values())} element(s) off "
+                "non-differentiable points (see .redrawn)"
+            )
         exclude = None
         if name in self.excluded:
             exclude = np.zeros(r["analytic"][name].shape, bool)
@@ -961,26 +1161,55 @@ class _NumericRun:
         left = [kk for kk in r["found"].get(name, []) if kk.index not in set(self.excluded.get(name, ()))]
 
         def context(name=name, left=left):
-            found = diagnosis_context(s.sym, s.ctx, self.point, s.aux, self.heads, name, s.out_shapes, left,
-                                      noise=r["n_noise"][name] + r["a_noise"][name])
+            found = diagnosis_context(
+                s.sym,
+                s.ctx,
+                self.point,
+                s.aux,
+                self.heads,
+                name,
+                s.out_shapes,
+                left,
+                noise=r["n_noise"][name] + r["a_noise"][name],
+            )
             found["other_expected"] = [(n, r["numeric"][n]) for n in s.checked if n != name]
             if s.reqs[name] == "write":
                 found["initial_buffer"] = self.initial[name]
             return found
 
-        compare(r["analytic"][name], r["numeric"][name], s.rtol, r["atol"][name], check=s.who, arg_name=name,
-                what=f"analytic gradient of {name!r} does not match the numeric gradient (grad_req {s.reqs[name]!r})",
-                names=("analytic", "numeric"), eps=s.eps_desc, noise=r["n_noise"][name],
-                analytic_noise=r["a_noise"][name], noise_dtype=s.dtype, extra_lines=extra, facts=self._facts(name),
-                broadcast="expected", context=context, exclude=exclude)
+        compare(
+            r["analytic"][name],
+            r["numeric"][name],
+            s.rtol,
+            r["atol"][name],
+            check=s.who,
+            arg_name=name,
+            what=f"analytic gradient of {name!r} does not match the numeric gradient (grad_req {s.reqs[name]!r})",
+            names=("analytic", "numeric"),
+            eps=s.eps_desc,
+            noise=r["n_noise"][name],
+            analytic_noise=r["a_noise"][name],
+            noise_dtype=s.dtype,
+            extra_lines=extra,
+            facts=self._facts(name),
+            broadcast="expected",
+            context=context,
+            exclude=exclude,
+        )
 
 
 # -- speed / convenience ------------------------------------------------------------------------------------
 
 
-def check_speed(sym: Symbol, location: Mapping[str, ArrayLike] | None = None, ctx: Context | None = None, N: int = 20,
-                grad_req: GradReqLike | None = None, typ: Literal["whole", "forward"] = "whole",
-                **kwargs: Any) -> float:
+def check_speed(
+    sym: Symbol,
+    location: Mapping[str, ArrayLike] | None = None,
+    ctx: Context | None = None,
+    N: int = 20,
+    grad_req: GradReqLike | None = None,
+    typ: Literal["whole", "forward"] = "whole",
+    **kwargs: Any,
+) -> float:
     """Seconds per forward+backward (``typ="whole"``) or per inference forward (``typ="forward"``).
 
     ``location`` is a dict of argument values (their shapes bind the symbol); without it the shapes come
@@ -1027,8 +1256,9 @@ def check_speed(sym: Symbol, location: Mapping[str, ArrayLike] | None = None, ct
     return (time.perf_counter() - tic) / N
 
 
-def simple_forward(sym: Symbol, ctx: Context | None = None, is_train: bool = False,
-                   **inputs: ArrayLike) -> np.ndarray | list[np.ndarray]:
+def simple_forward(
+    sym: Symbol, ctx: Context | None = None, is_train: bool = False, **inputs: ArrayLike
+) -> np.ndarray | list[np.ndarray]:
     """Outputs of one forward with the given argument arrays (one array, or a list for several outputs)."""
     who = "simple_forward"
     check_symbol(sym, who)

@@ -103,8 +103,9 @@ def resolve_numeric_eps(numeric_eps, dtype, numeric_dtype, who):
             try:
                 np.dtype(k)
             except (TypeError, ValueError):
-                raise TypeError(f"{who}: numeric_eps dict keys must be dtypes (e.g. np.float32), "
-                                f"got key {k!r}") from None
+                raise TypeError(
+                    f"{who}: numeric_eps dict keys must be dtypes (e.g. np.float32), got key {k!r}"
+                ) from None
             if v is not None:
                 check_number(v, who, f"numeric_eps[{k!r}]", positive=True)
         table = {np.dtype(k): v for k, v in numeric_eps.items()}
@@ -119,14 +120,15 @@ def resolve_numeric_eps(numeric_eps, dtype, numeric_dtype, who):
         except (TypeError, ValueError):
             eps = None
     if eps is None:
-        raise TypeError(f"{who}: numeric_eps must be a number, a {{dtype: eps}} dict or None, "
-                        f"got {numeric_eps!r}")
+        raise TypeError(f"{who}: numeric_eps must be a number, a {{dtype: eps}} dict or None, got {numeric_eps!r}")
     if not np.isfinite(eps) or eps <= 0:
         raise ValueError(f"{who}: numeric_eps must be a positive number, got {numeric_eps!r}")
     floor = min_numeric_eps(dtype, numeric_dtype)
     if eps < floor:
-        raise ValueError(f"{who}: {step_too_small(eps, dtype, numeric_dtype, floor, full_width=True)}. Leave "
-                         "numeric_eps=None to get a step chosen per element for a float64 reference.")
+        raise ValueError(
+            f"{who}: {step_too_small(eps, dtype, numeric_dtype, floor, full_width=True)}. Leave "
+            "numeric_eps=None to get a step chosen per element for a float64 reference."
+        )
     return eps
 
 
@@ -145,15 +147,19 @@ def step_too_small(step, dtype, numeric_dtype, floor, full_width=True, name=None
     if step < rounding_floor:
         noise = ulp / (2.0 * half)
         width = name if full_width else f"(2 * {name})"
-        text += (f": the finite differences are taken in {numeric_dtype.name}, where the numbers near 1 are "
-                 f"{ulp:.3g} apart, so the step x +- {half:.3g} is stored with an error of up to "
-                 f"{100 * min(ulp / (2 * half), 1.0):.3g}% and the rounding error of the difference quotient, about "
-                 f"eps_{numeric_dtype.name} * |f| / {width} = {noise:.2g} * |f|, swamps the derivative "
-                 f"(minimum {floor:.3g})")
+        text += (
+            f": the finite differences are taken in {numeric_dtype.name}, where the numbers near 1 are "
+            f"{ulp:.3g} apart, so the step x +- {half:.3g} is stored with an error of up to "
+            f"{100 * min(ulp / (2 * half), 1.0):.3g}% and the rounding error of the difference quotient, about "
+            f"eps_{numeric_dtype.name} * |f| / {width} = {noise:.2g} * |f|, swamps the derivative "
+            f"(minimum {floor:.3g})"
+        )
     else:
-        text += (f" (minimum {floor:.3g}, MXNet's floor for float16/float32: MXNet takes its differences in "
-                 f"the dtype under test, where a smaller step is swamped by rounding; here they are taken in "
-                 f"{numeric_dtype.name})")
+        text += (
+            f" (minimum {floor:.3g}, MXNet's floor for float16/float32: MXNet takes its differences in "
+            f"the dtype under test, where a smaller step is swamped by rounding; here they are taken in "
+            f"{numeric_dtype.name})"
+        )
     return text
 
 
@@ -178,9 +184,11 @@ def _fixed_steps(executor, names, eps, who):
     for k in names:  # the differences are taken in the executor's dtype
         dt = np.dtype(args[k].dtype)
         if dt.kind == "f" and eps < min_numeric_eps(dt, dt):
-            raise ValueError(f"{who}: argument {k!r}: "
-                             f"{step_too_small(eps, dt, dt, min_numeric_eps(dt, dt), True, 'eps')}; "
-                             "use a larger eps, or eps=None for a step chosen per element")
+            raise ValueError(
+                f"{who}: argument {k!r}: "
+                f"{step_too_small(eps, dt, dt, min_numeric_eps(dt, dt), True, 'eps')}; "
+                "use a larger eps, or eps=None for a step chosen per element"
+            )
     return {k: np.full(np.shape(args[k]), eps / 2.0) for k in names}
 
 
@@ -207,8 +215,10 @@ def _numeric_grad_inputs(executor, location, aux_states, dtype, who):
         if isinstance(aux_states, dict):
             unknown = [k for k in aux_states if k not in aux_names]
             if unknown:
-                raise ValueError(f"{who}: aux_states names {unknown}, which are not auxiliary states; "
-                                 f"auxiliary states are {aux_names}")
+                raise ValueError(
+                    f"{who}: aux_states names {unknown}, which are not auxiliary states; "
+                    f"auxiliary states are {aux_names}"
+                )
             aux_names = list(aux_states)
         aux = named_arrays(aux_states, aux_names, who, "auxiliary state", "aux_states")
         for k, v in aux.items():
@@ -223,9 +233,17 @@ def _write_location(executor, loc, dtype):
         args[k][...] = as_array_like(args[k], v.astype(dtype) if v.dtype.kind == "f" else v)
 
 
-def numeric_grad(executor: BoundExecutor, location: NamedArrays, aux_states: NamedArrays | None = None,
-                 eps: float | None = 1e-4, use_forward_train: bool = True, dtype: DTypeLike = np.float32, *,
-                 method: Literal["central", "richardson"] = "central", progress: bool = True) -> dict[str, np.ndarray]:
+def numeric_grad(
+    executor: BoundExecutor,
+    location: NamedArrays,
+    aux_states: NamedArrays | None = None,
+    eps: float | None = 1e-4,
+    use_forward_train: bool = True,
+    dtype: DTypeLike = np.float32,
+    *,
+    method: Literal["central", "richardson"] = "central",
+    progress: bool = True,
+) -> dict[str, np.ndarray]:
     """Numeric gradient of the sum of every output of ``executor`` by central differences (MXNet's ``numeric_grad``).
 
     The values of ``location`` (a dict name -> array, or a list in ``list_arguments()`` order; a dict may
@@ -262,8 +280,10 @@ def numeric_grad(executor: BoundExecutor, location: NamedArrays, aux_states: Nam
     refuse_random_ops(executor, who)
     dtype = check_dtype(dtype, who)
     if check_choice(method, METHODS, who, "method") == "complex_step":
-        raise ValueError(f"{who}: method='complex_step' needs a complex copy of the symbol; use "
-                         "check_numeric_gradient(sym, location, method='complex_step')")
+        raise ValueError(
+            f"{who}: method='complex_step' needs a complex copy of the symbol; use "
+            "check_numeric_gradient(sym, location, method='complex_step')"
+        )
     check_number(eps, who, "eps", positive=True, allow_none=True)
     use_forward_train = check_flag(use_forward_train, who, "use_forward_train")
     progress = check_flag(progress, who, "progress")
@@ -286,8 +306,9 @@ def numeric_grad(executor: BoundExecutor, location: NamedArrays, aux_states: Nam
 # -- kinks ----------------------------------------------------------------------------------------------
 
 
-def element_kinks(harness, name, objective: Callable, indices, steps, analytic, tol, *, f_noise,
-                  probe=KINK_PROBE) -> list[Kink]:
+def element_kinks(
+    harness, name, objective: Callable, indices, steps, analytic, tol, *, f_noise, probe=KINK_PROBE
+) -> list[Kink]:
     """The elements of ``indices`` that sit at a non-differentiable point of ``objective``.
 
     The one kink test (``differencer.kink_test``) per element: one-sided quotients at ``h`` and ``4h``
@@ -369,8 +390,9 @@ def move_off_kink(values, kink, j, step) -> None:
     values[kink.index] = dt.type(x + (KINK_NUDGE + 3.0 * j) * h * kink_side(kink))
 
 
-def kink_warning(who, kinks, redrawn, excluded, *, redrawn_note="", excluded_as="the comparison",
-                 excluded_note="") -> str:
+def kink_warning(
+    who, kinks, redrawn, excluded, *, redrawn_note="", excluded_as="the comparison", excluded_note=""
+) -> str:
     """The text of the ``NondifferentiablePointWarning`` of a check that re-drew or excluded kink elements."""
     per_arg: dict[str, int] = {}
     for k in kinks:
@@ -380,15 +402,21 @@ def kink_warning(who, kinks, redrawn, excluded, *, redrawn_note="", excluded_as=
     done = []
     if redrawn:
         m = sum(len(v) for v in redrawn.values())
-        done.append(f"re-drew {m} element{'s' if m != 1 else ''} {KINK_NUDGE:g} or more finite-difference steps away "
-                    f"from the kink and checked the gradient there{redrawn_note}")
+        done.append(
+            f"re-drew {m} element{'s' if m != 1 else ''} {KINK_NUDGE:g} or more finite-difference steps away "
+            f"from the kink and checked the gradient there{redrawn_note}"
+        )
     if excluded:
         m = sum(len(v) for v in excluded.values())
-        spots = "; ".join(f"{a}[{', '.join(format_index(i) for i in v[:4])}{', ...' if len(v) > 4 else ''}]"
-                          for a, v in excluded.items())
+        spots = "; ".join(
+            f"{a}[{', '.join(format_index(i) for i in v[:4])}{', ...' if len(v) > 4 else ''}]"
+            for a, v in excluded.items()
+        )
         done.append(f"left {m} element{'s' if m != 1 else ''} out of {excluded_as} ({spots}{excluded_note})")
-    return (f"{who}: {kinks[0]}{more}: not a gradient error -- the one-sided derivatives differ there and the "
-            f"analytic value lies between them, so finite differences cannot check it; {' and '.join(done)}")
+    return (
+        f"{who}: {kinks[0]}{more}: not a gradient error -- the one-sided derivatives differ there and the "
+        f"analytic value lies between them, so finite differences cannot check it; {' and '.join(done)}"
+    )
 
 
 # -- complex steps ----------------------------------------------------------------------------------------
@@ -437,8 +465,12 @@ def _test_points(arrays, names, numeric_dtype):
 
 def _complex_trace(sym, point, aux, ctx, is_train, who):
     cdt = complex_dtype(np.float64)
-    exe = sym.bind(ctx, {k: to_device(v, ctx) for k, v in point.items()}, grad_req="null",
-                   aux_states={k: to_device(v.astype(cdt), ctx) for k, v in aux.items()})
+    exe = sym.bind(
+        ctx,
+        {k: to_device(v, ctx) for k, v in point.items()},
+        grad_req="null",
+        aux_states={k: to_device(v.astype(cdt), ctx) for k, v in aux.items()},
+    )
     try:
         with np.errstate(all="ignore"):
             return trace_values(exe, is_train)
@@ -449,7 +481,9 @@ def _complex_trace(sym, point, aux, ctx, is_train, who):
         raise ComplexStepError(
             f"{who}: method='complex_step' needs every op to accept complex input, but op {node.op.name} (node "
             f"{node.name!r}) refuses it: {type(exc).__name__}: {exc}. Use method='central' or 'richardson'.",
-            node.op.name, node.name) from exc
+            node.op.name,
+            node.name,
+        ) from exc
 
 
 def _compare_complex(node, c, p, m, in_complex, who):
@@ -465,7 +499,10 @@ def _compare_complex(node, c, p, m, in_complex, who):
                 raise ComplexStepError(
                     f"{who}: method='complex_step' needs complex-analytic ops, but {where} returns real values "
                     f"for complex input (it drops the imaginary part, as abs or a comparison does). Use "
-                    "method='central' or 'richardson'.", node.op.name, node.name)
+                    "method='central' or 'richardson'.",
+                    node.op.name,
+                    node.name,
+                )
             return
         cs_dd = np.imag(c).astype(np.float64) / COMPLEX_STEP
         err = np.abs(cs_dd - real_dd)
@@ -478,11 +515,22 @@ def _compare_complex(node, c, p, m, in_complex, who):
             f"{who}: method='complex_step' needs complex-analytic ops, but {where} is not: along a test "
             f"direction its complex-step derivative is {cs_dd.flat[i]:.6g} where the real central difference "
             f"gives {real_dd.flat[i]:.6g} (output element {i}). Use method='central' or 'richardson'.",
-            node.op.name, node.name)
+            node.op.name,
+            node.name,
+        )
 
 
-def check_complex_support(sym, arrays: dict, aux: dict | None = None, *, names=None, ctx=None, is_train=True,
-                          numeric_dtype=np.float64, who="check_numeric_gradient"):
+def check_complex_support(
+    sym,
+    arrays: dict,
+    aux: dict | None = None,
+    *,
+    names=None,
+    ctx=None,
+    is_train=True,
+    numeric_dtype=np.float64,
+    who="check_numeric_gradient",
+):
     """Raise ``ComplexStepError`` naming the first op through which complex steps do not give derivatives.
 
     Runs a complex forward and two real ones at a point near ``arrays`` (each float entry moved by ~1e-3
@@ -500,14 +548,21 @@ def check_complex_support(sym, arrays: dict, aux: dict | None = None, *, names=N
     complex_trace = _complex_trace(sym, points["complex"], aux, ctx, is_train, who)
     real = {}
     for key in ("plus", "minus"):
-        exe = sym.bind(ctx, {k: to_device(v, ctx) for k, v in points[key].items()}, grad_req="null",
-                       aux_states={k: to_device(v, ctx) for k, v in aux.items()})
+        exe = sym.bind(
+            ctx,
+            {k: to_device(v, ctx) for k, v in points[key].items()},
+            grad_req="null",
+            aux_states={k: to_device(v, ctx) for k, v in aux.items()},
+        )
         with np.errstate(all="ignore"):
             real[key] = trace_values(exe, is_train)
     complex_ids = set()
     for (node, _k, c), (_, _, p), (_, _, m) in zip(complex_trace, real["plus"], real["minus"]):
-        in_complex = any(src.id in complex_ids or (src.op is None and (src.name in aux or np.iscomplexobj(
-            points["complex"].get(src.name)))) for src, _ in node.inputs)
+        in_complex = any(
+            src.id in complex_ids
+            or (src.op is None and (src.name in aux or np.iscomplexobj(points["complex"].get(src.name))))
+            for src, _ in node.inputs
+        )
         if np.iscomplexobj(c):
             complex_ids.add(node.id)
         _compare_complex(node, c, p, m, in_complex, who)

@@ -46,6 +46,7 @@ def register_loss_objective(op_name: str, factory: Callable[..., Any] | None = N
 
     Usable as a decorator. ``factory(params, inputs, output) -> loss(inputs, output) -> (value, magnitude)``.
     """
+
     def do(f):
         LOSS_OBJECTIVES[op_name] = f
         return f

@@ -120,8 +120,7 @@ def _index_points(values, k) -> list:
         # row of a table (a padding_idx of 0): rows 0 (padded) and 1 (not) are also judged alone, where an
         # ignored row's stray gradient is not diluted by every other row's (a cross-entropy's 0.15% along a
         # random direction, within gradcheck's rtol=1e-3)
-        found.append(Point(f"every other {k} = {pad} (a padding / ignored index value)", {**values, k: padded},
-                           rows=2))
+        found.append(Point(f"every other {k} = {pad} (a padding / ignored index value)", {**values, k: padded}, rows=2))
     return found
 
 
@@ -141,8 +140,9 @@ def _float_points(values, k, rng) -> list:
         where = f"{k}[{i}{', :' * (x.ndim - 1)}]"
         found.append(Point(f"{where} = 0", {**values, k: zero}, {k: row}))
         if x.ndim >= 2:
-            found.append(Point(f"{where} constant (= {float(const[i].reshape(-1)[0]):.4g})", {**values, k: const},
-                               {k: row}))
+            found.append(
+                Point(f"{where} constant (= {float(const[i].reshape(-1)[0]):.4g})", {**values, k: const}, {k: row})
+            )
     found += [Point(f"{k} scaled by {far:g}", {**values, k: (x * far).astype(x.dtype)}) for far in FAR]
     return found
 
@@ -161,8 +161,19 @@ def _pair_points(values, a, b) -> list:
     return []
 
 
-def run(sym, values: dict, aux: dict, heads: list, names: list, dtype, ctx, who: str, rtol: float, atol: float,
-        seed: int = 0):
+def run(
+    sym,
+    values: dict,
+    aux: dict,
+    heads: list,
+    names: list,
+    dtype,
+    ctx,
+    who: str,
+    rtol: float,
+    atol: float,
+    seed: int = 0,
+):
     """Visit every probe point of ``names`` (module docstring); raise ``GradientCheckError`` naming the first
     probe where the analytic gradient is unsound or outside the one-sided derivatives."""
     names = [k for k in names if np.asarray(values[k]).dtype.kind == "f"]
@@ -201,9 +212,13 @@ class _Bound:
         """``(executor, gradient buffers)`` holding ``values`` (the buffers zeroed, the auxiliary states reset)."""
         if self._exe is None:
             bufs = {k: to_device(np.zeros(np.shape(values[k]), self.dt), self.ctx) for k in self.names}
-            self._exe = self.sym.bind(self.ctx, {k: to_device(self._cast(v), self.ctx) for k, v in values.items()},
-                                      args_grad=bufs, grad_req={k: ("write" if k in bufs else "null") for k in values},
-                                      aux_states={k: to_device(self._cast(v), self.ctx) for k, v in self.aux.items()})
+            self._exe = self.sym.bind(
+                self.ctx,
+                {k: to_device(self._cast(v), self.ctx) for k, v in values.items()},
+                args_grad=bufs,
+                grad_req={k: ("write" if k in bufs else "null") for k in values},
+                aux_states={k: to_device(self._cast(v), self.ctx) for k, v in self.aux.items()},
+            )
             return self._exe, bufs
         exe = self._exe
         for k, v in values.items():
@@ -254,8 +269,12 @@ class _Probe:
             for index in bad[:MAX_ELEMENTS]:
                 self._unsound(ref, k, tuple(int(i) for i in index), g[k])
         if all(np.all(np.isfinite(g[k])) for k in self.names):
-            self._agree(ref, g, {k: self.rng.standard_normal(np.shape(self.values[k])) for k in self.names},
-                        "a random direction")
+            self._agree(
+                ref,
+                g,
+                {k: self.rng.standard_normal(np.shape(self.values[k])) for k in self.names},
+                "a random direction",
+            )
             for k, mask in self.region.items():  # moving the elements it made equal together keeps the ties
                 sign = 1.0 if self.rng.random() < 0.5 else -1.0
                 r = {n: (sign * mask if n == k else np.zeros(np.shape(self.values[n]))) for n in self.names}
@@ -306,8 +325,9 @@ class _Probe:
                 return None
             if not all(np.all(np.isfinite(np.asarray(to_numpy(o), np.float64))) for o in outs):
                 return None
-            exe.backward([None if h is None else to_device(np.asarray(h).astype(self.dt), self.ctx)
-                          for h in self.heads])
+            exe.backward(
+                [None if h is None else to_device(np.asarray(h).astype(self.dt), self.ctx) for h in self.heads]
+            )
         return {k: np.asarray(to_numpy(b), np.float64) for k, b in bufs.items()}
 
     def _reference(self):
@@ -353,8 +373,13 @@ class _Probe:
             f"(right)\n  special-point probe (probes=False turns the probes off): a gradient that is not a number "
             "where the function has finite one-sided derivatives is a bug (a 0/0 at an exact zero: a norm, a "
             "standard deviation, a product with a zero factor); the subgradient between them is what a fix returns",
-            check=self.who, arg_name=k, probe=self.label, index=index, diagnosis="non-finite gradient at a probe "
-            "where the function is finite: a 0/0 or inf*0 in the rule at a special point")
+            check=self.who,
+            arg_name=k,
+            probe=self.label,
+            index=index,
+            diagnosis="non-finite gradient at a probe "
+            "where the function is finite: a 0/0 or inf*0 in the rule at a special point",
+        )
 
     def _verdicts(self, sides, steps, analytic, allowance, noise=0.0):
         """``[(ok, lo, hi, tol)]`` per step, or None at a kink along the direction."""
@@ -415,5 +440,8 @@ class _Probe:
             f"{tol:.3g} beyond; confirmed at a step {CONFIRM:g}x shorter)\n  special-point probe (probes=False "
             "turns the probes off): the gradient is right at the given inputs but wrong here -- a formula wrong "
             "in one region of its inputs, at a tie, at a zero, or when two inputs are the same array",
-            check=self.who, probe=self.label, fast=(analytic, 0.5 * (lo + hi)),
-            diagnosis=f"gradient wrong at the probe {self.label} only")
+            check=self.who,
+            probe=self.label,
+            fast=(analytic, 0.5 * (lo + hi)),
+            diagnosis=f"gradient wrong at the probe {self.label} only",
+        )

@@ -42,8 +42,10 @@ __all__ = ["gpu_available", "SEED_OPTION", "SEED_ENV", "ENTRY_POINT_NAME"]
 SEED_OPTION = "--symgrad-seed"
 ENTRY_POINT_NAME = "symgrad"
 SEED_ENV = "SYMGRAD_TEST_SEED"  # == seed.SEED_ENV, spelled out so that loading the plugin does not import numpy
-GPU_REASON = ("needs CuPy and a CUDA GPU (pip install 'symgrad[gpu]' for the CUDA 12 wheel cupy-cuda12x, "
-              "or 'symgrad[gpu-cuda11]' for cupy-cuda11x; neither needs a CUDA toolkit)")
+GPU_REASON = (
+    "needs CuPy and a CUDA GPU (pip install 'symgrad[gpu]' for the CUDA 12 wheel cupy-cuda12x, "
+    "or 'symgrad[gpu-cuda11]' for cupy-cuda11x; neither needs a CUDA toolkit)"
+)
 _MAX_SEED = 2**32 - 1  # numpy's legacy seeding accepts [0, 2**32)
 
 _seed_key = pytest.StashKey[int]()
@@ -91,9 +93,14 @@ def pytest_addoption(parser, pluginmanager):
         if alias != name and pluginmanager.get_plugin(alias) is None:
             pluginmanager.set_blocked(alias)
     group = parser.getgroup("symgrad", "symgrad gradient checkers")
-    group.addoption(SEED_OPTION, dest="symgrad_seed", default=None, metavar="N",
-                    help=f"seed of the rng fixture and of with_seed tests (default: ${SEED_ENV}, else a random seed "
-                         "per test, printed when the test fails)")
+    group.addoption(
+        SEED_OPTION,
+        dest="symgrad_seed",
+        default=None,
+        metavar="N",
+        help=f"seed of the rng fixture and of with_seed tests (default: ${SEED_ENV}, else a random seed "
+        "per test, printed when the test fails)",
+    )
 
 
 def pytest_configure(config):
@@ -258,6 +265,4 @@ def pytest_runtest_makereport(item, call):
     report = outcome.get_result()
     seed = item.stash.get(_seed_key, None)
     if seed is not None and report.failed:
-        report.sections.append(
-            ("symgrad seed", f"symgrad seed: {seed} (reproduce with {SEED_OPTION}={seed})")
-        )
+        report.sections.append(("symgrad seed", f"symgrad seed: {seed} (reproduce with {SEED_OPTION}={seed})"))

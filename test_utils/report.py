@@ -15,8 +15,16 @@ from typing import Any
 from .frames import hide_from_pytest
 from .seed import REPRODUCE_MARK, current_seed, reproduction, reproduction_line
 
-__all__ = ["Report", "GradientCheckError", "NondifferentiableError", "format_table", "Kink",
-           "NondifferentiablePointWarning", "format_index", "with_reproduction"]
+__all__ = [
+    "Report",
+    "GradientCheckError",
+    "NondifferentiableError",
+    "format_table",
+    "Kink",
+    "NondifferentiablePointWarning",
+    "format_index",
+    "with_reproduction",
+]
 
 
 class NondifferentiablePointWarning(UserWarning):
@@ -46,9 +54,12 @@ class Kink:
 
     def describe(self, arg: str | None = None) -> str:
         name = self.arg if arg is None else arg
-        return (f"non-differentiable point at {name}[{format_index(self.index)}] = {self.value:.6g} (left derivative "
-                f"{self.left:.6g}, right derivative {self.right:.6g}"
-                + ("" if self.analytic is None else f", analytic {self.analytic:.6g}") + ")")
+        return (
+            f"non-differentiable point at {name}[{format_index(self.index)}] = {self.value:.6g} (left derivative "
+            f"{self.left:.6g}, right derivative {self.right:.6g}"
+            + ("" if self.analytic is None else f", analytic {self.analytic:.6g}")
+            + ")"
+        )
 
     def __str__(self):
         return self.describe()
@@ -219,8 +230,18 @@ class NondifferentiableError(ValueError):
         self.seed = _seed()
         self.reproduce = reproduction(self.seed)
         super().__init__(with_reproduction(message, self.seed))
-        for k in ("arg_name", "index", "value", "output_index", "output_element", "eps", "left", "right",
-                  "residual", "threshold"):
+        for k in (
+            "arg_name",
+            "index",
+            "value",
+            "output_index",
+            "output_element",
+            "eps",
+            "left",
+            "right",
+            "residual",
+            "threshold",
+        ):
             setattr(self, k, facts.pop(k, None))
         self.offsets = facts.pop("offsets", ())
         self.samples = facts.pop("samples", ())

@@ -76,8 +76,10 @@ class Recipe:
 def check_pool(executor, who):
     """``executor`` when it can ``submit(fn, *args)`` (a ``concurrent.futures.Executor``), else TypeError."""
     if not callable(getattr(executor, "submit", None)):
-        raise TypeError(f"{who}: executor must be a concurrent.futures.Executor (a ProcessPoolExecutor, a Dask "
-                        f"client's get_executor(), ...: something with submit()), got {type(executor).__name__}")
+        raise TypeError(
+            f"{who}: executor must be a concurrent.futures.Executor (a ProcessPoolExecutor, a Dask "
+            f"client's get_executor(), ...: something with submit()), got {type(executor).__name__}"
+        )
     return executor
 
 
@@ -120,8 +122,7 @@ class Spread:
 
     def _job(self, probe, h):
         if not isinstance(probe, ElementProbe):
-            raise TypeError(f"{self.who}: only element probes are spread over an executor, got "
-                            f"{type(probe).__name__}")
+            raise TypeError(f"{self.who}: only element probes are spread over an executor, got {type(probe).__name__}")
         return probe.name, probe.index, h
 
     def _payload(self, array) -> bytes:

@@ -27,8 +27,17 @@ import numpy as np
 
 from .frames import hide_from_pytest
 
-__all__ = ["with_seed", "current_seed", "check_seed", "seeded_check", "reproduction", "reproduction_line",
-           "SEED_ENV", "COUNT_ENV", "REPRODUCE_MARK"]
+__all__ = [
+    "with_seed",
+    "current_seed",
+    "check_seed",
+    "seeded_check",
+    "reproduction",
+    "reproduction_line",
+    "SEED_ENV",
+    "COUNT_ENV",
+    "REPRODUCE_MARK",
+]
 
 __tracebackhide__ = hide_from_pytest  # a failed check run under with_seed shows its report, not these frames
 
@@ -121,6 +130,7 @@ def check_seed() -> Iterator[int]:
 
 def seeded_check(fn: Callable[_P, _R]) -> Callable[_P, _R]:
     """Decorator: run the checker ``fn`` inside ``check_seed()`` (its signature is kept)."""
+
     @functools.wraps(fn)
     def wrapper(*args: _P.args, **kwargs: _P.kwargs) -> _R:
         with check_seed():
@@ -180,8 +190,9 @@ def with_seed(seed: int | np.integer[Any] | Callable[..., Any] | None = None) ->
                     is_check_error = hasattr(exc, "names") and hasattr(exc, "worst")  # a GradientCheckError
                     if is_check_error:
                         exc.seed = this
-                    if hasattr(exc, "add_note") and not (is_check_error and REPRODUCE_MARK in str(exc)
-                                                         and f"seed {this} " in str(exc)):
+                    if hasattr(exc, "add_note") and not (
+                        is_check_error and REPRODUCE_MARK in str(exc) and f"seed {this} " in str(exc)
+                    ):
                         exc.add_note(note)
                     raise
                 finally:

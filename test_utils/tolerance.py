@@ -53,7 +53,10 @@ def default_dtype() -> type[np.float32]:
 def default_rtols() -> dict[np.dtype[Any], float]:
     """Relative tolerance per dtype (MXNet 1.9): float16 1e-2, float32 1e-4, float64 1e-5, integers 0."""
     table: dict[np.dtype[Any], float] = {
-        np.dtype(np.float16): 1e-2, np.dtype(np.float32): 1e-4, np.dtype(np.float64): 1e-5}
+        np.dtype(np.float16): 1e-2,
+        np.dtype(np.float32): 1e-4,
+        np.dtype(np.float64): 1e-5,
+    }
     table.update({np.dtype(t): 0 for t in _INT_TYPES})
     return table
 
@@ -61,7 +64,10 @@ def default_rtols() -> dict[np.dtype[Any], float]:
 def default_atols() -> dict[np.dtype[Any], float]:
     """Absolute tolerance per dtype (MXNet 1.9): float16 1e-1, float32 1e-3, float64 1e-20, integers 0."""
     table: dict[np.dtype[Any], float] = {
-        np.dtype(np.float16): 1e-1, np.dtype(np.float32): 1e-3, np.dtype(np.float64): 1e-20}
+        np.dtype(np.float16): 1e-1,
+        np.dtype(np.float32): 1e-3,
+        np.dtype(np.float64): 1e-20,
+    }
     table.update({np.dtype(t): 0 for t in _INT_TYPES})
     return table
 
@@ -161,6 +167,7 @@ def get_atol(atol: Tolerance = None, dtype: DTypeLike = np.float64) -> Real:
 #: safety factor of the numeric-noise estimate (rounding in the forward ops, not only in the final sum);
 #: 1 already removed every false failure of 900 random float64 checks (6 ops x 150 seeds), 0 left one
 NOISE_FACTOR = 4.0
+
 
 def numeric_noise(magnitude, widths, numeric_dtype=np.float64) -> np.ndarray:
     """Estimated rounding noise of a difference quotient: ``NOISE_FACTOR * eps * |f| / width``."""

@@ -70,11 +70,22 @@ __all__ = ["gradcheck", "gradgradcheck"]
 
 
 @seeded_check
-def gradcheck(func: Callable[..., Symbol | Sequence[Symbol]], inputs: np.ndarray | Sequence[Any], *,
-              eps: float | None = 1e-6, atol: float = 1e-5, rtol: float = 1e-3, raise_exception: bool = True,
-              nondet_tol: float = 0.0, check_undefined_grad: bool = True, fast_mode: bool = False,
-              float64_reference: bool = True, progress: bool = True, executor: Executor | None = None,
-              probes: bool | None = None) -> bool:
+def gradcheck(
+    func: Callable[..., Symbol | Sequence[Symbol]],
+    inputs: np.ndarray | Sequence[Any],
+    *,
+    eps: float | None = 1e-6,
+    atol: float = 1e-5,
+    rtol: float = 1e-3,
+    raise_exception: bool = True,
+    nondet_tol: float = 0.0,
+    check_undefined_grad: bool = True,
+    fast_mode: bool = False,
+    float64_reference: bool = True,
+    progress: bool = True,
+    executor: Executor | None = None,
+    probes: bool | None = None,
+) -> bool:
     """Check the gradients of ``func`` at ``inputs`` against finite differences (PyTorch's ``gradcheck``).
 
     Args:
@@ -115,8 +126,22 @@ def gradcheck(func: Callable[..., Symbol | Sequence[Symbol]], inputs: np.ndarray
     """
     check_flag(raise_exception, "gradcheck", "raise_exception")
     try:
-        return _gradcheck("gradcheck", func, inputs, None, eps, atol, rtol, nondet_tol, check_undefined_grad,
-                          fast_mode, float64_reference, progress, executor=executor, probes=probes)
+        return _gradcheck(
+            "gradcheck",
+            func,
+            inputs,
+            None,
+            eps,
+            atol,
+            rtol,
+            nondet_tol,
+            check_undefined_grad,
+            fast_mode,
+            float64_reference,
+            progress,
+            executor=executor,
+            probes=probes,
+        )
     except GradientCheckError:
         if raise_exception:
             raise
@@ -124,12 +149,23 @@ def gradcheck(func: Callable[..., Symbol | Sequence[Symbol]], inputs: np.ndarray
 
 
 @seeded_check
-def gradgradcheck(func: Callable[..., Symbol | Sequence[Symbol]], inputs: np.ndarray | Sequence[Any],
-                  grad_outputs: np.ndarray | Sequence[np.ndarray] | None = None, *, eps: float | None = 1e-6,
-                  atol: float = 1e-5, rtol: float = 1e-3, gen_non_contig_grad_outputs: bool = False,
-                  raise_exception: bool = True, nondet_tol: float = 0.0, check_undefined_grad: bool = True,
-                  fast_mode: bool = False, float64_reference: bool = True, progress: bool = True,
-                  executor: Executor | None = None) -> bool:
+def gradgradcheck(
+    func: Callable[..., Symbol | Sequence[Symbol]],
+    inputs: np.ndarray | Sequence[Any],
+    grad_outputs: np.ndarray | Sequence[np.ndarray] | None = None,
+    *,
+    eps: float | None = 1e-6,
+    atol: float = 1e-5,
+    rtol: float = 1e-3,
+    gen_non_contig_grad_outputs: bool = False,
+    raise_exception: bool = True,
+    nondet_tol: float = 0.0,
+    check_undefined_grad: bool = True,
+    fast_mode: bool = False,
+    float64_reference: bool = True,
+    progress: bool = True,
+    executor: Executor | None = None,
+) -> bool:
     """Check the second-order gradients of ``func`` (PyTorch's ``gradgradcheck``).
 
     ``gradcheck`` is applied to the vector-Jacobian product ``(inputs, grad_outputs) -> symgrad.grad(
@@ -144,25 +180,37 @@ def gradgradcheck(func: Callable[..., Symbol | Sequence[Symbol]], inputs: np.nda
     True
     """
     who = "gradgradcheck"
-    _check_options(who, func, eps, atol, rtol, nondet_tol,
-                   {"gen_non_contig_grad_outputs": gen_non_contig_grad_outputs, "raise_exception": raise_exception})
+    _check_options(
+        who,
+        func,
+        eps,
+        atol,
+        rtol,
+        nondet_tol,
+        {"gen_non_contig_grad_outputs": gen_non_contig_grad_outputs, "raise_exception": raise_exception},
+    )
     try:
         tupled = as_tuple(inputs)
         names = _names(tupled, "input")
         probe = FuncGraph(who, func, _entries(tupled, names), {}, allow_params=False)
         diff_out = [k for k, dt in enumerate(probe.out_dtypes) if dt.kind == "f"]
         if grad_outputs is None:
-            gos = tuple(_random_grad(probe.out_shapes[k], probe.out_dtypes[k], gen_non_contig_grad_outputs)
-                        for k in diff_out)
+            gos = tuple(
+                _random_grad(probe.out_shapes[k], probe.out_dtypes[k], gen_non_contig_grad_outputs) for k in diff_out
+            )
         else:
             gos = as_tuple(grad_outputs)
             if len(gos) != len(diff_out):
-                raise ValueError(f"{who}: {len(gos)} grad_outputs for {len(diff_out)} differentiable outputs "
-                                 f"{[probe.out_names[k] for k in diff_out]}")
+                raise ValueError(
+                    f"{who}: {len(gos)} grad_outputs for {len(diff_out)} differentiable outputs "
+                    f"{[probe.out_names[k] for k in diff_out]}"
+                )
             for g, k in zip(gos, diff_out):
                 if tuple(np.shape(g)) != probe.out_shapes[k]:
-                    raise ValueError(f"{who}: grad_output for {probe.out_names[k]!r} has shape {tuple(np.shape(g))}, "
-                                     f"expected {probe.out_shapes[k]}")
+                    raise ValueError(
+                        f"{who}: grad_output for {probe.out_names[k]!r} has shape {tuple(np.shape(g))}, "
+                        f"expected {probe.out_shapes[k]}"
+                    )
         n_in = len(tupled)
         diff_in = [i for i, v in enumerate(tupled) if array_context(v) is not None and np.dtype(v.dtype).kind == "f"]
 
@@ -175,10 +223,23 @@ def gradgradcheck(func: Callable[..., Symbol | Sequence[Symbol]], inputs: np.nda
             return tuple(gs)
 
         go_names = [f"grad_output{k}" for k in range(len(gos))]
-        return _gradcheck(who, vjp, tupled + tuple(gos), names + go_names, eps, atol, rtol, nondet_tol,
-                          check_undefined_grad, fast_mode, float64_reference, progress, executor=executor,
-                          wrap="second order: the backward of the vector-Jacobian product (inputs, grad_outputs) -> "
-                               "grad(outputs, inputs, grad_outputs) disagrees with its finite differences")
+        return _gradcheck(
+            who,
+            vjp,
+            tupled + tuple(gos),
+            names + go_names,
+            eps,
+            atol,
+            rtol,
+            nondet_tol,
+            check_undefined_grad,
+            fast_mode,
+            float64_reference,
+            progress,
+            executor=executor,
+            wrap="second order: the backward of the vector-Jacobian product (inputs, grad_outputs) -> "
+            "grad(outputs, inputs, grad_outputs) disagrees with its finite differences",
+        )
     except GradientCheckError:
         if raise_exception:
             raise
@@ -252,21 +313,44 @@ def _validate(who, func, inputs, names, eps, atol, rtol, nondet_tol, flags=None)
     graph = FuncGraph(who, func, _entries(tupled, names), {}, allow_params=False)
     if any(graph.loss_heads):
         heads = [n for n, loss in zip(graph.out_names, graph.loss_heads) if loss]
-        raise NotImplementedError(f"{who}: outputs {heads} come from loss heads, whose backward ignores the head "
-                                  "gradient, so they have no Jacobian to check; use check_numeric_gradient or "
-                                  "check_backward(y_grad=None)")
+        raise NotImplementedError(
+            f"{who}: outputs {heads} come from loss heads, whose backward ignores the head "
+            "gradient, so they have no Jacobian to check; use check_numeric_gradient or "
+            "check_backward(y_grad=None)"
+        )
     diff = [n for n, v in zip(names, tupled) if array_context(v) is not None and np.dtype(v.dtype).kind == "f"]
     if not diff:
         dtypes = [getattr(v, "dtype", type(v).__name__) for v in tupled]
-        raise ValueError(f"{who} expects at least one float input array to check (PyTorch: requires_grad=True); "
-                         f"the inputs have dtypes {dtypes}")
+        raise ValueError(
+            f"{who} expects at least one float input array to check (PyTorch: requires_grad=True); "
+            f"the inputs have dtypes {dtypes}"
+        )
     return graph, diff
 
 
-def _gradcheck(who, func, inputs, names, eps, atol, rtol, nondet_tol, check_undefined_grad, fast_mode,
-               float64_reference, progress=True, wrap=None, executor=None, probes=False):
-    flags = {"check_undefined_grad": check_undefined_grad, "fast_mode": fast_mode,
-             "float64_reference": float64_reference, "progress": progress}
+def _gradcheck(
+    who,
+    func,
+    inputs,
+    names,
+    eps,
+    atol,
+    rtol,
+    nondet_tol,
+    check_undefined_grad,
+    fast_mode,
+    float64_reference,
+    progress=True,
+    wrap=None,
+    executor=None,
+    probes=False,
+):
+    flags = {
+        "check_undefined_grad": check_undefined_grad,
+        "fast_mode": fast_mode,
+        "float64_reference": float64_reference,
+        "progress": progress,
+    }
     if executor is not None:
         check_pool(executor, who)
     graph, diff = _validate(who, func, inputs, names, eps, atol, rtol, nondet_tol, flags)
@@ -278,14 +362,22 @@ def _gradcheck(who, func, inputs, names, eps, atol, rtol, nondet_tol, check_unde
     kinks = None
     while True:
         ref = Reference(graph, ndtype, graph.weights([None] * len(graph.out_shapes)), progress, executor)
-        check_step(eps, ref.dtype, ref.dtype, who, " PyTorch's default eps=1e-6 is meant for float64 differences: "
-                   "keep float64_reference=True (the default), or give a larger eps (or eps=None for a step per "
-                   "element).")
+        check_step(
+            eps,
+            ref.dtype,
+            ref.dtype,
+            who,
+            " PyTorch's default eps=1e-6 is meant for float64 differences: "
+            "keep float64_reference=True (the default), or give a larger eps (or eps=None for a step per "
+            "element).",
+        )
         kinks = kinks or KinkRedraws(who, graph, ref.dtype)
         under_test = ", ".join(sorted({np.dtype(graph.values[n].dtype).name for n in used} or {"-"}))
         eps_desc = f"{eps:g} (x +- eps)" if eps is not None else f"per element, {ref.step_description}"
-        context = [f"dtype under test {under_test}, numeric reference in {ref.dtype.name}"
-                   f"{'' if float64_reference else ' (float64_reference=False)'}, forward is_train=True"]
+        context = [
+            f"dtype under test {under_test}, numeric reference in {ref.dtype.name}"
+            f"{'' if float64_reference else ' (float64_reference=False)'}, forward is_train=True"
+        ]
         if wrap:
             context.append(wrap)
         check = _Check(who, graph, ref, used, eps, eps_desc, rtol, atol, nondet_tol, context, kinks)
@@ -330,8 +422,10 @@ class _Check:
 
     def _heads(self, k=None, value=None):
         """Head gradients: zeros everywhere, ``value`` on output ``k``."""
-        heads = [np.zeros(s, dt if dt.kind == "f" else np.float64)
-                 for s, dt in zip(self.graph.out_shapes, self.graph.out_dtypes)]
+        heads = [
+            np.zeros(s, dt if dt.kind == "f" else np.float64)
+            for s, dt in zip(self.graph.out_shapes, self.graph.out_dtypes)
+        ]
         if k is not None:
             heads[k] = np.asarray(value).reshape(self.graph.out_shapes[k]).astype(heads[k].dtype)
         return heads
@@ -361,14 +455,28 @@ class _Check:
             try:
                 # NaN in the same places both times is deterministic: the NaN itself is judged against the numeric
                 # side (a NaN gradient where the function is finite), not called non-reentrant
-                compare(second[n], first[n], 0.0, self.nondet_tol, check=self.who, arg_name=n, equal_nan=True,
-                        names=("backward 2", "backward 1"),
-                        what=(f"backward is not reentrant: running backward twice with the same input and head "
-                              f"gradient of {self._oname(k)} gives different gradients of {n!r} (the tolerance for "
-                              f"nondeterminism, nondet_tol, is {self.nondet_tol:g})"),
-                        extra_lines=["a backward that draws random numbers, reads uninitialised memory or "
-                                     "accumulates in a non-deterministic order; raise nondet_tol if that is "
-                                     "intended"], broadcast=False, facts={"output_index": k})
+                compare(
+                    second[n],
+                    first[n],
+                    0.0,
+                    self.nondet_tol,
+                    check=self.who,
+                    arg_name=n,
+                    equal_nan=True,
+                    names=("backward 2", "backward 1"),
+                    what=(
+                        f"backward is not reentrant: running backward twice with the same input and head "
+                        f"gradient of {self._oname(k)} gives different gradients of {n!r} (the tolerance for "
+                        f"nondeterminism, nondet_tol, is {self.nondet_tol:g})"
+                    ),
+                    extra_lines=[
+                        "a backward that draws random numbers, reads uninitialised memory or "
+                        "accumulates in a non-deterministic order; raise nondet_tol if that is "
+                        "intended"
+                    ],
+                    broadcast=False,
+                    facts={"output_index": k},
+                )
             except GradientCheckError as err:
                 err.diagnosis = err.diagnosis or "non-deterministic backward"
                 raise
@@ -411,13 +519,25 @@ class _Check:
                 a, num = rows[0][n], numeric[n][k]
                 n_noise = numeric_noise(1.0, widths[n], self.ref.dtype)[None, :] * np.abs(base[k]).reshape(-1, 1)
                 try:
-                    compare(a, num, self.rtol, self.atol, check=self.who, arg_name=n, names=("analytic", "numeric"),
-                            what=f"Jacobian mismatch for {self._oname(k)} with respect to {self._iname(n)}",
-                            eps=self.eps_desc, noise=n_noise, analytic_noise=a_noise[n],
-                            noise_dtype=self.graph.values[n].dtype, broadcast=False, max_rows=5,
-                            exclude=np.broadcast_to(self._excluded_mask(n).ravel()[None, :], a.shape),
-                            extra_lines=self.context + ["Jacobian entries: index = (output element, input element), "
-                                                        "both flattened"])
+                    compare(
+                        a,
+                        num,
+                        self.rtol,
+                        self.atol,
+                        check=self.who,
+                        arg_name=n,
+                        names=("analytic", "numeric"),
+                        what=f"Jacobian mismatch for {self._oname(k)} with respect to {self._iname(n)}",
+                        eps=self.eps_desc,
+                        noise=n_noise,
+                        analytic_noise=a_noise[n],
+                        noise_dtype=self.graph.values[n].dtype,
+                        broadcast=False,
+                        max_rows=5,
+                        exclude=np.broadcast_to(self._excluded_mask(n).ravel()[None, :], a.shape),
+                        extra_lines=self.context
+                        + ["Jacobian entries: index = (output element, input element), both flattened"],
+                    )
                 except GradientCheckError as err:
                     raise self._jacobian_failure(err, exe, bufs, k, n, a, num) from None
 
@@ -441,13 +561,24 @@ class _Check:
         report = err.report
         primary = err
         if gerr is not None:
-            report.children.append((f"as a gradient: sum(u * {self.graph.out_names[k]}) w.r.t. {n!r}, u uniform in "
-                                    f"[0.5, 1.5), in the input's shape (central differences "
-                                    f"{self.ref.step_description}):", gerr.report))
+            report.children.append(
+                (
+                    f"as a gradient: sum(u * {self.graph.out_names[k]}) w.r.t. {n!r}, u uniform in "
+                    f"[0.5, 1.5), in the input's shape (central differences "
+                    f"{self.ref.step_description}):",
+                    gerr.report,
+                )
+            )
             primary = gerr
         facts = primary.facts()
-        facts.update(check=self.who, output_index=k, input_index=self.graph.input_names.index(n),
-                     jacobian_analytic=a, jacobian_numeric=num, jacobian_mismatch_fraction=err.mismatch_fraction)
+        facts.update(
+            check=self.who,
+            output_index=k,
+            input_index=self.graph.input_names.index(n),
+            jacobian_analytic=a,
+            jacobian_numeric=num,
+            jacobian_mismatch_fraction=err.mismatch_fraction,
+        )
         return GradientCheckError(report, **facts)
 
     # -- fast mode -------------------------------------------------------------------------------------
@@ -465,8 +596,9 @@ class _Check:
             weights[k] = u.reshape(self.graph.out_shapes[k])
             f_noise = self.ref.evaluation_noise(weights)
             dtype = max((self.graph.values[n].dtype for n in self.used), key=lambda d: np.finfo(d).eps)
-            _, a_noise = analytic_noise(self.graph.sym, self.graph.values, self.graph.aux, heads, self.used, dtype,
-                                        actual=first)
+            _, a_noise = analytic_noise(
+                self.graph.sym, self.graph.values, self.graph.aux, heads, self.used, dtype, actual=first
+            )
             for n in self.used:
                 g = first[n]
                 analytic = float(np.sum(g.astype(np.float64) * v[n]))
@@ -474,56 +606,95 @@ class _Check:
                 noise = f_noise / width + float(np.sum(a_noise[n] * np.abs(v[n])))
                 atol = self.atol * fast_atol_scale(u, v[n])
                 try:
-                    compare(analytic, numeric, self.rtol, atol, check=self.who, arg_name=n,
-                            names=("analytic u^T J v", "numeric u^T J v"),
-                            what=f"Jacobian mismatch for {self._oname(k)} with respect to {self._iname(n)} (fast mode)",
-                            eps=self.eps_desc, noise=noise, extra_lines=self.context)
+                    compare(
+                        analytic,
+                        numeric,
+                        self.rtol,
+                        atol,
+                        check=self.who,
+                        arg_name=n,
+                        names=("analytic u^T J v", "numeric u^T J v"),
+                        what=f"Jacobian mismatch for {self._oname(k)} with respect to {self._iname(n)} (fast mode)",
+                        eps=self.eps_desc,
+                        noise=noise,
+                        extra_lines=self.context,
+                    )
                 except GradientCheckError as err:
                     raise self._fast_failure(err, exe, bufs, k, n, u, analytic, numeric, atol) from None
 
     def _fast_failure(self, err, exe, bufs, k, n, u, analytic, numeric, atol):
         primary, _ = self._gradient_view(exe, bufs, k, n, u)
-        report = Report(self.who, f"Jacobian mismatch for {self._oname(k)} with respect to {self._iname(n)} "
-                        "(fast mode)")
+        report = Report(
+            self.who, f"Jacobian mismatch for {self._oname(k)} with respect to {self._iname(n)} (fast mode)"
+        )
         report.summary += [
-            f"numerical: {numeric:.10g}", f"analytical: {analytic:.10g}",
+            f"numerical: {numeric:.10g}",
+            f"analytical: {analytic:.10g}",
             f"|error| = {abs(analytic - numeric):.3g}, allowed atol * min(sum|u| sum|v|, 16 |u| |v|) + rtol * "
             f"|numerical| = {atol + self.rtol * abs(numeric):.3g} (atol={self.atol:.3g}, rtol={self.rtol:.3g}, "
             f"eps={self.eps_desc})",
             "the quantities above are u^T J v for random unit vectors u (over the output) and v (over the input) "
-            "-- fast mode; rerun with fast_mode=False for the full Jacobians"]
+            "-- fast mode; rerun with fast_mode=False for the full Jacobians",
+        ]
         report.context += self.context
         size = self.graph.values[n].size
         if primary is not None:
-            report.children.append((f"per-element check of {n!r} (gradient of sum(u * {self.graph.out_names[k]}), "
-                                    f"central differences {self.ref.step_description}):", primary.report))
+            report.children.append(
+                (
+                    f"per-element check of {n!r} (gradient of sum(u * {self.graph.out_names[k]}), "
+                    f"central differences {self.ref.step_description}):",
+                    primary.report,
+                )
+            )
         elif size > MAX_LOCALISE:
             report.notes.append(f"{n!r} has {size} elements (> {MAX_LOCALISE}): no per-element comparison")
         else:
-            report.notes.append(f"the per-element comparison of {n!r} passes: the error is too small to show per "
-                                "element")
+            report.notes.append(
+                f"the per-element comparison of {n!r} passes: the error is too small to show per element"
+            )
         facts = (primary or err).facts()
-        facts.update(check=self.who, output_index=k, input_index=self.graph.input_names.index(n),
-                     fast=(analytic, numeric))
+        facts.update(
+            check=self.who, output_index=k, input_index=self.graph.input_names.index(n), fast=(analytic, numeric)
+        )
         return GradientCheckError(report, **facts)
 
     # -- other checks ----------------------------------------------------------------------------------
     def undefined_grad(self, exe, bufs):
         grads = self.graph.vjp(exe, bufs, self._heads())
         for n in self.used:
-            compare(grads[n], np.zeros_like(grads[n]), 0.0, 0.0, check=self.who, arg_name=n,
-                    names=("backward", "expected"), broadcast=False,
-                    what=(f"expected all input grads to be undefined or zero when all output grads are undefined or "
-                          f"zero (check_undefined_grad): the gradient of {n!r} is not zero for zero head gradients"),
-                    extra_lines=["the backward adds a term that does not scale with the head gradient (a constant, "
-                                 "a regulariser, a stale buffer)"])
+            compare(
+                grads[n],
+                np.zeros_like(grads[n]),
+                0.0,
+                0.0,
+                check=self.who,
+                arg_name=n,
+                names=("backward", "expected"),
+                broadcast=False,
+                what=(
+                    f"expected all input grads to be undefined or zero when all output grads are undefined or "
+                    f"zero (check_undefined_grad): the gradient of {n!r} is not zero for zero head gradients"
+                ),
+                extra_lines=[
+                    "the backward adds a term that does not scale with the head gradient (a constant, "
+                    "a regulariser, a stale buffer)"
+                ],
+            )
 
     def numeric_is_zero(self):
         """No float output: the numeric Jacobian must vanish (PyTorch's check for non-differentiable outputs)."""
         for n in self.used:
             blocks, _ = self.ref.jacobian(n, self._steps(n))
             for k, b in enumerate(blocks):
-                compare(b, np.zeros_like(b), 0.0, 0.0, check=self.who, arg_name=n, names=("numeric", "expected"),
-                        broadcast=False,
-                        what=f"numerical gradient of {self._oname(k)} w.r.t. {n!r} expected to be zero "
-                             "(func has no float output)")
+                compare(
+                    b,
+                    np.zeros_like(b),
+                    0.0,
+                    0.0,
+                    check=self.who,
+                    arg_name=n,
+                    names=("numeric", "expected"),
+                    broadcast=False,
+                    what=f"numerical gradient of {self._oname(k)} w.r.t. {n!r} expected to be zero "
+                    "(func has no float output)",
+                )

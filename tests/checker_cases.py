@@ -30,8 +30,15 @@ from symgrad.test_utils.report import NondifferentiablePointWarning
 S = sg.sym
 
 #: every checker, PyTorch / Chainer / MXNet style (check_consistency: float32 against float64)
-CHECKERS = ("check_numeric_gradient", "check_backward", "check_double_backward", "gradcheck",
-            "gradcheck(fast_mode)", "gradgradcheck", "check_consistency")
+CHECKERS = (
+    "check_numeric_gradient",
+    "check_backward",
+    "check_double_backward",
+    "gradcheck",
+    "gradcheck(fast_mode)",
+    "gradgradcheck",
+    "check_consistency",
+)
 #: checkers of second-order gradients
 SECOND_ORDER = ("check_double_backward", "gradgradcheck")
 #: per-element / full-Jacobian checkers (every element compared); the others compare one direction
@@ -98,8 +105,11 @@ def kink_cases(rng, dtype=np.float64):
     p[0, 0, 0, 0] = p[0, 0, 1, 1] = p[0, 0, :2, :2].max() + 0.5  # a tie in the top-left window
     p[0, 0, 2, 3] = p[0, 0, 3, 2] = p[0, 0, 2:, 2:].max() + 0.5  # and in the bottom-right one
     cases["Pooling(max) (ties)"] = (
-        lambda x: S.Pooling(x, kernel=(2, 2), stride=(2, 2), pool_type="max"), (p,),
-        {0: [(0, 0, 0, 0), (0, 0, 1, 1), (0, 0, 2, 3), (0, 0, 3, 2)]}, True)
+        lambda x: S.Pooling(x, kernel=(2, 2), stride=(2, 2), pool_type="max"),
+        (p,),
+        {0: [(0, 0, 0, 0), (0, 0, 1, 1), (0, 0, 2, 3), (0, 0, 3, 2)]},
+        True,
+    )
     return {k: (f, tuple(np.asarray(x).astype(dtype) for x in xs), kk, w) for k, (f, xs, kk, w) in cases.items()}
 
 
@@ -118,17 +128,27 @@ def zero_grad_cases(rng, dtype=np.float32):
     x = rng.standard_normal((1, 2, 2))
     c = rng.standard_normal((1, 2, 1))
     g, b = rng.uniform(0.5, 1.5, 2), rng.standard_normal(2)
-    cases["InstanceNorm(x - c) wrt c"] = (lambda x, c, g, b: S.InstanceNorm(S.broadcast_sub(x, c), g, b),
-                                          (x, c, g, b), 1)
+    cases["InstanceNorm(x - c) wrt c"] = (
+        lambda x, c, g, b: S.InstanceNorm(S.broadcast_sub(x, c), g, b),
+        (x, c, g, b),
+        1,
+    )
     x = rng.standard_normal((3, 6)) * 4.0 + 10.0  # a large mean: the centring cancels
-    cases["sum(x - mean(x)) wrt x"] = (lambda x: S.sum(S.broadcast_sub(x, S.mean(x, axis=1, keepdims=True)), axis=1),
-                                       (x,), 0)
+    cases["sum(x - mean(x)) wrt x"] = (
+        lambda x: S.sum(S.broadcast_sub(x, S.mean(x, axis=1, keepdims=True)), axis=1),
+        (x,),
+        0,
+    )
     x = rng.standard_normal((6, 3))
     g1, b1 = rng.uniform(0.5, 1.5, 3), rng.standard_normal(3) * 3.0
     g2, b2 = rng.uniform(0.5, 1.5, 3), rng.standard_normal(3)
     cases["BatchNorm(BatchNorm(x)) wrt the first beta"] = (
-        lambda x, g1, b1, g2, b2: S.BatchNorm(S.BatchNorm(x, g1, b1, fix_gamma=False, name="bn1"), g2, b2,
-                                              fix_gamma=False, name="bn2"), (x, g1, b1, g2, b2), 2)
+        lambda x, g1, b1, g2, b2: S.BatchNorm(
+            S.BatchNorm(x, g1, b1, fix_gamma=False, name="bn1"), g2, b2, fix_gamma=False, name="bn2"
+        ),
+        (x, g1, b1, g2, b2),
+        2,
+    )
     x = rng.standard_normal((4, 5))
     s = rng.standard_normal((4, 1)) * 5.0
     cases["softmax(x + s) wrt s"] = (lambda x, s: S.softmax(S.broadcast_add(x, s), axis=-1), (x, s), 1)
@@ -278,14 +298,18 @@ def run_checker(checker, func, inputs, dtype=None):
             sym = func(*[S.Variable(f"x{i}") for i in range(len(inputs))])
             tu.check_numeric_gradient(sym, [np.asarray(v) for v in inputs], dtype=dtype)
         elif checker in ("check_backward", "check_double_backward"):
-            gy = tuple((gr.uniform(0.5, 1.5, s) * np.where(gr.rand(*s) < 0.5, -1, 1)).astype(dtype)
-                       for s in _shapes(func, inputs))
+            gy = tuple(
+                (gr.uniform(0.5, 1.5, s) * np.where(gr.rand(*s) < 0.5, -1, 1)).astype(dtype)
+                for s in _shapes(func, inputs)
+            )
             gy = gy[0] if len(gy) == 1 else gy
             if checker == "check_backward":
                 tu.check_backward(func, tuple(inputs), gy)
             else:
-                ggx = tuple((gr.uniform(0.5, 1.5, v.shape) * np.where(gr.rand(*v.shape) < 0.5, -1, 1)).astype(dtype)
-                            for v in inputs)
+                ggx = tuple(
+                    (gr.uniform(0.5, 1.5, v.shape) * np.where(gr.rand(*v.shape) < 0.5, -1, 1)).astype(dtype)
+                    for v in inputs
+                )
                 tu.check_double_backward(func, tuple(inputs), gy, ggx)
         elif checker == "gradcheck":
             tu.gradcheck(func, tuple(inputs))
@@ -297,12 +321,16 @@ def run_checker(checker, func, inputs, dtype=None):
             names = [f"x{i}" for i in range(len(inputs))]
             sym = func(*[S.Variable(n) for n in names])
             shapes = {n: v.shape for n, v in zip(names, inputs)}
-            entries = [{"ctx": sg.cpu(0), **shapes, "type_dict": {n: dt for n in names}}
-                       for dt in (np.float64, np.float32)]
+            entries = [
+                {"ctx": sg.cpu(0), **shapes, "type_dict": {n: dt for n in names}} for dt in (np.float64, np.float32)
+            ]
             params = {n: np.asarray(v, np.float64) for n, v in zip(names, inputs)}
             aux = sym.list_auxiliary_states()
-            aux_params = {a: (np.ones if a.endswith("var") else np.zeros)(s)
-                          for a, s in zip(aux, sym.infer_shape(**shapes)[2])} if aux else None
+            aux_params = (
+                {a: (np.ones if a.endswith("var") else np.zeros)(s) for a, s in zip(aux, sym.infer_shape(**shapes)[2])}
+                if aux
+                else None
+            )
             tu.check_consistency(sym, entries, arg_params=params, aux_params=aux_params)
         else:
             raise ValueError(f"unknown checker {checker!r}")

@@ -17,9 +17,11 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 CHECKOUT = os.path.dirname(HERE)
 MAKE_SCRIPT = os.path.join(HERE, "fixtures", "make_gluon_exports.py")
 EXPORTS_DIR = os.environ.get("SYMGRAD_GLUON_EXPORTS") or os.path.join(
-    os.path.expanduser("~"), ".cache", "symgrad", "gluon-exports")
+    os.path.expanduser("~"), ".cache", "symgrad", "gluon-exports"
+)
 MXNET_PYTHON = os.environ.get("SYMGRAD_MXNET_PYTHON") or os.path.normpath(
-    os.path.join(CHECKOUT, "..", "mxvenv", "bin", "python"))
+    os.path.join(CHECKOUT, "..", "mxvenv", "bin", "python")
+)
 
 _checked = {}  # (path, size, mtime) -> sha256, so each file is hashed once per process
 
@@ -68,8 +70,10 @@ def export_path(name):
     if not (os.path.isfile(MXNET_PYTHON) and os.access(MXNET_PYTHON, os.X_OK)):
         import pytest
 
-        pytest.skip(f"Gluon export {name} needs MXNet 1.9.1's venv ({MXNET_PYTHON}) or the cache {EXPORTS_DIR}: "
-                    "run tests/fixtures/make_gluon_exports.py")
+        pytest.skip(
+            f"Gluon export {name} needs MXNet 1.9.1's venv ({MXNET_PYTHON}) or the cache {EXPORTS_DIR}: "
+            "run tests/fixtures/make_gluon_exports.py"
+        )
     subprocess.run([MXNET_PYTHON, MAKE_SCRIPT, "--out", EXPORTS_DIR, "--nets", name], check=True)
     found = _cached(name)
     if not found:

@@ -11,11 +11,15 @@ S = sg.sym
 
 # [class id, score, xmin, ymin, xmax, ymax]: box 1 overlaps box 0 (IoU 0.68 > 0.5) and is suppressed,
 # box 3 has a lower score than box 2 and overlaps it by ~0.1 (kept), box 4 is below valid_thresh=0.1
-_ROWS = np.array([[0, 0.9, 0.10, 0.10, 0.50, 0.50],
-                  [0, 0.8, 0.12, 0.14, 0.52, 0.50],
-                  [1, 0.7, 0.60, 0.60, 0.90, 0.95],
-                  [1, 0.6, 0.80, 0.80, 1.10, 1.20],
-                  [0, 0.05, 0.0, 0.0, 0.3, 0.3]])
+_ROWS = np.array(
+    [
+        [0, 0.9, 0.10, 0.10, 0.50, 0.50],
+        [0, 0.8, 0.12, 0.14, 0.52, 0.50],
+        [1, 0.7, 0.60, 0.60, 0.90, 0.95],
+        [1, 0.6, 0.80, 0.80, 1.10, 1.20],
+        [0, 0.05, 0.0, 0.0, 0.3, 0.3],
+    ]
+)
 
 
 def _sample(rng):
@@ -38,24 +42,36 @@ def _nms(x, thresh=0.5, valid=0.0, use_id=False, to_center=False):
         for i in order:
             if all((use_id and rows[k, 0] != rows[i, 0]) or _iou(rows[k, 2:], rows[i, 2:]) <= thresh for k in kept):
                 kept.append(i)
-        out[b, :len(kept)] = rows[kept]
+        out[b, : len(kept)] = rows[kept]
         if to_center:
-            c = out[b, :len(kept), 2:].copy()
-            out[b, :len(kept), 2:] = np.stack([(c[:, 0] + c[:, 2]) / 2, (c[:, 1] + c[:, 3]) / 2, c[:, 2] - c[:, 0],
-                                               c[:, 3] - c[:, 1]], axis=-1)
+            c = out[b, : len(kept), 2:].copy()
+            out[b, : len(kept), 2:] = np.stack(
+                [(c[:, 0] + c[:, 2]) / 2, (c[:, 1] + c[:, 3]) / 2, c[:, 2] - c[:, 0], c[:, 3] - c[:, 1]], axis=-1
+            )
     return out
 
 
 OPS = [
-    OpInfo("_contrib_box_nms", lambda d: S._contrib_box_nms(d, valid_thresh=0.1),
-           {"d": In((2, 5, 6), sample=_sample)}, lambda d: _nms(d, valid=0.1), dtypes=(np.float32, np.float64),
-           second_order=False),
+    OpInfo(
+        "_contrib_box_nms",
+        lambda d: S._contrib_box_nms(d, valid_thresh=0.1),
+        {"d": In((2, 5, 6), sample=_sample)},
+        lambda d: _nms(d, valid=0.1),
+        dtypes=(np.float32, np.float64),
+        second_order=False,
+    ),
     # the class ids enter unperturbed (a discrete input): Concat(ids, the rest)
-    OpInfo("_contrib_box_nms_per_class_to_center",
-           lambda ids, rest: S._contrib_box_nms(S.Concat(ids, rest, dim=2), id_index=0, overlap_thresh=0.05,
-                                                out_format="center"),
-           {"ids": In((2, 5, 1), sample=lambda rng: _sample(rng)[..., :1], grad=False),
-            "rest": In((2, 5, 5), sample=lambda rng: _sample(rng)[..., 1:])},
-           lambda ids, rest: _nms(np.concatenate([ids, rest], axis=2), thresh=0.05, use_id=True, to_center=True),
-           dtypes=(np.float32, np.float64), second_order=False),
+    OpInfo(
+        "_contrib_box_nms_per_class_to_center",
+        lambda ids, rest: S._contrib_box_nms(
+            S.Concat(ids, rest, dim=2), id_index=0, overlap_thresh=0.05, out_format="center"
+        ),
+        {
+            "ids": In((2, 5, 1), sample=lambda rng: _sample(rng)[..., :1], grad=False),
+            "rest": In((2, 5, 5), sample=lambda rng: _sample(rng)[..., 1:]),
+        },
+        lambda ids, rest: _nms(np.concatenate([ids, rest], axis=2), thresh=0.05, use_id=True, to_center=True),
+        dtypes=(np.float32, np.float64),
+        second_order=False,
+    ),
 ]

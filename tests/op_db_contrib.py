@@ -28,7 +28,7 @@ def _head(x, b, h, parts, index):
     """(L, D) block of head h, batch b, part ``index`` of an (L, B, parts*H*D) tensor."""
     d = x.shape[2] // (parts * H)
     start = (h * parts + index) * d
-    return x[:, b, start:start + d]
+    return x[:, b, start : start + d]
 
 
 def _selfatt_qk(qkv):
@@ -45,7 +45,7 @@ def _selfatt_valatt(qkv, att):
     out = np.zeros((qkv.shape[0], B, H * d))
     for b in range(B):
         for h in range(H):
-            out[:, b, h * d:(h + 1) * d] = att[b * H + h] @ _head(qkv, b, h, 3, 2)
+            out[:, b, h * d : (h + 1) * d] = att[b * H + h] @ _head(qkv, b, h, 3, 2)
     return out
 
 
@@ -63,7 +63,7 @@ def _encdec_valatt(kv, att):
     out = np.zeros((att.shape[1], B, H * d))
     for b in range(B):
         for h in range(H):
-            out[:, b, h * d:(h + 1) * d] = att[b * H + h] @ _head(kv, b, h, 2, 1)
+            out[:, b, h * d : (h + 1) * d] = att[b * H + h] @ _head(kv, b, h, 2, 1)
     return out
 
 
@@ -83,52 +83,115 @@ def _quantize_ref(x, lo, hi, out_type):
 
 OPS = [
     # -- quadratic, div_sqrt_dim --------------------------------------------------------------------------------
-    OpInfo("_contrib_quadratic", lambda x: S._contrib_quadratic(x, a=1.5, b=-0.5, c=0.25), {"x": In((2, 3))},
-           lambda x: 1.5 * x * x - 0.5 * x + 0.25),
-    OpInfo("_contrib_quadratic_linear_only", lambda x: S._contrib_quadratic(x, b=2.0), {"x": In((4,))},
-           lambda x: 2.0 * x),
+    OpInfo(
+        "_contrib_quadratic",
+        lambda x: S._contrib_quadratic(x, a=1.5, b=-0.5, c=0.25),
+        {"x": In((2, 3))},
+        lambda x: 1.5 * x * x - 0.5 * x + 0.25,
+    ),
+    OpInfo(
+        "_contrib_quadratic_linear_only", lambda x: S._contrib_quadratic(x, b=2.0), {"x": In((4,))}, lambda x: 2.0 * x
+    ),
     OpInfo("_contrib_div_sqrt_dim", S._contrib_div_sqrt_dim, {"x": In((2, 3, 5))}, lambda x: x / math.sqrt(5)),
     # -- interleaved attention matmuls ---------------------------------------------------------------------------
-    OpInfo("_contrib_interleaved_matmul_selfatt_qk", lambda x: S._contrib_interleaved_matmul_selfatt_qk(x, heads=H),
-           {"qkv": In((L, B, 3 * H * D))}, _selfatt_qk, fwd_tol=F16),
-    OpInfo("_contrib_interleaved_matmul_selfatt_valatt",
-           lambda x, a: S._contrib_interleaved_matmul_selfatt_valatt(x, a, heads=H),
-           {"qkv": In((L, B, 3 * H * D)), "att": In((B * H, L, L), low=0.0)}, _selfatt_valatt, fwd_tol=F16),
-    OpInfo("_contrib_interleaved_matmul_encdec_qk",
-           lambda q, kv: S._contrib_interleaved_matmul_encdec_qk(q, kv, heads=H),
-           {"q": In((L, B, H * D)), "kv": In((LK, B, 2 * H * D))}, _encdec_qk, fwd_tol=F16),
-    OpInfo("_contrib_interleaved_matmul_encdec_valatt",
-           lambda kv, a: S._contrib_interleaved_matmul_encdec_valatt(kv, a, heads=H),
-           {"kv": In((LK, B, 2 * H * D)), "att": In((B * H, L, LK), low=0.0)}, _encdec_valatt, fwd_tol=F16),
+    OpInfo(
+        "_contrib_interleaved_matmul_selfatt_qk",
+        lambda x: S._contrib_interleaved_matmul_selfatt_qk(x, heads=H),
+        {"qkv": In((L, B, 3 * H * D))},
+        _selfatt_qk,
+        fwd_tol=F16,
+    ),
+    OpInfo(
+        "_contrib_interleaved_matmul_selfatt_valatt",
+        lambda x, a: S._contrib_interleaved_matmul_selfatt_valatt(x, a, heads=H),
+        {"qkv": In((L, B, 3 * H * D)), "att": In((B * H, L, L), low=0.0)},
+        _selfatt_valatt,
+        fwd_tol=F16,
+    ),
+    OpInfo(
+        "_contrib_interleaved_matmul_encdec_qk",
+        lambda q, kv: S._contrib_interleaved_matmul_encdec_qk(q, kv, heads=H),
+        {"q": In((L, B, H * D)), "kv": In((LK, B, 2 * H * D))},
+        _encdec_qk,
+        fwd_tol=F16,
+    ),
+    OpInfo(
+        "_contrib_interleaved_matmul_encdec_valatt",
+        lambda kv, a: S._contrib_interleaved_matmul_encdec_valatt(kv, a, heads=H),
+        {"kv": In((LK, B, 2 * H * D)), "att": In((B * H, L, LK), low=0.0)},
+        _encdec_valatt,
+        fwd_tol=F16,
+    ),
     # an attention block: softmax(Q K^T / sqrt(D)) V, the two self-attention ops composed
-    OpInfo("_contrib_interleaved_matmul_selfatt_block",
-           lambda x: S._contrib_interleaved_matmul_selfatt_valatt(
-               x, S.softmax(S._contrib_interleaved_matmul_selfatt_qk(x, heads=H), axis=-1), heads=H),
-           {"qkv": In((L, B, 3 * H * D))},
-           lambda x: _selfatt_valatt(x, softmax(_selfatt_qk(x), -1)), fwd_tol=F16),
+    OpInfo(
+        "_contrib_interleaved_matmul_selfatt_block",
+        lambda x: S._contrib_interleaved_matmul_selfatt_valatt(
+            x, S.softmax(S._contrib_interleaved_matmul_selfatt_qk(x, heads=H), axis=-1), heads=H
+        ),
+        {"qkv": In((L, B, 3 * H * D))},
+        lambda x: _selfatt_valatt(x, softmax(_selfatt_qk(x), -1)),
+        fwd_tol=F16,
+    ),
     # -- allclose (no gradient) ----------------------------------------------------------------------------------
-    OpInfo("_contrib_allclose_true", lambda a, b: S._contrib_allclose(a, b),
-           {"a": In((3,), sample=lambda rng: np.array([0.5, -1.0, 2.0])),
-            "b": In((3,), sample=lambda rng: np.array([0.5, -1.0, 2.0]) * (1 + 1e-7))},
-           lambda a, b: np.array(np.all(np.abs(a - b) <= 1e-8 + 1e-5 * np.abs(b)), dtype=np.uint8), grad=False),
-    OpInfo("_contrib_allclose_false_rtol", lambda a, b: S._contrib_allclose(a, b, rtol=1e-3, atol=0.0),
-           {"a": In((2,), sample=lambda rng: np.array([1.0, 100.0])),
-            "b": In((2,), sample=lambda rng: np.array([1.0, 100.5]))},
-           lambda a, b: np.array(0, dtype=np.uint8), grad=False),
+    OpInfo(
+        "_contrib_allclose_true",
+        lambda a, b: S._contrib_allclose(a, b),
+        {
+            "a": In((3,), sample=lambda rng: np.array([0.5, -1.0, 2.0])),
+            "b": In((3,), sample=lambda rng: np.array([0.5, -1.0, 2.0]) * (1 + 1e-7)),
+        },
+        lambda a, b: np.array(np.all(np.abs(a - b) <= 1e-8 + 1e-5 * np.abs(b)), dtype=np.uint8),
+        grad=False,
+    ),
+    OpInfo(
+        "_contrib_allclose_false_rtol",
+        lambda a, b: S._contrib_allclose(a, b, rtol=1e-3, atol=0.0),
+        {
+            "a": In((2,), sample=lambda rng: np.array([1.0, 100.0])),
+            "b": In((2,), sample=lambda rng: np.array([1.0, 100.5])),
+        },
+        lambda a, b: np.array(0, dtype=np.uint8),
+        grad=False,
+    ),
     # -- quantize (float32 only, zero gradients as MXNet: not checked against differences) -------------------------
-    OpInfo("_contrib_quantize_uint8", lambda x, lo, hi: S._contrib_quantize(x, lo, hi, out_type="uint8"),
-           {"x": In((2, 5)), "lo": In((1,), sample=lambda rng: np.array([-1.0])),
-            "hi": In((1,), sample=lambda rng: np.array([1.0]))},
-           lambda x, lo, hi: _quantize_ref(x, lo, hi, "uint8"), dtypes=(np.float32,), grad=False),
-    OpInfo("_contrib_quantize_int8", lambda x, lo, hi: S._contrib_quantize(x, lo, hi, out_type="int8"),
-           {"x": In((2, 5), low=-1.5, high=2.0), "lo": In((1,), sample=lambda rng: np.array([-1.5])),
-            "hi": In((1,), sample=lambda rng: np.array([2.0]))},
-           lambda x, lo, hi: _quantize_ref(x, lo, hi, "int8"), dtypes=(np.float32,), grad=False),
-    OpInfo("_contrib_quantize_v2_uncalibrated", lambda x: S._contrib_quantize_v2(x, out_type="uint8"),
-           {"x": In((3, 4))}, lambda x: _quantize_ref(x, x.min().reshape(1), x.max().reshape(1), "uint8"),
-           dtypes=(np.float32,), grad=False),
-    OpInfo("_contrib_quantize_v2_calibrated_auto",
-           lambda x: S._contrib_quantize_v2(x, out_type="auto", min_calib_range=-1.0, max_calib_range=1.0),
-           {"x": In((3, 4))}, lambda x: _quantize_ref(x, np.array([-1.0]), np.array([1.0]), "int8"),
-           dtypes=(np.float32,), grad=False),
+    OpInfo(
+        "_contrib_quantize_uint8",
+        lambda x, lo, hi: S._contrib_quantize(x, lo, hi, out_type="uint8"),
+        {
+            "x": In((2, 5)),
+            "lo": In((1,), sample=lambda rng: np.array([-1.0])),
+            "hi": In((1,), sample=lambda rng: np.array([1.0])),
+        },
+        lambda x, lo, hi: _quantize_ref(x, lo, hi, "uint8"),
+        dtypes=(np.float32,),
+        grad=False,
+    ),
+    OpInfo(
+        "_contrib_quantize_int8",
+        lambda x, lo, hi: S._contrib_quantize(x, lo, hi, out_type="int8"),
+        {
+            "x": In((2, 5), low=-1.5, high=2.0),
+            "lo": In((1,), sample=lambda rng: np.array([-1.5])),
+            "hi": In((1,), sample=lambda rng: np.array([2.0])),
+        },
+        lambda x, lo, hi: _quantize_ref(x, lo, hi, "int8"),
+        dtypes=(np.float32,),
+        grad=False,
+    ),
+    OpInfo(
+        "_contrib_quantize_v2_uncalibrated",
+        lambda x: S._contrib_quantize_v2(x, out_type="uint8"),
+        {"x": In((3, 4))},
+        lambda x: _quantize_ref(x, x.min().reshape(1), x.max().reshape(1), "uint8"),
+        dtypes=(np.float32,),
+        grad=False,
+    ),
+    OpInfo(
+        "_contrib_quantize_v2_calibrated_auto",
+        lambda x: S._contrib_quantize_v2(x, out_type="auto", min_calib_range=-1.0, max_calib_range=1.0),
+        {"x": In((3, 4))},
+        lambda x: _quantize_ref(x, np.array([-1.0]), np.array([1.0]), "int8"),
+        dtypes=(np.float32,),
+        grad=False,
+    ),
 ]

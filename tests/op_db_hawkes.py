@@ -71,20 +71,39 @@ def _inputs(N, K, T, lengths, marks=None, state=(0.0, 1.0), slack=(0.5, 2.0)):
 # second_order=False: the gradient is the fused _backward_hawkesll (tests/test_ops_hawkes.py checks the error)
 OPS = [
     # three marks, ragged lengths (a full row, a short one, an empty one), memory carried in
-    OpInfo("hawkesll_ragged", S._contrib_hawkesll, _inputs(3, 3, 5, [5, 2, 0]), hawkes_ref, fwd_tol=F16,
-           second_order=False),
+    OpInfo(
+        "hawkesll_ragged", S._contrib_hawkesll, _inputs(3, 3, 5, [5, 2, 0]), hawkes_ref, fwd_tol=F16, second_order=False
+    ),
     # one mark, every column valid, no memory carried in
-    OpInfo("hawkesll_single_mark", S._contrib_hawkesll, _inputs(2, 1, 4, [4, 3], state=(0.0, 0.0)), hawkes_ref,
-           fwd_tol=F16, second_order=False),
+    OpInfo(
+        "hawkesll_single_mark",
+        S._contrib_hawkesll,
+        _inputs(2, 1, 4, [4, 3], state=(0.0, 0.0)),
+        hawkes_ref,
+        fwd_tol=F16,
+        second_order=False,
+    ),
     # two marks in alternation (each mark's memory decays across the other's events), a fractional length
     # (MXNet counts event j while j < valid_length: 2.5 keeps 3 events) and a window ending before the last
     # event of the first sample (the remaining integral and the memory then run backwards, as MXNet's)
-    OpInfo("hawkesll_alternating_marks", S._contrib_hawkesll,
-           {**_inputs(2, 2, 4, [4, 2.5], marks=lambda rng: np.array([[0, 1, 0, 1], [1, 1, 0, 0]])),
-            "max_time": In((2,), grad=False, sample=lambda rng: np.array([1.5, 6.0]))},
-           hawkes_ref, fwd_tol=F16, second_order=False),
+    OpInfo(
+        "hawkesll_alternating_marks",
+        S._contrib_hawkesll,
+        {
+            **_inputs(2, 2, 4, [4, 2.5], marks=lambda rng: np.array([[0, 1, 0, 1], [1, 1, 0, 0]])),
+            "max_time": In((2,), grad=False, sample=lambda rng: np.array([1.5, 6.0])),
+        },
+        hawkes_ref,
+        fwd_tol=F16,
+        second_order=False,
+    ),
     # four marks, one never seen (its memory only decays, it pays lda T + alpha state (1 - exp(-beta T)))
-    OpInfo("hawkesll_unused_marks", S._contrib_hawkesll,
-           _inputs(2, 4, 3, [3, 1], marks=lambda rng: np.array([[2, 2, 0], [3, 0, 1]])), hawkes_ref,
-           fwd_tol=F16, second_order=False),
+    OpInfo(
+        "hawkesll_unused_marks",
+        S._contrib_hawkesll,
+        _inputs(2, 4, 3, [3, 1], marks=lambda rng: np.array([[2, 2, 0], [3, 0, 1]])),
+        hawkes_ref,
+        fwd_tol=F16,
+        second_order=False,
+    ),
 ]

@@ -60,9 +60,14 @@ def _resize(x, oh, ow, interp=1):
     return out
 
 
-_EIG = np.array([[55.46 * -0.5675, 4.794 * 0.7192, 1.148 * 0.4009],
-                 [55.46 * -0.5808, 4.794 * -0.0045, 1.148 * -0.8140],
-                 [55.46 * -0.5836, 4.794 * -0.6948, 1.148 * 0.4203]], dtype=np.float32)
+_EIG = np.array(
+    [
+        [55.46 * -0.5675, 4.794 * 0.7192, 1.148 * 0.4009],
+        [55.46 * -0.5808, 4.794 * -0.0045, 1.148 * -0.8140],
+        [55.46 * -0.5836, 4.794 * -0.6948, 1.148 * 0.4203],
+    ],
+    dtype=np.float32,
+)
 
 
 def _lighting(x, alpha):
@@ -71,29 +76,75 @@ def _lighting(x, alpha):
 
 
 OPS = [
-    OpInfo("_image_to_tensor_hwc", S._image_to_tensor, {"x": In((3, 4, 3), 0.0, 255.0)}, _to_tensor,
-           dtypes=(np.float32,)),
-    OpInfo("_image_to_tensor_nhwc", S._image_to_tensor, {"x": In((2, 2, 3, 1), 0.0, 255.0)}, _to_tensor,
-           dtypes=(np.float32,)),
-    OpInfo("_image_normalize_3ch", lambda x: S._image_normalize(x, mean=(0.1, -0.2, 0.3), std=(0.5, 2.0, 1.5)),
-           {"x": In((3, 2, 4))}, lambda x: _normalize(x, (0.1, -0.2, 0.3), (0.5, 2.0, 1.5)), fwd_tol=F16),
-    OpInfo("_image_normalize_batch_scalar", lambda x: S._image_normalize(x, mean=0.25, std=0.5),
-           {"x": In((2, 1, 3, 2))}, lambda x: _normalize(x, 0.25, 0.5)),
+    OpInfo(
+        "_image_to_tensor_hwc", S._image_to_tensor, {"x": In((3, 4, 3), 0.0, 255.0)}, _to_tensor, dtypes=(np.float32,)
+    ),
+    OpInfo(
+        "_image_to_tensor_nhwc",
+        S._image_to_tensor,
+        {"x": In((2, 2, 3, 1), 0.0, 255.0)},
+        _to_tensor,
+        dtypes=(np.float32,),
+    ),
+    OpInfo(
+        "_image_normalize_3ch",
+        lambda x: S._image_normalize(x, mean=(0.1, -0.2, 0.3), std=(0.5, 2.0, 1.5)),
+        {"x": In((3, 2, 4))},
+        lambda x: _normalize(x, (0.1, -0.2, 0.3), (0.5, 2.0, 1.5)),
+        fwd_tol=F16,
+    ),
+    OpInfo(
+        "_image_normalize_batch_scalar",
+        lambda x: S._image_normalize(x, mean=0.25, std=0.5),
+        {"x": In((2, 1, 3, 2))},
+        lambda x: _normalize(x, 0.25, 0.5),
+    ),
     OpInfo("_image_flip_left_right", S._image_flip_left_right, {"x": In((3, 4, 3))}, lambda x: np.flip(x, -2)),
-    OpInfo("_image_flip_top_bottom_batch", S._image_flip_top_bottom, {"x": In((2, 3, 2, 1))},
-           lambda x: np.flip(x, -3)),
-    OpInfo("_image_crop", lambda x: S._image_crop(x, x=1, y=2, width=2, height=1), {"x": In((4, 3, 3))},
-           lambda x: x[2:3, 1:3, :]),
-    OpInfo("_image_crop_batch", lambda x: S._image_crop(x, x=0, y=1, width=3, height=2), {"x": In((2, 3, 3, 1))},
-           lambda x: x[:, 1:3, 0:3, :]),
-    OpInfo("_image_adjust_lighting", lambda x: S._image_adjust_lighting(x, alpha=(0.01, -0.02, 0.03)),
-           {"x": In((2, 3, 3))}, lambda x: _lighting(x, (0.01, -0.02, 0.03)), fwd_tol=F16),
-    OpInfo("_image_resize_up_bilinear", lambda x: S._image_resize(x, size=(5, 3)), {"x": In((2, 3, 2))},
-           lambda x: _resize(x, 3, 5), fwd_tol=F16),
-    OpInfo("_image_resize_down_bilinear", lambda x: S._image_resize(x, size=(2, 3)), {"x": In((2, 5, 7, 1))},
-           lambda x: _resize(x, 3, 2), fwd_tol=F16),
-    OpInfo("_image_resize_keep_ratio", lambda x: S._image_resize(x, size=3, keep_ratio=True), {"x": In((4, 6, 1))},
-           lambda x: _resize(x, 3, 4), fwd_tol=F16),
-    OpInfo("_image_resize_nearest", lambda x: S._image_resize(x, size=(5, 2), interp=0), {"x": In((3, 3, 3))},
-           lambda x: _resize(x, 2, 5, 0)),
+    OpInfo("_image_flip_top_bottom_batch", S._image_flip_top_bottom, {"x": In((2, 3, 2, 1))}, lambda x: np.flip(x, -3)),
+    OpInfo(
+        "_image_crop",
+        lambda x: S._image_crop(x, x=1, y=2, width=2, height=1),
+        {"x": In((4, 3, 3))},
+        lambda x: x[2:3, 1:3, :],
+    ),
+    OpInfo(
+        "_image_crop_batch",
+        lambda x: S._image_crop(x, x=0, y=1, width=3, height=2),
+        {"x": In((2, 3, 3, 1))},
+        lambda x: x[:, 1:3, 0:3, :],
+    ),
+    OpInfo(
+        "_image_adjust_lighting",
+        lambda x: S._image_adjust_lighting(x, alpha=(0.01, -0.02, 0.03)),
+        {"x": In((2, 3, 3))},
+        lambda x: _lighting(x, (0.01, -0.02, 0.03)),
+        fwd_tol=F16,
+    ),
+    OpInfo(
+        "_image_resize_up_bilinear",
+        lambda x: S._image_resize(x, size=(5, 3)),
+        {"x": In((2, 3, 2))},
+        lambda x: _resize(x, 3, 5),
+        fwd_tol=F16,
+    ),
+    OpInfo(
+        "_image_resize_down_bilinear",
+        lambda x: S._image_resize(x, size=(2, 3)),
+        {"x": In((2, 5, 7, 1))},
+        lambda x: _resize(x, 3, 2),
+        fwd_tol=F16,
+    ),
+    OpInfo(
+        "_image_resize_keep_ratio",
+        lambda x: S._image_resize(x, size=3, keep_ratio=True),
+        {"x": In((4, 6, 1))},
+        lambda x: _resize(x, 3, 4),
+        fwd_tol=F16,
+    ),
+    OpInfo(
+        "_image_resize_nearest",
+        lambda x: S._image_resize(x, size=(5, 2), interp=0),
+        {"x": In((3, 3, 3))},
+        lambda x: _resize(x, 2, 5, 0),
+    ),
 ]

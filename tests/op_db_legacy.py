@@ -20,7 +20,7 @@ def _conv2d(x, w):
     out = np.zeros((n, w.shape[0], h - w.shape[2] + 1, wd - w.shape[3] + 1))
     for i in range(out.shape[2]):
         for j in range(out.shape[3]):
-            out[:, :, i, j] = np.einsum("nchw,ochw->no", x[:, :, i:i + w.shape[2], j:j + w.shape[3]], w)
+            out[:, :, i, j] = np.einsum("nchw,ochw->no", x[:, :, i : i + w.shape[2], j : j + w.shape[3]], w)
     return out
 
 
@@ -29,11 +29,20 @@ def _avg2x2(x):
 
 
 OPS = [
-    OpInfo("Convolution_v1", lambda x, w, b: S.Convolution_v1(x, w, b, kernel=(2, 2), num_filter=2, pad=(1, 0)),
-           {"x": In((1, 2, 3, 3)), "w": In((2, 2, 2, 2)), "b": In((2,))},
-           lambda x, w, b: _conv2d(np.pad(x, ((0, 0), (0, 0), (1, 1), (0, 0))), w) + b[None, :, None, None],
-           fwd_tol=F16, second_order=False),
-    OpInfo("Pooling_v1_avg_pad", lambda x: S.Pooling_v1(x, kernel=(2, 2), pool_type="avg", pad=(1, 1)),
-           {"x": In((1, 1, 3, 3))}, lambda x: _avg2x2(np.pad(x, ((0, 0), (0, 0), (1, 1), (1, 1)))), fwd_tol=F16,
-           second_order=False),
+    OpInfo(
+        "Convolution_v1",
+        lambda x, w, b: S.Convolution_v1(x, w, b, kernel=(2, 2), num_filter=2, pad=(1, 0)),
+        {"x": In((1, 2, 3, 3)), "w": In((2, 2, 2, 2)), "b": In((2,))},
+        lambda x, w, b: _conv2d(np.pad(x, ((0, 0), (0, 0), (1, 1), (0, 0))), w) + b[None, :, None, None],
+        fwd_tol=F16,
+        second_order=False,
+    ),
+    OpInfo(
+        "Pooling_v1_avg_pad",
+        lambda x: S.Pooling_v1(x, kernel=(2, 2), pool_type="avg", pad=(1, 1)),
+        {"x": In((1, 1, 3, 3))},
+        lambda x: _avg2x2(np.pad(x, ((0, 0), (0, 0), (1, 1), (1, 1)))),
+        fwd_tol=F16,
+        second_order=False,
+    ),
 ]

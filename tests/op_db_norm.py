@@ -22,7 +22,7 @@ def _lrn(x, nsize, alpha=1e-4, beta=0.75, knorm=2.0):
     for ch in range(c):
         lo, hi = max(0, ch - half), min(c, ch + half + 1)
         norm[:, ch] = knorm + alpha / nsize * (x[:, lo:hi] ** 2).sum(axis=1)
-    return x / norm ** beta
+    return x / norm**beta
 
 
 def _group_norm(x, gamma, beta, groups, eps=1e-5):
@@ -48,50 +48,102 @@ BN1_AUX = {"bn_moving_mean": In((3,)), "bn_moving_var": In((3,), 0.5, 1.5)}
 
 OPS = [
     # -- LRN ------------------------------------------------------------------------------------------
-    OpInfo("LRN_default", lambda x: S.LRN(x, nsize=3), {"x": In((2, 4, 2, 2), -2, 2)}, lambda x: _lrn(x, 3),
-           fwd_tol=F16),
+    OpInfo(
+        "LRN_default", lambda x: S.LRN(x, nsize=3), {"x": In((2, 4, 2, 2), -2, 2)}, lambda x: _lrn(x, 3), fwd_tol=F16
+    ),
     # a large alpha so the normalisation matters (the default's 1e-4 makes LRN nearly x / knorm^beta)
-    OpInfo("LRN_strong", lambda x: S.LRN(x, alpha=2.0, beta=0.6, knorm=1.5, nsize=5),
-           {"x": In((1, 6, 2, 3), -1.5, 1.5)}, lambda x: _lrn(x, 5, 2.0, 0.6, 1.5), fwd_tol=F16),
-    OpInfo("LRN_nsize1_strings", lambda x: S.LRN(x, alpha="0.5", beta="1.0", knorm="1", nsize="1"),
-           {"x": In((2, 2, 1, 2))}, lambda x: _lrn(x, 1, 0.5, 1.0, 1.0), fwd_tol=F16),
+    OpInfo(
+        "LRN_strong",
+        lambda x: S.LRN(x, alpha=2.0, beta=0.6, knorm=1.5, nsize=5),
+        {"x": In((1, 6, 2, 3), -1.5, 1.5)},
+        lambda x: _lrn(x, 5, 2.0, 0.6, 1.5),
+        fwd_tol=F16,
+    ),
+    OpInfo(
+        "LRN_nsize1_strings",
+        lambda x: S.LRN(x, alpha="0.5", beta="1.0", knorm="1", nsize="1"),
+        {"x": In((2, 2, 1, 2))},
+        lambda x: _lrn(x, 1, 0.5, 1.0, 1.0),
+        fwd_tol=F16,
+    ),
     # -- GroupNorm ------------------------------------------------------------------------------------
-    OpInfo("GroupNorm_default", lambda x, g, b: S.GroupNorm(x, g, b),
-           {"x": In((2, 3, 2)), "g": In((1,), 0.5, 1.5), "b": In((1,))},
-           lambda x, g, b: _group_norm(x, g, b, 1)[0], fwd_tol=F16),
-    OpInfo("GroupNorm_groups", lambda x, g, b: S.GroupNorm(x, g, b, num_groups=2, eps=1e-3),
-           {"x": In((2, 4, 2, 2)), "g": In((2,), 0.5, 1.5), "b": In((2,))},
-           lambda x, g, b: _group_norm(x, g, b, 2, 1e-3)[0], fwd_tol=F16),
-    OpInfo("GroupNorm_output_mean_var", lambda x, g, b: S.GroupNorm(x, g, b, num_groups=3, output_mean_var=True),
-           {"x": In((2, 3, 3)), "g": In((3,), 0.5, 1.5), "b": In((3,))},
-           lambda x, g, b: _group_norm(x, g, b, 3), grad=False, fwd_tol=F16),
+    OpInfo(
+        "GroupNorm_default",
+        lambda x, g, b: S.GroupNorm(x, g, b),
+        {"x": In((2, 3, 2)), "g": In((1,), 0.5, 1.5), "b": In((1,))},
+        lambda x, g, b: _group_norm(x, g, b, 1)[0],
+        fwd_tol=F16,
+    ),
+    OpInfo(
+        "GroupNorm_groups",
+        lambda x, g, b: S.GroupNorm(x, g, b, num_groups=2, eps=1e-3),
+        {"x": In((2, 4, 2, 2)), "g": In((2,), 0.5, 1.5), "b": In((2,))},
+        lambda x, g, b: _group_norm(x, g, b, 2, 1e-3)[0],
+        fwd_tol=F16,
+    ),
+    OpInfo(
+        "GroupNorm_output_mean_var",
+        lambda x, g, b: S.GroupNorm(x, g, b, num_groups=3, output_mean_var=True),
+        {"x": In((2, 3, 3)), "g": In((3,), 0.5, 1.5), "b": In((3,))},
+        lambda x, g, b: _group_norm(x, g, b, 3),
+        grad=False,
+        fwd_tol=F16,
+    ),
     # -- BatchNorm_v1 ---------------------------------------------------------------------------------
-    OpInfo("BatchNorm_v1_fix_gamma_default", lambda x, g, b: S.BatchNorm_v1(x, g, b, name="bn"),
-           {"x": In((4, 3)), "g": In((3,), 0.5, 1.5), "b": In((3,))},
-           lambda x, g, b, mm, mv: _bn_v1(x, g, b, mm, mv)[0], aux=BN1_AUX, is_train=True, fwd_tol=F16),
-    OpInfo("BatchNorm_v1_4d", lambda x, g, b: S.BatchNorm_v1(x, g, b, fix_gamma=False, eps=1e-4, momentum=0.5,
-                                                              name="bn"),
-           {"x": In((2, 3, 2, 2)), "g": In((3,), 0.5, 1.5), "b": In((3,))},
-           lambda x, g, b, mm, mv: _bn_v1(x, g, b, mm, mv, 1e-4, False)[0], aux=BN1_AUX, is_train=True,
-           fwd_tol=F16),
-    OpInfo("BatchNorm_v1_global_stats",
-           lambda x, g, b: S.BatchNorm_v1(x, g, b, fix_gamma=False, use_global_stats=True, name="bn"),
-           {"x": In((2, 3, 2, 2)), "g": In((3,), 0.5, 1.5), "b": In((3,))},
-           lambda x, g, b, mm, mv: _bn_v1(x, g, b, mm, mv, fix_gamma=False, batch=False)[0], aux=BN1_AUX,
-           is_train=True, fwd_tol=F16),
-    OpInfo("BatchNorm_v1_global_stats_fix_gamma",
-           lambda x, g, b: S.BatchNorm_v1(x, g, b, use_global_stats=True, name="bn"),
-           {"x": In((3, 3)), "g": In((3,), 0.5, 1.5), "b": In((3,))},
-           lambda x, g, b, mm, mv: _bn_v1(x, g, b, mm, mv, batch=False)[0], aux=BN1_AUX, is_train=True,
-           fwd_tol=F16),
-    OpInfo("BatchNorm_v1_inference", lambda x, g, b: S.BatchNorm_v1(x, g, b, fix_gamma=False, name="bn"),
-           {"x": In((3, 3)), "g": In((3,), 0.5, 1.5), "b": In((3,))},
-           lambda x, g, b, mm, mv: _bn_v1(x, g, b, mm, mv, fix_gamma=False, batch=False)[0], aux=BN1_AUX,
-           grad=False, fwd_tol=F16),
+    OpInfo(
+        "BatchNorm_v1_fix_gamma_default",
+        lambda x, g, b: S.BatchNorm_v1(x, g, b, name="bn"),
+        {"x": In((4, 3)), "g": In((3,), 0.5, 1.5), "b": In((3,))},
+        lambda x, g, b, mm, mv: _bn_v1(x, g, b, mm, mv)[0],
+        aux=BN1_AUX,
+        is_train=True,
+        fwd_tol=F16,
+    ),
+    OpInfo(
+        "BatchNorm_v1_4d",
+        lambda x, g, b: S.BatchNorm_v1(x, g, b, fix_gamma=False, eps=1e-4, momentum=0.5, name="bn"),
+        {"x": In((2, 3, 2, 2)), "g": In((3,), 0.5, 1.5), "b": In((3,))},
+        lambda x, g, b, mm, mv: _bn_v1(x, g, b, mm, mv, 1e-4, False)[0],
+        aux=BN1_AUX,
+        is_train=True,
+        fwd_tol=F16,
+    ),
+    OpInfo(
+        "BatchNorm_v1_global_stats",
+        lambda x, g, b: S.BatchNorm_v1(x, g, b, fix_gamma=False, use_global_stats=True, name="bn"),
+        {"x": In((2, 3, 2, 2)), "g": In((3,), 0.5, 1.5), "b": In((3,))},
+        lambda x, g, b, mm, mv: _bn_v1(x, g, b, mm, mv, fix_gamma=False, batch=False)[0],
+        aux=BN1_AUX,
+        is_train=True,
+        fwd_tol=F16,
+    ),
+    OpInfo(
+        "BatchNorm_v1_global_stats_fix_gamma",
+        lambda x, g, b: S.BatchNorm_v1(x, g, b, use_global_stats=True, name="bn"),
+        {"x": In((3, 3)), "g": In((3,), 0.5, 1.5), "b": In((3,))},
+        lambda x, g, b, mm, mv: _bn_v1(x, g, b, mm, mv, batch=False)[0],
+        aux=BN1_AUX,
+        is_train=True,
+        fwd_tol=F16,
+    ),
+    OpInfo(
+        "BatchNorm_v1_inference",
+        lambda x, g, b: S.BatchNorm_v1(x, g, b, fix_gamma=False, name="bn"),
+        {"x": In((3, 3)), "g": In((3,), 0.5, 1.5), "b": In((3,))},
+        lambda x, g, b, mm, mv: _bn_v1(x, g, b, mm, mv, fix_gamma=False, batch=False)[0],
+        aux=BN1_AUX,
+        grad=False,
+        fwd_tol=F16,
+    ),
     # the 'var' output is the biased batch variance (BatchNorm's is 1/sqrt(var + eps))
-    OpInfo("BatchNorm_v1_output_mean_var",
-           lambda x, g, b: S.BatchNorm_v1(x, g, b, fix_gamma=False, output_mean_var=True, name="bn"),
-           {"x": In((4, 3)), "g": In((3,), 0.5, 1.5), "b": In((3,))},
-           lambda x, g, b, mm, mv: _bn_v1(x, g, b, mm, mv, fix_gamma=False), aux=BN1_AUX, is_train=True,
-           grad=False, dtypes=(np.float32, np.float64)),
+    OpInfo(
+        "BatchNorm_v1_output_mean_var",
+        lambda x, g, b: S.BatchNorm_v1(x, g, b, fix_gamma=False, output_mean_var=True, name="bn"),
+        {"x": In((4, 3)), "g": In((3,), 0.5, 1.5), "b": In((3,))},
+        lambda x, g, b, mm, mv: _bn_v1(x, g, b, mm, mv, fix_gamma=False),
+        aux=BN1_AUX,
+        is_train=True,
+        grad=False,
+        dtypes=(np.float32, np.float64),
+    ),
 ]

@@ -20,8 +20,17 @@ S = sg.sym
 # -- Pooling ---------------------------------------------------------------------
 
 
-def pool_ref(x, kernel=None, stride=None, pad=None, pool_type="max", convention="valid", count_include_pad=True,
-             global_pool=False, p_value=1):
+def pool_ref(
+    x,
+    kernel=None,
+    stride=None,
+    pad=None,
+    pool_type="max",
+    convention="valid",
+    count_include_pad=True,
+    global_pool=False,
+    p_value=1,
+):
     """MXNet's CPU pooling kernels, window by window."""
     nd = x.ndim - 2
     X = x.shape[2:]
@@ -57,6 +66,7 @@ def pool_ref(x, kernel=None, stride=None, pad=None, pool_type="max", convention=
 
 def _distinct(shape, grad=True):
     """Well separated distinct values (max pooling away from ties)."""
+
     def draw(rng):
         n = int(np.prod(shape))
         return (rng.permutation(n) * (2.0 / n) - 1.0 + rng.uniform(0, 0.2 / n, n)).reshape(shape)
@@ -69,48 +79,124 @@ def _pool(**kw):
 
 
 POOL_OPS = [
-    OpInfo("Pooling_max_valid", _pool(kernel=(3, 3), stride=(2, 2)), {"x": _distinct((1, 2, 5, 5))},
-           lambda x: pool_ref(x, (3, 3), (2, 2))),
-    OpInfo("Pooling_max_full_pad", _pool(kernel=(3, 3), stride=(2, 2), pad=(1, 1), pooling_convention="full"),
-           {"x": _distinct((1, 2, 6, 6))}, lambda x: pool_ref(x, (3, 3), (2, 2), (1, 1), convention="full")),
-    OpInfo("Pooling_max_1d_pad", _pool(kernel=(3,), stride=(2,), pad=(1,)), {"x": _distinct((2, 2, 7))},
-           lambda x: pool_ref(x, (3,), (2,), (1,))),
-    OpInfo("Pooling_max_1d_same", _pool(kernel=(3,), stride=(2,), pooling_convention="same"),
-           {"x": _distinct((2, 2, 7))}, lambda x: pool_ref(x, (3,), (2,), convention="same")),
-    OpInfo("Pooling_max_3d", _pool(kernel=(2, 2, 2), stride=(1, 2, 1)), {"x": _distinct((1, 2, 3, 4, 3))},
-           lambda x: pool_ref(x, (2, 2, 2), (1, 2, 1))),
-    OpInfo("Pooling_max_global", _pool(global_pool=True), {"x": _distinct((2, 3, 3, 4))},
-           lambda x: pool_ref(x, global_pool=True)),
-    OpInfo("Pooling_avg_valid", _pool(kernel=(2, 2), stride=(2, 2), pool_type="avg"), {"x": In((1, 2, 5, 5))},
-           lambda x: pool_ref(x, (2, 2), (2, 2), pool_type="avg")),
-    OpInfo("Pooling_avg_pad_include", _pool(kernel=(3, 3), stride=(2, 2), pad=(1, 1), pool_type="avg"),
-           {"x": In((1, 2, 5, 5))}, lambda x: pool_ref(x, (3, 3), (2, 2), (1, 1), pool_type="avg")),
-    OpInfo("Pooling_avg_pad_exclude", _pool(kernel=(3, 3), stride=(2, 2), pad=(1, 1), pool_type="avg",
-                                            count_include_pad=False),
-           {"x": In((1, 2, 5, 5))},
-           lambda x: pool_ref(x, (3, 3), (2, 2), (1, 1), pool_type="avg", count_include_pad=False)),
-    OpInfo("Pooling_avg_full", _pool(kernel=(3, 3), stride=(2, 2), pool_type="avg", pooling_convention="full"),
-           {"x": In((1, 2, 6, 6))}, lambda x: pool_ref(x, (3, 3), (2, 2), pool_type="avg", convention="full")),
-    OpInfo("Pooling_avg_full_pad_exclude", _pool(kernel=(3, 2), stride=(2, 3), pad=(1, 1), pool_type="avg",
-                                                 pooling_convention="full", count_include_pad=False),
-           {"x": In((1, 2, 6, 5))},
-           lambda x: pool_ref(x, (3, 2), (2, 3), (1, 1), pool_type="avg", convention="full",
-                              count_include_pad=False)),
-    OpInfo("Pooling_avg_3d", _pool(kernel=(2, 2, 2), stride=(2, 2, 2), pool_type="avg"), {"x": In((1, 2, 4, 4, 2))},
-           lambda x: pool_ref(x, (2, 2, 2), (2, 2, 2), pool_type="avg")),
-    OpInfo("Pooling_avg_global", _pool(kernel=(1, 1), global_pool=True, pool_type="avg"), {"x": In((2, 3, 3, 4))},
-           lambda x: pool_ref(x, global_pool=True, pool_type="avg")),
-    OpInfo("Pooling_sum_full", _pool(kernel=(2, 3), stride=(2, 1), pool_type="sum", pooling_convention="full"),
-           {"x": In((1, 2, 5, 4))}, lambda x: pool_ref(x, (2, 3), (2, 1), pool_type="sum", convention="full")),
-    OpInfo("Pooling_sum_1d_valid", _pool(kernel=(2,), stride=(1,), pool_type="sum"), {"x": In((2, 3, 5))},
-           lambda x: pool_ref(x, (2,), (1,), pool_type="sum")),
-    OpInfo("Pooling_lp1", _pool(kernel=(2, 2), pool_type="lp", p_value=1), {"x": In((1, 2, 3, 3))},
-           lambda x: pool_ref(x, (2, 2), pool_type="lp", p_value=1)),
+    OpInfo(
+        "Pooling_max_valid",
+        _pool(kernel=(3, 3), stride=(2, 2)),
+        {"x": _distinct((1, 2, 5, 5))},
+        lambda x: pool_ref(x, (3, 3), (2, 2)),
+    ),
+    OpInfo(
+        "Pooling_max_full_pad",
+        _pool(kernel=(3, 3), stride=(2, 2), pad=(1, 1), pooling_convention="full"),
+        {"x": _distinct((1, 2, 6, 6))},
+        lambda x: pool_ref(x, (3, 3), (2, 2), (1, 1), convention="full"),
+    ),
+    OpInfo(
+        "Pooling_max_1d_pad",
+        _pool(kernel=(3,), stride=(2,), pad=(1,)),
+        {"x": _distinct((2, 2, 7))},
+        lambda x: pool_ref(x, (3,), (2,), (1,)),
+    ),
+    OpInfo(
+        "Pooling_max_1d_same",
+        _pool(kernel=(3,), stride=(2,), pooling_convention="same"),
+        {"x": _distinct((2, 2, 7))},
+        lambda x: pool_ref(x, (3,), (2,), convention="same"),
+    ),
+    OpInfo(
+        "Pooling_max_3d",
+        _pool(kernel=(2, 2, 2), stride=(1, 2, 1)),
+        {"x": _distinct((1, 2, 3, 4, 3))},
+        lambda x: pool_ref(x, (2, 2, 2), (1, 2, 1)),
+    ),
+    OpInfo(
+        "Pooling_max_global",
+        _pool(global_pool=True),
+        {"x": _distinct((2, 3, 3, 4))},
+        lambda x: pool_ref(x, global_pool=True),
+    ),
+    OpInfo(
+        "Pooling_avg_valid",
+        _pool(kernel=(2, 2), stride=(2, 2), pool_type="avg"),
+        {"x": In((1, 2, 5, 5))},
+        lambda x: pool_ref(x, (2, 2), (2, 2), pool_type="avg"),
+    ),
+    OpInfo(
+        "Pooling_avg_pad_include",
+        _pool(kernel=(3, 3), stride=(2, 2), pad=(1, 1), pool_type="avg"),
+        {"x": In((1, 2, 5, 5))},
+        lambda x: pool_ref(x, (3, 3), (2, 2), (1, 1), pool_type="avg"),
+    ),
+    OpInfo(
+        "Pooling_avg_pad_exclude",
+        _pool(kernel=(3, 3), stride=(2, 2), pad=(1, 1), pool_type="avg", count_include_pad=False),
+        {"x": In((1, 2, 5, 5))},
+        lambda x: pool_ref(x, (3, 3), (2, 2), (1, 1), pool_type="avg", count_include_pad=False),
+    ),
+    OpInfo(
+        "Pooling_avg_full",
+        _pool(kernel=(3, 3), stride=(2, 2), pool_type="avg", pooling_convention="full"),
+        {"x": In((1, 2, 6, 6))},
+        lambda x: pool_ref(x, (3, 3), (2, 2), pool_type="avg", convention="full"),
+    ),
+    OpInfo(
+        "Pooling_avg_full_pad_exclude",
+        _pool(
+            kernel=(3, 2),
+            stride=(2, 3),
+            pad=(1, 1),
+            pool_type="avg",
+            pooling_convention="full",
+            count_include_pad=False,
+        ),
+        {"x": In((1, 2, 6, 5))},
+        lambda x: pool_ref(x, (3, 2), (2, 3), (1, 1), pool_type="avg", convention="full", count_include_pad=False),
+    ),
+    OpInfo(
+        "Pooling_avg_3d",
+        _pool(kernel=(2, 2, 2), stride=(2, 2, 2), pool_type="avg"),
+        {"x": In((1, 2, 4, 4, 2))},
+        lambda x: pool_ref(x, (2, 2, 2), (2, 2, 2), pool_type="avg"),
+    ),
+    OpInfo(
+        "Pooling_avg_global",
+        _pool(kernel=(1, 1), global_pool=True, pool_type="avg"),
+        {"x": In((2, 3, 3, 4))},
+        lambda x: pool_ref(x, global_pool=True, pool_type="avg"),
+    ),
+    OpInfo(
+        "Pooling_sum_full",
+        _pool(kernel=(2, 3), stride=(2, 1), pool_type="sum", pooling_convention="full"),
+        {"x": In((1, 2, 5, 4))},
+        lambda x: pool_ref(x, (2, 3), (2, 1), pool_type="sum", convention="full"),
+    ),
+    OpInfo(
+        "Pooling_sum_1d_valid",
+        _pool(kernel=(2,), stride=(1,), pool_type="sum"),
+        {"x": In((2, 3, 5))},
+        lambda x: pool_ref(x, (2,), (1,), pool_type="sum"),
+    ),
+    OpInfo(
+        "Pooling_lp1",
+        _pool(kernel=(2, 2), pool_type="lp", p_value=1),
+        {"x": In((1, 2, 3, 3))},
+        lambda x: pool_ref(x, (2, 2), pool_type="lp", p_value=1),
+    ),
     # lp with p = 2, 3 uses the fused _backward_Pooling (no gradient rule): no second order
-    OpInfo("Pooling_lp2", _pool(kernel=(2, 2), stride=(1, 2), pool_type="lp", p_value=2), {"x": In((1, 2, 3, 4))},
-           lambda x: pool_ref(x, (2, 2), (1, 2), pool_type="lp", p_value=2), second_order=False),
-    OpInfo("Pooling_lp3", _pool(kernel=(2, 2), pool_type="lp", p_value=3), {"x": In((1, 2, 3, 3), 0.5, 1.5)},
-           lambda x: pool_ref(x, (2, 2), pool_type="lp", p_value=3), second_order=False),
+    OpInfo(
+        "Pooling_lp2",
+        _pool(kernel=(2, 2), stride=(1, 2), pool_type="lp", p_value=2),
+        {"x": In((1, 2, 3, 4))},
+        lambda x: pool_ref(x, (2, 2), (1, 2), pool_type="lp", p_value=2),
+        second_order=False,
+    ),
+    OpInfo(
+        "Pooling_lp3",
+        _pool(kernel=(2, 2), pool_type="lp", p_value=3),
+        {"x": In((1, 2, 3, 3), 0.5, 1.5)},
+        lambda x: pool_ref(x, (2, 2), pool_type="lp", p_value=3),
+        second_order=False,
+    ),
 ]
 
 _PM = dict(kernel=(3, 3), stride=(2, 2), pad=(1, 1), pooling_convention="full")
@@ -146,7 +232,7 @@ def _avg_adjoint_ref(g, like):
     out = np.zeros_like(like)
     for n, c, i, j in itertools.product(*[range(v) for v in g.shape]):
         h0, w0 = i * 2 - 1, j * 2 - 1
-        out[n, c, max(h0, 0):h0 + 3, max(w0, 0):w0 + 3] += g[n, c, i, j] / 9
+        out[n, c, max(h0, 0) : h0 + 3, max(w0, 0) : w0 + 3] += g[n, c, i, j] / 9
     return out
 
 
@@ -171,19 +257,40 @@ def _gather_at_ref(v, idx):
 
 
 HIDDEN_POOL_OPS = [
-    OpInfo("_pool_max_scatter_at", S._pool_max_scatter_at,
-           {"g": In((1, 2, 3, 3)), "idx": In((1, 2, 3, 3), sample=_workspace, grad=False, integer=True),
-            "like": In((1, 2, 5, 5), grad=False)}, _scatter_at_ref),
-    OpInfo("_pool_max_gather_at", S._pool_max_gather_at,
-           {"v": In((1, 2, 5, 5)), "idx": In((1, 2, 3, 3), sample=_workspace, grad=False, integer=True)},
-           _gather_at_ref),
-    OpInfo("_pool_max_scatter", lambda g, x: S._pool_max_scatter(g, x, **_PM),
-           {"g": In((1, 2, 3, 3)), "x": _distinct((1, 2, 5, 5), grad=False)}, _max_scatter_ref),
-    OpInfo("_pool_max_gather", lambda v, x: S._pool_max_gather(v, x, **_PM),
-           {"v": In((1, 2, 5, 5)), "x": _distinct((1, 2, 5, 5), grad=False)}, _max_gather_ref),
-    OpInfo("_pool_sum_adjoint", lambda g, like: S._pool_sum_adjoint(g, like, kernel=(3, 3), stride=(2, 2), pad=(1, 1),
-                                                                      pool_type="avg"),
-           {"g": In((1, 2, 3, 3)), "like": In((1, 2, 5, 5), grad=False)}, _avg_adjoint_ref),
+    OpInfo(
+        "_pool_max_scatter_at",
+        S._pool_max_scatter_at,
+        {
+            "g": In((1, 2, 3, 3)),
+            "idx": In((1, 2, 3, 3), sample=_workspace, grad=False, integer=True),
+            "like": In((1, 2, 5, 5), grad=False),
+        },
+        _scatter_at_ref,
+    ),
+    OpInfo(
+        "_pool_max_gather_at",
+        S._pool_max_gather_at,
+        {"v": In((1, 2, 5, 5)), "idx": In((1, 2, 3, 3), sample=_workspace, grad=False, integer=True)},
+        _gather_at_ref,
+    ),
+    OpInfo(
+        "_pool_max_scatter",
+        lambda g, x: S._pool_max_scatter(g, x, **_PM),
+        {"g": In((1, 2, 3, 3)), "x": _distinct((1, 2, 5, 5), grad=False)},
+        _max_scatter_ref,
+    ),
+    OpInfo(
+        "_pool_max_gather",
+        lambda v, x: S._pool_max_gather(v, x, **_PM),
+        {"v": In((1, 2, 5, 5)), "x": _distinct((1, 2, 5, 5), grad=False)},
+        _max_gather_ref,
+    ),
+    OpInfo(
+        "_pool_sum_adjoint",
+        lambda g, like: S._pool_sum_adjoint(g, like, kernel=(3, 3), stride=(2, 2), pad=(1, 1), pool_type="avg"),
+        {"g": In((1, 2, 3, 3)), "like": In((1, 2, 5, 5), grad=False)},
+        _avg_adjoint_ref,
+    ),
 ]
 
 
@@ -216,16 +323,36 @@ def pad_ref(x, mode, pad_width, value=0.0):
 _PW4 = (0, 0, 0, 0, 1, 2, 2, 1)
 _PW5 = (0, 0, 0, 0, 1, 1, 0, 2, 1, 0)
 PAD_OPS = [
-    OpInfo("Pad_constant", lambda x: S.Pad(x, mode="constant", pad_width=_PW4, constant_value=0.5),
-           {"x": In((1, 2, 3, 3))}, lambda x: pad_ref(x, "constant", _PW4, 0.5)),
-    OpInfo("Pad_edge", lambda x: S.Pad(x, mode="edge", pad_width=_PW4), {"x": In((1, 2, 3, 3))},
-           lambda x: pad_ref(x, "edge", _PW4)),
-    OpInfo("Pad_reflect", lambda x: S.pad(x, mode="reflect", pad_width=_PW4), {"x": In((1, 2, 3, 3))},
-           lambda x: pad_ref(x, "reflect", _PW4)),
-    OpInfo("Pad_reflect_5d", lambda x: S.Pad(x, mode="reflect", pad_width=_PW5), {"x": In((1, 1, 2, 3, 2))},
-           lambda x: pad_ref(x, "reflect", _PW5)),
-    OpInfo("Pad_edge_5d", lambda x: S.Pad(x, mode="edge", pad_width=_PW5), {"x": In((1, 1, 2, 3, 2))},
-           lambda x: pad_ref(x, "edge", _PW5)),
+    OpInfo(
+        "Pad_constant",
+        lambda x: S.Pad(x, mode="constant", pad_width=_PW4, constant_value=0.5),
+        {"x": In((1, 2, 3, 3))},
+        lambda x: pad_ref(x, "constant", _PW4, 0.5),
+    ),
+    OpInfo(
+        "Pad_edge",
+        lambda x: S.Pad(x, mode="edge", pad_width=_PW4),
+        {"x": In((1, 2, 3, 3))},
+        lambda x: pad_ref(x, "edge", _PW4),
+    ),
+    OpInfo(
+        "Pad_reflect",
+        lambda x: S.pad(x, mode="reflect", pad_width=_PW4),
+        {"x": In((1, 2, 3, 3))},
+        lambda x: pad_ref(x, "reflect", _PW4),
+    ),
+    OpInfo(
+        "Pad_reflect_5d",
+        lambda x: S.Pad(x, mode="reflect", pad_width=_PW5),
+        {"x": In((1, 1, 2, 3, 2))},
+        lambda x: pad_ref(x, "reflect", _PW5),
+    ),
+    OpInfo(
+        "Pad_edge_5d",
+        lambda x: S.Pad(x, mode="edge", pad_width=_PW5),
+        {"x": In((1, 1, 2, 3, 2))},
+        lambda x: pad_ref(x, "edge", _PW5),
+    ),
 ]
 
 OPS = POOL_OPS + HIDDEN_POOL_OPS + PAD_OPS

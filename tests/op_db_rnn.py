@@ -45,7 +45,7 @@ def reference(mode, L, D, H, P=None, state_outputs=False, clip=None, seq=False):
         def take(*shape):
             nonlocal pos
             size = int(np.prod(shape))
-            out = w[pos:pos + size].reshape(shape)
+            out = w[pos : pos + size].reshape(shape)
             pos += size
             return out
 
@@ -70,7 +70,7 @@ def reference(mode, L, D, H, P=None, state_outputs=False, clip=None, seq=False):
                     n_steps = lens[b] if seq else T
                     h = h0[k, b].copy()
                     c = c0[k, b].copy() if mode == "lstm" else None
-                    for t in (range(n_steps) if d == 0 else range(n_steps - 1, -1, -1)):
+                    for t in range(n_steps) if d == 0 else range(n_steps - 1, -1, -1):
                         gx = cl["Wx"] @ x[t, b] + cl["bx"]
                         gh = cl["Wh"] @ h + cl["bh"]
                         if mode == "rnn_tanh":
@@ -79,19 +79,19 @@ def reference(mode, L, D, H, P=None, state_outputs=False, clip=None, seq=False):
                             h = np.maximum(gx + gh, 0.0)
                         elif mode == "gru":
                             r = _sig(gx[:H] + gh[:H])
-                            z = _sig(gx[H:2 * H] + gh[H:2 * H])
-                            n = np.tanh(gx[2 * H:] + r * gh[2 * H:])
+                            z = _sig(gx[H : 2 * H] + gh[H : 2 * H])
+                            n = np.tanh(gx[2 * H :] + r * gh[2 * H :])
                             h = (1 - z) * n + z * h
                         else:
                             a = gx + gh
-                            i, f, g, o = _sig(a[:H]), _sig(a[H:2 * H]), np.tanh(a[2 * H:3 * H]), _sig(a[3 * H:])
+                            i, f, g, o = _sig(a[:H]), _sig(a[H : 2 * H]), np.tanh(a[2 * H : 3 * H]), _sig(a[3 * H :])
                             c = f * c + i * g
                             if clip is not None:
                                 c = np.clip(c, *clip)
                             h = o * np.tanh(c)
                             if P:
                                 h = cl["Wr"] @ h
-                        y[t, b, d * O:(d + 1) * O] = h
+                        y[t, b, d * O : (d + 1) * O] = h
                     hy[k, b] = h
                     if mode == "lstm":
                         cy[k, b] = c
@@ -103,8 +103,23 @@ def reference(mode, L, D, H, P=None, state_outputs=False, clip=None, seq=False):
     return run
 
 
-def _row(name, mode, *, L=1, bidirectional=False, state_outputs=True, T=3, N=2, I=2, H=2, P=None,  # noqa: E741
-         clip=None, lens=None, grad_rtol=1e-6, grad_atol=1e-8):
+def _row(
+    name,
+    mode,
+    *,
+    L=1,
+    bidirectional=False,
+    state_outputs=True,
+    T=3,
+    N=2,
+    I=2,
+    H=2,
+    P=None,  # noqa: E741
+    clip=None,
+    lens=None,
+    grad_rtol=1e-6,
+    grad_atol=1e-8,
+):
     D = 2 if bidirectional else 1
     O = P or H  # noqa: E741
     params = dict(state_size=H, num_layers=L, mode=mode, bidirectional=bidirectional, state_outputs=state_outputs)
@@ -127,8 +142,16 @@ def _row(name, mode, *, L=1, bidirectional=False, state_outputs=True, T=3, N=2, 
     def make(*xs):
         return S.RNN(*xs, **params)
 
-    return OpInfo(f"RNN_{name}", make, inputs, reference(mode, L, D, H, P, state_outputs, clip, lens is not None),
-                  dtypes=F3264, second_order=False, grad_rtol=grad_rtol, grad_atol=grad_atol)
+    return OpInfo(
+        f"RNN_{name}",
+        make,
+        inputs,
+        reference(mode, L, D, H, P, state_outputs, clip, lens is not None),
+        dtypes=F3264,
+        second_order=False,
+        grad_rtol=grad_rtol,
+        grad_atol=grad_atol,
+    )
 
 
 OPS = [

@@ -200,7 +200,7 @@ def _proposal(cls, deltas, info, pre, post, thresh, min_size, scales, ratios, st
             for w in range(W):
                 for a in range(A):
                     x1, y1, x2, y2 = (v + s for v, s in zip(anchors[a], (w * stride, h * stride) * 2))
-                    d = deltas[b, 4 * a:4 * a + 4, h, w]
+                    d = deltas[b, 4 * a : 4 * a + 4, h, w]
                     if iou:
                         p = [x1 + d[0], y1 + d[1], x2 + d[2], y2 + d[3]]
                     else:
@@ -208,8 +208,12 @@ def _proposal(cls, deltas, info, pre, post, thresh, min_size, scales, ratios, st
                         cx, cy = x1 + 0.5 * (bw - 1) + d[0] * bw, y1 + 0.5 * (bh - 1) + d[1] * bh
                         pw, ph = math.exp(d[2]) * bw, math.exp(d[3]) * bh
                         p = [cx - 0.5 * (pw - 1), cy - 0.5 * (ph - 1), cx + 0.5 * (pw - 1), cy + 0.5 * (ph - 1)]
-                    p = [min(max(p[0], 0), im_w - 1), min(max(p[1], 0), im_h - 1),
-                         min(max(p[2], 0), im_w - 1), min(max(p[3], 0), im_h - 1)]
+                    p = [
+                        min(max(p[0], 0), im_w - 1),
+                        min(max(p[1], 0), im_h - 1),
+                        min(max(p[2], 0), im_w - 1),
+                        min(max(p[3], 0), im_h - 1),
+                    ]
                     score = -1.0 if h >= real_h or w >= real_w else cls[b, A + a, h, w]
                     ms = min_size * im_s
                     if p[2] - p[0] + 1 < ms or p[3] - p[1] + 1 < ms:
@@ -244,23 +248,42 @@ def _proposal(cls, deltas, info, pre, post, thresh, min_size, scales, ratios, st
 
 
 def _rpn_inputs(n, a, h, w, info):
-    return {"cls": In((n, 2 * a, h, w), 0.0, 1.0, grad=False),
-            "bbox": In((n, 4 * a, h, w), -0.4, 0.4, grad=False),
-            "info": _fixed(info)}
+    return {
+        "cls": In((n, 2 * a, h, w), 0.0, 1.0, grad=False),
+        "bbox": In((n, 4 * a, h, w), -0.4, 0.4, grad=False),
+        "info": _fixed(info),
+    }
 
 
 ROIS = [[0, 0.5, 1.0, 4.0, 3.5], [1, 2.5, 0.0, 5.0, 4.25], [1, 1.0, 2.0, 1.0, 2.0]]
 ROIS_ODD = [[0, 1.5, 0.5, 9.0, 7.0], [5, 0.0, 0.0, 3.0, 3.0], [-1, 0.0, 0.0, 3.0, 3.0], [1, 6.0, 4.0, 2.0, 1.0]]
 ALIGN_ROIS = [[0, 0.5, 1.25, 4.0, 3.5], [1, 1.25, 0.25, 3.75, 3.25], [1, -0.75, 2.25, 5.5, 7.5]]
-RPN = dict(scales=(2.0, 4.0), ratios=(0.5, 1.0), feature_stride=4, rpn_pre_nms_top_n=10, rpn_post_nms_top_n=5,
-           threshold=0.5, rpn_min_size=3)
+RPN = dict(
+    scales=(2.0, 4.0),
+    ratios=(0.5, 1.0),
+    feature_stride=4,
+    rpn_pre_nms_top_n=10,
+    rpn_post_nms_top_n=5,
+    threshold=0.5,
+    rpn_min_size=3,
+)
 
 
 def _rpn_ref(iou=False, **kw):
     p = {**RPN, **kw}
-    return lambda c, b, i: _proposal(c, b, i, p["rpn_pre_nms_top_n"], p["rpn_post_nms_top_n"], p["threshold"],
-                                     p["rpn_min_size"], p["scales"], p["ratios"], p["feature_stride"], iou)
-
+    return lambda c, b, i: _proposal(
+        c,
+        b,
+        i,
+        p["rpn_pre_nms_top_n"],
+        p["rpn_post_nms_top_n"],
+        p["threshold"],
+        p["rpn_min_size"],
+        p["scales"],
+        p["ratios"],
+        p["feature_stride"],
+        iou,
+    )
 
 
 # -- DeformablePSROIPooling ------------------------------------------------------------------------------------
@@ -305,8 +328,12 @@ def ref_deformable_psroi(data, rois, trans=None, scale=1.0, od=1, gs=1, P=1, par
             y0, x0, y1, x1 = math.floor(h), math.floor(w), math.ceil(h), math.ceil(w)
             dy, dx = h - y0, w - x0
             img = data[b, c]
-            total += ((1 - dx) * (1 - dy) * img[y0, x0] + (1 - dx) * dy * img[y1, x0] + dx * (1 - dy) * img[y0, x1]
-                      + dx * dy * img[y1, x1])
+            total += (
+                (1 - dx) * (1 - dy) * img[y0, x0]
+                + (1 - dx) * dy * img[y1, x0]
+                + dx * (1 - dy) * img[y0, x1]
+                + dx * dy * img[y1, x1]
+            )
             count += 1
         out[r, ct, ph, pw] = total / count if count else 0.0
     return out
@@ -362,73 +389,120 @@ def _dpsroi(no_trans=False, **p):
     def make(d, r, t=None):
         args = (d, r) if no_trans else (d, r, t)
         return S._contrib_DeformablePSROIPooling(*args, no_trans=no_trans, **p)
+
     return make
 
 
 OPS = [
     # -- ROIPooling: max over rounded integer bins; gradient to the argmax (symbolic, second order) -----------
-    OpInfo("ROIPooling_basic", lambda d, r: S.ROIPooling(d, r, pooled_size=(2, 2), spatial_scale=1.0),
-           {"d": _distinct((2, 2, 5, 6)), "r": _fixed(ROIS)},
-           lambda d, r: _roi_pool(d, r, (2, 2), 1.0)),
+    OpInfo(
+        "ROIPooling_basic",
+        lambda d, r: S.ROIPooling(d, r, pooled_size=(2, 2), spatial_scale=1.0),
+        {"d": _distinct((2, 2, 5, 6)), "r": _fixed(ROIS)},
+        lambda d, r: _roi_pool(d, r, (2, 2), 1.0),
+    ),
     # scale 0.5, a ROI past the map, batch indices 5 and -1 (outputs 0), a malformed ROI (1 x 1)
-    OpInfo("ROIPooling_scale_odd_rois", lambda d, r: S.ROIPooling(d, r, pooled_size=(3, 2), spatial_scale=0.5),
-           {"d": _distinct((2, 2, 4, 5)), "r": _fixed(ROIS_ODD)},
-           lambda d, r: _roi_pool(d, r, (3, 2), 0.5)),
+    OpInfo(
+        "ROIPooling_scale_odd_rois",
+        lambda d, r: S.ROIPooling(d, r, pooled_size=(3, 2), spatial_scale=0.5),
+        {"d": _distinct((2, 2, 4, 5)), "r": _fixed(ROIS_ODD)},
+        lambda d, r: _roi_pool(d, r, (3, 2), 0.5),
+    ),
     # -- ROIAlign: linear in data; adjoint _roi_align_adjoint ---------------------------------------------------
-    OpInfo("ROIAlign_adaptive", lambda d, r: S._contrib_ROIAlign(d, r, pooled_size=(2, 2), spatial_scale=1.0),
-           {"d": In((2, 2, 5, 5)), "r": _fixed(ALIGN_ROIS)},
-           lambda d, r: _roi_align(d, r, (2, 2), 1.0)),
-    OpInfo("ROIAlign_sample_ratio_aligned",
-           lambda d, r: S._contrib_ROIAlign(d, r, pooled_size=(3, 2), spatial_scale=0.5, sample_ratio=2,
-                                            aligned=True),
-           {"d": In((2, 1, 4, 4)), "r": _fixed(np.array(ALIGN_ROIS) * [1, 2, 2, 2, 2])},
-           lambda d, r: _roi_align(d, r, (3, 2), 0.5, 2, aligned=True)),
-    OpInfo("ROIAlign_position_sensitive",
-           lambda d, r: S._contrib_ROIAlign(d, r, pooled_size=(2, 2), spatial_scale=1.0, position_sensitive=True),
-           {"d": In((2, 8, 4, 4)), "r": _fixed(ALIGN_ROIS[:2])},
-           lambda d, r: _roi_align(d, r, (2, 2), 1.0, ps=True)),
+    OpInfo(
+        "ROIAlign_adaptive",
+        lambda d, r: S._contrib_ROIAlign(d, r, pooled_size=(2, 2), spatial_scale=1.0),
+        {"d": In((2, 2, 5, 5)), "r": _fixed(ALIGN_ROIS)},
+        lambda d, r: _roi_align(d, r, (2, 2), 1.0),
+    ),
+    OpInfo(
+        "ROIAlign_sample_ratio_aligned",
+        lambda d, r: S._contrib_ROIAlign(d, r, pooled_size=(3, 2), spatial_scale=0.5, sample_ratio=2, aligned=True),
+        {"d": In((2, 1, 4, 4)), "r": _fixed(np.array(ALIGN_ROIS) * [1, 2, 2, 2, 2])},
+        lambda d, r: _roi_align(d, r, (3, 2), 0.5, 2, aligned=True),
+    ),
+    OpInfo(
+        "ROIAlign_position_sensitive",
+        lambda d, r: S._contrib_ROIAlign(d, r, pooled_size=(2, 2), spatial_scale=1.0, position_sensitive=True),
+        {"d": In((2, 8, 4, 4)), "r": _fixed(ALIGN_ROIS[:2])},
+        lambda d, r: _roi_align(d, r, (2, 2), 1.0, ps=True),
+    ),
     # -- PSROIPooling: linear in data; adjoint _psroi_pool_adjoint ---------------------------------------------
-    OpInfo("PSROIPooling_basic",
-           lambda d, r: S._contrib_PSROIPooling(d, r, spatial_scale=0.5, output_dim=2, pooled_size=2),
-           {"d": In((2, 8, 4, 4)), "r": _fixed([[0, 0.5, 1.5, 7.25, 6.5], [1, 3.0, 2.0, 5.0, 3.0]])},
-           lambda d, r: _psroi_pool(d, r, 0.5, 2, 2)),
-    OpInfo("PSROIPooling_group1",
-           lambda d, r: S._contrib_PSROIPooling(d, r, spatial_scale=1.0, output_dim=2, pooled_size=3, group_size=1),
-           {"d": In((1, 2, 5, 4)), "r": _fixed([[0, 0.0, 0.5, 3.0, 4.0], [0, 3.0, 3.0, 1.0, 1.0]])},
-           lambda d, r: _psroi_pool(d, r, 1.0, 2, 3, 1)),
+    OpInfo(
+        "PSROIPooling_basic",
+        lambda d, r: S._contrib_PSROIPooling(d, r, spatial_scale=0.5, output_dim=2, pooled_size=2),
+        {"d": In((2, 8, 4, 4)), "r": _fixed([[0, 0.5, 1.5, 7.25, 6.5], [1, 3.0, 2.0, 5.0, 3.0]])},
+        lambda d, r: _psroi_pool(d, r, 0.5, 2, 2),
+    ),
+    OpInfo(
+        "PSROIPooling_group1",
+        lambda d, r: S._contrib_PSROIPooling(d, r, spatial_scale=1.0, output_dim=2, pooled_size=3, group_size=1),
+        {"d": In((1, 2, 5, 4)), "r": _fixed([[0, 0.0, 0.5, 3.0, 4.0], [0, 3.0, 3.0, 1.0, 1.0]])},
+        lambda d, r: _psroi_pool(d, r, 1.0, 2, 3, 1),
+    ),
     # -- RROIAlign: forward only (MXNet has no backward) -------------------------------------------------------
-    OpInfo("RROIAlign", lambda d, r: S._contrib_RROIAlign(d, r, pooled_size=(2, 3), spatial_scale=1.0),
-           {"d": In((2, 2, 5, 5)), "r": _fixed([[0, 2.5, 2.0, 3.0, 2.0, 30.0], [1, 2.0, 2.5, 4.5, 3.5, -60.0]])},
-           lambda d, r: _rroi_align(d, r, (2, 3), 1.0), grad=False),
-    OpInfo("RROIAlign_sampling_ratio",
-           lambda d, r: S._contrib_RROIAlign(d, r, pooled_size=(2, 2), spatial_scale=0.5, sampling_ratio=2),
-           {"d": In((1, 2, 4, 5)), "r": _fixed([[0, 4.0, 4.0, 5.0, 3.0, 45.0]])},
-           lambda d, r: _rroi_align(d, r, (2, 2), 0.5, 2), grad=False),
+    OpInfo(
+        "RROIAlign",
+        lambda d, r: S._contrib_RROIAlign(d, r, pooled_size=(2, 3), spatial_scale=1.0),
+        {"d": In((2, 2, 5, 5)), "r": _fixed([[0, 2.5, 2.0, 3.0, 2.0, 30.0], [1, 2.0, 2.5, 4.5, 3.5, -60.0]])},
+        lambda d, r: _rroi_align(d, r, (2, 3), 1.0),
+        grad=False,
+    ),
+    OpInfo(
+        "RROIAlign_sampling_ratio",
+        lambda d, r: S._contrib_RROIAlign(d, r, pooled_size=(2, 2), spatial_scale=0.5, sampling_ratio=2),
+        {"d": In((1, 2, 4, 5)), "r": _fixed([[0, 4.0, 4.0, 5.0, 3.0, 45.0]])},
+        lambda d, r: _rroi_align(d, r, (2, 2), 0.5, 2),
+        grad=False,
+    ),
     # -- Proposal / MultiProposal: forward only (MXNet's gradient is zeros: test_ops_roi.py) --------------------
-    OpInfo("Proposal", lambda c, b, i: S._contrib_Proposal(c, b, i, output_score=True, **RPN),
-           _rpn_inputs(1, 4, 3, 4, [[11.0, 16.0, 1.0]]), _rpn_ref(), grad=False, dtypes=F32_64),
-    OpInfo("Proposal_iou_loss_all_boxes",
-           lambda c, b, i: S._contrib_Proposal(c, b, i, iou_loss=True, **{**RPN, "rpn_pre_nms_top_n": -1}),
-           _rpn_inputs(1, 4, 3, 3, [[12.0, 12.0, 0.5]]),
-           lambda c, b, i: _rpn_ref(True, rpn_pre_nms_top_n=-1)(c, b, i)[0],
-           grad=False, dtypes=F32_64),
-    OpInfo("MultiProposal", lambda c, b, i: S._contrib_MultiProposal(c, b, i, output_score=True, **RPN),
-           _rpn_inputs(2, 4, 3, 3, [[12.0, 12.0, 1.0], [8.0, 10.0, 1.0]]), _rpn_ref(), grad=False, dtypes=F32_64),
+    OpInfo(
+        "Proposal",
+        lambda c, b, i: S._contrib_Proposal(c, b, i, output_score=True, **RPN),
+        _rpn_inputs(1, 4, 3, 4, [[11.0, 16.0, 1.0]]),
+        _rpn_ref(),
+        grad=False,
+        dtypes=F32_64,
+    ),
+    OpInfo(
+        "Proposal_iou_loss_all_boxes",
+        lambda c, b, i: S._contrib_Proposal(c, b, i, iou_loss=True, **{**RPN, "rpn_pre_nms_top_n": -1}),
+        _rpn_inputs(1, 4, 3, 3, [[12.0, 12.0, 0.5]]),
+        lambda c, b, i: _rpn_ref(True, rpn_pre_nms_top_n=-1)(c, b, i)[0],
+        grad=False,
+        dtypes=F32_64,
+    ),
+    OpInfo(
+        "MultiProposal",
+        lambda c, b, i: S._contrib_MultiProposal(c, b, i, output_score=True, **RPN),
+        _rpn_inputs(2, 4, 3, 3, [[12.0, 12.0, 1.0], [8.0, 10.0, 1.0]]),
+        _rpn_ref(),
+        grad=False,
+        dtypes=F32_64,
+    ),
     # -- DeformablePSROIPooling: symbolic gradients for data and trans ------------------------------------------
-    OpInfo("DeformablePSROIPooling",
-           _dpsroi(spatial_scale=0.5, output_dim=2, group_size=2, pooled_size=2, sample_per_part=2, trans_std=0.1),
-           {"d": In((1, 8, 4, 4)), "r": _fixed(_ROIS_A),
-            "t": _trans_away(_ROIS_A, 4, 4, 0.5, 2, 0, 2, 0.1, 1)},
-           lambda d, r, t: ref_deformable_psroi(d, r, t, 0.5, 2, 2, 2, 0, 2, 0.1), fwd_tol=F16),
+    OpInfo(
+        "DeformablePSROIPooling",
+        _dpsroi(spatial_scale=0.5, output_dim=2, group_size=2, pooled_size=2, sample_per_part=2, trans_std=0.1),
+        {"d": In((1, 8, 4, 4)), "r": _fixed(_ROIS_A), "t": _trans_away(_ROIS_A, 4, 4, 0.5, 2, 0, 2, 0.1, 1)},
+        lambda d, r, t: ref_deformable_psroi(d, r, t, 0.5, 2, 2, 2, 0, 2, 0.1),
+        fwd_tol=F16,
+    ),
     # two classes, part_size < pooled_size (part cells shared by neighbouring bins), ROIs partly outside
-    OpInfo("DeformablePSROIPooling_classes_part2",
-           _dpsroi(spatial_scale=1.0, output_dim=2, group_size=1, pooled_size=3, part_size=2, sample_per_part=2,
-                   trans_std=0.2),
-           {"d": In((1, 2, 4, 5)), "r": _fixed(_ROIS_B),
-            "t": _trans_away(_ROIS_B, 4, 5, 1.0, 3, 2, 2, 0.2, 2)},
-           lambda d, r, t: ref_deformable_psroi(d, r, t, 1.0, 2, 1, 3, 2, 2, 0.2), fwd_tol=F16),
-    OpInfo("DeformablePSROIPooling_no_trans",
-           _dpsroi(no_trans=True, spatial_scale=1.0, output_dim=2, group_size=2, pooled_size=2, sample_per_part=3),
-           {"d": In((1, 8, 4, 4)), "r": _fixed(_ROIS_B)},
-           lambda d, r: ref_deformable_psroi(d, r, None, 1.0, 2, 2, 2, 0, 3), fwd_tol=F16),
+    OpInfo(
+        "DeformablePSROIPooling_classes_part2",
+        _dpsroi(
+            spatial_scale=1.0, output_dim=2, group_size=1, pooled_size=3, part_size=2, sample_per_part=2, trans_std=0.2
+        ),
+        {"d": In((1, 2, 4, 5)), "r": _fixed(_ROIS_B), "t": _trans_away(_ROIS_B, 4, 5, 1.0, 3, 2, 2, 0.2, 2)},
+        lambda d, r, t: ref_deformable_psroi(d, r, t, 1.0, 2, 1, 3, 2, 2, 0.2),
+        fwd_tol=F16,
+    ),
+    OpInfo(
+        "DeformablePSROIPooling_no_trans",
+        _dpsroi(no_trans=True, spatial_scale=1.0, output_dim=2, group_size=2, pooled_size=2, sample_per_part=3),
+        {"d": In((1, 8, 4, 4)), "r": _fixed(_ROIS_B)},
+        lambda d, r: ref_deformable_psroi(d, r, None, 1.0, 2, 2, 2, 0, 3),
+        fwd_tol=F16,
+    ),
 ]

@@ -38,15 +38,30 @@ def _last(x, lengths=None, axis=0):
 
 OPS = [
     OpInfo("SequenceReverse", S.SequenceReverse, {"x": In((4, 3, 2))}, _reverse),
-    OpInfo("SequenceReverse_lengths", lambda x, n: S.SequenceReverse(x, n, use_sequence_length=True),
-           {"x": In((5, 3, 2)), "n": _lengths([5, 2, 0])}, _reverse),
-    OpInfo("SequenceReverse_lengths_2d_float", lambda x, n: S.SequenceReverse(x, n, use_sequence_length=True),
-           {"x": In((4, 2)), "n": In((2,), sample=lambda r: np.array([3.0, 1.0]), grad=False)}, _reverse),
+    OpInfo(
+        "SequenceReverse_lengths",
+        lambda x, n: S.SequenceReverse(x, n, use_sequence_length=True),
+        {"x": In((5, 3, 2)), "n": _lengths([5, 2, 0])},
+        _reverse,
+    ),
+    OpInfo(
+        "SequenceReverse_lengths_2d_float",
+        lambda x, n: S.SequenceReverse(x, n, use_sequence_length=True),
+        {"x": In((4, 2)), "n": In((2,), sample=lambda r: np.array([3.0, 1.0]), grad=False)},
+        _reverse,
+    ),
     OpInfo("SequenceLast", S.SequenceLast, {"x": In((4, 3, 2))}, _last),
-    OpInfo("SequenceLast_axis1", lambda x: S.SequenceLast(x, axis=1), {"x": In((3, 4, 2))},
-           lambda x: _last(x, axis=1)),
-    OpInfo("SequenceLast_lengths_4d", lambda x, n: S.SequenceLast(x, n, use_sequence_length=True),
-           {"x": In((4, 3, 2, 2)), "n": _lengths([1, 4, 2])}, _last),
-    OpInfo("SequenceLast_lengths_axis1_2d", lambda x, n: S.SequenceLast(x, n, use_sequence_length=True, axis=1),
-           {"x": In((3, 5)), "n": _lengths([2, 5, 3])}, lambda x, n: _last(x, n, axis=1)),
+    OpInfo("SequenceLast_axis1", lambda x: S.SequenceLast(x, axis=1), {"x": In((3, 4, 2))}, lambda x: _last(x, axis=1)),
+    OpInfo(
+        "SequenceLast_lengths_4d",
+        lambda x, n: S.SequenceLast(x, n, use_sequence_length=True),
+        {"x": In((4, 3, 2, 2)), "n": _lengths([1, 4, 2])},
+        _last,
+    ),
+    OpInfo(
+        "SequenceLast_lengths_axis1_2d",
+        lambda x, n: S.SequenceLast(x, n, use_sequence_length=True, axis=1),
+        {"x": In((3, 5)), "n": _lengths([2, 5, 3])},
+        lambda x, n: _last(x, n, axis=1),
+    ),
 ]

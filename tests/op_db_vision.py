@@ -24,7 +24,6 @@ def _frac(rng, shape, span=1):
     return rng.integers(-span, span + 1, shape) + rng.uniform(0.15, 0.85, shape)
 
 
-
 # -- GridGenerator ------------------------------------------------------------------------------------------
 
 
@@ -86,9 +85,16 @@ def sample_loc(N, H, W, Ho, Wo):
 
     def draw(rng):
         while True:
-            loc = np.concatenate([rng.uniform(0.5, 0.9, (N, 1)), rng.uniform(-0.3, 0.3, (N, 2)),
-                                  rng.uniform(-0.3, 0.3, (N, 1)), rng.uniform(0.5, 0.9, (N, 1)),
-                                  rng.uniform(-0.3, 0.3, (N, 1))], axis=1)
+            loc = np.concatenate(
+                [
+                    rng.uniform(0.5, 0.9, (N, 1)),
+                    rng.uniform(-0.3, 0.3, (N, 2)),
+                    rng.uniform(-0.3, 0.3, (N, 1)),
+                    rng.uniform(0.5, 0.9, (N, 1)),
+                    rng.uniform(-0.3, 0.3, (N, 1)),
+                ],
+                axis=1,
+            )
             g = ref_grid_affine(loc, Ho, Wo)
             px, py = (g[:, 0] + 1) * (W - 1) / 2, (g[:, 1] + 1) * (H - 1) / 2
             dist = min(np.abs(px - np.round(px)).min(), np.abs(py - np.round(py)).min())
@@ -121,8 +127,8 @@ def ref_correlation(d1, d2, k=1, md=1, s1=1, s2=1, pad=0, mult=True):
             for i in range(th):
                 for j in range(tw):
                     y1, x1 = i * s1 + md, j * s1 + md
-                    a = P1[n, :, y1:y1 + k, x1:x1 + k]
-                    b = P2[n, :, y1 + dy:y1 + dy + k, x1 + dx:x1 + dx + k]
+                    a = P1[n, :, y1 : y1 + k, x1 : x1 + k]
+                    b = P2[n, :, y1 + dy : y1 + dy + k, x1 + dx : x1 + dx + k]
                     out[n, q, i, j] = ((a * b).sum() if mult else np.abs(a - b).sum()) / (k * k * C)
     return out
 
@@ -207,8 +213,9 @@ def ref_bilinear_resize(x, oh, ow, align=True):
             w0 = int(wr)
             wp = 1 if w0 < W - 1 else 0
             lw = float(np.float32(wr - np.float32(w0)))
-            out[:, :, i, j] = ((1 - lh) * ((1 - lw) * x[:, :, h0, w0] + lw * x[:, :, h0, w0 + wp])
-                               + lh * ((1 - lw) * x[:, :, h0 + hp, w0] + lw * x[:, :, h0 + hp, w0 + wp]))
+            out[:, :, i, j] = (1 - lh) * ((1 - lw) * x[:, :, h0, w0] + lw * x[:, :, h0, w0 + wp]) + lh * (
+                (1 - lw) * x[:, :, h0 + hp, w0] + lw * x[:, :, h0 + hp, w0 + wp]
+            )
     return out
 
 
@@ -230,12 +237,17 @@ def _deform_sample(img, y, x):
     else:
         x1 = x0 + 1
     ly, lx = y - y0, x - x0
-    return ((1 - ly) * (1 - lx) * img[y0, x0] + (1 - ly) * lx * img[y0, x1] + ly * (1 - lx) * img[y1, x0]
-            + ly * lx * img[y1, x1])
+    return (
+        (1 - ly) * (1 - lx) * img[y0, x0]
+        + (1 - ly) * lx * img[y0, x1]
+        + ly * (1 - lx) * img[y1, x0]
+        + ly * lx * img[y1, x1]
+    )
 
 
-def ref_deformable_conv(data, offset, weight, bias=None, kernel=(2, 2), stride=(1, 1), dilate=(1, 1), pad=(0, 0),
-                        num_group=1, dg=1):
+def ref_deformable_conv(
+    data, offset, weight, bias=None, kernel=(2, 2), stride=(1, 1), dilate=(1, 1), pad=(0, 0), num_group=1, dg=1
+):
     N, C, H, W = data.shape
     F = weight.shape[0]
     kh, kw = kernel
@@ -266,7 +278,6 @@ def _offset_shape(N, dg, kernel, Ho, Wo):
     return (N, 2 * kernel[0] * kernel[1] * dg, Ho, Wo)
 
 
-
 # -- ModulatedDeformableConvolution ----------------------------------------------------------------------------
 
 
@@ -285,8 +296,9 @@ def _zero_border_sample(img, y, x):
     return total
 
 
-def ref_modulated_deformable_conv(data, offset, mask, weight, bias=None, kernel=(2, 2), stride=(1, 1),
-                                  dilate=(1, 1), pad=(0, 0), num_group=1, dg=1):
+def ref_modulated_deformable_conv(
+    data, offset, mask, weight, bias=None, kernel=(2, 2), stride=(1, 1), dilate=(1, 1), pad=(0, 0), num_group=1, dg=1
+):
     N, C, H, W = data.shape
     F = weight.shape[0]
     kh, kw = kernel
@@ -301,8 +313,7 @@ def ref_modulated_deformable_conv(data, offset, mask, weight, bias=None, kernel=
                     for ho in range(Ho):
                         for wo in range(Wo):
                             y = ho * stride[0] - pad[0] + i * dilate[0] + offset[n, g * 2 * kh * kw + 2 * t, ho, wo]
-                            x = wo * stride[1] - pad[1] + j * dilate[1] + offset[n, g * 2 * kh * kw + 2 * t + 1, ho,
-                                                                                 wo]
+                            x = wo * stride[1] - pad[1] + j * dilate[1] + offset[n, g * 2 * kh * kw + 2 * t + 1, ho, wo]
                             m = mask[n, g * kh * kw + t, ho, wo]
                             cols[n, c, i, j, ho, wo] = m * _zero_border_sample(data[n, c], y, x)
     out = np.zeros((N, F, Ho, Wo))
@@ -322,10 +333,12 @@ def ref_modulated_deformable_conv(data, offset, mask, weight, bias=None, kernel=
 
 def _mdcn_inputs(N, C, H, W, F, kernel, Ho, Wo, num_group=1, dg=1, bias=True, span=1):
     K = kernel[0] * kernel[1]
-    ins = {"data": In((N, C, H, W)),
-           "offset": In((N, 2 * K * dg, Ho, Wo), sample=lambda r: _frac(r, (N, 2 * K * dg, Ho, Wo), span)),
-           "mask": In((N, K * dg, Ho, Wo), low=0.0, high=1.0),
-           "weight": In((F, C // num_group) + tuple(kernel))}
+    ins = {
+        "data": In((N, C, H, W)),
+        "offset": In((N, 2 * K * dg, Ho, Wo), sample=lambda r: _frac(r, (N, 2 * K * dg, Ho, Wo), span)),
+        "mask": In((N, K * dg, Ho, Wo), low=0.0, high=1.0),
+        "weight": In((F, C // num_group) + tuple(kernel)),
+    }
     if bias:
         ins["bias"] = In((F,))
     return ins
@@ -333,107 +346,250 @@ def _mdcn_inputs(N, C, H, W, F, kernel, Ho, Wo, num_group=1, dg=1, bias=True, sp
 
 OPS = [
     # -- GridGenerator ----------------------------------------------------------------------------------------
-    OpInfo("GridGenerator_affine", lambda t: S.GridGenerator(t, transform_type="affine", target_shape=(3, 4)),
-           {"theta": In((2, 6))}, lambda t: ref_grid_affine(t, 3, 4), fwd_tol=F16),
-    OpInfo("GridGenerator_warp", lambda f: S.GridGenerator(f, transform_type="warp"),
-           {"flow": In((2, 2, 3, 4))}, ref_grid_warp, fwd_tol=F16),
+    OpInfo(
+        "GridGenerator_affine",
+        lambda t: S.GridGenerator(t, transform_type="affine", target_shape=(3, 4)),
+        {"theta": In((2, 6))},
+        lambda t: ref_grid_affine(t, 3, 4),
+        fwd_tol=F16,
+    ),
+    OpInfo(
+        "GridGenerator_warp",
+        lambda f: S.GridGenerator(f, transform_type="warp"),
+        {"flow": In((2, 2, 3, 4))},
+        ref_grid_warp,
+        fwd_tol=F16,
+    ),
     # -- BilinearSampler --------------------------------------------------------------------------------------
-    OpInfo("BilinearSampler", S.BilinearSampler,
-           {"data": In((2, 2, 3, 4)), "grid": In((2, 2, 2, 3), sample=sample_grid(2, 3, 4, 2, 3))},
-           ref_bilinear_sampler, fwd_tol=F16),
-    OpInfo("BilinearSampler_upsample", lambda d, g: S.BilinearSampler(d, g, cudnn_off=True),
-           {"data": In((1, 1, 2, 3)), "grid": In((1, 2, 3, 4), sample=sample_grid(1, 2, 3, 3, 4))},
-           ref_bilinear_sampler, fwd_tol=F16),
+    OpInfo(
+        "BilinearSampler",
+        S.BilinearSampler,
+        {"data": In((2, 2, 3, 4)), "grid": In((2, 2, 2, 3), sample=sample_grid(2, 3, 4, 2, 3))},
+        ref_bilinear_sampler,
+        fwd_tol=F16,
+    ),
+    OpInfo(
+        "BilinearSampler_upsample",
+        lambda d, g: S.BilinearSampler(d, g, cudnn_off=True),
+        {"data": In((1, 1, 2, 3)), "grid": In((1, 2, 3, 4), sample=sample_grid(1, 2, 3, 3, 4))},
+        ref_bilinear_sampler,
+        fwd_tol=F16,
+    ),
     # -- SpatialTransformer -----------------------------------------------------------------------------------
-    OpInfo("SpatialTransformer",
-           lambda d, loc: S.SpatialTransformer(d, loc, target_shape=(3, 3), transform_type="affine",
-                                               sampler_type="bilinear"),
-           {"data": In((2, 2, 4, 5)), "loc": In((2, 6), sample=sample_loc(2, 4, 5, 3, 3))},
-           lambda d, loc: ref_spatial_transformer(d, loc, 3, 3), fwd_tol=F16),
+    OpInfo(
+        "SpatialTransformer",
+        lambda d, loc: S.SpatialTransformer(
+            d, loc, target_shape=(3, 3), transform_type="affine", sampler_type="bilinear"
+        ),
+        {"data": In((2, 2, 4, 5)), "loc": In((2, 6), sample=sample_loc(2, 4, 5, 3, 3))},
+        lambda d, loc: ref_spatial_transformer(d, loc, 3, 3),
+        fwd_tol=F16,
+    ),
     # -- Correlation ------------------------------------------------------------------------------------------
-    OpInfo("Correlation_multiply", lambda a, b: S.Correlation(a, b, kernel_size=1, max_displacement=1),
-           {"data1": In((1, 2, 4, 4)), "data2": In((1, 2, 4, 4))}, lambda a, b: ref_correlation(a, b),
-           fwd_tol=F16),
-    OpInfo("Correlation_kernel3_pad_strides",
-           lambda a, b: S.Correlation(a, b, kernel_size=3, max_displacement=2, stride1=2, stride2=2, pad_size=2),
-           {"data1": In((1, 2, 4, 5)), "data2": In((1, 2, 4, 5))},
-           lambda a, b: ref_correlation(a, b, k=3, md=2, s1=2, s2=2, pad=2), fwd_tol=F16),
+    OpInfo(
+        "Correlation_multiply",
+        lambda a, b: S.Correlation(a, b, kernel_size=1, max_displacement=1),
+        {"data1": In((1, 2, 4, 4)), "data2": In((1, 2, 4, 4))},
+        lambda a, b: ref_correlation(a, b),
+        fwd_tol=F16,
+    ),
+    OpInfo(
+        "Correlation_kernel3_pad_strides",
+        lambda a, b: S.Correlation(a, b, kernel_size=3, max_displacement=2, stride1=2, stride2=2, pad_size=2),
+        {"data1": In((1, 2, 4, 5)), "data2": In((1, 2, 4, 5))},
+        lambda a, b: ref_correlation(a, b, k=3, md=2, s1=2, s2=2, pad=2),
+        fwd_tol=F16,
+    ),
     # |a - b| has a kink at a == b (and at a == 0 against the zero padding): inputs away from 0, and two
     # independent draws are never within the finite-difference step of each other
-    OpInfo("Correlation_abs",
-           lambda a, b: S.Correlation(a, b, kernel_size=1, max_displacement=1, pad_size=1, is_multiply=False),
-           {"data1": In((1, 2, 3, 3), away=0.1), "data2": In((1, 2, 3, 3), low=1.2, high=2.0)},
-           lambda a, b: ref_correlation(a, b, pad=1, mult=False), second_order=False, fwd_tol=F16),
+    OpInfo(
+        "Correlation_abs",
+        lambda a, b: S.Correlation(a, b, kernel_size=1, max_displacement=1, pad_size=1, is_multiply=False),
+        {"data1": In((1, 2, 3, 3), away=0.1), "data2": In((1, 2, 3, 3), low=1.2, high=2.0)},
+        lambda a, b: ref_correlation(a, b, pad=1, mult=False),
+        second_order=False,
+        fwd_tol=F16,
+    ),
     # -- im2col / col2im --------------------------------------------------------------------------------------
-    OpInfo("im2col_2d", lambda x: S.im2col(x, kernel=(2, 2), stride=(1, 2), dilate=(1, 1), pad=(1, 0)),
-           {"x": In((2, 2, 3, 4))}, lambda x: ref_im2col(x, (2, 2), (1, 2), (1, 1), (1, 0))),
-    OpInfo("im2col_2d_dilate", lambda x: S.im2col(x, kernel=(2, 2), dilate=(2, 1)),
-           {"x": In((1, 2, 4, 3))}, lambda x: ref_im2col(x, (2, 2), (1, 1), (2, 1), (0, 0))),
-    OpInfo("im2col_1d", lambda x: S.im2col(x, kernel=(3,), stride=(2,), pad=(1,)),
-           {"x": In((2, 2, 5))}, lambda x: ref_im2col(x, (3,), (2,), (1,), (1,))),
-    OpInfo("im2col_3d", lambda x: S.im2col(x, kernel=(2, 1, 2)),
-           {"x": In((1, 1, 2, 2, 3))}, lambda x: ref_im2col(x, (2, 1, 2), (1, 1, 1), (1, 1, 1), (0, 0, 0))),
-    OpInfo("col2im_2d", lambda c: S.col2im(c, output_size=(3, 4), kernel=(2, 2), stride=(1, 2), pad=(1, 0)),
-           {"c": In((2, 8, 8))}, lambda c: ref_col2im(c, (3, 4), (2, 2), (1, 2), (1, 1), (1, 0))),
-    OpInfo("col2im_1d_dilate", lambda c: S.col2im(c, output_size=(5,), kernel=(2,), dilate=(2,)),
-           {"c": In((1, 4, 3))}, lambda c: ref_col2im(c, (5,), (2,), (1,), (2,), (0,))),
+    OpInfo(
+        "im2col_2d",
+        lambda x: S.im2col(x, kernel=(2, 2), stride=(1, 2), dilate=(1, 1), pad=(1, 0)),
+        {"x": In((2, 2, 3, 4))},
+        lambda x: ref_im2col(x, (2, 2), (1, 2), (1, 1), (1, 0)),
+    ),
+    OpInfo(
+        "im2col_2d_dilate",
+        lambda x: S.im2col(x, kernel=(2, 2), dilate=(2, 1)),
+        {"x": In((1, 2, 4, 3))},
+        lambda x: ref_im2col(x, (2, 2), (1, 1), (2, 1), (0, 0)),
+    ),
+    OpInfo(
+        "im2col_1d",
+        lambda x: S.im2col(x, kernel=(3,), stride=(2,), pad=(1,)),
+        {"x": In((2, 2, 5))},
+        lambda x: ref_im2col(x, (3,), (2,), (1,), (1,)),
+    ),
+    OpInfo(
+        "im2col_3d",
+        lambda x: S.im2col(x, kernel=(2, 1, 2)),
+        {"x": In((1, 1, 2, 2, 3))},
+        lambda x: ref_im2col(x, (2, 1, 2), (1, 1, 1), (1, 1, 1), (0, 0, 0)),
+    ),
+    OpInfo(
+        "col2im_2d",
+        lambda c: S.col2im(c, output_size=(3, 4), kernel=(2, 2), stride=(1, 2), pad=(1, 0)),
+        {"c": In((2, 8, 8))},
+        lambda c: ref_col2im(c, (3, 4), (2, 2), (1, 2), (1, 1), (1, 0)),
+    ),
+    OpInfo(
+        "col2im_1d_dilate",
+        lambda c: S.col2im(c, output_size=(5,), kernel=(2,), dilate=(2,)),
+        {"c": In((1, 4, 3))},
+        lambda c: ref_col2im(c, (5,), (2,), (1,), (2,), (0,)),
+    ),
     # -- AdaptiveAvgPooling2D ---------------------------------------------------------------------------------
-    OpInfo("AdaptiveAvgPooling2D_overlap", lambda x: S._contrib_AdaptiveAvgPooling2D(x, output_size=(2, 3)),
-           {"x": In((2, 2, 5, 4))}, lambda x: ref_adaptive_avg(x, 2, 3), fwd_tol=F16),
-    OpInfo("AdaptiveAvgPooling2D_int_size", lambda x: S._contrib_AdaptiveAvgPooling2D(x, output_size=3),
-           {"x": In((1, 2, 4, 7))}, lambda x: ref_adaptive_avg(x, 3, 3), fwd_tol=F16),
-    OpInfo("AdaptiveAvgPooling2D_global", S._contrib_AdaptiveAvgPooling2D,
-           {"x": In((2, 3, 3, 2))}, lambda x: ref_adaptive_avg(x, 1, 1), fwd_tol=F16),
+    OpInfo(
+        "AdaptiveAvgPooling2D_overlap",
+        lambda x: S._contrib_AdaptiveAvgPooling2D(x, output_size=(2, 3)),
+        {"x": In((2, 2, 5, 4))},
+        lambda x: ref_adaptive_avg(x, 2, 3),
+        fwd_tol=F16,
+    ),
+    OpInfo(
+        "AdaptiveAvgPooling2D_int_size",
+        lambda x: S._contrib_AdaptiveAvgPooling2D(x, output_size=3),
+        {"x": In((1, 2, 4, 7))},
+        lambda x: ref_adaptive_avg(x, 3, 3),
+        fwd_tol=F16,
+    ),
+    OpInfo(
+        "AdaptiveAvgPooling2D_global",
+        S._contrib_AdaptiveAvgPooling2D,
+        {"x": In((2, 3, 3, 2))},
+        lambda x: ref_adaptive_avg(x, 1, 1),
+        fwd_tol=F16,
+    ),
     # -- BilinearResize2D -------------------------------------------------------------------------------------
-    OpInfo("BilinearResize2D_size", lambda x: S._contrib_BilinearResize2D(x, height=5, width=3),
-           {"x": In((2, 2, 3, 4))}, lambda x: ref_bilinear_resize(x, 5, 3), fwd_tol=F16),
-    OpInfo("BilinearResize2D_no_align", lambda x: S._contrib_BilinearResize2D(x, height=2, width=7,
-                                                                              align_corners=False),
-           {"x": In((1, 2, 5, 3))}, lambda x: ref_bilinear_resize(x, 2, 7, align=False), fwd_tol=F16),
-    OpInfo("BilinearResize2D_scale", lambda x: S._contrib_BilinearResize2D(x, scale_height=1.5, scale_width=0.5),
-           {"x": In((1, 2, 4, 6))}, lambda x: ref_bilinear_resize(x, 6, 3), fwd_tol=F16),
-    OpInfo("BilinearResize2D_odd_scale", lambda x: S._contrib_BilinearResize2D(x, scale_height=2.0, scale_width=2.0,
-                                                                               mode="odd_scale"),
-           {"x": In((1, 1, 3, 4))}, lambda x: ref_bilinear_resize(x, 5, 8), fwd_tol=F16),
-    OpInfo("BilinearResize2D_like", lambda x, like: S._contrib_BilinearResize2D(x, like, mode="like"),
-           {"x": In((1, 2, 3, 3)), "like": In((1, 1, 4, 2))}, lambda x, like: ref_bilinear_resize(x, 4, 2),
-           fwd_tol=F16),
-    OpInfo("BilinearResize2D_to_odd_up", lambda x: S._contrib_BilinearResize2D(x, mode="to_odd_up",
-                                                                               align_corners=False),
-           {"x": In((1, 1, 4, 3))}, lambda x: ref_bilinear_resize(x, 5, 3, align=False), fwd_tol=F16),
+    OpInfo(
+        "BilinearResize2D_size",
+        lambda x: S._contrib_BilinearResize2D(x, height=5, width=3),
+        {"x": In((2, 2, 3, 4))},
+        lambda x: ref_bilinear_resize(x, 5, 3),
+        fwd_tol=F16,
+    ),
+    OpInfo(
+        "BilinearResize2D_no_align",
+        lambda x: S._contrib_BilinearResize2D(x, height=2, width=7, align_corners=False),
+        {"x": In((1, 2, 5, 3))},
+        lambda x: ref_bilinear_resize(x, 2, 7, align=False),
+        fwd_tol=F16,
+    ),
+    OpInfo(
+        "BilinearResize2D_scale",
+        lambda x: S._contrib_BilinearResize2D(x, scale_height=1.5, scale_width=0.5),
+        {"x": In((1, 2, 4, 6))},
+        lambda x: ref_bilinear_resize(x, 6, 3),
+        fwd_tol=F16,
+    ),
+    OpInfo(
+        "BilinearResize2D_odd_scale",
+        lambda x: S._contrib_BilinearResize2D(x, scale_height=2.0, scale_width=2.0, mode="odd_scale"),
+        {"x": In((1, 1, 3, 4))},
+        lambda x: ref_bilinear_resize(x, 5, 8),
+        fwd_tol=F16,
+    ),
+    OpInfo(
+        "BilinearResize2D_like",
+        lambda x, like: S._contrib_BilinearResize2D(x, like, mode="like"),
+        {"x": In((1, 2, 3, 3)), "like": In((1, 1, 4, 2))},
+        lambda x, like: ref_bilinear_resize(x, 4, 2),
+        fwd_tol=F16,
+    ),
+    OpInfo(
+        "BilinearResize2D_to_odd_up",
+        lambda x: S._contrib_BilinearResize2D(x, mode="to_odd_up", align_corners=False),
+        {"x": In((1, 1, 4, 3))},
+        lambda x: ref_bilinear_resize(x, 5, 3, align=False),
+        fwd_tol=F16,
+    ),
     # -- DeformableConvolution --------------------------------------------------------------------------------
-    OpInfo("DeformableConvolution",
-           lambda d, o, w, b: S._contrib_DeformableConvolution(d, o, w, b, kernel=(2, 2), num_filter=2),
-           {"data": In((1, 2, 4, 4)), "offset": In(_offset_shape(1, 1, (2, 2), 3, 3),
-                                                   sample=lambda r: _frac(r, _offset_shape(1, 1, (2, 2), 3, 3))),
-            "weight": In((2, 2, 2, 2)), "bias": In((2,))},
-           lambda d, o, w, b: ref_deformable_conv(d, o, w, b), fwd_tol=F16),
-    OpInfo("DeformableConvolution_groups_pad_stride",
-           lambda d, o, w: S._contrib_DeformableConvolution(d, o, w, kernel=(2, 2), stride=(2, 1), pad=(1, 1),
-                                                            dilate=(1, 2), num_filter=2, num_group=2,
-                                                            num_deformable_group=2, no_bias=True),
-           {"data": In((1, 4, 3, 4)), "offset": In(_offset_shape(1, 2, (2, 2), 2, 4),
-                                                   sample=lambda r: _frac(r, _offset_shape(1, 2, (2, 2), 2, 4))),
-            "weight": In((2, 2, 2, 2))},
-           lambda d, o, w: ref_deformable_conv(d, o, w, None, stride=(2, 1), pad=(1, 1), dilate=(1, 2), num_group=2,
-                                               dg=2), fwd_tol=F16),
+    OpInfo(
+        "DeformableConvolution",
+        lambda d, o, w, b: S._contrib_DeformableConvolution(d, o, w, b, kernel=(2, 2), num_filter=2),
+        {
+            "data": In((1, 2, 4, 4)),
+            "offset": In(
+                _offset_shape(1, 1, (2, 2), 3, 3), sample=lambda r: _frac(r, _offset_shape(1, 1, (2, 2), 3, 3))
+            ),
+            "weight": In((2, 2, 2, 2)),
+            "bias": In((2,)),
+        },
+        lambda d, o, w, b: ref_deformable_conv(d, o, w, b),
+        fwd_tol=F16,
+    ),
+    OpInfo(
+        "DeformableConvolution_groups_pad_stride",
+        lambda d, o, w: S._contrib_DeformableConvolution(
+            d,
+            o,
+            w,
+            kernel=(2, 2),
+            stride=(2, 1),
+            pad=(1, 1),
+            dilate=(1, 2),
+            num_filter=2,
+            num_group=2,
+            num_deformable_group=2,
+            no_bias=True,
+        ),
+        {
+            "data": In((1, 4, 3, 4)),
+            "offset": In(
+                _offset_shape(1, 2, (2, 2), 2, 4), sample=lambda r: _frac(r, _offset_shape(1, 2, (2, 2), 2, 4))
+            ),
+            "weight": In((2, 2, 2, 2)),
+        },
+        lambda d, o, w: ref_deformable_conv(d, o, w, None, stride=(2, 1), pad=(1, 1), dilate=(1, 2), num_group=2, dg=2),
+        fwd_tol=F16,
+    ),
     # -- ModulatedDeformableConvolution: symbolic gradients for data, offset, mask, weight, bias ----------------
-    OpInfo("ModulatedDeformableConvolution",
-           lambda d, o, m, w, b: S._contrib_ModulatedDeformableConvolution(d, o, m, w, b, kernel=(2, 2),
-                                                                           num_filter=2),
-           _mdcn_inputs(1, 2, 4, 4, 2, (2, 2), 3, 3),
-           lambda d, o, m, w, b: ref_modulated_deformable_conv(d, o, m, w, b), fwd_tol=F16),
-    OpInfo("ModulatedDeformableConvolution_groups_pad_stride",
-           lambda d, o, m, w: S._contrib_ModulatedDeformableConvolution(
-               d, o, m, w, kernel=(2, 2), stride=(2, 1), pad=(1, 1), dilate=(1, 2), num_filter=2, num_group=2,
-               num_deformable_group=2, no_bias=True),
-           _mdcn_inputs(1, 4, 3, 3, 2, (2, 2), 2, 3, num_group=2, dg=2, bias=False),
-           lambda d, o, m, w: ref_modulated_deformable_conv(d, o, m, w, None, stride=(2, 1), pad=(1, 1),
-                                                            dilate=(1, 2), num_group=2, dg=2), fwd_tol=F16),
+    OpInfo(
+        "ModulatedDeformableConvolution",
+        lambda d, o, m, w, b: S._contrib_ModulatedDeformableConvolution(d, o, m, w, b, kernel=(2, 2), num_filter=2),
+        _mdcn_inputs(1, 2, 4, 4, 2, (2, 2), 3, 3),
+        lambda d, o, m, w, b: ref_modulated_deformable_conv(d, o, m, w, b),
+        fwd_tol=F16,
+    ),
+    OpInfo(
+        "ModulatedDeformableConvolution_groups_pad_stride",
+        lambda d, o, m, w: S._contrib_ModulatedDeformableConvolution(
+            d,
+            o,
+            m,
+            w,
+            kernel=(2, 2),
+            stride=(2, 1),
+            pad=(1, 1),
+            dilate=(1, 2),
+            num_filter=2,
+            num_group=2,
+            num_deformable_group=2,
+            no_bias=True,
+        ),
+        _mdcn_inputs(1, 4, 3, 3, 2, (2, 2), 2, 3, num_group=2, dg=2, bias=False),
+        lambda d, o, m, w: ref_modulated_deformable_conv(
+            d, o, m, w, None, stride=(2, 1), pad=(1, 1), dilate=(1, 2), num_group=2, dg=2
+        ),
+        fwd_tol=F16,
+    ),
     # offsets up to +-3 pixels: many samples fade out past the border or fall outside entirely
-    OpInfo("ModulatedDeformableConvolution_far_offsets_batch2",
-           lambda d, o, m, w, b: S._contrib_ModulatedDeformableConvolution(d, o, m, w, b, kernel=(1, 2),
-                                                                           num_filter=3, im2col_step=1),
-           _mdcn_inputs(2, 1, 3, 3, 3, (1, 2), 3, 2, span=3),
-           lambda d, o, m, w, b: ref_modulated_deformable_conv(d, o, m, w, b, kernel=(1, 2)), fwd_tol=F16),
+    OpInfo(
+        "ModulatedDeformableConvolution_far_offsets_batch2",
+        lambda d, o, m, w, b: S._contrib_ModulatedDeformableConvolution(
+            d, o, m, w, b, kernel=(1, 2), num_filter=3, im2col_step=1
+        ),
+        _mdcn_inputs(2, 1, 3, 3, 3, (1, 2), 3, 2, span=3),
+        lambda d, o, m, w, b: ref_modulated_deformable_conv(d, o, m, w, b, kernel=(1, 2)),
+        fwd_tol=F16,
+    ),
 ]

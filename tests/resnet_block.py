@@ -25,9 +25,15 @@ def block(x, w1, g1, b1, w2, g2, b2, relu=lambda y: S.Activation(y, act_type="re
 def inputs(rng, dtype):
     normal = lambda *shape: rng.standard_normal(shape).astype(dtype)
     he = np.sqrt(2.0 / (9 * C))
-    return (normal(1, C, 56, 56), (normal(C, C, 3, 3) * he).astype(dtype), rng.uniform(0.5, 1.5, C).astype(dtype),
-            (normal(C) * 0.1).astype(dtype), (normal(C, C, 3, 3) * he).astype(dtype),
-            rng.uniform(0.5, 1.5, C).astype(dtype), (normal(C) * 0.1).astype(dtype))
+    return (
+        normal(1, C, 56, 56),
+        (normal(C, C, 3, 3) * he).astype(dtype),
+        rng.uniform(0.5, 1.5, C).astype(dtype),
+        (normal(C) * 0.1).astype(dtype),
+        (normal(C, C, 3, 3) * he).astype(dtype),
+        rng.uniform(0.5, 1.5, C).astype(dtype),
+        (normal(C) * 0.1).astype(dtype),
+    )
 
 
 def symbol():

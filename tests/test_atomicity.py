@@ -37,8 +37,7 @@ def test_backward_that_raises_leaves_every_add_buffer_as_it_was():
     # a buffer made read-only after bind: backward raises before adding into x's gradient
     x, y = S.Variable("x"), S.Variable("y")
     gx, gy = np.full(3, 7.0), np.full(3, 7.0)
-    exe = (x * y).bind(sg.cpu(), {"x": np.ones(3), "y": np.full(3, 2.0)}, args_grad={"x": gx, "y": gy},
-                       grad_req="add")
+    exe = (x * y).bind(sg.cpu(), {"x": np.ones(3), "y": np.full(3, 2.0)}, args_grad={"x": gx, "y": gy}, grad_req="add")
     exe.forward(is_train=True)
     gy.flags.writeable = False
     with pytest.raises(BindError, match="'y'"):
@@ -117,8 +116,11 @@ def test_unknown_names_in_bind_dicts_are_errors_naming_the_nearest(which):
     args = {k: np.ones(s) for k, s in zip(net.list_arguments(), arg_shapes)}
     grads = {k: np.zeros(s) for k, s in zip(net.list_arguments(), arg_shapes)}
     aux = {k: np.ones(s) for k, s in zip(net.list_auxiliary_states(), aux_shapes)}
-    typo, nearest = {"args": ("fc_wieght", "fc_weight"), "args_grad": ("fc_wieght", "fc_weight"),
-                     "aux_states": ("bn_moving_vra", "bn_moving_var")}[which]
+    typo, nearest = {
+        "args": ("fc_wieght", "fc_weight"),
+        "args_grad": ("fc_wieght", "fc_weight"),
+        "aux_states": ("bn_moving_vra", "bn_moving_var"),
+    }[which]
     given = {"args": args, "args_grad": grads, "aux_states": aux}[which]
     given[typo] = given[nearest]
     with pytest.raises(BindError, match=f"'{typo}'.*did you mean '{nearest}'"):
@@ -218,9 +220,12 @@ def test_executors_of_one_symbol_in_threads_give_the_right_gradients():
 def test_batchnorm_training_on_an_empty_batch_keeps_the_moving_statistics():
     net = S.BatchNorm(S.Variable("data"), name="bn", fix_gamma=False)
     mm, mv = np.array([0.5, -1.0, 2.0]), np.array([1.5, 2.0, 0.25])
-    exe = net.bind(sg.cpu(), {"data": np.zeros((0, 3)), "bn_gamma": np.ones(3), "bn_beta": np.zeros(3)},
-                   args_grad={"data": np.zeros((0, 3)), "bn_gamma": np.zeros(3), "bn_beta": np.zeros(3)},
-                   aux_states={"bn_moving_mean": mm.copy(), "bn_moving_var": mv.copy()})
+    exe = net.bind(
+        sg.cpu(),
+        {"data": np.zeros((0, 3)), "bn_gamma": np.ones(3), "bn_beta": np.zeros(3)},
+        args_grad={"data": np.zeros((0, 3)), "bn_gamma": np.zeros(3), "bn_beta": np.zeros(3)},
+        aux_states={"bn_moving_mean": mm.copy(), "bn_moving_var": mv.copy()},
+    )
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # no "mean of empty slice"
         (y,) = exe.forward(is_train=True)
@@ -275,8 +280,9 @@ def test_prod_second_order_is_exact_at_zeros(op):
     want = np.zeros_like(a)
     for r in range(3):
         for i in range(3):
-            want[r, i] = sum(w[r] * np.prod([a[r, j] for j in range(3) if j not in (i, k)]) * v[r, k]
-                             for k in range(3) if k != i)
+            want[r, i] = sum(
+                w[r] * np.prod([a[r, j] for j in range(3) if j not in (i, k)]) * v[r, k] for k in range(3) if k != i
+            )
     np.testing.assert_allclose(out, want)
 
 

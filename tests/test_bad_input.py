@@ -71,13 +71,16 @@ def test_bind_refuses_object_and_string_arrays(bad):
         (x * 2.0).bind(sg.cpu(), {"x": np.ones(2)}, args_grad={"x": bad})
 
 
-@pytest.mark.parametrize("value, error, words", [
-    ([1 + 2j, 3.0], DTypeError, "imaginary"),
-    (None, DTypeError, "None"),
-    ([None, 1.0], DTypeError, "object"),
-    (["1", "2"], DTypeError, "<U1"),
-    ("12", DTypeError, "'12'"),
-])
+@pytest.mark.parametrize(
+    "value, error, words",
+    [
+        ([1 + 2j, 3.0], DTypeError, "imaginary"),
+        (None, DTypeError, "None"),
+        ([None, 1.0], DTypeError, "object"),
+        (["1", "2"], DTypeError, "<U1"),
+        ("12", DTypeError, "'12'"),
+    ],
+)
 def test_forward_keyword_values_are_not_coerced(value, error, words):
     x = S.Variable("x")
     xa = np.array([5.0, 6.0])
@@ -143,8 +146,9 @@ def test_float_gradient_of_float_math_is_unchanged_and_second_order_works():
 # -- op attributes --------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("text", ["-" * 3000 + "1", "(" * 3000 + "1" + ")" * 3000, "[" * 100 + "]" * 100,
-                                  "~" * 5000 + "1", "1" * 200_000])
+@pytest.mark.parametrize(
+    "text", ["-" * 3000 + "1", "(" * 3000 + "1" + ")" * 3000, "[" * 100 + "]" * 100, "~" * 5000 + "1", "1" * 200_000]
+)
 def test_deeply_nested_attribute_is_a_param_error(text):
     x = S.Variable("x")
     with pytest.raises(ParamError, match="'shape'") as info:
@@ -228,9 +232,24 @@ def _bound(rng, req="add", readonly_arg=None):
 
 @st.composite
 def _scenario(draw):
-    where = draw(st.sampled_from(["bind_args", "bind_grad", "bind_aux", "bind_unknown", "simple_bind",
-                                  "forward", "forward_readonly", "forward_unknown", "forward_nan_int", "backward",
-                                  "backward_readonly", "copy_params"]))
+    where = draw(
+        st.sampled_from(
+            [
+                "bind_args",
+                "bind_grad",
+                "bind_aux",
+                "bind_unknown",
+                "simple_bind",
+                "forward",
+                "forward_readonly",
+                "forward_unknown",
+                "forward_nan_int",
+                "backward",
+                "backward_readonly",
+                "copy_params",
+            ]
+        )
+    )
     seed = draw(st.integers(0, 2**16))
     name = draw(st.sampled_from(_ARGS))
     aux_name = draw(st.sampled_from(_AUX))
@@ -239,8 +258,7 @@ def _scenario(draw):
     return where, seed, name, aux_name, kind, extra
 
 
-@settings(max_examples=2000, deadline=None, derandomize=True, database=None,
-          suppress_health_check=list(HealthCheck))
+@settings(max_examples=2000, deadline=None, derandomize=True, database=None, suppress_health_check=list(HealthCheck))
 @given(_scenario())
 def test_random_bad_inputs_raise_a_named_builtin_error_and_change_nothing(scenario):
     where, seed, name, aux_name, kind, extra = scenario
@@ -257,8 +275,12 @@ def _run_scenario(where, rng, name, aux_name, kind, extra):
         args = {k: _good(k, rng) for k in _ARGS}
         grads = {k: rng.random(_SHAPES[k]) for k in _ARGS}
         aux = {k: _good(k, rng) for k in _AUX}
-        target, culprit = {"bind_args": (args, name), "bind_grad": (grads, name), "bind_aux": (aux, aux_name),
-                           "bind_unknown": (args, name)}[where]
+        target, culprit = {
+            "bind_args": (args, name),
+            "bind_grad": (grads, name),
+            "bind_aux": (aux, aux_name),
+            "bind_unknown": (args, name),
+        }[where]
         if where == "bind_unknown":
             culprit = name + "_typo"
             target[culprit] = target[name]
@@ -277,8 +299,16 @@ def _run_scenario(where, rng, name, aux_name, kind, extra):
         _assert_unchanged(snap)
         return info.value
     if where == "simple_bind":
-        value = {"shape": "(2, 3)", "rank": (2.0, 3), "object": (True, 3), "string": "23", "bytes": (2, -3),
-                 "datetime": (2, 3.5), "str": "x", "list_of_str": ("2", "3")}[kind]
+        value = {
+            "shape": "(2, 3)",
+            "rank": (2.0, 3),
+            "object": (True, 3),
+            "string": "23",
+            "bytes": (2, -3),
+            "datetime": (2, 3.5),
+            "str": "x",
+            "list_of_str": ("2", "3"),
+        }[kind]
         with pytest.raises(_BUILTIN) as info:
             _NET.simple_bind(sg.cpu(), **{"x": value})
         _assert_named(info.value, "x")

@@ -31,8 +31,9 @@ def _reference(x, g, gamma, beta, eps, axis):
 
 
 def _symgrad(x, g, gamma, beta, eps, axis):
-    sym = S.BatchNorm(S.Variable("x"), S.Variable("gamma"), S.Variable("beta"), fix_gamma=False, eps=eps,
-                      axis=axis, name="bn")
+    sym = S.BatchNorm(
+        S.Variable("x"), S.Variable("gamma"), S.Variable("beta"), fix_gamma=False, eps=eps, axis=axis, name="bn"
+    )
     args = {"x": x, "gamma": gamma, "beta": beta}
     grads = {n: np.zeros_like(a) for n, a in args.items()}
     c = x.shape[axis]
@@ -59,8 +60,12 @@ def test_batchnorm_float32_matches_float64_with_large_mean(shape, axis, ratio):
     want = _reference(x, g, gamma, beta, 1e-5, axis)
     # dgamma = sum(g xhat): a shift of xhat by eps * ratio moves it by that times sum|g|, not times |dgamma|
     red = tuple(i for i in range(len(shape)) if i != axis % len(shape))
-    scales = (np.abs(want[0]).max(), np.abs(want[1]).max(), np.abs(g.astype(np.float64)).sum(red).max(),
-              np.abs(want[3]).max())
+    scales = (
+        np.abs(want[0]).max(),
+        np.abs(want[1]).max(),
+        np.abs(g.astype(np.float64)).sum(red).max(),
+        np.abs(want[3]).max(),
+    )
     for name, a, b, scale in zip(("y", "dx", "dgamma", "dbeta"), got, want, scales):
         assert a.dtype == np.float32, name
         if ratio:

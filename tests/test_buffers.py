@@ -36,9 +36,11 @@ class _Scale(sg.operator.CustomOp):
 for _how in ("assign", "overwrite", "stale", "kept"):
     register_unary(f"buffers_{_how}", lambda how=_how: _Scale(how))
 
-FOUND = {"overwrite": "ignores req='add'",
-         "stale": "reads a stale buffer: it adds into a gradient buffer it should overwrite",
-         "kept": "accumulates across backward calls"}
+FOUND = {
+    "overwrite": "ignores req='add'",
+    "stale": "reads a stale buffer: it adds into a gradient buffer it should overwrite",
+    "kept": "accumulates across backward calls",
+}
 X = np.random.default_rng(3).random((3, 4))
 
 
@@ -47,14 +49,18 @@ def _symbol(how):
 
 
 CHECKERS = {
-    "check_numeric_gradient": lambda how, dt: tu.check_numeric_gradient(_symbol(how), {"x": X}, dtype=dt,
-                                                                        progress=False),
+    "check_numeric_gradient": lambda how, dt: tu.check_numeric_gradient(
+        _symbol(how), {"x": X}, dtype=dt, progress=False
+    ),
     "check_symbolic_backward": lambda how, dt: tu.check_symbolic_backward(
-        _symbol(how), {"x": X}, [np.ones((3, 4))], {"x": np.full((3, 4), 3.0)}, dtype=dt),
-    "check_backward": lambda how, dt: tu.check_backward(lambda x: S.Custom(x, op_type=f"buffers_{how}"),
-                                                        X.astype(dt), np.ones((3, 4), dt), progress=False),
-    "gradcheck": lambda how, dt: tu.gradcheck(lambda x: S.Custom(x, op_type=f"buffers_{how}"), (X.astype(dt),),
-                                              progress=False),
+        _symbol(how), {"x": X}, [np.ones((3, 4))], {"x": np.full((3, 4), 3.0)}, dtype=dt
+    ),
+    "check_backward": lambda how, dt: tu.check_backward(
+        lambda x: S.Custom(x, op_type=f"buffers_{how}"), X.astype(dt), np.ones((3, 4), dt), progress=False
+    ),
+    "gradcheck": lambda how, dt: tu.gradcheck(
+        lambda x: S.Custom(x, op_type=f"buffers_{how}"), (X.astype(dt),), progress=False
+    ),
 }
 
 
@@ -63,8 +69,13 @@ CHECKERS = {
 def test_a_custom_op_that_honours_req_passes_every_checker(checker, dtype):
     result = CHECKERS[checker]("assign", dtype)  # a failure raises GradientCheckError
     # each checker's own return on success: MXNet's the gradients, Chainer's None, PyTorch's True
-    assert result is None if checker == "check_backward" else result is True if checker == "gradcheck" \
+    assert (
+        result is None
+        if checker == "check_backward"
+        else result is True
+        if checker == "gradcheck"
         else set(result) == {"x"}
+    )
 
 
 @pytest.mark.parametrize("how", sorted(FOUND))

@@ -191,8 +191,14 @@ def _cube_rule(F, node, out_grads):
 try:
     get_op("tc_cube")
 except sg.ParamError:
-    register("tc_cube", forward=lambda xp, x, k: x * x * x, infer_shape=same_shape, gradient=_cube_rule,
-             params={"k": Param("float", 1.0)}, doc="x^3 whose second-order gradient is scaled by k (tests).")
+    register(
+        "tc_cube",
+        forward=lambda xp, x, k: x * x * x,
+        infer_shape=same_shape,
+        gradient=_cube_rule,
+        params={"k": Param("float", 1.0)},
+        doc="x^3 whose second-order gradient is scaled by k (tests).",
+    )
 _cube = sg.symbol.populate({})["tc_cube"]
 
 
@@ -330,8 +336,12 @@ def test_batchnorm_params_and_aux_states():
     x, g, b, gy = _normal(rng, 6, 3), rng.uniform(0.5, 1.5, 3), _normal(rng, 3), _normal(rng, 6, 3)
     func = lambda x: S.BatchNorm(x, fix_gamma=False, name="bn")
     check_backward(func, x, gy, params={"bn_gamma": g, "bn_beta": b})
-    check_backward(func, x, gy, params={"bn_gamma": g, "bn_beta": b, "bn_moving_mean": np.ones(3),
-                                        "bn_moving_var": np.full(3, 2.0)})
+    check_backward(
+        func,
+        x,
+        gy,
+        params={"bn_gamma": g, "bn_beta": b, "bn_moving_mean": np.ones(3), "bn_moving_var": np.full(3, 2.0)},
+    )
 
 
 def test_no_grads_defaults_to_true_for_integer_inputs():
@@ -428,8 +438,12 @@ def test_kink_without_detection_is_redrawn_and_named_not_failed():
 
 @pytest.mark.parametrize(
     "k, pattern, words",
-    [(1.5, "scaled", "scaled by 1.5"), (2.0, "doubled", "counted twice"), (-1.0, "sign", "sign flipped"),
-     (0.0, "missing", "gradient missing")],
+    [
+        (1.5, "scaled", "scaled by 1.5"),
+        (2.0, "doubled", "counted twice"),
+        (-1.0, "sign", "sign flipped"),
+        (0.0, "missing", "gradient missing"),
+    ],
     ids=["x1.5", "doubled", "sign", "zero"],
 )
 @pytest.mark.parametrize("dtype", [F32, F64])
@@ -444,8 +458,19 @@ def test_planted_constant_factors_are_caught_and_named(k, pattern, words, dtype)
     a, n = err.directional
     assert a == pytest.approx(k * n, rel=1e-3, abs=1e-6)
     text = str(err)
-    for piece in ("backward . r =", "numeric =", "eps=0.001", "atol=1e-05", "rtol=0.0001", "contribution of each input",
-                  "x0", "per-element check of 'x0'", "index", "diagnosis:", words):
+    for piece in (
+        "backward . r =",
+        "numeric =",
+        "eps=0.001",
+        "atol=1e-05",
+        "rtol=0.0001",
+        "contribution of each input",
+        "x0",
+        "per-element check of 'x0'",
+        "index",
+        "diagnosis:",
+        words,
+    ):
         assert piece in text, piece
 
 
@@ -487,9 +512,14 @@ def test_check_double_backward_passes_correct_ops(dtype):
     check_double_backward(lambda x: S.tanh(x) * S.exp(x), x, gy, ggx)
     check_double_backward(planted_cube(), x, gy, ggx)
     w, b = _normal(rng, 2, 4, dtype=dtype), _normal(rng, 2, dtype=dtype)
-    check_double_backward(lambda x: S.tanh(S.FullyConnected(x, num_hidden=2, name="fc")), x,
-                          _normal(rng, 3, 2, dtype=dtype), ggx, params={"fc_weight": w, "fc_bias": b},
-                          params_grad_grad=(_normal(rng, 2, 4), _normal(rng, 2)))
+    check_double_backward(
+        lambda x: S.tanh(S.FullyConnected(x, num_hidden=2, name="fc")),
+        x,
+        _normal(rng, 3, 2, dtype=dtype),
+        ggx,
+        params={"fc_weight": w, "fc_bias": b},
+        params_grad_grad=(_normal(rng, 2, 4), _normal(rng, 2)),
+    )
     check_double_backward(lambda x: S.sum(S.sin(x) * x), x, None, ggx)  # a loss: y_grad None
 
 
@@ -508,8 +538,9 @@ def test_check_double_backward_argument_errors():
     with pytest.raises(ValueError, match="x_grad_grad has 2 arrays for 1 float inputs"):
         check_double_backward(lambda x: S.tanh(x), x, x, (x, x))
     with pytest.raises(ValueError, match="params_grad_grad has 0 arrays for 2 params"):
-        check_double_backward(lambda x: S.FullyConnected(x, num_hidden=2, name="fc"), x, x, x,
-                              params={"fc_weight": x, "fc_bias": x[0]})
+        check_double_backward(
+            lambda x: S.FullyConnected(x, num_hidden=2, name="fc"), x, x, x, params={"fc_weight": x, "fc_bias": x[0]}
+        )
     with pytest.raises(sg.SymgradError, match="second-order gradients through Custom ops"):
         check_double_backward(planted(), x, x, x)
 
@@ -527,8 +558,11 @@ def _smooth_cases(rng, dtype):
         (lambda x: S.exp(x), (n(4, 5),), {}),
         (lambda x: S.softmax(x, axis=-1), (n(4, 5),), {}),
         (lambda x: S.FullyConnected(x, num_hidden=3, name="fc"), (n(4, 5),), {"fc_weight": n(3, 5), "fc_bias": n(3)}),
-        (lambda x: S.BatchNorm(x, fix_gamma=False, name="bn"), (n(6, 3),),
-         {"bn_gamma": rng.uniform(0.5, 1.5, 3).astype(dtype), "bn_beta": n(3)}),
+        (
+            lambda x: S.BatchNorm(x, fix_gamma=False, name="bn"),
+            (n(6, 3),),
+            {"bn_gamma": rng.uniform(0.5, 1.5, 3).astype(dtype), "bn_beta": n(3)},
+        ),
     ]
 
 
@@ -539,8 +573,9 @@ def test_no_false_alarm_on_correct_smooth_ops_over_20_seeds(dtype):
         np.random.seed(seed)
         for func, inputs, params in _smooth_cases(rng, dtype):
             out = S.Group([func(*[S.Variable(f"x{i}") for i in range(len(inputs))])])
-            shapes = out.infer_shape(**{f"x{i}": v.shape for i, v in enumerate(inputs)}, **{
-                k: v.shape for k, v in params.items()})[1]
+            shapes = out.infer_shape(
+                **{f"x{i}": v.shape for i, v in enumerate(inputs)}, **{k: v.shape for k, v in params.items()}
+            )[1]
             check_backward(func, inputs, tuple(_normal(rng, *s, dtype=dtype) for s in shapes), params=params)
 
 
@@ -556,20 +591,47 @@ def test_signatures_and_defaults_are_chainers():
     import inspect
 
     def spec(fn):
-        return [(p.name, p.default) for p in inspect.signature(fn).parameters.values()
-                if p.kind is p.POSITIONAL_OR_KEYWORD]
+        return [
+            (p.name, p.default) for p in inspect.signature(fn).parameters.values() if p.kind is p.POSITIONAL_OR_KEYWORD
+        ]
 
     e = inspect.Parameter.empty
     assert spec(check_backward) == [
-        ("func", e), ("x_data", e), ("y_grad", e), ("params", ()), ("eps", 1e-3), ("atol", 1e-5), ("rtol", 1e-4),
-        ("no_grads", None), ("dtype", None), ("detect_nondifferentiable", False)]
+        ("func", e),
+        ("x_data", e),
+        ("y_grad", e),
+        ("params", ()),
+        ("eps", 1e-3),
+        ("atol", 1e-5),
+        ("rtol", 1e-4),
+        ("no_grads", None),
+        ("dtype", None),
+        ("detect_nondifferentiable", False),
+    ]
     assert spec(numerical_grad) == [
-        ("f", e), ("inputs", e), ("grad_outputs", e), ("eps", 1e-3), ("detect_nondifferentiable", False),
-        ("diff_atol", 0), ("diff_rtol", 1e-2), ("center_outputs", None)]
+        ("f", e),
+        ("inputs", e),
+        ("grad_outputs", e),
+        ("eps", 1e-3),
+        ("detect_nondifferentiable", False),
+        ("diff_atol", 0),
+        ("diff_rtol", 1e-2),
+        ("center_outputs", None),
+    ]
     assert spec(check_double_backward) == [
-        ("func", e), ("x_data", e), ("y_grad", e), ("x_grad_grad", e), ("params", ()), ("params_grad_grad", ()),
-        ("eps", 1e-3), ("atol", 1e-4), ("rtol", 1e-3), ("no_grads", None), ("dtype", None),
-        ("detect_nondifferentiable", False)]
+        ("func", e),
+        ("x_data", e),
+        ("y_grad", e),
+        ("x_grad_grad", e),
+        ("params", ()),
+        ("params_grad_grad", ()),
+        ("eps", 1e-3),
+        ("atol", 1e-4),
+        ("rtol", 1e-3),
+        ("no_grads", None),
+        ("dtype", None),
+        ("detect_nondifferentiable", False),
+    ]
 
 
 def test_direction_covers_every_input_and_param_with_entries_away_from_zero():
@@ -592,8 +654,11 @@ def test_float64_reference_can_be_turned_off():
     with pytest.raises(GradientCheckError, match="numeric reference in float32 \\(float64_reference=False\\)"):
         check_backward(planted("scale", 1.5), x32, gy32, float64_reference=False)
     # a step below sqrt(eps) / 8 of the reference's dtype is refused: rounding would swamp the difference
-    with pytest.raises(ValueError, match=r"eps=1e-05 is too small for float32 under test: the finite differences "
-                                         r"are taken in float32"):
+    with pytest.raises(
+        ValueError,
+        match=r"eps=1e-05 is too small for float32 under test: the finite differences "
+        r"are taken in float32",
+    ):
         check_backward(lambda x: S.tanh(x), x32, gy32, float64_reference=False, eps=1e-5)
     with pytest.raises(ValueError, match=r"eps=0.001 is too small for float16"):
         check_backward(lambda x: S.tanh(x), x32, gy32, dtype=np.float16)
@@ -639,5 +704,4 @@ def test_a_long_eps_next_to_a_steep_point_is_retaken_not_failed(dtype):
         check_backward(lambda v: S.Custom(v, op_type="cc_steep_arctan"), x, np.ones(3, dtype), progress=False)
     # a backward 1% too large at the same point still fails: it settles at once at its own wrong value
     with pytest.raises(GradientCheckError):
-        check_backward(lambda v: S.Custom(v, op_type="cc_steep_arctan_wrong"), x, np.ones(3, dtype),
-                       progress=False)
+        check_backward(lambda v: S.Custom(v, op_type="cc_steep_arctan_wrong"), x, np.ones(3, dtype), progress=False)

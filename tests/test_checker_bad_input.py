@@ -67,8 +67,10 @@ def _exe():
 
 
 def _ctx_list():
-    return [{"ctx": sg.cpu(), "x": SHAPE, "y": SHAPE, "type_dict": {"x": np.float64, "y": np.float64}},
-            {"ctx": sg.cpu(), "x": SHAPE, "y": SHAPE, "type_dict": {"x": np.float32, "y": np.float32}}]
+    return [
+        {"ctx": sg.cpu(), "x": SHAPE, "y": SHAPE, "type_dict": {"x": np.float64, "y": np.float64}},
+        {"ctx": sg.cpu(), "x": SHAPE, "y": SHAPE, "type_dict": {"x": np.float32, "y": np.float32}},
+    ]
 
 
 def _numerical_grad_kwargs():
@@ -78,23 +80,39 @@ def _numerical_grad_kwargs():
 
 #: checker -> (the function, a factory of valid keyword arguments: fresh arrays every call)
 BASELINES = {
-    "check_symbolic_forward": (check_symbolic_forward, lambda x, y: dict(
-        sym=_sym(), location=[x, y], expected=[np.tanh(x) * y], dtype=np.float64)),
-    "check_symbolic_backward": (check_symbolic_backward, lambda x, y: dict(
-        sym=_sym(), location=[x, y], out_grads=[np.ones(SHAPE)], expected=_grads(x, y), dtype=np.float64)),
-    "check_numeric_gradient": (check_numeric_gradient, lambda x, y: dict(
-        sym=_sym(), location=[x, y], dtype=np.float64)),
-    "numeric_grad": (numeric_grad, lambda x, y: dict(executor=_exe(), location={"x": x, "y": y}, eps=None,
-                                                     dtype=np.float64)),
-    "check_consistency": (check_consistency, lambda x, y: dict(sym=_sym(), ctx_list=_ctx_list(),
-                                                               arg_params={"x": x, "y": y})),
+    "check_symbolic_forward": (
+        check_symbolic_forward,
+        lambda x, y: dict(sym=_sym(), location=[x, y], expected=[np.tanh(x) * y], dtype=np.float64),
+    ),
+    "check_symbolic_backward": (
+        check_symbolic_backward,
+        lambda x, y: dict(
+            sym=_sym(), location=[x, y], out_grads=[np.ones(SHAPE)], expected=_grads(x, y), dtype=np.float64
+        ),
+    ),
+    "check_numeric_gradient": (
+        check_numeric_gradient,
+        lambda x, y: dict(sym=_sym(), location=[x, y], dtype=np.float64),
+    ),
+    "numeric_grad": (
+        numeric_grad,
+        lambda x, y: dict(executor=_exe(), location={"x": x, "y": y}, eps=None, dtype=np.float64),
+    ),
+    "check_consistency": (
+        check_consistency,
+        lambda x, y: dict(sym=_sym(), ctx_list=_ctx_list(), arg_params={"x": x, "y": y}),
+    ),
     "check_speed": (check_speed, lambda x, y: dict(sym=_sym(), location={"x": x, "y": y}, N=1)),
     "simple_forward": (simple_forward, lambda x, y: dict(sym=_sym(), x=x, y=y)),
     "assert_almost_equal": (assert_almost_equal, lambda x, y: dict(a=x, b=x.copy())),
     "almost_equal": (almost_equal, lambda x, y: dict(a=x, b=x.copy())),
     "check_backward": (check_backward, lambda x, y: dict(func=_func, x_data=(x, y), y_grad=np.ones(SHAPE))),
-    "check_double_backward": (check_double_backward, lambda x, y: dict(
-        func=_func, x_data=(x, y), y_grad=np.ones(SHAPE), x_grad_grad=(np.ones(SHAPE), np.ones(SHAPE)))),
+    "check_double_backward": (
+        check_double_backward,
+        lambda x, y: dict(
+            func=_func, x_data=(x, y), y_grad=np.ones(SHAPE), x_grad_grad=(np.ones(SHAPE), np.ones(SHAPE))
+        ),
+    ),
     "numerical_grad": (numerical_grad, lambda x, y: _numerical_grad_kwargs()),
     "gradcheck": (gradcheck, lambda x, y: dict(func=_func, inputs=(x, y))),
     "gradgradcheck": (gradgradcheck, lambda x, y: dict(func=_func, inputs=(x, y))),
@@ -161,29 +179,61 @@ def _assert_named_error(fn, kwargs, tokens):
 
 NAN, INF = float("nan"), float("inf")
 _NOT_SYMBOLS = [None, "x", np.ones(2), lambda v: v]
-_SYM_CHECKERS = ["check_symbolic_forward", "check_symbolic_backward", "check_numeric_gradient",
-                 "check_consistency", "check_speed", "simple_forward"]
-_TOL_CHECKERS = ["check_symbolic_forward", "check_symbolic_backward", "check_numeric_gradient", "check_consistency",
-                 "assert_almost_equal", "almost_equal", "check_backward", "check_double_backward", "gradcheck",
-                 "gradgradcheck"]
-_DTYPE_CHECKERS = ["check_symbolic_forward", "check_symbolic_backward", "check_numeric_gradient", "numeric_grad",
-                   "check_backward", "check_double_backward"]
-_EPS_CHECKERS = ["numeric_grad", "check_backward", "check_double_backward", "numerical_grad", "gradcheck",
-                 "gradgradcheck"]
+_SYM_CHECKERS = [
+    "check_symbolic_forward",
+    "check_symbolic_backward",
+    "check_numeric_gradient",
+    "check_consistency",
+    "check_speed",
+    "simple_forward",
+]
+_TOL_CHECKERS = [
+    "check_symbolic_forward",
+    "check_symbolic_backward",
+    "check_numeric_gradient",
+    "check_consistency",
+    "assert_almost_equal",
+    "almost_equal",
+    "check_backward",
+    "check_double_backward",
+    "gradcheck",
+    "gradgradcheck",
+]
+_DTYPE_CHECKERS = [
+    "check_symbolic_forward",
+    "check_symbolic_backward",
+    "check_numeric_gradient",
+    "numeric_grad",
+    "check_backward",
+    "check_double_backward",
+]
+_EPS_CHECKERS = [
+    "numeric_grad",
+    "check_backward",
+    "check_double_backward",
+    "numerical_grad",
+    "gradcheck",
+    "gradgradcheck",
+]
 _FUNC_CHECKERS = ["check_backward", "check_double_backward", "gradcheck", "gradgradcheck"]
 
 
 def _cases():
     cases = []
     for c in _TOL_CHECKERS:
-        for opt, value in (("rtol", -1), ("atol", NAN), ("rtol", "a"), ("atol", [1e-3]), ("rtol", True),
-                           ("atol", INF)):
+        for opt, value in (("rtol", -1), ("atol", NAN), ("rtol", "a"), ("atol", [1e-3]), ("rtol", True), ("atol", INF)):
             cases.append((c, opt, value))
     for c in _DTYPE_CHECKERS:
         for value in ("float33", np.int32, [1]):
             cases.append((c, "dtype", value))
-    for c in ("check_symbolic_forward", "check_symbolic_backward", "check_numeric_gradient", "check_speed",
-              "simple_forward", "check_consistency"):
+    for c in (
+        "check_symbolic_forward",
+        "check_symbolic_backward",
+        "check_numeric_gradient",
+        "check_speed",
+        "simple_forward",
+        "check_consistency",
+    ):
         cases.append((c, "ctx", "cpu"))
     for c in _SYM_CHECKERS:
         for value in _NOT_SYMBOLS:
@@ -196,9 +246,13 @@ def _cases():
     cases += [("check_numeric_gradient", "numeric_eps", v) for v in (-1, NAN, "a", True)]
     cases += [(c, "method", "forward") for c in ("check_numeric_gradient", "numeric_grad")]
     cases += [("check_numeric_gradient", "kinks", "skip")]
-    for c, opt in (("check_symbolic_forward", "location"), ("check_symbolic_backward", "location"),
-                   ("check_numeric_gradient", "location"), ("numeric_grad", "location"),
-                   ("check_speed", "location")):
+    for c, opt in (
+        ("check_symbolic_forward", "location"),
+        ("check_symbolic_backward", "location"),
+        ("check_numeric_gradient", "location"),
+        ("numeric_grad", "location"),
+        ("check_speed", "location"),
+    ):
         for value in (5, "x", {1, 2}):
             cases.append((c, opt, value))
     for c in _FUNC_CHECKERS:
@@ -207,15 +261,29 @@ def _cases():
     cases += [("numerical_grad", "f", v) for v in (None, "f")]
     # options next to the listed ones that were also unchecked
     cases += [("numeric_grad", "executor", v) for v in (None, "exe")]
-    cases += [("check_numeric_gradient", "numeric_dtype", "float33"), ("check_consistency", "rand_type", "float33"),
-              ("check_consistency", "scale", -1), ("check_consistency", "scale", NAN),
-              ("check_speed", "N", -1), ("check_speed", "N", "a"), ("numerical_grad", "diff_atol", -1),
-              ("numerical_grad", "diff_rtol", NAN), ("assert_almost_equal", "names", 5),
-              ("assert_almost_equal", "mismatches", 5), ("gradcheck", "nondet_tol", -1)]
-    for c, opt in (("check_symbolic_forward", "equal_nan"), ("check_numeric_gradient", "use_forward_train"),
-                   ("numeric_grad", "use_forward_train"), ("simple_forward", "is_train"),
-                   ("check_consistency", "raise_on_err"), ("almost_equal", "use_broadcast"),
-                   ("check_backward", "detect_nondifferentiable"), ("gradcheck", "fast_mode")):
+    cases += [
+        ("check_numeric_gradient", "numeric_dtype", "float33"),
+        ("check_consistency", "rand_type", "float33"),
+        ("check_consistency", "scale", -1),
+        ("check_consistency", "scale", NAN),
+        ("check_speed", "N", -1),
+        ("check_speed", "N", "a"),
+        ("numerical_grad", "diff_atol", -1),
+        ("numerical_grad", "diff_rtol", NAN),
+        ("assert_almost_equal", "names", 5),
+        ("assert_almost_equal", "mismatches", 5),
+        ("gradcheck", "nondet_tol", -1),
+    ]
+    for c, opt in (
+        ("check_symbolic_forward", "equal_nan"),
+        ("check_numeric_gradient", "use_forward_train"),
+        ("numeric_grad", "use_forward_train"),
+        ("simple_forward", "is_train"),
+        ("check_consistency", "raise_on_err"),
+        ("almost_equal", "use_broadcast"),
+        ("check_backward", "detect_nondifferentiable"),
+        ("gradcheck", "fast_mode"),
+    ):
         cases.append((c, opt, "no"))
     return cases
 
@@ -228,8 +296,7 @@ def _apply(checker, kwargs, opt, value):
     return kwargs
 
 
-@pytest.mark.parametrize(("checker", "opt", "value"), _cases(),
-                         ids=lambda v: v if isinstance(v, str) else repr(v)[:20])
+@pytest.mark.parametrize(("checker", "opt", "value"), _cases(), ids=lambda v: v if isinstance(v, str) else repr(v)[:20])
 def test_a_bad_option_is_a_named_error_before_anything_runs(checker, opt, value):
     fn, kwargs = _baseline(checker)
     err = _assert_named_error(fn, _apply(checker, kwargs, opt, value), [opt])
@@ -275,8 +342,9 @@ REGRESSIONS = [
 _REGRESSION_TOKENS = {("check_speed", "location"): ["'y'"]}
 
 
-@pytest.mark.parametrize(("checker", "opt", "value"), REGRESSIONS,
-                         ids=lambda v: v if isinstance(v, str) else repr(v)[:20])
+@pytest.mark.parametrize(
+    ("checker", "opt", "value"), REGRESSIONS, ids=lambda v: v if isinstance(v, str) else repr(v)[:20]
+)
 def test_regression_bad_option_named(checker, opt, value):
     fn, kwargs = _baseline(checker)
     err = _assert_named_error(fn, _apply(checker, kwargs, opt, value), _REGRESSION_TOKENS.get((checker, opt), [opt]))
@@ -353,15 +421,34 @@ def _text_not(choices):
 
 
 _objects = st.sampled_from([object(), type, print, Ellipsis, 1j])
-_bad_tol = st.one_of(st.floats(max_value=-1e-300, allow_nan=False), st.sampled_from([NAN, INF, -INF]),
-                     st.text(max_size=4), st.booleans(), st.lists(st.floats(0, 1), min_size=1, max_size=2),
-                     st.complex_numbers(min_magnitude=1e-3), _objects,
-                     st.sampled_from([{"float33": 1e-3}, {np.float64: -1.0}, {np.float64: NAN}, {np.float64: "a"}]))
-_bad_num_tol = st.one_of(st.floats(max_value=-1e-300, allow_nan=False), st.sampled_from([NAN, INF]),
-                         st.text(max_size=4), st.booleans(), st.lists(st.floats(0, 1), max_size=2), _objects)
-_bad_eps = st.one_of(st.floats(max_value=0.0, allow_nan=False), st.sampled_from([NAN, INF, -INF]),
-                     st.text(max_size=4), st.booleans(), st.lists(st.floats(1e-3, 1), min_size=1, max_size=2),
-                     _objects)
+_bad_tol = st.one_of(
+    st.floats(max_value=-1e-300, allow_nan=False),
+    st.sampled_from([NAN, INF, -INF]),
+    st.text(max_size=4),
+    st.booleans(),
+    st.lists(st.floats(0, 1), min_size=1, max_size=2),
+    st.complex_numbers(min_magnitude=1e-3),
+    _objects,
+    st.sampled_from([{"float33": 1e-3}, {np.float64: -1.0}, {np.float64: NAN}, {np.float64: "a"}]),
+)
+_bad_num_tol = st.one_of(
+    st.floats(max_value=-1e-300, allow_nan=False),
+    st.sampled_from([NAN, INF]),
+    st.text(max_size=4),
+    st.booleans(),
+    st.lists(st.floats(0, 1), max_size=2),
+    _objects,
+)
+_bad_eps = st.one_of(
+    st.floats(max_value=0.0, allow_nan=False),
+    st.sampled_from([NAN, INF, -INF]),
+    st.text(max_size=4),
+    st.booleans(),
+    st.lists(st.floats(1e-3, 1), min_size=1, max_size=2),
+    _objects,
+)
+
+
 def _is_float_dtype(value) -> bool:
     try:
         return np.dtype(value) in (np.float16, np.float32, np.float64) and value is not None
@@ -370,17 +457,38 @@ def _is_float_dtype(value) -> bool:
 
 
 _bad_dtype = st.one_of(
-    st.sampled_from(["float33", "int32", np.int32, np.int64, np.uint8, bool, np.bool_, np.complex64, "complex128",
-                     object, str, "S3", "longdouble", 3, [1], (np.float32, 2)]),
-    st.text(min_size=1, max_size=5).filter(lambda s: s != "asnumpy" and not _is_float_dtype(s)))
+    st.sampled_from(
+        [
+            "float33",
+            "int32",
+            np.int32,
+            np.int64,
+            np.uint8,
+            bool,
+            np.bool_,
+            np.complex64,
+            "complex128",
+            object,
+            str,
+            "S3",
+            "longdouble",
+            3,
+            [1],
+            (np.float32, 2),
+        ]
+    ),
+    st.text(min_size=1, max_size=5).filter(lambda s: s != "asnumpy" and not _is_float_dtype(s)),
+)
 _bad_ctx = st.sampled_from(["cpu", "gpu(0)", 0, 1.5, object(), [sg.cpu()], sg.cpu, {"ctx": sg.cpu()}])
 _bad_sym = st.sampled_from([None, "x", "tanh(x)", np.ones(2), lambda v: v, 3, [None], {"x": 1}, S.tanh])
 _bad_flag = st.one_of(st.text(max_size=4), st.sampled_from([None, 2, -1, 0.5, [True], NAN]))
 _bad_func = st.sampled_from([None, "tanh", np.ones(2), 3, [S.tanh], {"f": S.tanh}])
 _bad_method = st.one_of(_text_not(("central", "richardson", "complex_step")), st.sampled_from([None, 1, ["central"]]))
 _bad_kinks = st.one_of(_text_not(("redraw", "exclude", "error")), st.sampled_from([None, 1, ["redraw"]]))
-_bad_grad_req = st.one_of(_text_not(("write", "add", "null", "inplace")),  # check_speed: None means "write"
-                          st.sampled_from([1, ["write"], ["write", "wrte"], {"z": "write"}, {"x": "wrte"}]))
+_bad_grad_req = st.one_of(
+    _text_not(("write", "add", "null", "inplace")),  # check_speed: None means "write"
+    st.sampled_from([1, ["write"], ["write", "wrte"], {"z": "write"}, {"x": "wrte"}]),
+)
 
 
 def _bad_array(good, kind):
@@ -404,6 +512,7 @@ _NONFINITE = ("nan", "inf")
 
 def _element(container, index, kinds, tokens):
     """Replace ``kwargs[container][index]`` with a bad array of one of ``kinds``."""
+
     def apply(kwargs, draw, checker):
         kind = draw(st.sampled_from(kinds))
         holder = kwargs[container]
@@ -422,6 +531,7 @@ def _element(container, index, kinds, tokens):
 def _read_only(container, index, must_raise=False, tokens=()):
     """Make ``kwargs[container][index]`` read-only: valid (the checkers copy; no token, so any error fails), except
     where the array is perturbed in place (``must_raise``)."""
+
     def apply(kwargs, draw, checker):
         holder = kwargs[container]
         arr = holder[index] if isinstance(holder, (list, tuple, dict)) else holder
@@ -440,13 +550,20 @@ _not_a_container = st.one_of(st.integers(), st.text(max_size=3), st.sampled_from
 def _location_muts(container, names=("x", "y"), refuse_nonfinite=False, as_dict=False):
     kinds = _ARRAY_KINDS + (_NONFINITE if refuse_nonfinite else ())
     idx = names[1] if as_dict else 1
-    muts = [_element(container, idx, kinds, [f"'{names[1]}'", container]),
-            _whole(container, _not_a_container, [container]),
-            _read_only(container, idx)]
+    muts = [
+        _element(container, idx, kinds, [f"'{names[1]}'", container]),
+        _whole(container, _not_a_container, [container]),
+        _read_only(container, idx),
+    ]
     if not as_dict:
         muts.append(_set(container, st.sampled_from([[np.ones(SHAPE)], [np.ones(SHAPE)] * 3]), [container]))
-    muts.append(_set(container, st.sampled_from([{"x": np.ones(SHAPE), "z": np.ones(SHAPE)},
-                                                 {"q": np.ones(SHAPE)}]), [container, "'z'", "'q'"]))
+    muts.append(
+        _set(
+            container,
+            st.sampled_from([{"x": np.ones(SHAPE), "z": np.ones(SHAPE)}, {"q": np.ones(SHAPE)}]),
+            [container, "'z'", "'q'"],
+        )
+    )
     return muts
 
 
@@ -454,81 +571,137 @@ _TOL = [_set("rtol", _bad_tol), _set("atol", _bad_tol)]
 _NUM_TOL = [_set("rtol", _bad_num_tol), _set("atol", _bad_num_tol)]
 
 MUTATIONS = {
-    "check_symbolic_forward": _TOL + _location_muts("location") + [
-        _set("dtype", _bad_dtype), _set("ctx", _bad_ctx), _set("sym", _bad_sym), _set("equal_nan", _bad_flag),
-        _element("expected", 0, ("str", "object", "obj_array", "str_array", "complex", "shape"),
-                 ["expected", "output"]),
-        _set("expected", st.sampled_from([[np.ones(SHAPE)] * 2, {"nope": np.ones(SHAPE)}, "abc", object()]),
-             ["expected"]),
+    "check_symbolic_forward": _TOL
+    + _location_muts("location")
+    + [
+        _set("dtype", _bad_dtype),
+        _set("ctx", _bad_ctx),
+        _set("sym", _bad_sym),
+        _set("equal_nan", _bad_flag),
+        _element(
+            "expected", 0, ("str", "object", "obj_array", "str_array", "complex", "shape"), ["expected", "output"]
+        ),
+        _set(
+            "expected", st.sampled_from([[np.ones(SHAPE)] * 2, {"nope": np.ones(SHAPE)}, "abc", object()]), ["expected"]
+        ),
         _set("aux_states", st.sampled_from([[np.ones(SHAPE)], {"m": np.ones(SHAPE)}, 5]), ["aux_states"]),
     ],
-    "check_symbolic_backward": _TOL + _location_muts("location") + [
-        _set("dtype", _bad_dtype), _set("ctx", _bad_ctx), _set("sym", _bad_sym), _set("equal_nan", _bad_flag),
+    "check_symbolic_backward": _TOL
+    + _location_muts("location")
+    + [
+        _set("dtype", _bad_dtype),
+        _set("ctx", _bad_ctx),
+        _set("sym", _bad_sym),
+        _set("equal_nan", _bad_flag),
         _set("grad_req", _bad_grad_req),
-        _element("expected", 1, ("str", "object", "obj_array", "str_array", "complex", "shape"),
-                 ["expected", "gradient", "'y'"]),
+        _element(
+            "expected",
+            1,
+            ("str", "object", "obj_array", "str_array", "complex", "shape"),
+            ["expected", "gradient", "'y'"],
+        ),
         _element("out_grads", 0, ("str", "object", "obj_array", "str_array", "complex", "shape"), ["out_grads"]),
         _set("out_grads", st.sampled_from([[np.ones(SHAPE)] * 2, {"nope": np.ones(SHAPE)}]), ["out_grads"]),
         _set("grad_stypes", st.sampled_from([5, "row_sparse", {"x": "row_sparse"}]), ["grad_stypes", "sparse"]),
     ],
-    "check_numeric_gradient": _TOL + _location_muts("location", refuse_nonfinite=True) + [
-        _set("dtype", _bad_dtype), _set("numeric_dtype", _bad_dtype), _set("ctx", _bad_ctx), _set("sym", _bad_sym),
+    "check_numeric_gradient": _TOL
+    + _location_muts("location", refuse_nonfinite=True)
+    + [
+        _set("dtype", _bad_dtype),
+        _set("numeric_dtype", _bad_dtype),
+        _set("ctx", _bad_ctx),
+        _set("sym", _bad_sym),
         _set("numeric_eps", st.one_of(_bad_eps, st.just(1e-12), st.just({np.float64: -1.0}))),
-        _set("method", _bad_method), _set("kinks", _bad_kinks), _set("use_forward_train", _bad_flag),
+        _set("method", _bad_method),
+        _set("kinks", _bad_kinks),
+        _set("use_forward_train", _bad_flag),
         _set("progress", _bad_flag),
         _set("grad_nodes", st.sampled_from([["z"], {"x": "wrte"}, 5, {"q": "write"}]), ["grad_nodes", "grad_req"]),
     ],
-    "numeric_grad": _location_muts("location", refuse_nonfinite=True, as_dict=True) + [
-        _set("dtype", _bad_dtype), _set("eps", st.one_of(_bad_eps, st.just(1e-12))), _set("method", _bad_method),
-        _set("use_forward_train", _bad_flag), _set("progress", _bad_flag),
+    "numeric_grad": _location_muts("location", refuse_nonfinite=True, as_dict=True)
+    + [
+        _set("dtype", _bad_dtype),
+        _set("eps", st.one_of(_bad_eps, st.just(1e-12))),
+        _set("method", _bad_method),
+        _set("use_forward_train", _bad_flag),
+        _set("progress", _bad_flag),
         _set("executor", st.sampled_from([None, "exe", _sym(), {"x": np.ones(2)}])),
         _set("aux_states", st.sampled_from([[np.ones(SHAPE)], {"m": np.ones(SHAPE)}, 5]), ["aux_states"]),
     ],
-    "check_consistency": _TOL + [
-        _set("sym", _bad_sym), _set("ctx", _bad_ctx, ["ctx"]), _set("grad_req", _bad_grad_req),
-        _set("equal_nan", _bad_flag), _set("raise_on_err", _bad_flag), _set("use_uniform", _bad_flag),
+    "check_consistency": _TOL
+    + [
+        _set("sym", _bad_sym),
+        _set("ctx", _bad_ctx, ["ctx"]),
+        _set("grad_req", _bad_grad_req),
+        _set("equal_nan", _bad_flag),
+        _set("raise_on_err", _bad_flag),
+        _set("use_uniform", _bad_flag),
         _set("scale", st.one_of(st.floats(max_value=-1e-300, allow_nan=False), st.sampled_from([NAN, INF, "a"]))),
         _set("rand_type", _bad_dtype),
-        _element("arg_params", "y", ("str", "object", "obj_array", "str_array", "complex", "shape"),
-                 ["arg_params"]),
+        _element("arg_params", "y", ("str", "object", "obj_array", "str_array", "complex", "shape"), ["arg_params"]),
         _set("arg_params", st.sampled_from([5, "x", {"z": np.ones(SHAPE)}]), ["arg_params"]),
         _set("ground_truth", st.sampled_from([5, {"x": np.ones(SHAPE)}]), ["ground_truth"]),
-        _set("ctx_list", st.sampled_from([5, "cpu", [], [5, 6], [{"x": SHAPE}, {"x": SHAPE}],
-                                          [{"ctx": sg.cpu(), "x": "23"}, {"ctx": sg.cpu(), "x": SHAPE}]]),
-             ["ctx_list"]),
+        _set(
+            "ctx_list",
+            st.sampled_from(
+                [
+                    5,
+                    "cpu",
+                    [],
+                    [5, 6],
+                    [{"x": SHAPE}, {"x": SHAPE}],
+                    [{"ctx": sg.cpu(), "x": "23"}, {"ctx": sg.cpu(), "x": SHAPE}],
+                ]
+            ),
+            ["ctx_list"],
+        ),
         _read_only("arg_params", "x"),
     ],
     "check_speed": [
-        _set("sym", _bad_sym), _set("ctx", _bad_ctx), _set("grad_req", _bad_grad_req),
+        _set("sym", _bad_sym),
+        _set("ctx", _bad_ctx),
+        _set("grad_req", _bad_grad_req),
         _set("N", st.one_of(st.integers(max_value=0), st.sampled_from([1.5, "a", True, None]))),
         _set("typ", _text_not(("whole", "forward"))),
-        _element("location", "y", ("str", "object", "obj_array", "str_array", "complex", "none"),
-                 ["'y'", "location"]),
+        _element("location", "y", ("str", "object", "obj_array", "str_array", "complex", "none"), ["'y'", "location"]),
         _set("location", st.one_of(_not_a_container, st.just({"z": np.ones(SHAPE)})), ["location"]),
         _read_only("location", "y"),
     ],
     "simple_forward": [
-        _set("sym", _bad_sym), _set("ctx", _bad_ctx), _set("is_train", _bad_flag),
+        _set("sym", _bad_sym),
+        _set("ctx", _bad_ctx),
+        _set("is_train", _bad_flag),
         _set("y", st.sampled_from(["abc", None, object(), np.array(["a", "b"]), np.ones(3)]), ["'y'"]),
         _set("z", st.just(np.ones(SHAPE)), ["'z'"]),
         _read_only("y", None),
     ],
-    "assert_almost_equal": _TOL + [
-        _set("equal_nan", _bad_flag), _set("use_broadcast", _bad_flag),
+    "assert_almost_equal": _TOL
+    + [
+        _set("equal_nan", _bad_flag),
+        _set("use_broadcast", _bad_flag),
         _set("names", st.sampled_from([5, "ab", ("a",), ("a", 1), None])),
         _set("mismatches", st.sampled_from([5, (10,), (0, 10), ("a", 1), None])),
-        _set("b", st.sampled_from(["abc", None, object(), np.array(["a", "b"]),
-                                   np.array([object()], dtype=object)]), ["'b'"]),
+        _set(
+            "b",
+            st.sampled_from(["abc", None, object(), np.array(["a", "b"]), np.array([object()], dtype=object)]),
+            ["'b'"],
+        ),
         _read_only("a", None),
     ],
-    "almost_equal": _TOL + [
-        _set("equal_nan", _bad_flag), _set("use_broadcast", _bad_flag),
+    "almost_equal": _TOL
+    + [
+        _set("equal_nan", _bad_flag),
+        _set("use_broadcast", _bad_flag),
         _set("a", st.sampled_from(["abc", None, object(), np.array(["a", "b"])]), ["'a'"]),
         _read_only("b", None),
     ],
-    "check_backward": _NUM_TOL + [
-        _set("eps", _bad_eps), _set("dtype", _bad_dtype), _set("func", _bad_func),
-        _set("detect_nondifferentiable", _bad_flag), _set("progress", _bad_flag),
+    "check_backward": _NUM_TOL
+    + [
+        _set("eps", _bad_eps),
+        _set("dtype", _bad_dtype),
+        _set("func", _bad_func),
+        _set("detect_nondifferentiable", _bad_flag),
+        _set("progress", _bad_flag),
         _set("float64_reference", _bad_flag),
         _element("x_data", 1, _ARRAY_KINDS + _NONFINITE, ["x_data[1]", "'x1'"]),
         _element("y_grad", 0, ("str", "object", "obj_array", "str_array", "complex", "shape", "nan"), ["y_grad"]),
@@ -536,32 +709,50 @@ MUTATIONS = {
         _set("no_grads", st.sampled_from([[True], [False, False, False]]), ["no_grads"]),
         _read_only("x_data", 0),
     ],
-    "check_double_backward": _NUM_TOL + [
-        _set("eps", _bad_eps), _set("dtype", _bad_dtype), _set("func", _bad_func),
-        _set("detect_nondifferentiable", _bad_flag), _set("progress", _bad_flag),
+    "check_double_backward": _NUM_TOL
+    + [
+        _set("eps", _bad_eps),
+        _set("dtype", _bad_dtype),
+        _set("func", _bad_func),
+        _set("detect_nondifferentiable", _bad_flag),
+        _set("progress", _bad_flag),
         _element("x_data", 1, _ARRAY_KINDS + _NONFINITE, ["x_data[1]", "'x1'"]),
-        _element("y_grad", 0, ("str", "object", "obj_array", "str_array", "complex", "shape", "nan"),
-                 ["'gy0'", "y_grad"]),
+        _element(
+            "y_grad", 0, ("str", "object", "obj_array", "str_array", "complex", "shape", "nan"), ["'gy0'", "y_grad"]
+        ),
         _set("x_grad_grad", st.sampled_from([(np.ones(SHAPE),), (np.ones(SHAPE),) * 3]), ["x_grad_grad"]),
         _read_only("x_data", 1),
     ],
     "numerical_grad": [
-        _set("eps", _bad_eps), _set("f", _bad_func), _set("detect_nondifferentiable", _bad_flag),
-        _set("diff_atol", _bad_num_tol), _set("diff_rtol", _bad_num_tol),
+        _set("eps", _bad_eps),
+        _set("f", _bad_func),
+        _set("detect_nondifferentiable", _bad_flag),
+        _set("diff_atol", _bad_num_tol),
+        _set("diff_rtol", _bad_num_tol),
         _element("inputs", 1, ("str", "none", "object", "obj_array", "str_array", "complex"), ["inputs[1]"]),
         _set("inputs", st.one_of(st.integers(), st.text(max_size=3), st.just(np.ones(SHAPE))), ["inputs"]),
         _read_only("inputs", 1, must_raise=True, tokens=("inputs[1]",)),
     ],
-    "gradcheck": _NUM_TOL + [
-        _set("eps", _bad_eps), _set("func", _bad_func), _set("nondet_tol", _bad_num_tol),
-        _set("fast_mode", _bad_flag), _set("check_undefined_grad", _bad_flag), _set("progress", _bad_flag),
-        _set("raise_exception", _bad_flag), _set("float64_reference", _bad_flag),
+    "gradcheck": _NUM_TOL
+    + [
+        _set("eps", _bad_eps),
+        _set("func", _bad_func),
+        _set("nondet_tol", _bad_num_tol),
+        _set("fast_mode", _bad_flag),
+        _set("check_undefined_grad", _bad_flag),
+        _set("progress", _bad_flag),
+        _set("raise_exception", _bad_flag),
+        _set("float64_reference", _bad_flag),
         _element("inputs", 1, ("obj_array", "str_array", "complex", "shape", "nan", "inf"), ["'input1'"]),
         _read_only("inputs", 0),
     ],
-    "gradgradcheck": _NUM_TOL + [
-        _set("eps", _bad_eps), _set("func", _bad_func), _set("nondet_tol", _bad_num_tol),
-        _set("fast_mode", _bad_flag), _set("raise_exception", _bad_flag),
+    "gradgradcheck": _NUM_TOL
+    + [
+        _set("eps", _bad_eps),
+        _set("func", _bad_func),
+        _set("nondet_tol", _bad_num_tol),
+        _set("fast_mode", _bad_flag),
+        _set("raise_exception", _bad_flag),
         _set("gen_non_contig_grad_outputs", _bad_flag),
         _element("inputs", 1, ("obj_array", "str_array", "complex", "shape", "nan", "inf"), ["'input1'"]),
         _set("grad_outputs", st.sampled_from([(np.ones(SHAPE),) * 2, (np.ones(3),)]), ["grad_output"]),
@@ -579,16 +770,18 @@ def _check_one(checker, mut, draw):
         try:
             fn(**kwargs)
         except GradientCheckError as err:
-            raise AssertionError(f"{checker}, {mut.label}: a bad input was reported as a gradient failure: "
-                                 f"{str(err).splitlines()[0]}") from err
+            raise AssertionError(
+                f"{checker}, {mut.label}: a bad input was reported as a gradient failure: {str(err).splitlines()[0]}"
+            ) from err
         except (ValueError, TypeError, NotImplementedError) as err:  # NotImplementedError: sparse storage asked
             msg = str(err)
             assert any(t in msg for t in mut.tokens), f"{checker}, {mut.label}: no culprit {mut.tokens} in: {msg}"
             _assert_unchanged(snap)
             return True
         except Exception as err:
-            raise AssertionError(f"{checker}, {mut.label}: {type(err).__name__} is neither ValueError nor "
-                                 f"TypeError: {err}") from err
+            raise AssertionError(
+                f"{checker}, {mut.label}: {type(err).__name__} is neither ValueError nor TypeError: {err}"
+            ) from err
     assert not mut.must_raise, f"{checker}, {mut.label}: the bad input was accepted: {kwargs!r:.300}"
     if checker not in ("numeric_grad",):  # numeric_grad writes location into the executor (as documented)
         _assert_unchanged(snap)
@@ -600,8 +793,13 @@ COUNTER = {"examples": 0, "raised": 0}
 
 
 @pytest.mark.parametrize("checker", sorted(MUTATIONS))
-@settings(max_examples=EXAMPLES_PER_CHECKER, derandomize=True, database=None, deadline=None,
-          suppress_health_check=list(HealthCheck))
+@settings(
+    max_examples=EXAMPLES_PER_CHECKER,
+    derandomize=True,
+    database=None,
+    deadline=None,
+    suppress_health_check=list(HealthCheck),
+)
 @given(data=st.data())
 def test_random_bad_options_and_inputs_are_named_errors_and_change_nothing(checker, data):
     muts = MUTATIONS[checker]

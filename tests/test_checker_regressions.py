@@ -148,8 +148,11 @@ def test_every_checker_passes_at_exact_kinks_and_names_them(case, checker, dtype
             warned = _seeded(seed, run_checker, checker, func, inputs)
         except GradientCheckError as err:
             pytest.fail(f"seed {seed}: a correct {case} at exact kinks fails {checker}:\n{err}")
-        planted = {f"{arg_label(checker, pos)}[{', '.join(str(i) for i in idx)}]"
-                   for pos, indices in kinks.items() for idx in indices}
+        planted = {
+            f"{arg_label(checker, pos)}[{', '.join(str(i) for i in idx)}]"
+            for pos, indices in kinks.items()
+            for idx in indices
+        }
         texts = [str(w.message) for w in warned]
         for text in texts:  # a warning only ever names a planted kink
             assert "non-differentiable point" in text, text
@@ -181,8 +184,11 @@ def test_one_percent_error_in_float32_softmax_and_logsumexp_is_caught(op, checke
             _seeded(seed, run_checker, checker, make(1.01), (x,))
             missed.append(seed)
         except GradientCheckError as err:
-            if not (err.pattern == "small" and err.factor == pytest.approx(1.01, rel=1e-3)
-                    and "off by ~1% everywhere" in err.diagnosis):
+            if not (
+                err.pattern == "small"
+                and err.factor == pytest.approx(1.01, rel=1e-3)
+                and "off by ~1% everywhere" in err.diagnosis
+            ):
                 misnamed.append((seed, err.diagnosis))
     assert not missed, f"1% error in the float32 {op} gradient missed by {checker} in seeds {missed}"
     assert not misnamed, misnamed
@@ -265,6 +271,7 @@ def test_relu_fully_connected_elements_sharing_a_kink_move_it_the_same_way(seed,
     np.random.seed(seed)
     sym, loc, _ = _kink_cases(np.random.default_rng(np.random.randint(1 << 30)))["relu(FullyConnected) at 0"]
     with pytest.warns(tu.report.NondifferentiablePointWarning, match="non-differentiable point at"):
-        res = _seeded(seed, tu.check_numeric_gradient, sym, loc, None, None, None, None, None, True, None, None,
-                      np.dtype(dtype))
+        res = _seeded(
+            seed, tu.check_numeric_gradient, sym, loc, None, None, None, None, None, True, None, None, np.dtype(dtype)
+        )
     assert res.kinks and res.redrawn and not res.excluded

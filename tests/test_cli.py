@@ -209,7 +209,12 @@ def test_index_inputs_get_valid_values_and_are_skipped(capsys, tmp_path):
     code, doc, _ = check_json(capsys, tmp_path / "emb.json")
     assert code == 0
     assert {r["name"]: r["verdict"] for r in doc["arguments"]} == {
-        "tokens": "skip", "emb_weight": "pass", "fc_weight": "pass", "fc_bias": "pass", "softmax_label": "skip"}
+        "tokens": "skip",
+        "emb_weight": "pass",
+        "fc_weight": "pass",
+        "fc_bias": "pass",
+        "softmax_label": "skip",
+    }
 
 
 def test_dropout_is_checked_as_identity(capsys, tmp_path):
@@ -236,10 +241,16 @@ def test_info_on_an_mxnet_file(capsys):
     assert code == 0 and err == ""
     rows = [line.split() for line in out.splitlines() if re.match(r"\w+\(\w+\)", line)]
     # MXNet 1.9.1's print_summary of this file gives these rows (and "Total params: 231")
-    assert rows == [["data(null)", "3x6x6", "0"], ["conv1(Convolution)", "4x6x6", "112", "data"],
-                    ["bn1(BatchNorm)", "4x6x6", "8", "conv1"], ["relu1(Activation)", "4x6x6", "0", "bn1"],
-                    ["pool1(Pooling)", "4x3x3", "0", "relu1"], ["flatten1(Flatten)", "36", "0", "pool1"],
-                    ["fc(FullyConnected)", "3", "111", "flatten1"], ["softmax(SoftmaxOutput)", "3", "0", "fc"]]
+    assert rows == [
+        ["data(null)", "3x6x6", "0"],
+        ["conv1(Convolution)", "4x6x6", "112", "data"],
+        ["bn1(BatchNorm)", "4x6x6", "8", "conv1"],
+        ["relu1(Activation)", "4x6x6", "0", "bn1"],
+        ["pool1(Pooling)", "4x3x3", "0", "relu1"],
+        ["flatten1(Flatten)", "36", "0", "pool1"],
+        ["fc(FullyConnected)", "3", "111", "flatten1"],
+        ["softmax(SoftmaxOutput)", "3", "0", "fc"],
+    ]
     assert "Total params: 231" in out and "Auxiliary states: 8" in out
 
 
@@ -288,8 +299,20 @@ def test_version_and_help(capsys):
     assert code == 0 and out.strip() == f"symgrad {sg.__version__}"
     code, out, _ = run(capsys, "check", "--help")
     assert code == 0
-    for option in ("--example", "--shape", "--params", "--dtype", "--grad-req", "--mode", "--samples", "--seed",
-                   "--ctx", "--json", "--progress", "--debug"):
+    for option in (
+        "--example",
+        "--shape",
+        "--params",
+        "--dtype",
+        "--grad-req",
+        "--mode",
+        "--samples",
+        "--seed",
+        "--ctx",
+        "--json",
+        "--progress",
+        "--debug",
+    ):
         assert any(line.strip().startswith(option) for line in out.splitlines()), option
     for command in ("info", "plot"):
         assert run(capsys, command, "--help")[0] == 0
@@ -309,31 +332,37 @@ def _bad_files(tmp_path):
     return tmp_path
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["check", "{tmp}/missing.json"], "missing.json: no such file"),
-    (["check", "{tmp}/garbage.json"], "not valid JSON"),
-    (["check", "{tmp}/notasymbol.json"], "notasymbol.json"),
-    (["check", "{tmp}"], "is a directory"),
-    (["check", CONVNET], "the shapes do not infer: the shape of data"),
-    (["check", CONVNET, "--shape", "dta=2,3,6,6"], "'dta' is not an input of the model"),
-    (["check", CONVNET, "--shape", "data=2,3,1,1"], "the shapes do not infer: Pooling 'pool1'"),
-    (["check", CONVNET, "--shape", "data=2,x"], "--shape 'data=2,x': expected NAME=D1,D2,..."),
-    (["check", MLP, "--shape", "data=4,5", "--params", "{tmp}/missing.params"], "no such file"),
-    (["check", MLP, "--shape", "data=4,5", "--params", "{tmp}/wrong.params"], "wrong.params"),
-    (["check", MLP, "--shape", "data=4,6", "--params", MLP_PARAMS], "input 'weight' has shape (8, 5), expected (8, 6)"),
-    (["check", "--example", "nope"], "invalid choice: 'nope'"),
-    (["check", "--example", "mlp", "--grad-req", "nope=null"], "'nope' is not an argument of the model"),
-    (["check", "--example", "mlp", "--grad-req", "sometimes"], "must be one of write, add, null"),
-    (["check", "--example", "mlp", "--ctx", "tpu"], "expected cpu or gpu:N"),
-    (["check", "--example", "mlp", "--samples", "0"], "--samples 0"),
-    (["check", MLP, "--example", "mlp"], "not both"),
-    (["info"], "give a MODEL.json file or --example NAME"),
-    (["info", "{tmp}/garbage.json"], "not valid JSON"),
-    (["info", CONVNET, "--shape", "data=2,3,1,1"], "the shapes do not infer"),
-    (["plot", "--example", "mlp", "-o", "{tmp}/x.gif"], "must end in one of .svg, .png, .pdf, .dot"),
-    (["plot", "--example", "mlp"], "the following arguments are required: -o/--output"),
-    (["frobnicate"], "invalid choice: 'frobnicate'"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["check", "{tmp}/missing.json"], "missing.json: no such file"),
+        (["check", "{tmp}/garbage.json"], "not valid JSON"),
+        (["check", "{tmp}/notasymbol.json"], "notasymbol.json"),
+        (["check", "{tmp}"], "is a directory"),
+        (["check", CONVNET], "the shapes do not infer: the shape of data"),
+        (["check", CONVNET, "--shape", "dta=2,3,6,6"], "'dta' is not an input of the model"),
+        (["check", CONVNET, "--shape", "data=2,3,1,1"], "the shapes do not infer: Pooling 'pool1'"),
+        (["check", CONVNET, "--shape", "data=2,x"], "--shape 'data=2,x': expected NAME=D1,D2,..."),
+        (["check", MLP, "--shape", "data=4,5", "--params", "{tmp}/missing.params"], "no such file"),
+        (["check", MLP, "--shape", "data=4,5", "--params", "{tmp}/wrong.params"], "wrong.params"),
+        (
+            ["check", MLP, "--shape", "data=4,6", "--params", MLP_PARAMS],
+            "input 'weight' has shape (8, 5), expected (8, 6)",
+        ),
+        (["check", "--example", "nope"], "invalid choice: 'nope'"),
+        (["check", "--example", "mlp", "--grad-req", "nope=null"], "'nope' is not an argument of the model"),
+        (["check", "--example", "mlp", "--grad-req", "sometimes"], "must be one of write, add, null"),
+        (["check", "--example", "mlp", "--ctx", "tpu"], "expected cpu or gpu:N"),
+        (["check", "--example", "mlp", "--samples", "0"], "--samples 0"),
+        (["check", MLP, "--example", "mlp"], "not both"),
+        (["info"], "give a MODEL.json file or --example NAME"),
+        (["info", "{tmp}/garbage.json"], "not valid JSON"),
+        (["info", CONVNET, "--shape", "data=2,3,1,1"], "the shapes do not infer"),
+        (["plot", "--example", "mlp", "-o", "{tmp}/x.gif"], "must end in one of .svg, .png, .pdf, .dot"),
+        (["plot", "--example", "mlp"], "the following arguments are required: -o/--output"),
+        (["frobnicate"], "invalid choice: 'frobnicate'"),
+    ],
+)
 def test_errors_are_one_line_exit_2(capsys, tmp_path, argv, message):
     tmp = _bad_files(tmp_path)
     code, out, err = run(capsys, *[a.replace("{tmp}", str(tmp)) for a in argv])

@@ -89,8 +89,11 @@ def _factor(diagnosis):
 # == agreement on correct ops ===============================================================================
 
 
-@pytest.mark.parametrize("make, shapes", [(_fc, {"data": (3, 6)}), (_conv, {"data": (2, 2, 5, 5)}),
-                                          (_bn, {"data": (4, 3, 3, 3)})], ids=["fc", "conv", "bn"])
+@pytest.mark.parametrize(
+    "make, shapes",
+    [(_fc, {"data": (3, 6)}), (_conv, {"data": (2, 2, 5, 5)}), (_bn, {"data": (4, 3, 3, 3)})],
+    ids=["fc", "conv", "bn"],
+)
 @with_seed()
 def test_cpu_float16_32_64_agree(make, shapes):
     # BatchNorm's float16 entry keeps float32 gamma/beta: their gradients get float16's tolerance (MXNet)
@@ -102,8 +105,9 @@ def test_cpu_float16_32_64_agree(make, shapes):
 @with_seed()
 def test_fully_connected_ground_truth_is_the_float64_entry():
     params = {}
-    gt = check_consistency(_fc(), _entries([sg.cpu(0)], (np.float16, np.float32, np.float64), data=(3, 6)),
-                           arg_params=params)
+    gt = check_consistency(
+        _fc(), _entries([sg.cpu(0)], (np.float16, np.float32, np.float64), data=(3, 6)), arg_params=params
+    )
     x, w, b = params["data"], params["fc_weight"], params["fc_bias"]
     assert sorted(gt) == ["data", "fc_bias", "fc_output", "fc_weight"]
     np.testing.assert_allclose(gt["fc_output"], x @ w.T + b, rtol=1e-12)
@@ -129,8 +133,12 @@ def test_softmax_output_loss_head_gets_no_head_gradient():
 @with_seed()
 def test_batchnorm_aux_states_are_compared_and_returned():
     params = {}
-    gt = check_consistency(_bn(), _entries([sg.cpu(0)], DTYPES, data=(4, 3, 3, 3)), arg_params=params,
-                           aux_params={"bn_moving_var": np.ones(3)})
+    gt = check_consistency(
+        _bn(),
+        _entries([sg.cpu(0)], DTYPES, data=(4, 3, 3, 3)),
+        arg_params=params,
+        aux_params={"bn_moving_var": np.ones(3)},
+    )
     x = params["data"]
     # one training forward from mean 0 / var 1 with momentum 0.9: moving = 0.9 * old + 0.1 * batch statistic
     np.testing.assert_allclose(gt["bn_moving_mean"], 0.1 * x.mean(axis=(0, 2, 3)), rtol=1e-10)
@@ -144,8 +152,7 @@ def test_random_arguments_are_drawn_in_sorted_name_order_and_filled_in(monkeypat
     monkeypatch.delenv("SYMGRAD_TEST_SEED", raising=False)  # (--symgrad-seed sets it for the session)
     # inside a seeded test (as MXNet's tests are) the draws come straight from numpy's global RNG
     params = {"fc_weight": np.full((5, 6), 0.5)}
-    with_seed(42)(check_consistency)(_fc(), _entries([sg.cpu(0)], DTYPES, data=(3, 6)), arg_params=params,
-                                     scale=2.0)
+    with_seed(42)(check_consistency)(_fc(), _entries([sg.cpu(0)], DTYPES, data=(3, 6)), arg_params=params, scale=2.0)
     np.random.seed(42)
     data = np.random.normal(size=(3, 6), scale=2.0)  # sorted: data, fc_bias (fc_weight given)
     bias = np.random.normal(size=(5,), scale=2.0)
@@ -169,8 +176,14 @@ def test_random_arguments_are_drawn_in_sorted_name_order_and_filled_in(monkeypat
 @with_seed()
 def test_use_uniform_and_rand_type():
     params = {}
-    check_consistency(_fc(), _entries([sg.cpu(0)], DTYPES, data=(30, 6)), arg_params=params, scale=0.5,
-                      use_uniform=True, rand_type=np.float32)
+    check_consistency(
+        _fc(),
+        _entries([sg.cpu(0)], DTYPES, data=(30, 6)),
+        arg_params=params,
+        scale=0.5,
+        use_uniform=True,
+        rand_type=np.float32,
+    )
     assert all(v.dtype == np.float32 for v in params.values())
     assert max(float(np.abs(v).max()) for v in params.values()) <= 0.92 * 0.5
     assert float(np.abs(params["data"]).max()) > 0.3  # uniform over the whole range, not normal(0.5)
@@ -193,13 +206,17 @@ def test_grad_req_forms(grad_req):
 @with_seed()
 def test_grad_req_null_compares_inference_outputs_only():
     params = {}
-    gt = check_consistency(_bn(), _entries([sg.cpu(0)], DTYPES, data=(4, 3, 3, 3)), grad_req="null",
-                           arg_params=params, aux_params={"bn_moving_var": np.full(3, 4.0)})
+    gt = check_consistency(
+        _bn(),
+        _entries([sg.cpu(0)], DTYPES, data=(4, 3, 3, 3)),
+        grad_req="null",
+        arg_params=params,
+        aux_params={"bn_moving_var": np.full(3, 4.0)},
+    )
     x, gamma, beta = params["data"], params["bn_gamma"], params["bn_beta"]
     eps = 1e-3  # MXNet's BatchNorm default
     c = (1, 3, 1, 1)  # inference uses the moving statistics: mean 0, var 4
-    np.testing.assert_allclose(gt["bn_output"], gamma.reshape(c) * x / np.sqrt(4.0 + eps) + beta.reshape(c),
-                               rtol=1e-10)
+    np.testing.assert_allclose(gt["bn_output"], gamma.reshape(c) * x / np.sqrt(4.0 + eps) + beta.reshape(c), rtol=1e-10)
     assert set(gt) == {"bn_output", "bn_moving_mean", "bn_moving_var"}
     np.testing.assert_array_equal(gt["bn_moving_mean"], 0.0)  # untouched by inference
 
@@ -311,8 +328,12 @@ def test_bad_input_is_a_clear_error():
 # == gpu ====================================================================================================
 
 
-GPU_CASES = [(_fc, {"data": (3, 6)}, None), (_conv, {"data": (2, 2, 5, 5)}, None),
-             (_bn, {"data": (4, 3, 3, 3)}, None), (_softmax, {"data": (5, 6)}, _softmax_labels)]
+GPU_CASES = [
+    (_fc, {"data": (3, 6)}, None),
+    (_conv, {"data": (2, 2, 5, 5)}, None),
+    (_bn, {"data": (4, 3, 3, 3)}, None),
+    (_softmax, {"data": (5, 6)}, _softmax_labels),
+]
 
 
 @pytest.mark.gpu

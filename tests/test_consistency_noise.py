@@ -52,11 +52,17 @@ def _cases():
     d = S.Variable("data")
     yield "FullyConnected K=4096", S.FullyConnected(d, num_hidden=32, name="fc"), {"data": (4, 4096)}
     # 3x3, stride 1, 16x16 output: Winograd F(2x2, 3x3); its bias gradient is a `sum` over 256 positions
-    yield "Winograd conv", S.Convolution(d, num_filter=64, kernel=(3, 3), pad=(1, 1), name="c"), {
-        "data": (1, 64, 16, 16)}
+    yield (
+        "Winograd conv",
+        S.Convolution(d, num_filter=64, kernel=(3, 3), pad=(1, 1), name="c"),
+        {"data": (1, 64, 16, 16)},
+    )
     # ResNet's stem: im2col, the weight gradient sums over every output position (K = 1024)
-    yield "7x7 stride-2 conv", S.Convolution(d, num_filter=16, kernel=(7, 7), stride=(2, 2), pad=(3, 3), name="c"), {
-        "data": (1, 3, 64, 64)}
+    yield (
+        "7x7 stride-2 conv",
+        S.Convolution(d, num_filter=16, kernel=(7, 7), stride=(2, 2), pad=(3, 3), name="c"),
+        {"data": (1, 3, 64, 64)},
+    )
     yield "dot", S.dot(d, S.Variable("w")), {"data": (8, 2048), "w": (2048, 16)}
 
 
@@ -64,14 +70,17 @@ CASES = list(_cases())
 
 
 def _run(sym, values, heads, dtype):
-    exe = sym.simple_bind(sg.cpu(), grad_req="write", type_dict=dict.fromkeys(values, dtype),
-                          **{k: v.shape for k, v in values.items()})
+    exe = sym.simple_bind(
+        sg.cpu(), grad_req="write", type_dict=dict.fromkeys(values, dtype), **{k: v.shape for k, v in values.items()}
+    )
     for k, v in values.items():
         exe.arg_dict[k][...] = v.astype(dtype)
     outs = exe.forward(is_train=True)
     exe.backward([h.astype(dtype) for h in heads])
-    return {**{n: np.asarray(o, np.float64) for n, o in zip(sym.list_outputs(), outs)},
-            **{k: np.asarray(g, np.float64) for k, g in exe.grad_dict.items()}}
+    return {
+        **{n: np.asarray(o, np.float64) for n, o in zip(sym.list_outputs(), outs)},
+        **{k: np.asarray(g, np.float64) for k, g in exe.grad_dict.items()},
+    }
 
 
 @pytest.mark.parametrize("name, sym, shapes", CASES, ids=[c[0] for c in CASES])
@@ -130,8 +139,10 @@ def test_check_consistency_float32_conv_net_rests_on_the_noise_model():
     alone: the correct float32 entry passes (with output rounding alone emulated, conv2's weight gradient failed),
     and an entry whose conv1 weights are 0.1% too large fails."""
     sym = _net()
-    ctx_list = [{"ctx": sg.cpu(0), "data": (2, 3, 32, 32), "type_dict": dict.fromkeys(sym.list_arguments(), dt)}
-                for dt in (np.float64, np.float32)]
+    ctx_list = [
+        {"ctx": sg.cpu(0), "data": (2, 3, 32, 32), "type_dict": dict.fromkeys(sym.list_arguments(), dt)}
+        for dt in (np.float64, np.float32)
+    ]
     args = {}
     check_consistency(sym, ctx_list, arg_params=args, rtol=1e-7, atol=1e-9)
     planted = sym(conv1_weight=S.Variable("conv1_weight") * 1.001)

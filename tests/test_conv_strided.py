@@ -62,8 +62,11 @@ def test_public_ops_take_the_per_sample_path_on_wide_strided_layers(dtype):
     sm = rng.standard_normal((2, 8) + Y).astype(dtype)
     fwd, dx, dw = _generic(b.astype(np.float64), w.astype(np.float64), sm.astype(np.float64), k, s, d, lo, 1)
     tol = 1e-5 if dtype == np.float32 else 1e-12
-    got = (C.correlate(np, b, w, k, s, d, lo, Y, 1), C.transpose(np, sm, w, k, s, d, lo, X, 1),
-           C.weight_grad(np, b, sm, k, s, d, lo, 1))
+    got = (
+        C.correlate(np, b, w, k, s, d, lo, Y, 1),
+        C.transpose(np, sm, w, k, s, d, lo, X, 1),
+        C.weight_grad(np, b, sm, k, s, d, lo, 1),
+    )
     for a, want in zip(got, (fwd, dx, dw)):
         assert a.dtype == dtype
         np.testing.assert_allclose(a, want, rtol=tol, atol=tol * np.abs(want).max())

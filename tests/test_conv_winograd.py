@@ -20,7 +20,7 @@ def _direct(x, w, pad):
     y = np.zeros((x.shape[0], w.shape[0], H, W))
     for a in range(3):
         for b in range(3):
-            y += np.einsum("nchw,fc->nfhw", xp[:, :, a:a + H, b:b + W], w[:, :, a, b])
+            y += np.einsum("nchw,fc->nfhw", xp[:, :, a : a + H, b : b + W], w[:, :, a, b])
     return y
 
 
@@ -32,9 +32,9 @@ def _direct_grads(x, w, pad, dy):
     dw = np.zeros_like(w)
     for a in range(3):
         for b in range(3):
-            dxp[:, :, a:a + H, b:b + W] += np.einsum("nfhw,fc->nchw", dy, w[:, :, a, b])
-            dw[:, :, a, b] = np.einsum("nchw,nfhw->fc", xp[:, :, a:a + H, b:b + W], dy)
-    dx = dxp[:, :, pad[0]:dxp.shape[2] - pad[0], pad[1]:dxp.shape[3] - pad[1]]
+            dxp[:, :, a : a + H, b : b + W] += np.einsum("nfhw,fc->nchw", dy, w[:, :, a, b])
+            dw[:, :, a, b] = np.einsum("nchw,nfhw->fc", xp[:, :, a : a + H, b : b + W], dy)
+    dx = dxp[:, :, pad[0] : dxp.shape[2] - pad[0], pad[1] : dxp.shape[3] - pad[1]]
     return dx, dw
 
 
@@ -55,8 +55,9 @@ def test_winograd_matches_a_direct_correlation_and_its_adjoints(geom):
     x = rng.standard_normal((N, C, H, W))
     w = rng.standard_normal((F, C, 3, 3))
     dy = rng.standard_normal((N, F) + Y)
-    sym = sg.sym.Convolution(sg.sym.Variable("x"), sg.sym.Variable("w"), kernel=(3, 3), pad=pad, num_filter=F,
-                             no_bias=True)
+    sym = sg.sym.Convolution(
+        sg.sym.Variable("x"), sg.sym.Variable("w"), kernel=(3, 3), pad=pad, num_filter=F, no_bias=True
+    )
     grads = {"x": np.zeros_like(x), "w": np.zeros_like(w)}
     exe = sym.bind(sg.cpu(), {"x": x, "w": w}, args_grad=grads)
     (y,) = exe.forward(is_train=True)
@@ -72,16 +73,18 @@ def test_winograd_float32_error_is_a_direct_sums():
     rng = np.random.default_rng(1)
     x = rng.standard_normal((2, 16, 28, 28))
     w = rng.standard_normal((8, 16, 3, 3)) * 0.1
-    sym = sg.sym.Convolution(sg.sym.Variable("x"), sg.sym.Variable("w"), kernel=(3, 3), pad=(1, 1), num_filter=8,
-                             no_bias=True)
+    sym = sg.sym.Convolution(
+        sg.sym.Variable("x"), sg.sym.Variable("w"), kernel=(3, 3), pad=(1, 1), num_filter=8, no_bias=True
+    )
     (y32,) = sym.bind(sg.cpu(), {"x": x.astype(np.float32), "w": w.astype(np.float32)}).forward()
     ref = _direct(x.astype(np.float32).astype(np.float64), w.astype(np.float32).astype(np.float64), (1, 1))
     assert np.linalg.norm(y32 - ref) / np.linalg.norm(ref) < 1e-6
 
 
 def test_winograd_gradients_match_finite_differences():
-    sym = sg.sym.Convolution(sg.sym.Variable("x"), sg.sym.Variable("w"), kernel=(3, 3), pad=(1, 1), num_filter=2,
-                             no_bias=True)
+    sym = sg.sym.Convolution(
+        sg.sym.Variable("x"), sg.sym.Variable("w"), kernel=(3, 3), pad=(1, 1), num_filter=2, no_bias=True
+    )
     rng = np.random.default_rng(2)
     x, w = rng.standard_normal((1, 2, 14, 14)), rng.standard_normal((2, 2, 3, 3))
     res = check_numeric_gradient(sym, {"x": x, "w": w}, dtype=np.float64)

@@ -250,7 +250,7 @@ def test_custom_op_gets_the_arguments_grad_req_and_its_dirty_buffer(req):
     exe.forward(is_train=True)
     _Doubling.seen.clear()
     exe.backward([np.ones((2, 3))])
-    (got_req, handed), = _Doubling.seen
+    ((got_req, handed),) = _Doubling.seen
     assert got_req == req
     np.testing.assert_array_equal(handed, np.full((2, 3), 5.0))
     np.testing.assert_array_equal(buf, np.full((2, 3), 2.0 + (5.0 if req == "add" else 0.0)))
@@ -266,7 +266,7 @@ def test_custom_op_whose_gradient_is_summed_writes_a_fresh_buffer():
     exe.forward(is_train=True)
     _Doubling.seen.clear()
     exe.backward([np.ones((2, 3))])
-    (got_req, handed), = _Doubling.seen
+    ((got_req, handed),) = _Doubling.seen
     assert got_req == "write" and not handed.any()
     np.testing.assert_array_equal(buf, np.full((2, 3), 1.0 + 2.0 + 3.0))
 
@@ -275,11 +275,13 @@ def test_custom_op_whose_gradient_is_summed_writes_a_fresh_buffer():
 def test_check_symbolic_backward_catches_an_op_that_ignores_req(how, req):
     # the two shipped MXNet custom-op bugs: '=' where req is 'add', '+=' into a buffer that is not zero
     x = np.random.default_rng(0).random((2, 3))
-    tu.check_symbolic_backward(_doubling("assign"), {"x": x}, [np.ones((2, 3))], {"x": np.full((2, 3), 2.0)},
-                               grad_req=req, dtype=np.float64)
+    tu.check_symbolic_backward(
+        _doubling("assign"), {"x": x}, [np.ones((2, 3))], {"x": np.full((2, 3), 2.0)}, grad_req=req, dtype=np.float64
+    )
     with pytest.raises(tu.GradientCheckError, match=f"grad_req '{req}'"):
-        tu.check_symbolic_backward(_doubling(how), {"x": x}, [np.ones((2, 3))], {"x": np.full((2, 3), 2.0)},
-                                   grad_req=req, dtype=np.float64)
+        tu.check_symbolic_backward(
+            _doubling(how), {"x": x}, [np.ones((2, 3))], {"x": np.full((2, 3), 2.0)}, grad_req=req, dtype=np.float64
+        )
 
 
 def test_a_custom_backward_that_raises_leaves_the_callers_buffer_alone():

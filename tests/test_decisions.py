@@ -260,8 +260,13 @@ def test_max_pool_flip_pins_the_whole_window():
     e32 = sym.bind(sg.cpu(), {"x": win32.reshape(1, 1, 2, 2)})
     e64 = sym.bind(sg.cpu(), {"x": win64.reshape(1, 1, 2, 2)}, args_grad={"x": np.zeros((1, 1, 2, 2))})
     (flip,) = pin_decisions(e64, record_decisions(e32, is_train=True))
-    assert (flip.op, flip.node, flip.index, flip.choice_precise, flip.choice_other) == ("Pooling", "p", (0, 0, 0, 0),
-                                                                                        1, 0)
+    assert (flip.op, flip.node, flip.index, flip.choice_precise, flip.choice_other) == (
+        "Pooling",
+        "p",
+        (0, 0, 0, 0),
+        1,
+        0,
+    )
     assert flip.value_precise == pytest.approx(1e-11, rel=1e-3)  # the float64 window's near tie
     e64.backward([np.ones((1, 1, 1, 1))])
     np.testing.assert_array_equal(e64.grad_dict["x"][0, 0], [[1.0, 0.0], [0.0, 0.0]])
@@ -284,8 +289,9 @@ def test_pinning_identical_decisions_changes_nothing(seed, is_train):
     heads = [rng.standard_normal((1, 2))]
 
     def bound():
-        return sym.bind(sg.cpu(), {k: v.copy() for k, v in args.items()},
-                        args_grad={k: np.zeros_like(v) for k, v in args.items()})
+        return sym.bind(
+            sg.cpu(), {k: v.copy() for k, v in args.items()}, args_grad={k: np.zeros_like(v) for k, v in args.items()}
+        )
 
     plain, recorded, pinned = bound(), bound(), bound()
     plain.forward(is_train=is_train)
@@ -313,21 +319,24 @@ def _decide(name, *inputs, **kw):
 X = np.array([-2.0, -0.5, 0.0, 1e-9, 0.3, 1.5, 4.0])
 
 
-@pytest.mark.parametrize("name, kw, choice", [
-    ("relu", {}, X > 0),
-    ("Activation", {"act_type": "relu"}, X > 0),
-    ("LeakyReLU", {"act_type": "leaky"}, X > 0),
-    ("LeakyReLU", {"act_type": "elu"}, X > 0),
-    ("abs", {}, np.sign(X)),
-    ("sign", {}, np.sign(X)),
-    ("floor", {}, np.floor(X)),
-    ("clip", {"a_min": -0.5, "a_max": 1.5}, np.select([X < -0.5, X > 1.5], [0, 2], 1)),
-    ("hard_sigmoid", {}, np.select([0.2 * X + 0.5 <= 0, 0.2 * X + 0.5 >= 1], [0, 2], 1)),
-    ("_maximum_scalar", {"scalar": 0.3}, X >= 0.3),
-    ("_minimum_scalar", {"scalar": 0.3}, X <= 0.3),
-    ("_greater_scalar", {"scalar": 0.3}, X > 0.3),
-    ("smooth_l1", {"scalar": 2.0}, np.abs(X) > 0.25),
-])
+@pytest.mark.parametrize(
+    "name, kw, choice",
+    [
+        ("relu", {}, X > 0),
+        ("Activation", {"act_type": "relu"}, X > 0),
+        ("LeakyReLU", {"act_type": "leaky"}, X > 0),
+        ("LeakyReLU", {"act_type": "elu"}, X > 0),
+        ("abs", {}, np.sign(X)),
+        ("sign", {}, np.sign(X)),
+        ("floor", {}, np.floor(X)),
+        ("clip", {"a_min": -0.5, "a_max": 1.5}, np.select([X < -0.5, X > 1.5], [0, 2], 1)),
+        ("hard_sigmoid", {}, np.select([0.2 * X + 0.5 <= 0, 0.2 * X + 0.5 >= 1], [0, 2], 1)),
+        ("_maximum_scalar", {"scalar": 0.3}, X >= 0.3),
+        ("_minimum_scalar", {"scalar": 0.3}, X <= 0.3),
+        ("_greater_scalar", {"scalar": 0.3}, X > 0.3),
+        ("smooth_l1", {"scalar": 2.0}, np.abs(X) > 0.25),
+    ],
+)
 def test_unary_decisions_match_numpy(name, kw, choice):
     (d,) = _decide(name, X, **kw)
     assert d.inputs == (0,) and d.support is None
@@ -342,8 +351,14 @@ def test_unary_decision_values():
     np.testing.assert_allclose(_decide("_maximum_scalar", X, scalar=0.3)[0].value, X - 0.3)
 
 
-@pytest.mark.parametrize("name, kw", [("Activation", {"act_type": "tanh"}), ("LeakyReLU", {"act_type": "gelu"}),
-                                      ("Pooling", {"kernel": (2, 2), "pool_type": "avg"})])
+@pytest.mark.parametrize(
+    "name, kw",
+    [
+        ("Activation", {"act_type": "tanh"}),
+        ("LeakyReLU", {"act_type": "gelu"}),
+        ("Pooling", {"kernel": (2, 2), "pool_type": "avg"}),
+    ],
+)
 def test_smooth_variants_decide_nothing(name, kw):
     assert _decide(name, np.ones((1, 1, 2, 2)), **kw) == []
 
@@ -386,15 +401,14 @@ def test_pooling_decision_is_the_window_argmax_with_its_gap_and_window():
     for c in range(2):
         for i in range(3):
             for j in range(3):
-                win = xp[0, c, 2 * i:2 * i + 3, 2 * j:2 * j + 3].ravel()
+                win = xp[0, c, 2 * i : 2 * i + 3, 2 * j : 2 * j + 3].ravel()
                 top2 = np.sort(win)[-2:]
                 assert d.choice[0, c, i, j] == np.argmax(win)
                 assert d.value[0, c, i, j] == pytest.approx(top2[1] - top2[0])
     # the window of output (0, 1, 0, 2) without its padding: rows 0..1, columns 3..4
     assert d.support((0, 1, 0, 2)) == ((0, 1, slice(0, 2), slice(3, 5)),)
     (g,) = _decide("Pooling", x, kernel=(1, 1), global_pool=True, pool_type="max")
-    assert g.choice[0, 1, 0, 0] == np.argmax(x[0, 1]) and g.support((0, 1, 0, 0)) == ((0, 1, slice(0, 5),
-                                                                                         slice(0, 5)),)
+    assert g.choice[0, 1, 0, 0] == np.argmax(x[0, 1]) and g.support((0, 1, 0, 0)) == ((0, 1, slice(0, 5), slice(0, 5)),)
 
 
 def test_decision_flip_warning_is_exported():

@@ -63,8 +63,7 @@ def test_check_symbolic_backward_names_the_bug(kind):
     x = np.random.default_rng(1).standard_normal((3, 4))
     head = np.random.default_rng(2).standard_normal((3, 4))
     with pytest.raises(tu.GradientCheckError) as info:
-        tu.check_symbolic_backward(_sym(kind), {"x": x}, [head], {"x": head * (1 - np.tanh(x) ** 2)},
-                                   dtype=np.float64)
+        tu.check_symbolic_backward(_sym(kind), {"x": x}, [head], {"x": head * (1 - np.tanh(x) ** 2)}, dtype=np.float64)
     assert NAMED[kind] in info.value.diagnosis
 
 
@@ -82,8 +81,11 @@ def test_a_wrong_reduction_is_still_named_as_such():
     from symgrad.test_utils.diagnose import diagnose
 
     g = np.random.default_rng(3).standard_normal((5, 4))
-    context = {"slice_terms": [("output 'y' slice [0, :]", g[0], 5)], "head_doubled": 2 * g[0],
-               "arrays": [("the value of argument 'b'", np.ones(4))]}
+    context = {
+        "slice_terms": [("output 'y' slice [0, :]", g[0], 5)],
+        "head_doubled": 2 * g[0],
+        "arrays": [("the value of argument 'b'", np.ones(4))],
+    }
     assert "wrong broadcast reduction" in diagnose(g[0], g.sum(0), context=context)
 
 
@@ -121,8 +123,7 @@ def test_swapped_gradients_of_two_arguments_are_named(checker):
         if checker == "check_numeric_gradient":
             tu.check_numeric_gradient(sym, {"a": va, "b": vb}, dtype=np.float64, progress=False)
         else:
-            tu.check_symbolic_backward(sym, {"a": va, "b": vb}, [np.ones((3, 4))], {"a": vb, "b": va},
-                                       dtype=np.float64)
+            tu.check_symbolic_backward(sym, {"a": va, "b": vb}, [np.ones((3, 4))], {"a": vb, "b": va}, dtype=np.float64)
     assert "the gradients of two arguments are swapped" in info.value.diagnosis
 
 
@@ -171,6 +172,7 @@ class _HardSigmoid(sg.operator.CustomOp):
 
 
 for _wrong in (False, True):
+
     def _reg_hs(wrong=_wrong):
         @sg.operator.register(f"dc_hardsigmoid_{'wrong' if wrong else 'ok'}")
         class _P(sg.operator.CustomOpProp):
@@ -218,8 +220,9 @@ def test_rows_selected_more_than_once_are_named_as_repeated_indices():
     assert found.pattern == "repeated_indices" and "rows 2 along axis 0" in found
     # a wrong row that is selected once is not this pattern
     actual[0] += 1.0
-    assert getattr(diagnose(actual, expected, context={"indices": [("idx", idx)]}), "pattern", None) \
-        != "repeated_indices"
+    assert (
+        getattr(diagnose(actual, expected, context={"indices": [("idx", idx)]}), "pattern", None) != "repeated_indices"
+    )
 
 
 def test_rows_the_forward_ignores_that_receive_gradient_are_named():

@@ -187,8 +187,9 @@ def test_failing_operator_is_named_and_add_buffers_stay_unchanged():
     x, y = S.Variable("x"), S.Variable("y")
     net = S.sum(x * 2.0) + S.sum(S.sqrt(y))
     gx, gy = np.full(3, 5.0), np.full(3, 5.0)
-    exe = S.MakeLoss(net).bind(sg.cpu(), {"x": np.ones(3), "y": np.ones(3)},
-                               args_grad={"x": gx, "y": gy}, grad_req="add")
+    exe = S.MakeLoss(net).bind(
+        sg.cpu(), {"x": np.ones(3), "y": np.ones(3)}, args_grad={"x": gx, "y": gy}, grad_req="add"
+    )
     exe.forward(is_train=True)
     with np.errstate(all="raise"):
         exe.arg_dict["y"][:] = 0.0  # forward values are stale now; backward divides by sqrt(0)
@@ -217,15 +218,22 @@ class _World:
     def __init__(self):
         rng = np.random.default_rng(42)
         self.net = _bn_net()
-        self.args = {"x": rng.standard_normal((3, 4)), "fc_weight": rng.standard_normal((2, 4)),
-                     "fc_bias": rng.standard_normal(2), "bn_gamma": rng.random(2) + 0.5,
-                     "bn_beta": rng.standard_normal(2)}
+        self.args = {
+            "x": rng.standard_normal((3, 4)),
+            "fc_weight": rng.standard_normal((2, 4)),
+            "fc_bias": rng.standard_normal(2),
+            "bn_gamma": rng.random(2) + 0.5,
+            "bn_beta": rng.standard_normal(2),
+        }
         self.grads = {k: rng.standard_normal(v.shape) for k, v in self.args.items() if _REQ[k] != "null"}
         self.aux = {"bn_moving_mean": rng.standard_normal(2), "bn_moving_var": rng.random(2) + 0.5}
         self.exe = self.net.bind(sg.cpu(), self.args, args_grad=self.grads, grad_req=_REQ, aux_states=self.aux)
         self.exe.forward(is_train=True)  # a valid step first: the failing call comes after real state
-        self.snap = {f"{kind}:{k}": v.copy() for kind, d in (("arg", self.args), ("grad", self.grads),
-                                                            ("aux", self.aux)) for k, v in d.items()}
+        self.snap = {
+            f"{kind}:{k}": v.copy()
+            for kind, d in (("arg", self.args), ("grad", self.grads), ("aux", self.aux))
+            for k, v in d.items()
+        }
 
     def unchanged(self):
         for key, v in self.snap.items():
@@ -248,59 +256,151 @@ class _FakeGpuArray:  # looks like a CuPy array living on gpu(0)
 
 
 BAD_INPUTS = [
-    ("missing argument", ValueError, r"'fc_weight' is missing",
-     lambda w: w.net.bind(sg.cpu(), _without(w.args, "fc_weight"), args_grad=w.grads, grad_req=_REQ,
-                          aux_states=w.aux)),
-    ("missing auxiliary state", ValueError, r"'bn_moving_var' is missing",
-     lambda w: w.net.bind(sg.cpu(), w.args, args_grad=w.grads, aux_states=_without(w.aux, "bn_moving_var"))),
-    ("args list of wrong length", ValueError, r"list of 4 arrays.*5.*'bn_beta'",
-     lambda w: w.net.bind(sg.cpu(), list(w.args.values())[:4], args_grad=w.grads, aux_states=w.aux)),
-    ("args_grad list of wrong length", ValueError, r"args_grad: got a list of 2 arrays",
-     lambda w: w.net.bind(sg.cpu(), w.args, args_grad=list(w.grads.values())[:2], aux_states=w.aux)),
-    ("array on another device", ValueError, r"'x' lives on gpu\(0\).*bound to cpu\(0\)",
-     lambda w: w.net.bind(sg.cpu(), {**w.args, "x": _FakeGpuArray()}, args_grad=w.grads, aux_states=w.aux)),
-    ("unknown keyword in forward", ValueError, r"'fc_wieght' is not an argument.*'fc_weight'",
-     lambda w: w.exe.forward(is_train=True, x=np.zeros((3, 4)), fc_wieght=np.zeros((2, 4)))),
-    ("wrong shape in forward", ValueError, r"forward: 'fc_bias' has shape \(3,\), expected \(2,\)",
-     lambda w: w.exe.forward(is_train=True, x=np.zeros((3, 4)), fc_bias=np.zeros(3))),
-    ("non-numeric value in forward", TypeError, r"forward: 'x'",
-     lambda w: w.exe.forward(is_train=True, x=np.full((3, 4), "a", dtype=object))),
-    ("wrong out_grad shape", ValueError, r"out_grad for 'bn_output' has shape \(2, 3\), expected \(3, 2\)",
-     lambda w: w.exe.backward(np.ones((2, 3)))),
-    ("wrong out_grad shape in a dict", ValueError, r"'bn_output' has shape \(3,\), expected \(3, 2\)",
-     lambda w: w.exe.backward({"bn_output": np.ones(3)})),
-    ("out_grads count mismatch", ValueError, r"got 2 out_grads for 1 outputs \['bn_output'\]",
-     lambda w: w.exe.backward([np.ones((3, 2)), np.ones((3, 2))])),
-    ("out_grads names an unknown output", ValueError, r"'bn_out'.*not an output.*'bn_output'",
-     lambda w: w.exe.backward({"bn_out": np.ones((3, 2))})),
-    ("head gradient missing for a non-loss head", ValueError, r"head gradient is required for output 'bn_output'",
-     lambda w: w.exe.backward()),
-    ("shape conflict at bind", ValueError, r"FullyConnected 'fc'.*'weight'.*\(2, 4\).*\(2, 5\)",
-     lambda w: w.net.bind(sg.cpu(), {**w.args, "x": np.zeros((3, 5))}, args_grad=w.grads, grad_req=_REQ,
-                          aux_states=w.aux)),
-    ("gradient array of the wrong shape", ValueError, r"gradient array for 'fc_bias' has shape \(3,\)",
-     lambda w: w.net.bind(sg.cpu(), w.args, args_grad={**w.grads, "fc_bias": np.zeros(3)}, aux_states=w.aux)),
-    ("unknown grad_req value", ValueError, r"grad_req for argument 'fc_bias'.*'write', 'add', 'null'.*'addd'",
-     lambda w: w.net.bind(sg.cpu(), w.args, args_grad=w.grads, grad_req={**_REQ, "fc_bias": "addd"},
-                          aux_states=w.aux)),
-    ("grad_req names an unknown argument", ValueError, r"'fc_bais'.*not an argument",
-     lambda w: w.net.bind(sg.cpu(), w.args, args_grad=w.grads, grad_req={"fc_bais": "write"}, aux_states=w.aux)),
-    ("grad_dict key typo", KeyError, r"'fc_wieght' is not an argument; valid names: \['bn_beta'",
-     lambda w: w.exe.grad_dict["fc_wieght"]),
-    ("arg_dict key typo", KeyError, r"'xx' is not an argument",
-     lambda w: w.exe.arg_dict["xx"]),
-    ("two Variables with one name", ValueError, r"two different Variables are named 'x'",
-     lambda w: S.Group([w.net, S.Variable("x") * 2.0]).bind(sg.cpu(), w.args, args_grad=w.grads,
-                                                             aux_states=w.aux)),
-    ("shapes that cannot be inferred", ValueError,
-     r"cannot infer the shapes of \['x', 'fc_weight', 'bn_gamma', 'bn_beta', 'bn_moving_mean', 'bn_moving_var'\]",
-     lambda w: w.net.simple_bind(sg.cpu())),
-    ("unknown op parameter", TypeError, r"FullyConnected 'f2'.*unknown parameter 'num_hiden'",
-     lambda w: S.FullyConnected(w.net, num_hiden=3, name="f2")),
-    ("bad op parameter value", ValueError, r"FullyConnected 'f2'.*'num_hidden'.*'x'",
-     lambda w: S.FullyConnected(w.net, num_hidden="x", name="f2")),
-    ("copy_params_from with a wrong shape", ValueError, r"'fc_bias' has shape \(4,\), expected \(2,\)",
-     lambda w: w.exe.copy_params_from({"fc_weight": np.zeros((2, 4)), "fc_bias": np.zeros(4)})),
+    (
+        "missing argument",
+        ValueError,
+        r"'fc_weight' is missing",
+        lambda w: w.net.bind(
+            sg.cpu(), _without(w.args, "fc_weight"), args_grad=w.grads, grad_req=_REQ, aux_states=w.aux
+        ),
+    ),
+    (
+        "missing auxiliary state",
+        ValueError,
+        r"'bn_moving_var' is missing",
+        lambda w: w.net.bind(sg.cpu(), w.args, args_grad=w.grads, aux_states=_without(w.aux, "bn_moving_var")),
+    ),
+    (
+        "args list of wrong length",
+        ValueError,
+        r"list of 4 arrays.*5.*'bn_beta'",
+        lambda w: w.net.bind(sg.cpu(), list(w.args.values())[:4], args_grad=w.grads, aux_states=w.aux),
+    ),
+    (
+        "args_grad list of wrong length",
+        ValueError,
+        r"args_grad: got a list of 2 arrays",
+        lambda w: w.net.bind(sg.cpu(), w.args, args_grad=list(w.grads.values())[:2], aux_states=w.aux),
+    ),
+    (
+        "array on another device",
+        ValueError,
+        r"'x' lives on gpu\(0\).*bound to cpu\(0\)",
+        lambda w: w.net.bind(sg.cpu(), {**w.args, "x": _FakeGpuArray()}, args_grad=w.grads, aux_states=w.aux),
+    ),
+    (
+        "unknown keyword in forward",
+        ValueError,
+        r"'fc_wieght' is not an argument.*'fc_weight'",
+        lambda w: w.exe.forward(is_train=True, x=np.zeros((3, 4)), fc_wieght=np.zeros((2, 4))),
+    ),
+    (
+        "wrong shape in forward",
+        ValueError,
+        r"forward: 'fc_bias' has shape \(3,\), expected \(2,\)",
+        lambda w: w.exe.forward(is_train=True, x=np.zeros((3, 4)), fc_bias=np.zeros(3)),
+    ),
+    (
+        "non-numeric value in forward",
+        TypeError,
+        r"forward: 'x'",
+        lambda w: w.exe.forward(is_train=True, x=np.full((3, 4), "a", dtype=object)),
+    ),
+    (
+        "wrong out_grad shape",
+        ValueError,
+        r"out_grad for 'bn_output' has shape \(2, 3\), expected \(3, 2\)",
+        lambda w: w.exe.backward(np.ones((2, 3))),
+    ),
+    (
+        "wrong out_grad shape in a dict",
+        ValueError,
+        r"'bn_output' has shape \(3,\), expected \(3, 2\)",
+        lambda w: w.exe.backward({"bn_output": np.ones(3)}),
+    ),
+    (
+        "out_grads count mismatch",
+        ValueError,
+        r"got 2 out_grads for 1 outputs \['bn_output'\]",
+        lambda w: w.exe.backward([np.ones((3, 2)), np.ones((3, 2))]),
+    ),
+    (
+        "out_grads names an unknown output",
+        ValueError,
+        r"'bn_out'.*not an output.*'bn_output'",
+        lambda w: w.exe.backward({"bn_out": np.ones((3, 2))}),
+    ),
+    (
+        "head gradient missing for a non-loss head",
+        ValueError,
+        r"head gradient is required for output 'bn_output'",
+        lambda w: w.exe.backward(),
+    ),
+    (
+        "shape conflict at bind",
+        ValueError,
+        r"FullyConnected 'fc'.*'weight'.*\(2, 4\).*\(2, 5\)",
+        lambda w: w.net.bind(
+            sg.cpu(), {**w.args, "x": np.zeros((3, 5))}, args_grad=w.grads, grad_req=_REQ, aux_states=w.aux
+        ),
+    ),
+    (
+        "gradient array of the wrong shape",
+        ValueError,
+        r"gradient array for 'fc_bias' has shape \(3,\)",
+        lambda w: w.net.bind(sg.cpu(), w.args, args_grad={**w.grads, "fc_bias": np.zeros(3)}, aux_states=w.aux),
+    ),
+    (
+        "unknown grad_req value",
+        ValueError,
+        r"grad_req for argument 'fc_bias'.*'write', 'add', 'null'.*'addd'",
+        lambda w: w.net.bind(
+            sg.cpu(), w.args, args_grad=w.grads, grad_req={**_REQ, "fc_bias": "addd"}, aux_states=w.aux
+        ),
+    ),
+    (
+        "grad_req names an unknown argument",
+        ValueError,
+        r"'fc_bais'.*not an argument",
+        lambda w: w.net.bind(sg.cpu(), w.args, args_grad=w.grads, grad_req={"fc_bais": "write"}, aux_states=w.aux),
+    ),
+    (
+        "grad_dict key typo",
+        KeyError,
+        r"'fc_wieght' is not an argument; valid names: \['bn_beta'",
+        lambda w: w.exe.grad_dict["fc_wieght"],
+    ),
+    ("arg_dict key typo", KeyError, r"'xx' is not an argument", lambda w: w.exe.arg_dict["xx"]),
+    (
+        "two Variables with one name",
+        ValueError,
+        r"two different Variables are named 'x'",
+        lambda w: S.Group([w.net, S.Variable("x") * 2.0]).bind(sg.cpu(), w.args, args_grad=w.grads, aux_states=w.aux),
+    ),
+    (
+        "shapes that cannot be inferred",
+        ValueError,
+        r"cannot infer the shapes of \['x', 'fc_weight', 'bn_gamma', 'bn_beta', 'bn_moving_mean', 'bn_moving_var'\]",
+        lambda w: w.net.simple_bind(sg.cpu()),
+    ),
+    (
+        "unknown op parameter",
+        TypeError,
+        r"FullyConnected 'f2'.*unknown parameter 'num_hiden'",
+        lambda w: S.FullyConnected(w.net, num_hiden=3, name="f2"),
+    ),
+    (
+        "bad op parameter value",
+        ValueError,
+        r"FullyConnected 'f2'.*'num_hidden'.*'x'",
+        lambda w: S.FullyConnected(w.net, num_hidden="x", name="f2"),
+    ),
+    (
+        "copy_params_from with a wrong shape",
+        ValueError,
+        r"'fc_bias' has shape \(4,\), expected \(2,\)",
+        lambda w: w.exe.copy_params_from({"fc_weight": np.zeros((2, 4)), "fc_bias": np.zeros(4)}),
+    ),
 ]
 
 

@@ -48,8 +48,12 @@ def test_write_add_null_from_dirty_buffers(dtype):
     dw_ref, db_ref, dx_ref = _fc_grads(x.astype(np.float64), w.astype(np.float64), b.astype(np.float64))
     dirty = {n: rng.standard_normal(a.shape).astype(dtype) for n, a in (("x", x), ("fc_weight", w), ("fc_bias", b))}
     bufs = {n: a.copy() for n, a in dirty.items()}
-    exe = _fc_net().bind(sg.cpu(), {"x": x, "fc_weight": w, "fc_bias": b}, args_grad=bufs,
-                         grad_req={"x": "null", "fc_weight": "write", "fc_bias": "add"})
+    exe = _fc_net().bind(
+        sg.cpu(),
+        {"x": x, "fc_weight": w, "fc_bias": b},
+        args_grad=bufs,
+        grad_req={"x": "null", "fc_weight": "write", "fc_bias": "add"},
+    )
     exe.forward(is_train=True)
     exe.backward()
     tol = 1e-4 if dtype == np.float32 else 1e-10
@@ -118,8 +122,12 @@ def test_loss_heads_ignore_out_grads():
     label = np.array([0, 2, 1, 2], dtype=np.float64)
     d = S.Variable("data")
     so = S.SoftmaxOutput(d, name="softmax")
-    exe = so.bind(sg.cpu(), {"data": data, "softmax_label": label},
-                  args_grad={"data": np.zeros_like(data)}, grad_req={"data": "write", "softmax_label": "null"})
+    exe = so.bind(
+        sg.cpu(),
+        {"data": data, "softmax_label": label},
+        args_grad={"data": np.zeros_like(data)},
+        grad_req={"data": "write", "softmax_label": "null"},
+    )
     p = exe.forward(is_train=True)[0]
     e = np.exp(data - data.max(1, keepdims=True))
     np.testing.assert_allclose(p, e / e.sum(1, keepdims=True), rtol=1e-12)
@@ -146,8 +154,12 @@ def test_batchnorm_aux_updated_by_forward_train_only():
     mv = rng.random(3) + 0.5
     bn = S.BatchNorm(S.Variable("x"), fix_gamma=False, momentum=0.8, eps=1e-3, name="bn")
     aux = {"bn_moving_mean": mm.copy(), "bn_moving_var": mv.copy()}
-    exe = bn.bind(sg.cpu(), {"x": x, "bn_gamma": gamma, "bn_beta": beta}, aux_states=aux,
-                  args_grad={"x": np.zeros_like(x), "bn_gamma": np.zeros(3), "bn_beta": np.zeros(3)})
+    exe = bn.bind(
+        sg.cpu(),
+        {"x": x, "bn_gamma": gamma, "bn_beta": beta},
+        aux_states=aux,
+        args_grad={"x": np.zeros_like(x), "bn_gamma": np.zeros(3), "bn_beta": np.zeros(3)},
+    )
     # inference: moving statistics used, nothing updated
     out = exe.forward(is_train=False)[0]
     want = (x - mm[None, :, None]) / np.sqrt(mv[None, :, None] + 1e-3) * gamma[None, :, None] + beta[None, :, None]
@@ -274,8 +286,17 @@ def test_monitor_callback_sees_every_intermediate():
     seen.clear()
     exe.set_monitor_callback(lambda name, arr: seen.__setitem__(name, arr.copy()), monitor_all=True)
     exe.forward()
-    assert set(seen) == {"x", "fc_weight", "fc_bias", "fc_data", "fc_output", "t_data", "t_output", "s_data",
-                         "s_output"}
+    assert set(seen) == {
+        "x",
+        "fc_weight",
+        "fc_bias",
+        "fc_data",
+        "fc_output",
+        "t_data",
+        "t_output",
+        "s_data",
+        "s_output",
+    }
     np.testing.assert_array_equal(seen["fc_data"], xv)
     np.testing.assert_array_equal(seen["x"], xv)
     np.testing.assert_allclose(seen["t_data"], fc, rtol=1e-5)
@@ -423,8 +444,9 @@ def test_bind_with_partial_args_grad_and_list_forms():
 def test_simple_bind_allocates_zeros_with_dtypes_and_grad_req_forms():
     x = S.Variable("x")
     net = S.BatchNorm(S.FullyConnected(x, num_hidden=3, name="fc"), name="bn")
-    exe = net.simple_bind(sg.cpu(), grad_req={"fc_weight": "write", "bn_beta": "add"},
-                          type_dict={"x": np.float64}, x=(4, 5))
+    exe = net.simple_bind(
+        sg.cpu(), grad_req={"fc_weight": "write", "bn_beta": "add"}, type_dict={"x": np.float64}, x=(4, 5)
+    )
     want_shapes = {"x": (4, 5), "fc_weight": (3, 5), "fc_bias": (3,), "bn_gamma": (3,), "bn_beta": (3,)}
     assert list(exe.arg_dict) == net.list_arguments() == list(want_shapes)
     for name, arr in exe.arg_dict.items():
@@ -453,13 +475,16 @@ def _needed_backward(plan):
     return used
 
 
-@pytest.mark.parametrize("req", [
-    "write",
-    {"x": "write"},
-    {"fc1_weight": "write"},
-    {"fc2_weight": "write", "fc2_bias": "add"},
-    {"fc1_bias": "write", "fc2_bias": "write"},
-])
+@pytest.mark.parametrize(
+    "req",
+    [
+        "write",
+        {"x": "write"},
+        {"fc1_weight": "write"},
+        {"fc2_weight": "write", "fc2_bias": "add"},
+        {"fc1_bias": "write", "fc2_bias": "write"},
+    ],
+)
 def test_backward_plan_holds_only_work_the_requested_gradients_need(req):
     x = S.Variable("x")
     h = S.Activation(S.FullyConnected(x, num_hidden=5, name="fc1"), act_type="tanh", name="t")
@@ -488,8 +513,13 @@ def test_backward_plan_holds_only_work_the_requested_gradients_need(req):
     y = hv @ v["fc2_weight"].T + v["fc2_bias"]
     gy = 2 * y  # d sum(y^2) / dy
     gz1 = (gy @ v["fc2_weight"]) * (1 - hv**2)
-    ref = {"fc2_weight": gy.T @ hv, "fc2_bias": gy.sum(0), "fc1_weight": gz1.T @ v["x"], "fc1_bias": gz1.sum(0),
-           "x": gz1 @ v["fc1_weight"]}
+    ref = {
+        "fc2_weight": gy.T @ hv,
+        "fc2_bias": gy.sum(0),
+        "fc1_weight": gz1.T @ v["x"],
+        "fc1_bias": gz1.sum(0),
+        "x": gz1 @ v["fc1_weight"],
+    }
     for n in loss.list_arguments():
         if n in wanted:
             np.testing.assert_allclose(exe.grad_dict[n], ref[n], rtol=1e-4, atol=1e-5, err_msg=n)
@@ -611,8 +641,11 @@ def test_forward_that_raises_leaves_auxiliary_states_alone():
     x = S.Variable("x")
     net = S.sqrt(S.BatchNorm(x, momentum=0.5, name="bn"))
     mm, mv = np.full(2, 0.25), np.full(2, 4.0)
-    exe = net.bind(sg.cpu(), {"x": np.arange(6.0).reshape(3, 2), "bn_gamma": np.ones(2), "bn_beta": np.zeros(2)},
-                   aux_states=[mm, mv])
+    exe = net.bind(
+        sg.cpu(),
+        {"x": np.arange(6.0).reshape(3, 2), "bn_gamma": np.ones(2), "bn_beta": np.zeros(2)},
+        aux_states=[mm, mv],
+    )
     with np.errstate(invalid="raise"), pytest.raises(FloatingPointError):
         exe.forward(is_train=True)  # sqrt of the negative half of the normalised batch
     np.testing.assert_array_equal(mm, 0.25)
@@ -622,8 +655,9 @@ def test_forward_that_raises_leaves_auxiliary_states_alone():
 def test_mxnet_bind_keywords_are_accepted_when_they_ask_for_nothing_missing():
     x = S.Variable("x")
     net = x * 2.0
-    exe = net.simple_bind(sg.cpu(), "write", None, stype_dict={"x": "default"}, group2ctx=None, shared_exec=None,
-                          x=(2,))
+    exe = net.simple_bind(
+        sg.cpu(), "write", None, stype_dict={"x": "default"}, group2ctx=None, shared_exec=None, x=(2,)
+    )
     exe2 = net.bind(sg.cpu(), {"x": np.ones(2)}, group2ctx=None, shared_exec=exe)
     np.testing.assert_array_equal(exe2.forward()[0], [2.0, 2.0])
     with pytest.raises(NotImplementedError, match="group2ctx"):

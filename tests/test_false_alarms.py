@@ -48,8 +48,11 @@ def _smooth_cases():
         return S.log(x), {"x": rng.uniform(0.2, 3.0, (3, 4))}, None
 
     def batchnorm(rng):
-        loc = {"x": rng.standard_normal((4, 3)), "bn_gamma": rng.uniform(0.5, 1.5, 3),
-               "bn_beta": rng.standard_normal(3)}
+        loc = {
+            "x": rng.standard_normal((4, 3)),
+            "bn_gamma": rng.uniform(0.5, 1.5, 3),
+            "bn_beta": rng.standard_normal(3),
+        }
         aux = {"bn_moving_mean": 0.1 * rng.standard_normal(3), "bn_moving_var": rng.uniform(0.5, 1.5, 3)}
         return S.BatchNorm(x, fix_gamma=False, name="bn"), loc, aux
 
@@ -139,7 +142,10 @@ def _kink_cases(rng):
     d[0, 1] = -w[1, 0] * d[0, 0] / w[1, 1]  # pre-activation of hidden unit 1 exactly 0 (up to rounding)
     d64 = d.copy()
     cases["relu(FullyConnected) at 0"] = (
-        S.relu(S.FullyConnected(x, num_hidden=3, no_bias=True, name="fc")), {"x": d64, "fc_weight": w}, None)
+        S.relu(S.FullyConnected(x, num_hidden=3, no_bias=True, name="fc")),
+        {"x": d64, "fc_weight": w},
+        None,
+    )
     return cases
 
 
@@ -210,7 +216,7 @@ def test_symgrad_abs_at_zero_needs_no_excuse():
 
 def _numeric_error(sym, loc, method):
     np.random.seed(3)
-    (analytic, num), = tu.check_numeric_gradient(sym, loc, dtype=np.float64, method=method).values()
+    ((analytic, num),) = tu.check_numeric_gradient(sym, loc, dtype=np.float64, method=method).values()
     return float(np.max(np.abs(analytic - num) / np.maximum(np.abs(analytic), 1e-300)))
 
 
@@ -230,8 +236,12 @@ def test_lower_precision_values_inside_a_float64_check_are_counted_as_noise(low)
     if low == "float32":
         wrong = S.Custom(x, op_type="lower_precision_scaled_copy")
         with pytest.raises(GradientCheckError):
-            tu.check_numeric_gradient(S.Cast(wrong, dtype=low) * 3.0, {"x": np.linspace(1, 255, 6).reshape(2, 3)},
-                                      dtype=np.float64, numeric_eps=1.0)
+            tu.check_numeric_gradient(
+                S.Cast(wrong, dtype=low) * 3.0,
+                {"x": np.linspace(1, 255, 6).reshape(2, 3)},
+                dtype=np.float64,
+                numeric_eps=1.0,
+            )
 
 
 class _ScaledCopy(sg.operator.CustomOp):
@@ -274,8 +284,10 @@ def test_numeric_grad_richardson_and_default_steps():
     exe = S.exp(x).simple_bind(sg.cpu(), x=(3,), type_dict={"x": np.float64})
     g = tu.numeric_grad(exe, [v], eps=None, dtype=np.float64, method="richardson")["x"]
     np.testing.assert_allclose(g, np.exp(v), rtol=1e-10)  # central differences: ~1e-9
-    np.testing.assert_allclose(differencer.default_steps(np.array([0.5, -4.0]), np.float64, "richardson"),
-                               np.finfo(np.float64).eps ** 0.2 * np.array([1.0, 4.0]))
+    np.testing.assert_allclose(
+        differencer.default_steps(np.array([0.5, -4.0]), np.float64, "richardson"),
+        np.finfo(np.float64).eps ** 0.2 * np.array([1.0, 4.0]),
+    )
     with pytest.raises(ValueError, match="complex copy"):
         tu.numeric_grad(exe, [v], method="complex_step")
     with pytest.raises(ValueError, match="method must be one of"):
@@ -415,12 +427,12 @@ def test_small_checks_cost_two_evaluations_per_element_and_three_binds(monkeypat
     monkeypatch.setattr(Executor, "__init__", counting(Executor.__init__, "binds"))
     x = S.Variable("x")
     rng = np.random.default_rng(9)
-    cases = [(S.tanh(x), [rng.standard_normal((3, 4))]),
-             (S.FullyConnected(x, num_hidden=4, name="fc"), [rng.standard_normal(s) for s in ((2, 3), (4, 3), (4,))])]
+    cases = [
+        (S.tanh(x), [rng.standard_normal((3, 4))]),
+        (S.FullyConnected(x, num_hidden=4, name="fc"), [rng.standard_normal(s) for s in ((2, 3), (4, 3), (4,))]),
+    ]
     for sym, loc in cases:
         counts.update(evaluations=0, binds=0)
         tu.check_numeric_gradient(sym, loc)
         # one bind each: the analytic run, the float64 reference (the harness) and the analytic-noise estimate
         assert counts == {"evaluations": 2 * sum(a.size for a in loc), "binds": 3}
-
-

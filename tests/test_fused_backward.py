@@ -14,8 +14,13 @@ import symgrad as sg
 from symgrad.ops.elemwise import FUSED_BACKWARDS
 
 # where each op is smooth and finite (default: (0.1, 0.9))
-DOMAIN = {"arccosh": (1.1, 3.0), "erfinv": (-0.9, 0.9), "gamma": (0.5, 3.0), "gammaln": (0.5, 3.0),
-          "_polygamma": (0.5, 3.0)}
+DOMAIN = {
+    "arccosh": (1.1, 3.0),
+    "erfinv": (-0.9, 0.9),
+    "gamma": (0.5, 3.0),
+    "gammaln": (0.5, 3.0),
+    "_polygamma": (0.5, 3.0),
+}
 PARAMS = {"_polygamma": {"n": 1}, "hard_sigmoid": {"alpha": 0.7, "beta": 0.3}}
 # float16: the fused rule and its expansion round the same operations, but a promoted rule (hard_sigmoid's
 # comparison times alpha) rounds once where the expansion rounds twice

@@ -22,11 +22,14 @@ def test_forward_backward_gpu_matches_cpu():
     entries = [{"ctx": ctx, "x": (6, 5), "type_dict": {"x": np.float64}} for ctx in (sg.cpu(0), sg.gpu(0))]
     shapes = dict(zip(sym.list_arguments(), sym.infer_shape(x=(6, 5))[0]))
     rng = np.random.default_rng(0)
-    args = {n: (rng.integers(0, 3, s).astype(np.float64) if n == "sm_label" else rng.standard_normal(s))
-            for n, s in shapes.items()}
+    args = {
+        n: (rng.integers(0, 3, s).astype(np.float64) if n == "sm_label" else rng.standard_normal(s))
+        for n, s in shapes.items()
+    }
     # outputs of both forwards, every gradient and the moving statistics BatchNorm updates in training
-    check_consistency(sym, entries, arg_params=args, aux_params=dict.fromkeys(sym.list_auxiliary_states(), 1.0),
-                      rtol=1e-8, atol=1e-12)
+    check_consistency(
+        sym, entries, arg_params=args, aux_params=dict.fromkeys(sym.list_auxiliary_states(), 1.0), rtol=1e-8, atol=1e-12
+    )
 
 
 def test_bind_rejects_host_arrays_on_gpu():

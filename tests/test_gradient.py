@@ -18,12 +18,14 @@ def _check(sym, values, wrt=None, rtol=1e-6, atol=1e-8):
     rng = np.random.default_rng(0)
     names = sym.list_arguments()
     wrt = wrt or names
-    exe = sym.bind(sg.cpu(), dict(values), args_grad={n: np.zeros_like(values[n]) for n in wrt},
-                   grad_req={n: "write" for n in wrt})
+    exe = sym.bind(
+        sg.cpu(), dict(values), args_grad={n: np.zeros_like(values[n]) for n in wrt}, grad_req={n: "write" for n in wrt}
+    )
     outs = exe.forward(is_train=True)
     heads = [rng.standard_normal(o.shape) for o in outs]
     exe.backward(heads)
     for n in wrt:
+
         def f(v, n=n):
             vals = dict(values)
             vals[n] = v
@@ -122,8 +124,9 @@ def test_softmax_output_gradient_is_cross_entropy():
     d = S.Variable("data")
     x = _rand(4, 5, seed=3)
     lab = np.array([1, 0, 4, 2], np.float64)
-    exe = S.SoftmaxOutput(d, name="sm").bind(sg.cpu(), {"data": x, "sm_label": lab},
-                                             args_grad={"data": np.zeros_like(x)}, grad_req={"data": "write"})
+    exe = S.SoftmaxOutput(d, name="sm").bind(
+        sg.cpu(), {"data": x, "sm_label": lab}, args_grad={"data": np.zeros_like(x)}, grad_req={"data": "write"}
+    )
     exe.forward(is_train=True)
     exe.backward()
 

@@ -16,8 +16,10 @@ GRAD_OPS = [o for o in OPS if o.grad]
 
 
 def _cast(op, values, dtype):
-    return {n: (v.astype(np.int64) if op.inputs.get(n) is not None and op.inputs[n].integer else v.astype(dtype))
-            for n, v in values.items()}
+    return {
+        n: (v.astype(np.int64) if op.inputs.get(n) is not None and op.inputs[n].integer else v.astype(dtype))
+        for n, v in values.items()
+    }
 
 
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")
@@ -29,17 +31,22 @@ def test_every_value_has_its_inferred_dtype(op):
     for dtype in op.dtypes:
         args = _cast(op, values, dtype)
         location = {n: args[n] for n in sym.list_arguments()}
-        exe = sym.bind(sg.cpu(), location, args_grad={n: np.zeros_like(location[n]) for n in grads},
-                       grad_req={n: ("write" if n in grads else "null") for n in location},
-                       aux_states={n: aux[n].astype(dtype) for n in sym.list_auxiliary_states()} or None)
+        exe = sym.bind(
+            sg.cpu(),
+            location,
+            args_grad={n: np.zeros_like(location[n]) for n in grads},
+            grad_req={n: ("write" if n in grads else "null") for n in location},
+            aux_states={n: aux[n].astype(dtype) for n in sym.list_auxiliary_states()} or None,
+        )
         inferred = exe.plan.value_types
         wrong = []
 
         def check(node, k, value, phase):
             want = inferred.get((node.id, k))
             if want is not None and np.dtype(value.dtype) != want:
-                wrong.append(f"{phase} {node.op_name} {node.name!r} output {k}: {np.dtype(value.dtype)}, "
-                             f"inferred {want}")
+                wrong.append(
+                    f"{phase} {node.op_name} {node.name!r} output {k}: {np.dtype(value.dtype)}, inferred {want}"
+                )
             return value
 
         exe.set_value_hook(check)

@@ -31,9 +31,18 @@ def _graph():
 
 
 def test_the_layer_contract_is_kept():
-    run = subprocess.run([sys.executable, "-c", "import sys; from importlinter.cli import lint_imports; "
-                          "sys.exit(lint_imports(no_cache=True, no_logo=True))"],
-                         cwd=ROOT, capture_output=True, text=True, timeout=120)
+    run = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys; from importlinter.cli import lint_imports; "
+            "sys.exit(lint_imports(no_cache=True, no_logo=True))",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert run.returncode == 0, run.stdout + run.stderr
     assert "1 kept, 0 broken" in run.stdout
 
@@ -51,6 +60,9 @@ def test_no_module_imports_in_a_circle():
 def test_every_module_sits_in_a_layer():
     (contract,) = _config()["contracts"]
     layers = [name.strip() for layer in contract["layers"] for name in layer.replace(":", "|").split("|")]
-    unplaced = [m for m in _graph().modules if m != "symgrad"
-                and not any(m == layer or m.startswith(layer + ".") for layer in layers)]
+    unplaced = [
+        m
+        for m in _graph().modules
+        if m != "symgrad" and not any(m == layer or m.startswith(layer + ".") for layer in layers)
+    ]
     assert unplaced == []

@@ -45,8 +45,11 @@ def test_pinned_reference_differentiates_the_forwards_piece_across_many_relus():
     x = S.Variable("x")
     y = S.Activation(S.FullyConnected(x, num_hidden=50, name="fc"), act_type="relu", name="act")
     rng = np.random.default_rng(3)
-    values = {"x": rng.normal(size=(40, 30)) * 1e-3, "fc_weight": rng.normal(size=(50, 30)) * 1e-3,
-              "fc_bias": rng.normal(size=50) * 1e-9}
+    values = {
+        "x": rng.normal(size=(40, 30)) * 1e-3,
+        "fc_weight": rng.normal(size=(50, 30)) * 1e-3,
+        "fc_bias": rng.normal(size=50) * 1e-9,
+    }
     exe = y.bind(sg.cpu(), {k: v.copy() for k, v in values.items()})
     record = dec.record_decisions(exe, is_train=True)
     pinned, how = dec.pinned_symbol(y, record)
@@ -137,8 +140,7 @@ def test_bisection_finds_a_single_wrong_element():
     register_unary("mc_one_wrong", _OneWrong)
     w = S.Variable("w")
     y = S.tanh(S.Custom(w, op_type="mc_one_wrong", name="wrong"))
-    res = check_model(y, {"w": np.random.default_rng(0).normal(size=(64, 64))}, dtype="float64",
-                      raise_on_failure=False)
+    res = check_model(y, {"w": np.random.default_rng(0).normal(size=(64, 64))}, dtype="float64", raise_on_failure=False)
     row = res.rows[0]
     assert row["verdict"] == "FAIL"
     assert row["worst"][0][0] == list(np.unravel_index(1234, (64, 64)))
@@ -220,8 +222,11 @@ def test_float32_rounding_beyond_the_measured_cap_is_confirmed_by_emulation(mode
     # inputs 100 +- 0.01 through a dense layer into a BatchNorm: the float32 forward loses most digits of the
     # batch's variation, so fc_weight's float32 gradient differs from float64's by far more than MEASURED_CAP of
     # the largest gradient (measured before the emulated confirmation: 7 of these 8 runs FAIL fc_weight)
-    y = S.FullyConnected(S.tanh(S.BatchNorm(S.FullyConnected(S.Variable("data"), num_hidden=6, name="fc"),
-                                            fix_gamma=False, name="bn")), num_hidden=2, name="head")
+    y = S.FullyConnected(
+        S.tanh(S.BatchNorm(S.FullyConnected(S.Variable("data"), num_hidden=6, name="fc"), fix_gamma=False, name="bn")),
+        num_hidden=2,
+        name="head",
+    )
     x = 100 + 0.01 * np.random.default_rng(seed).normal(size=(16, 5))
     res = check_model(y, {"data": x}, dtype="float32", seed=seed, mode=mode, raise_on_failure=False, locate=False)
     assert res.ok, res.lines()
@@ -233,8 +238,9 @@ def test_mobilenetv2_float32_at_64_passes_where_two_steps_agreed_by_coincidence(
     # step shrinks (analytic 1.95e6, float64 backward 1.873e6): the first two agree within the float32 tolerance
     # by chance, and judging there failed a correct model; a failure must now settle twice in a row
     sym_path, params_path, _ = gluon_exports.export_path("mobilenetv2_1.0")
-    res = check_model(sym_path, params_path, shapes={"data": (1, 3, 64, 64)}, seed=1, raise_on_failure=False,
-                      locate=False)
+    res = check_model(
+        sym_path, params_path, shapes={"data": (1, 3, 64, 64)}, seed=1, raise_on_failure=False, locate=False
+    )
     assert res.ok, res.lines()
 
 
@@ -244,8 +250,7 @@ def test_a_passing_argument_costs_one_forward_difference_per_direction(monkeypat
     calls = []
     original = differencer.directional
     monkeypatch.setattr(differencer, "directional", lambda *a, **k: calls.append("at_base" in k) or original(*a, **k))
-    y = S.FullyConnected(S.tanh(S.FullyConnected(S.Variable("x"), num_hidden=6, name="fc1")), num_hidden=2,
-                         name="fc2")
+    y = S.FullyConnected(S.tanh(S.FullyConnected(S.Variable("x"), num_hidden=6, name="fc1")), num_hidden=2, name="fc2")
     prep = mc.prepare_model(y, shapes={"x": (4, 5)})
     check = mc._ModelCheck(prep, mc._rows(prep, "write"), "float64", sg.cpu(), "fast", 16, 0, 2, False, None, True)
     check.start()
@@ -292,8 +297,9 @@ def test_cli_checks_a_custom_op_model_with_import(tmp_path):
     spliced = tmp_path / "planted-symbol.json"
     with open(sym_path) as f:
         spliced.write_text(planted_network.splice(f.read(), "planted_at_output"))
-    done = _symgrad("check", spliced, "--params", params_path, "--shape", "data=1,3,64,64", "--import", PLANTED,
-                    "--json")
+    done = _symgrad(
+        "check", spliced, "--params", params_path, "--shape", "data=1,3,64,64", "--import", PLANTED, "--json"
+    )
     assert done.returncode == 1, done.stderr
     doc = json.loads(done.stdout)
     assert [f["name"] for f in doc["faulty_nodes"]] == ["planted_fwd"]
@@ -313,9 +319,18 @@ def test_progress_to_a_file_is_lines_with_rate_and_eta(tmp_path, monkeypatch):
     monkeypatch.setattr(differencer, "PROGRESS_EVERY", 0.0)
     log = tmp_path / "progress.txt"
     with open(log, "w") as err:
-        done = subprocess.run([sys.executable, "-c", "import symgrad.test_utils.differencer as m; m.PROGRESS_EVERY = 0;"
-                               "from symgrad import cli; raise SystemExit(cli.main(['check', '--example', 'lenet', "
-                               "'--progress']))"], stdout=subprocess.PIPE, stderr=err, text=True)
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-c",
+                "import symgrad.test_utils.differencer as m; m.PROGRESS_EVERY = 0;"
+                "from symgrad import cli; raise SystemExit(cli.main(['check', '--example', 'lenet', "
+                "'--progress']))",
+            ],
+            stdout=subprocess.PIPE,
+            stderr=err,
+            text=True,
+        )
     assert done.returncode == 0
     lines = log.read_text().splitlines()
     assert "\r" not in log.read_text()
@@ -329,9 +344,25 @@ def test_sigterm_prints_the_partial_table_and_exits_143(tmp_path, workers):
     sym = sg.sym.load(os.path.join(ZOO, "resnet18_v1-symbol.json"))
     path = tmp_path / "net-symbol.json"
     sym.save(str(path))
-    proc = subprocess.Popen([sys.executable, "-m", "symgrad", "check", str(path), "--shape", "data=1,3,64,64",
-                             "--mode", "sample", "--progress", "--workers", workers], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "symgrad",
+            "check",
+            str(path),
+            "--shape",
+            "data=1,3,64,64",
+            "--mode",
+            "sample",
+            "--progress",
+            "--workers",
+            workers,
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     deadline = time.time() + 120
     seen = ""
     while time.time() < deadline:  # wait until some argument is checked (a progress line), then stop it
@@ -389,6 +420,5 @@ def test_the_float64_second_opinion_clears_a_correct_rule_and_never_a_wrong_one(
     crossed, imprecise = mc._float64_second_opinion(check.point, "conv_weight", indices, bad, err, allowed)
     assert crossed.tolist() == agrees.tolist() and not imprecise.any()
     # beyond ROUNDING_EXPLAINS x the tolerance: no verdict where the rule holds in float64, FAIL where it does not
-    crossed, imprecise = mc._float64_second_opinion(check.point, "conv_weight", indices, bad, np.full(4, 5.0),
-                                                    allowed)
+    crossed, imprecise = mc._float64_second_opinion(check.point, "conv_weight", indices, bad, np.full(4, 5.0), allowed)
     assert not crossed.any() and imprecise.tolist() == agrees.tolist()

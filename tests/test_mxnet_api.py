@@ -19,6 +19,7 @@ S = sg.sym
 
 # == 1. namespaces and mx.operator's registry queries ============================================================
 
+
 def test_prefixed_ops_live_in_their_namespace_modules_as_mxnet_spells_them():
     import symgrad.sym.linalg as linalg  # a real module: the import statement works
 
@@ -37,10 +38,14 @@ def test_every_prefixed_registered_op_is_in_its_namespace():
     from symgrad.opdef import list_ops
 
     for opname, op in list_ops().items():
-        for prefix, sub in (("_contrib_", "contrib"), ("_linalg_", "linalg"), ("_image_", "image"),
-                            ("_random_", "random")):
+        for prefix, sub in (
+            ("_contrib_", "contrib"),
+            ("_linalg_", "linalg"),
+            ("_image_", "image"),
+            ("_random_", "random"),
+        ):
             if opname.startswith(prefix):
-                func = getattr(getattr(S, sub), opname[len(prefix):])
+                func = getattr(getattr(S, sub), opname[len(prefix) :])
                 assert callable(func), opname
                 if sub != "random":  # random's Python wrappers may stand in for the raw creator
                     assert func._op is op, opname
@@ -62,18 +67,35 @@ def test_get_all_registered_operators():
     assert {"FullyConnected", "Convolution", "_linalg_gemm2", "Custom", "elemwise_add"} <= set(names)
 
 
-@pytest.mark.parametrize("op, names, types", [
-    # MXNet 1.9.1's exact answers
-    ("repeat", ["data", "repeats", "axis"],
-     ["NDArray-or-Symbol", "int, required", "int or None, optional, default='None'"]),
-    ("Dropout", ["data", "p", "mode", "axes", "cudnn_off"],
-     ["NDArray-or-Symbol", "float, optional, default=0.5", "{'always', 'training'},optional, default='training'",
-      "Shape(tuple), optional, default=[]", "boolean or None, optional, default=0"]),
-    ("tile", ["data", "reps"], ["NDArray-or-Symbol", "Shape(tuple), required"]),
-    ("elemwise_add", ["lhs", "rhs"], ["NDArray-or-Symbol", "NDArray-or-Symbol"]),
-    ("Activation", ["data", "act_type"],
-     ["NDArray-or-Symbol", "{'relu', 'sigmoid', 'softrelu', 'softsign', 'tanh'}, required"]),
-])
+@pytest.mark.parametrize(
+    "op, names, types",
+    [
+        # MXNet 1.9.1's exact answers
+        (
+            "repeat",
+            ["data", "repeats", "axis"],
+            ["NDArray-or-Symbol", "int, required", "int or None, optional, default='None'"],
+        ),
+        (
+            "Dropout",
+            ["data", "p", "mode", "axes", "cudnn_off"],
+            [
+                "NDArray-or-Symbol",
+                "float, optional, default=0.5",
+                "{'always', 'training'},optional, default='training'",
+                "Shape(tuple), optional, default=[]",
+                "boolean or None, optional, default=0",
+            ],
+        ),
+        ("tile", ["data", "reps"], ["NDArray-or-Symbol", "Shape(tuple), required"]),
+        ("elemwise_add", ["lhs", "rhs"], ["NDArray-or-Symbol", "NDArray-or-Symbol"]),
+        (
+            "Activation",
+            ["data", "act_type"],
+            ["NDArray-or-Symbol", "{'relu', 'sigmoid', 'softrelu', 'softsign', 'tanh'}, required"],
+        ),
+    ],
+)
 def test_get_operator_arguments_matches_mxnet(op, names, types):
     got = sg.operator.get_operator_arguments(op)
     assert got == (len(names), names, types)
@@ -84,10 +106,40 @@ def test_get_operator_arguments_matches_mxnet(op, names, types):
 def test_get_operator_arguments_names_in_mxnet_order():
     # names only (MXNet's C type names -- double, long, int (non-negative) -- are not reproduced)
     want = {
-        "Convolution": ["data", "weight", "bias", "kernel", "stride", "dilate", "pad", "num_filter", "num_group",
-                        "workspace", "no_bias", "cudnn_tune", "cudnn_off", "layout"],
-        "Deconvolution": ["data", "weight", "bias", "kernel", "stride", "dilate", "pad", "adj", "target_shape",
-                          "num_filter", "num_group", "workspace", "no_bias", "cudnn_tune", "cudnn_off", "layout"],
+        "Convolution": [
+            "data",
+            "weight",
+            "bias",
+            "kernel",
+            "stride",
+            "dilate",
+            "pad",
+            "num_filter",
+            "num_group",
+            "workspace",
+            "no_bias",
+            "cudnn_tune",
+            "cudnn_off",
+            "layout",
+        ],
+        "Deconvolution": [
+            "data",
+            "weight",
+            "bias",
+            "kernel",
+            "stride",
+            "dilate",
+            "pad",
+            "adj",
+            "target_shape",
+            "num_filter",
+            "num_group",
+            "workspace",
+            "no_bias",
+            "cudnn_tune",
+            "cudnn_off",
+            "layout",
+        ],
         "Concat": ["data", "num_args", "dim"],
         "Cast": ["data", "dtype"],
         "FullyConnected": ["data", "weight", "bias", "num_hidden", "no_bias", "flatten"],
@@ -100,6 +152,7 @@ def test_get_operator_arguments_names_in_mxnet_order():
 
 
 # == 2. Executor.outputs allocated at bind ========================================================================
+
 
 def test_outputs_exist_before_forward_and_forward_writes_into_them():
     x = S.Variable("x")
@@ -127,6 +180,7 @@ def test_outputs_never_alias_the_arguments():
 
 # == 3. positional parameters after the inputs ===================================================================
 
+
 def test_parameters_given_positionally_in_mxnet_order():
     x, w = S.Variable("x"), S.Variable("w")
     assert S.repeat(x, 2).list_attr() == {"repeats": "2"}  # MXNet: {'repeats': '2'}
@@ -137,8 +191,11 @@ def test_parameters_given_positionally_in_mxnet_order():
     assert conv.list_arguments() == ["x", "w"]  # MXNet: ['a', 'b'] for the same call
     assert conv.infer_shape(x=(1, 1, 5, 5))[1] == [(1, 2, 3, 3)]
     # None is an absent input: the variable is created as if it were not given
-    assert S.Convolution(x, None, None, kernel=(3, 3), num_filter=2, name="c2").list_arguments() == \
-        ["x", "c2_weight", "c2_bias"]
+    assert S.Convolution(x, None, None, kernel=(3, 3), num_filter=2, name="c2").list_arguments() == [
+        "x",
+        "c2_weight",
+        "c2_bias",
+    ]
     d = S.Deconvolution(x, w, None, (2, 2), (2, 2), (), (0, 0), (1, 1), num_filter=1, no_bias=True)
     assert d.infer_shape(x=(1, 1, 3, 3), w=(1, 1, 2, 2))[1] == [(1, 1, 7, 7)]  # adj=(1, 1) after pad
 
@@ -165,7 +222,8 @@ _MXNET_FLUENT = (
     "shape_array size_array expand_dims broadcast_to broadcast_like tile transpose flip depth_to_space "
     "space_to_depth diag sum nansum prod nanprod mean max min norm round rint fix floor ceil trunc sin cos tan "
     "arcsin arccos arctan degrees radians sinh cosh tanh arcsinh arccosh arctanh exp expm1 log log10 log2 log1p "
-    "sqrt rsqrt cbrt rcbrt square reciprocal relu sigmoid softmax log_softmax softmin squeeze").split()
+    "sqrt rsqrt cbrt rcbrt square reciprocal relu sigmoid softmax log_softmax softmin squeeze"
+).split()
 
 
 def test_every_mxnet_fluent_method_exists():
@@ -208,6 +266,7 @@ def test_eval_binds_and_returns_the_outputs():
 
 # == 5. simple_bind ignores unknown non-shape keywords =============================================================
 
+
 @pytest.mark.parametrize("value", [1.0, "bar", None, {"k": 1}])
 def test_simple_bind_warns_about_a_keyword_that_is_no_input_and_no_shape(value):
     x = S.Variable("x")
@@ -226,6 +285,7 @@ def test_simple_bind_still_rejects_a_shape_for_a_misspelled_argument():
 
 
 # == 6. partial shape inference, 0 = unknown dimension ===========================================================
+
 
 def test_infer_shape_partial_with_unknown_dimensions_matches_mxnet():
     d = S.Variable("data")
@@ -270,9 +330,13 @@ def test_simple_bind_refuses_a_dimension_that_stays_unknown():
 
 # == 7. integer dtypes in gradients ==============================================================================
 
+
 def _grads(sym, args, head):
-    exe = sym.bind(sg.cpu(), {k: v.copy() for k, v in args.items()},
-                   args_grad={k: np.zeros(v.shape, v.dtype) for k, v in args.items()})
+    exe = sym.bind(
+        sg.cpu(),
+        {k: v.copy() for k, v in args.items()},
+        args_grad={k: np.zeros(v.shape, v.dtype) for k, v in args.items()},
+    )
     exe.forward(is_train=True)
     exe.backward([head])
     return {k: v.copy() for k, v in exe.grad_dict.items()}
@@ -299,25 +363,28 @@ def test_a_float_head_gradient_into_an_integer_output_is_truncated():
         _grads(S.Cast(x, dtype="int32"), {"x": _XF}, np.array([np.nan, 1.0, 1.0]))
 
 
-@pytest.mark.parametrize("make, args, want", [
-    # MXNet 1.9.1: integer-valued ops of integer operands have zero gradient
-    (lambda x, y: x % y, {"x": _XI, "y": _YI}, {"x": [0, 0, 0], "y": [0, 0, 0]}),
-    (lambda x, y: S.broadcast_mod(x, y), {"x": _XI, "y": _YI}, {"x": [0, 0, 0], "y": [0, 0, 0]}),
-    (lambda x, y: x % 2, {"x": _XI}, {"x": [0, 0, 0]}),
-    (lambda x, y: 5 % x, {"x": _XI}, {"x": [0, 0, 0]}),
-    (lambda x, y: x > y, {"x": _XI, "y": _YI}, {"x": [0, 0, 0], "y": [0, 0, 0]}),
-    (lambda x, y: S.floor(x), {"x": _XI}, {"x": [0, 0, 0]}),
-    (lambda x, y: S.sqrt(x), {"x": np.array([1, 4, 9], np.int32)}, {"x": [0, 0, 0]}),
-    # ... while integer arithmetic differentiates in integers
-    (lambda x, y: x * y, {"x": _XI, "y": _YI}, {"x": [2, 3, -2], "y": [1, -2, 3]}),
-    (lambda x, y: S.square(x), {"x": _XI}, {"x": [2, -4, 6]}),
-    # float mod: (1, -floor(a/b)); comparisons, floor and round: zero
-    (lambda x, y: x % y, {"x": _XF, "y": _YF}, {"x": [1, 1, 1], "y": [-2, 2, 2]}),
-    (lambda x, y: 5.0 % x, {"x": _XF}, {"x": [-2, 3, -1]}),
-    (lambda x, y: x > y, {"x": _XF, "y": _YF}, {"x": [0, 0, 0], "y": [0, 0, 0]}),
-    (lambda x, y: S.floor(x), {"x": _XF}, {"x": [0, 0, 0]}),
-    (lambda x, y: S.round(x), {"x": _XF}, {"x": [0, 0, 0]}),
-])
+@pytest.mark.parametrize(
+    "make, args, want",
+    [
+        # MXNet 1.9.1: integer-valued ops of integer operands have zero gradient
+        (lambda x, y: x % y, {"x": _XI, "y": _YI}, {"x": [0, 0, 0], "y": [0, 0, 0]}),
+        (lambda x, y: S.broadcast_mod(x, y), {"x": _XI, "y": _YI}, {"x": [0, 0, 0], "y": [0, 0, 0]}),
+        (lambda x, y: x % 2, {"x": _XI}, {"x": [0, 0, 0]}),
+        (lambda x, y: 5 % x, {"x": _XI}, {"x": [0, 0, 0]}),
+        (lambda x, y: x > y, {"x": _XI, "y": _YI}, {"x": [0, 0, 0], "y": [0, 0, 0]}),
+        (lambda x, y: S.floor(x), {"x": _XI}, {"x": [0, 0, 0]}),
+        (lambda x, y: S.sqrt(x), {"x": np.array([1, 4, 9], np.int32)}, {"x": [0, 0, 0]}),
+        # ... while integer arithmetic differentiates in integers
+        (lambda x, y: x * y, {"x": _XI, "y": _YI}, {"x": [2, 3, -2], "y": [1, -2, 3]}),
+        (lambda x, y: S.square(x), {"x": _XI}, {"x": [2, -4, 6]}),
+        # float mod: (1, -floor(a/b)); comparisons, floor and round: zero
+        (lambda x, y: x % y, {"x": _XF, "y": _YF}, {"x": [1, 1, 1], "y": [-2, 2, 2]}),
+        (lambda x, y: 5.0 % x, {"x": _XF}, {"x": [-2, 3, -1]}),
+        (lambda x, y: x > y, {"x": _XF, "y": _YF}, {"x": [0, 0, 0], "y": [0, 0, 0]}),
+        (lambda x, y: S.floor(x), {"x": _XF}, {"x": [0, 0, 0]}),
+        (lambda x, y: S.round(x), {"x": _XF}, {"x": [0, 0, 0]}),
+    ],
+)
 def test_gradients_of_integer_valued_ops_match_mxnet(make, args, want):
     x, y = S.Variable("x"), S.Variable("y")
     sym = make(x, y)
@@ -329,6 +396,7 @@ def test_gradients_of_integer_valued_ops_match_mxnet(make, args, want):
 
 
 # == 8. custom-op arrays and errors ==============================================================================
+
 
 class _Probe(sg.operator.CustomOp):
     seen: list = []

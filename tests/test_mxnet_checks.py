@@ -273,8 +273,9 @@ def test_backward_mixed_grad_req_forms_and_partial_expected():
     reqs = {"x": "write", "fc_weight": "add", "fc_bias": "null"}
     tu.check_symbolic_backward(_fc(), [x, w, b], [og], exp, grad_req=reqs)
     tu.check_symbolic_backward(_fc(), [x, w, b], {"fc_output": og}, exp, grad_req=["null", "write", "add"])
-    only_w = tu.check_symbolic_backward(_fc(), {"x": x, "fc_weight": w, "fc_bias": b}, og,
-                                        {"fc_weight": exp["fc_weight"]})
+    only_w = tu.check_symbolic_backward(
+        _fc(), {"x": x, "fc_weight": w, "fc_bias": b}, og, {"fc_weight": exp["fc_weight"]}
+    )
     assert list(only_w) == ["fc_weight"]  # buffers exist only for the expected arguments
     tu.check_symbolic_backward(_fc(), [x, w, b], [og], [exp["x"], None, exp["fc_bias"]])
     with pytest.raises(ValueError, match="grad_req has no entry for \\['fc_bias'\\]"):
@@ -287,10 +288,12 @@ def test_backward_elemwise_mul_sum_tanh_derivations():
     og = _rng(12).standard_normal((3, 2))
     tu.check_symbolic_backward(S.elemwise_mul(a, b), [va, vb], [og], [og * vb, og * va])
     tu.check_symbolic_backward(S.sum(a), [va], [np.array([2.5])], [np.full((3, 2), 2.5)])
-    tu.check_symbolic_backward(S.sum(a, axis=1), [va], [np.array([1.0, 2.0, 3.0])],
-                               [np.repeat([[1.0], [2.0], [3.0]], 2, axis=1)])
-    tu.check_symbolic_backward(S.tanh(a), [va], [og], [og * (1 - np.tanh(va) ** 2)], dtype=np.float64,
-                               rtol=1e-10, atol=1e-12)
+    tu.check_symbolic_backward(
+        S.sum(a, axis=1), [va], [np.array([1.0, 2.0, 3.0])], [np.repeat([[1.0], [2.0], [3.0]], 2, axis=1)]
+    )
+    tu.check_symbolic_backward(
+        S.tanh(a), [va], [og], [og * (1 - np.tanh(va) ** 2)], dtype=np.float64, rtol=1e-10, atol=1e-12
+    )
 
 
 def test_backward_loss_head_without_out_grads():
@@ -356,16 +359,14 @@ def test_null_buffer_written_is_reported_exactly():
     touched = initial.copy()
     touched[3] += 1e-6
     with pytest.raises(GradientCheckError) as info:
-        compare(touched, initial, 0.0, 0.0, check="check_symbolic_backward", arg_name="w",
-                names=("buffer", "initial"))
+        compare(touched, initial, 0.0, 0.0, check="check_symbolic_backward", arg_name="w", names=("buffer", "initial"))
     assert info.value.index == (3,) and info.value.n_mismatch == 1
 
 
 def test_location_keys_must_equal_the_arguments():
     x, w, b = _fc_values()
     with pytest.raises(ValueError) as info:
-        tu.check_symbolic_backward(_fc(), {"x": x, "fc_weight": w, "fc_wieght": b}, [np.ones((2, 4))],
-                                   {"x": x})
+        tu.check_symbolic_backward(_fc(), {"x": x, "fc_weight": w, "fc_wieght": b}, [np.ones((2, 4))], {"x": x})
     text = str(info.value)
     assert "missing ['fc_bias']" in text and "unexpected ['fc_wieght']" in text
     assert "['x', 'fc_weight', 'fc_bias']" in text
@@ -385,8 +386,9 @@ def test_sparse_storage_is_not_implemented():
     x, w, b = _fc_values()
     with pytest.raises(NotImplementedError, match="row_sparse"):
         tu.check_symbolic_backward(_fc(), [x, w, b], [np.ones((2, 4))], [x], grad_stypes={"x": "row_sparse"})
-    tu.check_symbolic_backward(_fc(), [x, w, b], [np.ones((2, 4))], {"fc_bias": np.full(4, 2.0)},
-                               grad_stypes={"fc_bias": "default"})
+    tu.check_symbolic_backward(
+        _fc(), [x, w, b], [np.ones((2, 4))], {"fc_bias": np.full(4, 2.0)}, grad_stypes={"fc_bias": "default"}
+    )
     with pytest.raises(NotImplementedError):
         tu.check_numeric_gradient(_fc(), [x, w, b], grad_stype_dict={"x": "csr"})
     with pytest.raises(NotImplementedError):
@@ -411,8 +413,9 @@ def test_numeric_grad_matches_hand_derivations():
 
 def test_numeric_grad_fully_connected_and_multi_output():
     x, w, b = _fc_values(17)
-    exe = _fc().simple_bind(sg.cpu(), x=x.shape, type_dict={"x": np.float64, "fc_weight": np.float64,
-                                                             "fc_bias": np.float64})
+    exe = _fc().simple_bind(
+        sg.cpu(), x=x.shape, type_dict={"x": np.float64, "fc_weight": np.float64, "fc_bias": np.float64}
+    )
     g = tu.numeric_grad(exe, {"x": x, "fc_weight": w, "fc_bias": b}, eps=None, dtype=np.float64)
     ones = np.ones((2, 4))  # objective: the sum of the output
     np.testing.assert_allclose(g["x"], ones @ w, rtol=1e-8)
@@ -449,8 +452,9 @@ def test_numeric_gradient_passes_on_correct_ops(dtype):
     tu.check_numeric_gradient(S.tanh(x), [r.uniform(-2, 2, (3, 4))], dtype=dtype)
     tu.check_numeric_gradient(S.sum(S.square(x), axis=1), [r.standard_normal((3, 4))], dtype=dtype)
     tu.check_numeric_gradient(_fc(), list(_fc_values(20)), dtype=dtype)
-    res = tu.check_numeric_gradient(S.elemwise_mul(x, S.Variable("y")), {"x": r.standard_normal(5),
-                                    "y": r.standard_normal(5)}, dtype=dtype)
+    res = tu.check_numeric_gradient(
+        S.elemwise_mul(x, S.Variable("y")), {"x": r.standard_normal(5), "y": r.standard_normal(5)}, dtype=dtype
+    )
     assert sorted(res) == ["x", "y"]
 
 
@@ -462,8 +466,9 @@ def test_numeric_gradient_batchnorm(dtype):
     aux = {"bn_moving_mean": r.standard_normal(3) * 0.1, "bn_moving_var": r.uniform(0.5, 1.5, 3)}
     tu.check_numeric_gradient(S.BatchNorm(d, fix_gamma=False, name="bn"), loc, aux_states=aux, dtype=dtype)
     # inference mode: global statistics in both passes
-    tu.check_numeric_gradient(S.BatchNorm(d, fix_gamma=False, use_global_stats=True, name="bn"), loc,
-                              aux_states=aux, dtype=dtype)
+    tu.check_numeric_gradient(
+        S.BatchNorm(d, fix_gamma=False, use_global_stats=True, name="bn"), loc, aux_states=aux, dtype=dtype
+    )
 
 
 def test_numeric_gradient_reference_is_float64_and_exact_for_float64():
@@ -496,8 +501,12 @@ def test_numeric_gradient_multi_output_and_loss_heads():
     tu.check_numeric_gradient(S.Group([S.tanh(a), S.sum(S.square(a))]), [r.standard_normal((2, 3))])
     d, lab = S.Variable("data"), S.Variable("label")
     x, y = r.standard_normal((4, 3)), np.array([0.0, 2.0, 1.0, 1.0])
-    for params in ({}, {"normalization": "batch"}, {"use_ignore": True, "ignore_label": 1, "normalization": "valid"},
-                   {"smooth_alpha": 0.1}):
+    for params in (
+        {},
+        {"normalization": "batch"},
+        {"use_ignore": True, "ignore_label": 1, "normalization": "valid"},
+        {"smooth_alpha": 0.1},
+    ):
         tu.check_numeric_gradient(S.SoftmaxOutput(d, lab, **params), [x, y], grad_nodes=["data"], dtype=np.float64)
     tu.check_numeric_gradient(S.MakeLoss(S.square(d), grad_scale=3.0), [x])
     unknown = S.Custom(d, op_type="tu_unknown_loss")
@@ -507,8 +516,12 @@ def test_numeric_gradient_multi_output_and_loss_heads():
 
 @pytest.mark.parametrize(
     "k, words",
-    [(2, "counted twice / accumulated over two backward calls"), (-1, "sign flipped"),
-     (0, "gradient missing / not connected"), (10, "accumulated over 10 backward calls")],
+    [
+        (2, "counted twice / accumulated over two backward calls"),
+        (-1, "sign flipped"),
+        (0, "gradient missing / not connected"),
+        (10, "accumulated over 10 backward calls"),
+    ],
     ids=str,
 )
 def test_numeric_gradient_catches_a_planted_bug(k, words):
@@ -523,9 +536,18 @@ def test_numeric_gradient_catches_a_planted_bug(k, words):
     assert err.rtol == 1e-4 and err.atol == pytest.approx(1e-4 * np.abs(err.expected).max())
     assert "h = 6.06e-06 * max(|x|, 1)" in err.eps
     text = str(err)
-    for piece in ("'x'", "analytic", "numeric", "worst", "rtol=0.0001", "atol=", "float32 rounding",
-                  "6 of 6 elements (100%)",
-                  "float32", "diagnosis"):
+    for piece in (
+        "'x'",
+        "analytic",
+        "numeric",
+        "worst",
+        "rtol=0.0001",
+        "atol=",
+        "float32 rounding",
+        "6 of 6 elements (100%)",
+        "float32",
+        "diagnosis",
+    ):
         assert piece in text, piece
     np.testing.assert_allclose(err.actual, k * err.expected, rtol=1e-5, atol=1e-6)
 
@@ -544,8 +566,17 @@ def test_compare_with_a_planted_wrong_analytic_array():
     analytic[1, 3] += 0.5  # one wrong element
     analytic[2, 0] -= 0.05
     with pytest.raises(GradientCheckError) as info:
-        compare(analytic, numeric, 1e-4, 1e-3, check="check_numeric_gradient", arg_name="w",
-                names=("analytic", "numeric"), eps="1e-3", what="analytic gradient of 'w' does not match")
+        compare(
+            analytic,
+            numeric,
+            1e-4,
+            1e-3,
+            check="check_numeric_gradient",
+            arg_name="w",
+            names=("analytic", "numeric"),
+            eps="1e-3",
+            what="analytic gradient of 'w' does not match",
+        )
     err = info.value
     assert err.index == (1, 3) and err.n_mismatch == 2 and err.mismatch_fraction == pytest.approx(0.1)
     assert [row[0] for row in err.worst] == [(1, 3), (2, 0)]
@@ -653,16 +684,16 @@ def test_check_speed_and_simple_forward():
 
 _SPEC = {  # name -> positional-or-keyword parameters and defaults, as the issue (MXNet 1.9) gives them
     "check_symbolic_forward": "sym, location, expected, rtol=None, atol=None, aux_states=None, ctx=None, "
-                              "equal_nan=False, dtype=float32",
+    "equal_nan=False, dtype=float32",
     "check_symbolic_backward": "sym, location, out_grads, expected, rtol=None, atol=None, aux_states=None, "
-                               "grad_req='write', ctx=None, grad_stypes=None, equal_nan=False, dtype=float32",
+    "grad_req='write', ctx=None, grad_stypes=None, equal_nan=False, dtype=float32",
     "check_numeric_gradient": "sym, location, aux_states=None, numeric_eps=None, rtol=None, atol=None, "
-                              "grad_nodes=None, use_forward_train=True, ctx=None, grad_stype_dict=None, "
-                              "dtype=float32",
+    "grad_nodes=None, use_forward_train=True, ctx=None, grad_stype_dict=None, "
+    "dtype=float32",
     "numeric_grad": "executor, location, aux_states=None, eps=0.0001, use_forward_train=True, dtype=float32",
     "check_consistency": "sym, ctx_list, scale=1.0, grad_req='write', arg_params=None, aux_params=None, rtol=None, "
-                         "atol=None, raise_on_err=True, ground_truth=None, equal_nan=False, use_uniform=False, "
-                         "rand_type=float64",
+    "atol=None, raise_on_err=True, ground_truth=None, equal_nan=False, use_uniform=False, "
+    "rand_type=float64",
     "assert_almost_equal": "a, b, rtol=None, atol=None, names=('a', 'b'), equal_nan=False, mismatches=(10, 10)",
     "check_speed": "sym, location=None, ctx=None, N=20, grad_req=None, typ='whole'",
 }
@@ -694,8 +725,9 @@ def test_default_numeric_step_is_cbrt_eps_times_max_abs_x_1():
     x = np.array([0.0, 0.5, -3.0, 1e4])
     want = np.cbrt(np.finfo(np.float64).eps) * np.array([1.0, 1.0, 3.0, 1e4])  # derived here
     np.testing.assert_allclose(default_steps(x, np.float64), want, rtol=1e-15)
-    np.testing.assert_allclose(default_steps(x, np.float32), np.cbrt(np.finfo(np.float32).eps) * want / want[0] *
-                               1.0, rtol=1e-6)
+    np.testing.assert_allclose(
+        default_steps(x, np.float32), np.cbrt(np.finfo(np.float32).eps) * want / want[0] * 1.0, rtol=1e-6
+    )
 
 
 def test_projection_weights_are_in_0_1_to_1_1_for_every_output():
@@ -705,7 +737,7 @@ def test_projection_weights_are_in_0_1_to_1_1_for_every_output():
     seen = []
     for seed in range(30):
         np.random.seed(seed)
-        (_, numeric), = tu.check_numeric_gradient(sym, [np.zeros(50)], dtype=np.float64).values()
+        ((_, numeric),) = tu.check_numeric_gradient(sym, [np.zeros(50)], dtype=np.float64).values()
         seen.append(numeric)  # w_1 + w_2, each in [0.1, 1.1)
     seen = np.concatenate(seen)
     assert seen.min() >= 0.2 - 1e-9 and seen.max() < 2.2 and seen.std() > 0.2
@@ -786,8 +818,11 @@ def test_bad_out_grads_expected_and_location_dtypes_are_clear_errors():
     with pytest.raises(TypeError, match=r"expected gradient for 'fc_bias' has dtype object"):
         tu.check_symbolic_backward(_fc(), [x, w, b], [og], {"fc_bias": np.array([None] * 4)})
     with pytest.raises(ValueError, match=r"auxiliary state 'bn_moving_var' contains 0 NaN and 1 Inf"):
-        tu.check_numeric_gradient(S.BatchNorm(S.Variable("d"), name="bn"), [x, np.ones(3), np.zeros(3)],
-                                  aux_states=[np.zeros(3), np.array([1.0, np.inf, 1.0])])
+        tu.check_numeric_gradient(
+            S.BatchNorm(S.Variable("d"), name="bn"),
+            [x, np.ones(3), np.zeros(3)],
+            aux_states=[np.zeros(3), np.array([1.0, np.inf, 1.0])],
+        )
     bad = x.copy()
     bad[0, 2] = -np.inf
     exe = _fc().simple_bind(sg.cpu(), x=(2, 3))
@@ -797,9 +832,12 @@ def test_bad_out_grads_expected_and_location_dtypes_are_clear_errors():
         tu.numeric_grad(exe, {"x": x + 1j})
     # NaN given to check_symbolic_backward (NaN tests are legitimate there): a failure names the argument
     with pytest.raises(GradientCheckError, match=r"note: argument 'fc_weight' contains 1 NaN"):
-        tu.check_symbolic_backward(_fc(), [x, np.where(w > 10, 0, w) * np.where(np.arange(12).reshape(4, 3) == 5,
-                                                                                   np.nan, 1), b],
-                                   [og], {"x": og @ w})
+        tu.check_symbolic_backward(
+            _fc(),
+            [x, np.where(w > 10, 0, w) * np.where(np.arange(12).reshape(4, 3) == 5, np.nan, 1), b],
+            [og],
+            {"x": og @ w},
+        )
     with pytest.raises(sg.SymgradError, match=r"grad_req for argument 'x' must be one of 'write', 'add', 'null'"):
         tu.check_symbolic_backward(_fc(), [x, w, b], [og], [x], grad_req={"x": "wirte"})
 
@@ -807,8 +845,11 @@ def test_bad_out_grads_expected_and_location_dtypes_are_clear_errors():
 def test_numeric_eps_too_small_for_the_dtype_is_explained():
     x, w, b = _fc_values()
     # float32 differences (MXNet's way): rounding swamps the quotient below sqrt(eps_32) / 4
-    with pytest.raises(ValueError, match=r"numeric_eps=1e-07 is too small for float32 under test: the finite "
-                                         r"differences are taken in float32.*swamps the derivative"):
+    with pytest.raises(
+        ValueError,
+        match=r"numeric_eps=1e-07 is too small for float32 under test: the finite "
+        r"differences are taken in float32.*swamps the derivative",
+    ):
         tu.check_numeric_gradient(_fc(), [x, w, b], numeric_dtype=np.float32, numeric_eps=1e-7)
     # float64 differences: only MXNet's floor applies, and the message says so
     with pytest.raises(ValueError, match=r"minimum 1e-05, MXNet's floor for float16/float32"):
@@ -845,9 +886,12 @@ def test_reference_004_accumulated_gradient_and_too_small_float32_steps_are_expl
     # the question's loop: ten forward/backward calls (an SGD step on the parameters between them), the input
     # gradient never zeroed -- symgrad's grad_req 'add'
     gx, gw, gb = np.zeros_like(x), np.zeros_like(w), np.zeros_like(b)
-    exe = sym.bind(sg.cpu(), {"x": x.copy(), "m_weight": w.copy(), "m_bias": b.copy(), "t": t},
-                   args_grad={"x": gx, "m_weight": gw, "m_bias": gb},
-                   grad_req={"x": "add", "m_weight": "write", "m_bias": "write", "t": "null"})
+    exe = sym.bind(
+        sg.cpu(),
+        {"x": x.copy(), "m_weight": w.copy(), "m_bias": b.copy(), "t": t},
+        args_grad={"x": gx, "m_weight": gw, "m_bias": gb},
+        grad_req={"x": "add", "m_weight": "write", "m_bias": "write", "t": "null"},
+    )
     for i in range(10):
         exe.forward(is_train=True)
         exe.backward([np.ones(1, np.float32)])
@@ -871,8 +915,11 @@ def test_reference_004_accumulated_gradient_and_too_small_float32_steps_are_expl
     loc = {"x": x, "m_weight": w9.astype(np.float32), "m_bias": b9.astype(np.float32), "t": t}
     nodes = {"x": "write"}
     for step in (1e-7, 1e-8):
-        with pytest.raises(ValueError, match=r"too small for float32 under test: the finite differences are taken "
-                                             r"in float32, where the numbers near 1 are 1.19e-07 apart"):
+        with pytest.raises(
+            ValueError,
+            match=r"too small for float32 under test: the finite differences are taken "
+            r"in float32, where the numbers near 1 are 1.19e-07 apart",
+        ):
             tu.check_numeric_gradient(sym, loc, numeric_eps=step, numeric_dtype=np.float32, grad_nodes=nodes)
         exe32 = sym.simple_bind(sg.cpu(), x=(n, d), m_weight=(k, d), m_bias=(k,), t=(n,), grad_req="null")
         with pytest.raises(ValueError, match=r"numeric_grad: argument 'x': eps=1e-0[78] is too small for float32"):

@@ -49,8 +49,9 @@ def test_matches_mxnet(case):
     exe = sym.bind(sg.cpu(), args, args_grad=grads, grad_req=reqs, aux_states=aux or None)
     infer = exe.forward(is_train=False)
     for k, o in enumerate(infer):
-        np.testing.assert_allclose(o, _get(case, "infer_out", k), rtol=RTOL, atol=ATOL,
-                                   err_msg=f"{case}: inference output {k}")
+        np.testing.assert_allclose(
+            o, _get(case, "infer_out", k), rtol=RTOL, atol=ATOL, err_msg=f"{case}: inference output {k}"
+        )
     outs = exe.forward(is_train=True)
     assert len(outs) == meta["num_outputs"]
     for k, o in enumerate(outs):
@@ -61,5 +62,10 @@ def test_matches_mxnet(case):
     for n, g in grads.items():
         np.testing.assert_allclose(g, _get(case, "grad", n), rtol=RTOL, atol=ATOL, err_msg=f"{case}: d/d{n}")
     for n in meta["aux"]:
-        np.testing.assert_allclose(exe.aux_dict[n], _get(case, "aux_after_backward", n), rtol=RTOL, atol=ATOL,
-                                   err_msg=f"{case}: auxiliary state {n} after a training step")
+        np.testing.assert_allclose(
+            exe.aux_dict[n],
+            _get(case, "aux_after_backward", n),
+            rtol=RTOL,
+            atol=ATOL,
+            err_msg=f"{case}: auxiliary state {n} after a training step",
+        )

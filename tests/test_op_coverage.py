@@ -55,14 +55,23 @@ def test_parameters_in_mxnet_order(name):
     assert [p for p in ours if p in theirs] == theirs, f"{name}: parameters in order {ours}, MXNet's order {listed}"
     # inputs are typed "NDArray-or-Symbol", "Symbol", "Symbol[]" or "NDArray-or-Symbol[]" by MXNet
     types = dict(zip(MXNET[name]["names"], MXNET[name]["types"]))
-    missing = [a for a in listed if "Symbol" not in types.get(a, "") and "NDArray" not in types.get(a, "")
-               and a not in op.params]
+    missing = [
+        a
+        for a in listed
+        if "Symbol" not in types.get(a, "") and "NDArray" not in types.get(a, "") and a not in op.params
+    ]
     assert not missing, f"{name}: MXNet parameters symgrad does not accept: {missing}"
 
 
 def _group_count(pattern):
-    return sum(1 for n in MXNET if n not in REGISTERED and n not in OPS and re.search(pattern, n)
-               and next(p for p in GROUPS if re.search(p, n)) == pattern)
+    return sum(
+        1
+        for n in MXNET
+        if n not in REGISTERED
+        and n not in OPS
+        and re.search(pattern, n)
+        and next(p for p in GROUPS if re.search(p, n)) == pattern
+    )
 
 
 def test_readme_states_the_operator_set_as_it_is():

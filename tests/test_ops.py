@@ -38,8 +38,10 @@ NAN_INPUTS = "ignore:invalid value encountered in log:RuntimeWarning"  # log(-1)
 
 def _cast(op, values, dtype):
     """Values in ``dtype``; index inputs the OpInfo marks ``integer`` stay int64."""
-    return {n: (v.astype(np.int64) if op.inputs.get(n) is not None and op.inputs[n].integer else v.astype(dtype))
-            for n, v in values.items()}
+    return {
+        n: (v.astype(np.int64) if op.inputs.get(n) is not None and op.inputs[n].integer else v.astype(dtype))
+        for n, v in values.items()
+    }
 
 
 def _grad_names(op):
@@ -95,8 +97,13 @@ def _write_gradients(op, sym, args, aux, heads):
     of the float32 and add/null checks (proved against finite differences by the float64 test)."""
     names = _grad_names(op)
     grads = {n: np.zeros_like(args[n]) for n in names}
-    exe = sym.bind(sg.cpu(), _location(op, sym, args), args_grad=grads, grad_req={n: "write" for n in names},
-                   aux_states=_aux(sym, aux))
+    exe = sym.bind(
+        sg.cpu(),
+        _location(op, sym, args),
+        args_grad=grads,
+        grad_req={n: "write" for n in names},
+        aux_states=_aux(sym, aux),
+    )
     exe.forward(is_train=True)
     exe.backward(heads)
     return grads
@@ -115,18 +122,26 @@ def test_forward_matches_numpy_reference(op):
         auxd = _cast(op, aux, dtype)
         as64 = {n: (v.astype(np.float64) if v.dtype.kind == "f" else v) for n, v in {**args, **auxd}.items()}
         want = [np.asarray(r) for r in _as_tuple(op.ref(*[as64[n] for n in list(op.inputs) + list(op.aux)]))]
-        assert len(sym.list_outputs()) == len(want), \
+        assert len(sym.list_outputs()) == len(want), (
             f"{op.name}: {len(sym.list_outputs())} outputs, reference gives {len(want)}"
+        )
         rtol, atol = op.tol(dtype)
         if op.is_train:  # the reference is the training forward; check_symbolic_forward runs inference
             exe = sym.bind(sg.cpu(), _location(op, sym, args), aux_states=_aux(sym, auxd))
             outs = exe.forward(is_train=True)
             for k, (got, ref) in enumerate(zip(outs, want)):
-                assert_almost_equal(got, ref, rtol=rtol, atol=atol, use_broadcast=False,
-                                    names=(f"{op.name} output {k} ({np.dtype(dtype).name})", "reference"))
+                assert_almost_equal(
+                    got,
+                    ref,
+                    rtol=rtol,
+                    atol=atol,
+                    use_broadcast=False,
+                    names=(f"{op.name} output {k} ({np.dtype(dtype).name})", "reference"),
+                )
         else:
-            outs = check_symbolic_forward(sym, _location(op, sym, args), want, rtol=rtol, atol=atol,
-                                          aux_states=_aux(sym, auxd), dtype="asnumpy")
+            outs = check_symbolic_forward(
+                sym, _location(op, sym, args), want, rtol=rtol, atol=atol, aux_states=_aux(sym, auxd), dtype="asnumpy"
+            )
         for k, (got, ref) in enumerate(zip(outs, want)):
             assert got.shape == ref.shape, f"{op.name} output {k} {np.dtype(dtype).name}: {got.shape} vs {ref.shape}"
             if ref.dtype.kind == "f":
@@ -163,8 +178,16 @@ def test_gradient_matches_finite_differences_float64(op):
     names = _grad_names(op)
     if op.grad_ref is not None:  # a loss head: its gradient is defined, not the derivative of its output
         want = op.grad_ref(*[args[n] for n in op.inputs])
-        check_symbolic_backward(sym, _location(op, sym, args), None, {n: want[n] for n in names},
-                                rtol=op.grad_rtol, atol=op.grad_atol, aux_states=_aux(sym, aux), dtype="asnumpy")
+        check_symbolic_backward(
+            sym,
+            _location(op, sym, args),
+            None,
+            {n: want[n] for n in names},
+            rtol=op.grad_rtol,
+            atol=op.grad_atol,
+            aux_states=_aux(sym, aux),
+            dtype="asnumpy",
+        )
     else:
         # the check_numeric_gradient location is cast to float64 whole: index inputs are float here (the ops
         # accept them, as MXNet's); the int64 index path is proved by the float32 and add/null tests below.
@@ -172,8 +195,17 @@ def test_gradient_matches_finite_differences_float64(op):
         # is a failure, not something to re-draw
         xs, _, loc = _variables(op, args)
         sym = op.make(*xs.values())
-        check_numeric_gradient(sym, _location(op, sym, loc), aux_states=_aux(sym, aux), grad_nodes=names,
-                               dtype=np.float64, rtol=op.grad_rtol, atol=op.grad_atol, kinks="error", progress=False)
+        check_numeric_gradient(
+            sym,
+            _location(op, sym, loc),
+            aux_states=_aux(sym, aux),
+            grad_nodes=names,
+            dtype=np.float64,
+            rtol=op.grad_rtol,
+            atol=op.grad_atol,
+            kinks="error",
+            progress=False,
+        )
 
 
 @pytest.mark.parametrize("op", [o for o in GRAD_OPS if np.float32 in o.dtypes], ids=repr)
@@ -186,9 +218,16 @@ def test_gradient_float32_matches_float64(op):
     heads32 = None if heads is None else [h.astype(np.float32) for h in heads]
     for n in _grad_names(op):  # one call per argument: the absolute tolerance scales with that gradient
         scale = max(1.0, float(np.abs(g64[n]).max()))
-        check_symbolic_backward(sym, _location(op, sym, args32), heads32, {n: g64[n]}, rtol=1e-4,
-                                atol=1e-5 * scale, aux_states=_aux(sym, _cast(op, aux, np.float32)),
-                                dtype="asnumpy")
+        check_symbolic_backward(
+            sym,
+            _location(op, sym, args32),
+            heads32,
+            {n: g64[n]},
+            rtol=1e-4,
+            atol=1e-5 * scale,
+            aux_states=_aux(sym, _cast(op, aux, np.float32)),
+            dtype="asnumpy",
+        )
 
 
 @pytest.mark.parametrize("op", GRAD_OPS, ids=repr)
@@ -201,8 +240,17 @@ def test_grad_req_add_and_null_from_dirty_buffers(op):
     ref = _write_gradients(op, sym, args, aux, heads)
     reqs = {n: ("null" if k == 1 else "add") for k, n in enumerate(names)}
     # 'add': buffer - dirty initial value == the 'write' gradient; 'null': the dirty buffer compared exactly
-    check_symbolic_backward(sym, _location(op, sym, args), heads, ref, rtol=1e-10, atol=1e-12,
-                            aux_states=_aux(sym, aux), grad_req=reqs, dtype="asnumpy")
+    check_symbolic_backward(
+        sym,
+        _location(op, sym, args),
+        heads,
+        ref,
+        rtol=1e-10,
+        atol=1e-12,
+        aux_states=_aux(sym, aux),
+        grad_req=reqs,
+        dtype="asnumpy",
+    )
 
 
 # -- second order -------------------------------------------------------------------------------------------
@@ -220,8 +268,11 @@ def test_second_order_matches_finite_differences_of_the_gradient(op):
     firsts = sg.grad(out, [variables[n] for n in names], grad_outputs=hs)
     out_shapes = out.infer_shape(**{n: v.shape for n, v in loc.items()})[1]
     rng = np.random.default_rng(2)
-    feed = {**loc, **{f"__h{k}": rng.standard_normal(s) for k, s in enumerate(out_shapes)},
-            **{f"__v_{n}": rng.standard_normal(args[n].shape) for n in names}}
+    feed = {
+        **loc,
+        **{f"__h{k}": rng.standard_normal(s) for k, s in enumerate(out_shapes)},
+        **{f"__v_{n}": rng.standard_normal(args[n].shape) for n in names},
+    }
     # phi(x, h) = sum_n <g_n(x, h), v_n>: its gradient in x is the second-order term (a Hessian-vector
     # product); in h it is the Jacobian-vector product J v, which proves the rules' gradients w.r.t. their
     # head gradient too (and keeps the check meaningful for ops whose gradient does not depend on x)
@@ -231,8 +282,17 @@ def test_second_order_matches_finite_differences_of_the_gradient(op):
     for t in terms[1:]:
         phi = phi + t
     wrt = [n for n in phi.list_arguments() if n in names or n.startswith("__h")]
-    check_numeric_gradient(phi, {n: feed[n] for n in phi.list_arguments()}, aux_states=_aux(phi, aux),
-                           grad_nodes=wrt, dtype=np.float64, rtol=1e-5, atol=1e-6, kinks="error", progress=False)
+    check_numeric_gradient(
+        phi,
+        {n: feed[n] for n in phi.list_arguments()},
+        aux_states=_aux(phi, aux),
+        grad_nodes=wrt,
+        dtype=np.float64,
+        rtol=1e-5,
+        atol=1e-6,
+        kinks="error",
+        progress=False,
+    )
 
 
 # -- devices ----------------------------------------------------------------------------------------------
@@ -255,14 +315,21 @@ def test_gpu_matches_cpu(op):
     sym = op.symbol()
     names = _grad_names(op) if op.grad else []
     entries = _consistency_entries(op, sym, values, [sg.cpu(0), sg.gpu(0)])
-    check_consistency(sym, entries, grad_req={n: ("write" if n in names else "null") for n in sym.list_arguments()},
-                      arg_params={n: values[n].copy() for n in sym.list_arguments()},
-                      aux_params={n: aux[n].copy() for n in sym.list_auxiliary_states()},
-                      rtol=1e-10, atol=1e-12, equal_nan=True)
+    check_consistency(
+        sym,
+        entries,
+        grad_req={n: ("write" if n in names else "null") for n in sym.list_arguments()},
+        arg_params={n: values[n].copy() for n in sym.list_arguments()},
+        aux_params={n: aux[n].copy() for n in sym.list_auxiliary_states()},
+        rtol=1e-10,
+        atol=1e-12,
+        equal_nan=True,
+    )
     # check_consistency compares values; CuPy's type promotion must also give the dtypes numpy's does
     types = entries[1]["type_dict"]
-    exe = sym.simple_bind(sg.gpu(0), grad_req="null", type_dict=types,
-                          **{n: values[n].shape for n in sym.list_arguments()})
+    exe = sym.simple_bind(
+        sg.gpu(0), grad_req="null", type_dict=types, **{n: values[n].shape for n in sym.list_arguments()}
+    )
     outs = exe.forward(is_train=op.is_train, **{n: values[n] for n in sym.list_arguments()})
     _, out_types, _ = sym.infer_type(**{n: types[n] for n in sym.list_arguments()})
     assert [o.dtype for o in outs] == [np.dtype(t) for t in out_types], op.name

@@ -16,12 +16,17 @@ def test_box_iou_against_areas_by_hand():
     rhs = np.array([[1.0, 0.0, 2.0, 1.0], [5.0, 5.0, 6.0, 6.0], [0.0, 0.0, 2.0, 2.0]])
     # intersections: box0 & r0 = 1 (areas 4, 1), box1 & r0 = 0, box1 & r2 = 1 x 1 (areas 2, 4)
     want = np.array([[1 / 4, 0.0, 1.0], [0.0, 0.0, 1 / 5]])
-    (iou,) = check_symbolic_forward(S._contrib_box_iou(S.Variable("a"), S.Variable("b")), {"a": lhs, "b": rhs},
-                                    [want], dtype=np.float64)
+    (iou,) = check_symbolic_forward(
+        S._contrib_box_iou(S.Variable("a"), S.Variable("b")), {"a": lhs, "b": rhs}, [want], dtype=np.float64
+    )
     assert iou.shape == (2, 3)
     center = np.array([[1.0, 1.0, 2.0, 2.0]])  # the same box as lhs[0]
-    check_symbolic_forward(S._contrib_box_iou(S.Variable("a"), S.Variable("b"), format="center"),
-                           {"a": center, "b": center}, [np.ones((1, 1))], dtype=np.float64)
+    check_symbolic_forward(
+        S._contrib_box_iou(S.Variable("a"), S.Variable("b"), format="center"),
+        {"a": center, "b": center},
+        [np.ones((1, 1))],
+        dtype=np.float64,
+    )
 
 
 def test_bipartite_matching_is_greedy_in_score_order():
@@ -39,14 +44,14 @@ def test_box_encode_and_decode_invert_each_other():
     refs = np.array([[[0.2, 0.1, 1.2, 0.9]]])
     stds = np.array([0.1, 0.1, 0.2, 0.2])
     enc = S._contrib_box_encode(*[S.Variable(n) for n in ("s", "m", "a", "r", "mu", "sd")])
-    targets, masks = enc.eval(s=np.array([[1.0, 0.0]]), m=np.zeros((1, 2)), a=anchors, r=refs, mu=np.zeros(4),
-                              sd=stds)
+    targets, masks = enc.eval(s=np.array([[1.0, 0.0]]), m=np.zeros((1, 2)), a=anchors, r=refs, mu=np.zeros(4), sd=stds)
     # anchor 0 (center (0.5, 0.5), 1 x 1) towards ref (center (0.7, 0.5), 1 x 0.8)
     np.testing.assert_allclose(targets[0, 0], [0.2 / 0.1, 0.0, 0.0, np.log(0.8) / 0.2], atol=1e-12)
     np.testing.assert_array_equal(targets[0, 1], 0.0)
     np.testing.assert_array_equal(masks, [[[1, 1, 1, 1], [0, 0, 0, 0]]])
-    dec = S._contrib_box_decode(S.Variable("t"), S.Variable("a"), std0=0.1, std1=0.1, std2=0.2, std3=0.2,
-                                format="corner")
+    dec = S._contrib_box_decode(
+        S.Variable("t"), S.Variable("a"), std0=0.1, std1=0.1, std2=0.2, std3=0.2, format="corner"
+    )
     (boxes,) = dec.eval(t=targets[:, :1], a=anchors[:, :1])
     np.testing.assert_allclose(boxes[0, 0], refs[0, 0], rtol=1e-6)  # float32 std parameters
 

@@ -84,8 +84,11 @@ def test_quantization_ops_give_zero_gradients_as_mxnet():
     assert all(not g.any() for g in grads.values())
     grads = {k: np.full((1,), 3.0, F32) for k in ("lo", "hi")}
     exe = S._contrib_dequantize(d, lo, hi).bind(
-        sg.cpu(), {**args, "d": np.array([1, 2], np.uint8)}, args_grad=grads, grad_req={"d": "null", "lo": "write",
-                                                                                       "hi": "write"})
+        sg.cpu(),
+        {**args, "d": np.array([1, 2], np.uint8)},
+        args_grad=grads,
+        grad_req={"d": "null", "lo": "write", "hi": "write"},
+    )
     exe.forward(is_train=True)
     exe.backward(np.ones(2, F32))
     assert all(not g.any() for g in grads.values())
@@ -131,17 +134,32 @@ def test_allclose_has_no_gradient_and_needs_equal_shapes():
 # -- interleaved attention: bad input -------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("make, shapes, what", [
-    (lambda: S._contrib_interleaved_matmul_selfatt_qk(S.Variable("x"), heads=2), {"x": (3, 2, 10)},
-     "multiple of 3 \\* heads"),
-    (lambda: S._contrib_interleaved_matmul_selfatt_qk(S.Variable("x"), heads=2), {"x": (3, 12)}, "must be 3-d"),
-    (lambda: S._contrib_interleaved_matmul_selfatt_valatt(S.Variable("x"), S.Variable("a"), heads=2),
-     {"x": (3, 2, 12), "a": (4, 3, 2)}, "'attention' must have shape"),
-    (lambda: S._contrib_interleaved_matmul_encdec_qk(S.Variable("q"), S.Variable("kv"), heads=2),
-     {"q": (3, 2, 4), "kv": (5, 3, 8)}, "batch of 'queries'"),
-    (lambda: S._contrib_interleaved_matmul_encdec_valatt(S.Variable("kv"), S.Variable("a"), heads=2),
-     {"kv": (5, 2, 8), "a": (4, 3, 6)}, "'attention' must have shape"),
-])
+@pytest.mark.parametrize(
+    "make, shapes, what",
+    [
+        (
+            lambda: S._contrib_interleaved_matmul_selfatt_qk(S.Variable("x"), heads=2),
+            {"x": (3, 2, 10)},
+            "multiple of 3 \\* heads",
+        ),
+        (lambda: S._contrib_interleaved_matmul_selfatt_qk(S.Variable("x"), heads=2), {"x": (3, 12)}, "must be 3-d"),
+        (
+            lambda: S._contrib_interleaved_matmul_selfatt_valatt(S.Variable("x"), S.Variable("a"), heads=2),
+            {"x": (3, 2, 12), "a": (4, 3, 2)},
+            "'attention' must have shape",
+        ),
+        (
+            lambda: S._contrib_interleaved_matmul_encdec_qk(S.Variable("q"), S.Variable("kv"), heads=2),
+            {"q": (3, 2, 4), "kv": (5, 3, 8)},
+            "batch of 'queries'",
+        ),
+        (
+            lambda: S._contrib_interleaved_matmul_encdec_valatt(S.Variable("kv"), S.Variable("a"), heads=2),
+            {"kv": (5, 2, 8), "a": (4, 3, 6)},
+            "'attention' must have shape",
+        ),
+    ],
+)
 def test_interleaved_shape_errors_name_the_input(make, shapes, what):
     with pytest.raises(ShapeError, match=what):
         make().infer_shape(**shapes)

@@ -50,12 +50,18 @@ def test_num_filter_must_divide_by_num_group():
 def test_weight_shape_conflict():
     x, w = S.Variable("x"), S.Variable("w")
     c = S.Convolution(x, w, kernel=(3, 3), num_filter=4, name="c4")
-    with pytest.raises(ShapeError, match=r"Convolution 'c4'.*'weight' has shape \(4, 2, 2, 2\), expected "
-                                         r"\(4, 2, 3, 3\)"):
+    with pytest.raises(
+        ShapeError,
+        match=r"Convolution 'c4'.*'weight' has shape \(4, 2, 2, 2\), expected "
+        r"\(4, 2, 3, 3\)",
+    ):
         c.infer_shape(x=(1, 2, 5, 5), w=(4, 2, 2, 2))
     d = S.Deconvolution(x, w, kernel=(3, 3), num_filter=4, name="d4")
-    with pytest.raises(ShapeError, match=r"Deconvolution 'd4'.*'weight' has shape \(4, 2, 3, 3\), expected "
-                                         r"\(2, 4, 3, 3\)"):
+    with pytest.raises(
+        ShapeError,
+        match=r"Deconvolution 'd4'.*'weight' has shape \(4, 2, 3, 3\), expected "
+        r"\(2, 4, 3, 3\)",
+    ):
         d.infer_shape(x=(1, 2, 5, 5), w=(4, 2, 3, 3))
 
 
@@ -130,10 +136,12 @@ def test_deconvolution_target_shape_and_adj_errors():
     x = S.Variable("x")
     with pytest.raises(ShapeError, match=r"Deconvolution 'd6'.*'adj'=\(2, 0\) must be smaller than stride"):
         S.Deconvolution(x, kernel=(3, 3), stride=(2, 2), adj=(2, 0), num_filter=1, name="d6").infer_shape(
-            x=(1, 1, 3, 3))
+            x=(1, 1, 3, 3)
+        )
     with pytest.raises(ShapeError, match=r"Deconvolution 'd7'.*target_shape=\(20, 6\) is too big"):
         S.Deconvolution(x, kernel=(3, 3), stride=(2, 2), target_shape=(20, 6), num_filter=1, name="d7").infer_shape(
-            x=(1, 1, 3, 3))
+            x=(1, 1, 3, 3)
+        )
     # an odd remainder needs adj = 1, impossible with stride 1 (MXNet's check)
     with pytest.raises(ShapeError, match=r"Deconvolution 'd8'.*needs adj=1"):
         S.Deconvolution(x, kernel=(3, 3), target_shape=(4, 4), num_filter=1, name="d8").infer_shape(x=(1, 1, 3, 3))
@@ -145,7 +153,8 @@ def test_upsampling_errors():
         S.UpSampling(a, b, scale=2, sample_type="nearest", name="u1").infer_shape(a=(1, 1, 2, 2), b=(1, 1, 3, 3))
     with pytest.raises(ShapeError, match=r"UpSampling 'u2'.*multi_input_mode='sum' needs equal channels"):
         S.UpSampling(a, b, scale=2, sample_type="nearest", multi_input_mode="sum", name="u2").infer_shape(
-            a=(1, 1, 2, 2), b=(1, 2, 4, 4))
+            a=(1, 1, 2, 2), b=(1, 2, 4, 4)
+        )
     with pytest.raises(ShapeError, match=r"UpSampling 'u3'.*num_filter equal to the input channels 2"):
         S.UpSampling(a, scale=2, sample_type="bilinear", num_filter=3, name="u3").infer_shape(a=(1, 2, 2, 2))
 
@@ -164,14 +173,12 @@ def test_deconvolution_no_bias_defaults_to_true_and_convolution_to_false():
 
 def test_shapes_infer_weight_and_output_like_mxnet():
     x = S.Variable("x")
-    c = S.Convolution(x, kernel=(3, 3), stride=(2, 2), pad=(1, 1), dilate=(2, 1), num_filter=6, num_group=3,
-                      name="c")
+    c = S.Convolution(x, kernel=(3, 3), stride=(2, 2), pad=(1, 1), dilate=(2, 1), num_filter=6, num_group=3, name="c")
     args, outs, _ = c.infer_shape(x=(2, 6, 11, 8))
     assert args == [(2, 6, 11, 8), (6, 2, 3, 3), (6,)]
     # floor((x + 2p - d(k-1) - 1)/s) + 1
     assert outs == [(2, 6, (11 + 2 - 4 - 1) // 2 + 1, (8 + 2 - 2 - 1) // 2 + 1)]
-    d = S.Deconvolution(x, kernel=(4, 3), stride=(2, 3), pad=(1, 0), adj=(1, 2), num_filter=4, num_group=2,
-                        name="d")
+    d = S.Deconvolution(x, kernel=(4, 3), stride=(2, 3), pad=(1, 0), adj=(1, 2), num_filter=4, num_group=2, name="d")
     args, outs, _ = d.infer_shape(x=(1, 6, 5, 4))
     assert args == [(1, 6, 5, 4), (6, 2, 4, 3)]
     # s(x - 1) + d(k - 1) + 1 - 2p + adj
@@ -219,8 +226,7 @@ def test_max_pooling_padding_never_wins_and_first_max_takes_the_gradient():
 def test_avg_pooling_divisors_match_mxnet():
     x = np.ones((1, 1, 5, 5))
     inc = S.Pooling(S.Variable("x"), kernel=(3, 3), stride=(2, 2), pad=(1, 1), pool_type="avg")
-    exc = S.Pooling(S.Variable("x"), kernel=(3, 3), stride=(2, 2), pad=(1, 1), pool_type="avg",
-                    count_include_pad=False)
+    exc = S.Pooling(S.Variable("x"), kernel=(3, 3), stride=(2, 2), pad=(1, 1), pool_type="avg", count_include_pad=False)
     _, (yi,), _ = _run(inc, x=x)
     _, (ye,), _ = _run(exc, x=x)
     # corners see 4 of 9 elements, edges 6, the centre 9
@@ -239,11 +245,21 @@ def test_deconvolution_matches_reference_for_several_configs():
     for stride, pad, adj, dil, groups in [((3, 2), (2, 1), (2, 1), (1, 1), 1), ((1, 2), (0, 2), (0, 1), (2, 1), 3)]:
         x = rng.standard_normal((2, 3, 4, 3))
         w = rng.standard_normal((3, 2, 3, 4))
-        d = S.Deconvolution(S.Variable("x"), S.Variable("w"), kernel=(3, 4), stride=stride, pad=pad, adj=adj,
-                            dilate=dil, num_filter=2 * groups, num_group=groups)
+        d = S.Deconvolution(
+            S.Variable("x"),
+            S.Variable("w"),
+            kernel=(3, 4),
+            stride=stride,
+            pad=pad,
+            adj=adj,
+            dilate=dil,
+            num_filter=2 * groups,
+            num_group=groups,
+        )
         _, (y,), _ = _run(d, x=x, w=w)
-        np.testing.assert_allclose(y, deconv_ref(x, w, stride=stride, pad=pad, adj=adj, dilate=dil, groups=groups),
-                                   rtol=1e-12, atol=1e-12)
+        np.testing.assert_allclose(
+            y, deconv_ref(x, w, stride=stride, pad=pad, adj=adj, dilate=dil, groups=groups), rtol=1e-12, atol=1e-12
+        )
 
 
 def test_float16_accumulates_in_float32():
@@ -258,9 +274,9 @@ def test_float16_accumulates_in_float32():
     np.testing.assert_allclose(y16.astype(np.float64), ref, rtol=1e-3)
     p = S.Pooling(S.Variable("x"), kernel=(6, 6), pool_type="sum")
     _, (s16,), _ = _run(p, x=x.astype(np.float16))
-    np.testing.assert_allclose(s16.astype(np.float64), x.astype(np.float16).astype(np.float64).sum((2, 3),
-                                                                                                keepdims=True),
-                               rtol=1e-3)
+    np.testing.assert_allclose(
+        s16.astype(np.float64), x.astype(np.float16).astype(np.float64).sum((2, 3), keepdims=True), rtol=1e-3
+    )
 
 
 def test_third_order_through_convolution_is_defined():
@@ -272,8 +288,9 @@ def test_third_order_through_convolution_is_defined():
     rng = np.random.default_rng(3)
     xv, wv = rng.standard_normal((1, 2, 4, 3)), rng.standard_normal((2, 2, 2, 2))
     # the backward of sum(gw * gw) w.r.t. x is the third-order term, against finite differences of gw
-    res = check_numeric_gradient(S.sum(gw * gw), {"x": xv, "w": wv}, grad_nodes=["x"], dtype=np.float64, rtol=1e-5,
-                                 atol=1e-6, progress=False)
+    res = check_numeric_gradient(
+        S.sum(gw * gw), {"x": xv, "w": wv}, grad_nodes=["x"], dtype=np.float64, rtol=1e-5, atol=1e-6, progress=False
+    )
     assert list(res) == ["x"] and not res.excluded and np.abs(res["x"][0]).max() > 0  # a nonzero term, checked
 
 
@@ -338,12 +355,14 @@ def test_max_pooling_workspace_is_hidden_as_mxnet_does():
     import json
 
     x = S.Variable("x")
-    cases = [(S.Pooling(x, kernel=(3, 3), stride=(2, 2), pad=(1, 1), name="pool"), 2),
-             (S.Pooling(x, kernel=(1, 1), global_pool=True, name="pool"), 2),
-             (S.Pooling(x, global_pool=True, name="pool"), 1),
-             (S.Pooling(x, kernel=(2, 2), pool_type="avg", name="pool"), 1),
-             (S.Pooling(x, kernel=(2, 2), pool_type="lp", p_value=2, name="pool"), 1),
-             (S.Pooling_v1(x, kernel=(2, 2), name="pool"), 1)]
+    cases = [
+        (S.Pooling(x, kernel=(3, 3), stride=(2, 2), pad=(1, 1), name="pool"), 2),
+        (S.Pooling(x, kernel=(1, 1), global_pool=True, name="pool"), 2),
+        (S.Pooling(x, global_pool=True, name="pool"), 1),
+        (S.Pooling(x, kernel=(2, 2), pool_type="avg", name="pool"), 1),
+        (S.Pooling(x, kernel=(2, 2), pool_type="lp", p_value=2, name="pool"), 1),
+        (S.Pooling_v1(x, kernel=(2, 2), name="pool"), 1),
+    ]
     for sym, n_outputs in cases:
         assert sym.list_outputs() == ["pool_output"]
         assert sym.get_internals().list_outputs() == ["x", "pool_output"]
@@ -396,8 +415,14 @@ def test_upsampling_bilinear_with_mxnet_bilinear_weights_interpolates():
 
 def test_attributes_keep_mxnet_parameter_strings():
     x = S.Variable("data")
-    y = S.Pooling(S.Convolution(x, kernel=(3, 3), num_filter=2, pad=(1, 1), name="c"), kernel=(2, 2), stride=(2, 2),
-                  pool_type="avg", count_include_pad=False, name="p")
+    y = S.Pooling(
+        S.Convolution(x, kernel=(3, 3), num_filter=2, pad=(1, 1), name="c"),
+        kernel=(2, 2),
+        stride=(2, 2),
+        pool_type="avg",
+        count_include_pad=False,
+        name="p",
+    )
     attrs = y.attr_dict()
     assert attrs["c"] == {"kernel": "(3, 3)", "num_filter": "2", "pad": "(1, 1)"}
     assert attrs["p"]["count_include_pad"] == "False"

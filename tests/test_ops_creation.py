@@ -33,11 +33,16 @@ def test_python_helpers_write_mxnet_attributes_and_default_to_float32():
 
 def test_creation_ops_load_from_mxnet_json_and_take_ctx():
     """MXNet writes ``_arange``'s attributes as given (``{"start": "3"}``: stop defaults to start)."""
-    doc = {"nodes": [{"op": "_arange", "name": "r", "attrs": {"start": "3"}, "inputs": []},
-                     {"op": "_full", "name": "f", "attrs": {"shape": "(2,)", "value": "1.5", "ctx": "cpu(0)"},
-                      "inputs": []}],
-           "arg_nodes": [], "node_row_ptr": [0, 1, 2], "heads": [[0, 0, 0], [1, 0, 0]],
-           "attrs": {"mxnet_version": ["int", 10901]}}
+    doc = {
+        "nodes": [
+            {"op": "_arange", "name": "r", "attrs": {"start": "3"}, "inputs": []},
+            {"op": "_full", "name": "f", "attrs": {"shape": "(2,)", "value": "1.5", "ctx": "cpu(0)"}, "inputs": []},
+        ],
+        "arg_nodes": [],
+        "node_row_ptr": [0, 1, 2],
+        "heads": [[0, 0, 0], [1, 0, 0]],
+        "attrs": {"mxnet_version": ["int", 10901]},
+    }
     r, f = _run(S.load_json(json.dumps(doc)))
     np.testing.assert_array_equal(r, [0, 1, 2])
     np.testing.assert_array_equal(f, [1.5, 1.5])
@@ -81,21 +86,24 @@ def test_linspace_and_eye_edge_cases():
     np.testing.assert_array_equal(_run(S.eye(3, k=-1, dtype="int64"))[0], np.eye(3, k=-1, dtype=np.int64))
 
 
-@pytest.mark.parametrize(("make", "match"), [
-    (lambda: S.arange(3, 3), "empty range"),
-    (lambda: S.arange(0, 3, -1), "empty range"),
-    (lambda: S.arange(0, 3, 0), "'step' must not be 0"),
-    (lambda: S.arange(0, 3, repeat=0), "'repeat' must be positive"),
-    (lambda: S.arange(0, infer_range=True), "infer_range=True without 'stop'"),
-    (lambda: S.arange(3, dtype="bool"), "'dtype' must be one of"),
-    (lambda: S.linspace(0, 1, -1), "'num' must be non-negative"),
-    (lambda: S.eye(-1), "must be non-negative"),
-    (lambda: S.zeros((2, -1)), "negative dimension"),
-    (lambda: S._full(shape=(2,)), "required parameter 'value'"),
-    (lambda: S._zeros_without_dtype(shape=(2,), dtype=9), "MXNet type code"),
-    (lambda: S.moments(X), "'axes' must name at least one axis"),
-    (lambda: S.moments(X, axes=()), "'axes' must name at least one axis"),
-])
+@pytest.mark.parametrize(
+    ("make", "match"),
+    [
+        (lambda: S.arange(3, 3), "empty range"),
+        (lambda: S.arange(0, 3, -1), "empty range"),
+        (lambda: S.arange(0, 3, 0), "'step' must not be 0"),
+        (lambda: S.arange(0, 3, repeat=0), "'repeat' must be positive"),
+        (lambda: S.arange(0, infer_range=True), "infer_range=True without 'stop'"),
+        (lambda: S.arange(3, dtype="bool"), "'dtype' must be one of"),
+        (lambda: S.linspace(0, 1, -1), "'num' must be non-negative"),
+        (lambda: S.eye(-1), "must be non-negative"),
+        (lambda: S.zeros((2, -1)), "negative dimension"),
+        (lambda: S._full(shape=(2,)), "required parameter 'value'"),
+        (lambda: S._zeros_without_dtype(shape=(2,), dtype=9), "MXNet type code"),
+        (lambda: S.moments(X), "'axes' must name at least one axis"),
+        (lambda: S.moments(X, axes=()), "'axes' must name at least one axis"),
+    ],
+)
 def test_bad_parameters_name_the_op(make, match):
     with pytest.raises(ParamError, match=match):
         make()

@@ -47,8 +47,11 @@ def _run(sym, args, heads=None, grad=("data",), is_train=True):
 
 
 def _ctc_sym(**params):
-    names = ["data", "label"] + (["data_lengths"] if params.get("use_data_lengths") else []) \
+    names = (
+        ["data", "label"]
+        + (["data_lengths"] if params.get("use_data_lengths") else [])
         + (["label_lengths"] if params.get("use_label_lengths") else [])
+    )
     return S.CTCLoss(*[S.Variable(n) for n in names], **params)
 
 
@@ -73,15 +76,15 @@ def test_ctc_loss_and_gradient_match_brute_force_enumeration(seed, blank_label):
     lengths = rng.integers(0, Lmax + 1, N)
     label = np.full((N, Lmax), pad)
     for b in range(N):
-        label[b, :lengths[b]] = rng.choice(classes, lengths[b])
+        label[b, : lengths[b]] = rng.choice(classes, lengths[b])
     h = rng.standard_normal(N)
     sym = _ctc_sym(use_data_lengths=True, blank_label=blank_label)
     (loss,), g = _run(sym, {"data": x, "label": label, "data_lengths": dl}, [h])
     for b in range(N):
-        want_loss, want_grad = _brute(x[:dl[b], b], label[b, :lengths[b]], blank)
+        want_loss, want_grad = _brute(x[: dl[b], b], label[b, : lengths[b]], blank)
         np.testing.assert_allclose(loss[b], want_loss, rtol=1e-12, atol=1e-12, err_msg=f"sample {b}")
         full = np.zeros((T, A))
-        full[:dl[b]] = want_grad
+        full[: dl[b]] = want_grad
         np.testing.assert_allclose(g["data"][:, b], h[b] * full, rtol=1e-10, atol=1e-12, err_msg=f"sample {b}")
 
 
@@ -148,12 +151,15 @@ def test_ctc_aliases_are_the_same_operator():
     assert all(get_op(n) is op for n in ("ctc_loss", "_contrib_CTCLoss", "_contrib_ctc_loss"))
 
 
-@pytest.mark.parametrize(("params", "args"), [
-    ({}, ["data", "label"]),
-    ({"use_data_lengths": True}, ["data", "label", "data_lengths"]),
-    ({"use_label_lengths": True}, ["data", "label", "label_lengths"]),
-    ({"use_data_lengths": True, "use_label_lengths": True}, ["data", "label", "data_lengths", "label_lengths"]),
-])
+@pytest.mark.parametrize(
+    ("params", "args"),
+    [
+        ({}, ["data", "label"]),
+        ({"use_data_lengths": True}, ["data", "label", "data_lengths"]),
+        ({"use_label_lengths": True}, ["data", "label", "label_lengths"]),
+        ({"use_data_lengths": True, "use_label_lengths": True}, ["data", "label", "data_lengths", "label_lengths"]),
+    ],
+)
 def test_ctc_inputs_outputs_and_shapes_as_mxnet(params, args):
     sym = S.CTCLoss(*[S.Variable(n) for n in args], name="op", **params)
     assert sym.list_arguments() == args
@@ -165,8 +171,14 @@ def test_ctc_inputs_outputs_and_shapes_as_mxnet(params, args):
 
 
 def test_ctc_mxnet_attribute_strings_parse():
-    sym = S.CTCLoss(S.Variable("d"), S.Variable("l"), S.Variable("dl"), use_data_lengths="True",
-                    use_label_lengths="False", blank_label="last")
+    sym = S.CTCLoss(
+        S.Variable("d"),
+        S.Variable("l"),
+        S.Variable("dl"),
+        use_data_lengths="True",
+        use_label_lengths="False",
+        blank_label="last",
+    )
     assert sym.list_arguments() == ["d", "l", "dl"]
 
 
@@ -179,11 +191,14 @@ def _forward(sym, **args):
     return sym.bind(sg.cpu(), args).forward()
 
 
-@pytest.mark.parametrize(("label", "blank_label", "match"), [
-    (np.array([[1, 3]]), "first", r"classes in \[0, 3\)"),
-    (np.array([[2, 1]]), "last", "other than the blank 2"),  # the blank inside a label (MXNet: undefined)
-    (np.array([[-2, 1]]), "last", r"classes in \[0, 3\)"),
-])
+@pytest.mark.parametrize(
+    ("label", "blank_label", "match"),
+    [
+        (np.array([[1, 3]]), "first", r"classes in \[0, 3\)"),
+        (np.array([[2, 1]]), "last", "other than the blank 2"),  # the blank inside a label (MXNet: undefined)
+        (np.array([[-2, 1]]), "last", r"classes in \[0, 3\)"),
+    ],
+)
 def test_ctc_bad_label_values_raise(label, blank_label, match):
     with pytest.raises(ValueError, match=match):
         _forward(_ctc_sym(blank_label=blank_label), data=np.zeros((3, 1, 3)), label=label)
@@ -197,11 +212,14 @@ def test_ctc_bad_lengths_raise():
         _forward(_ctc_sym(use_label_lengths=True), data=x, label=label, label_lengths=np.array([-1, 1]))
 
 
-@pytest.mark.parametrize(("shapes", "match"), [
-    ({"data": (3, 4), "label": (3, 2)}, "3-d"),
-    ({"data": (3, 2, 4), "label": (3, 2)}, "input 'label' has shape"),
-    ({"data": (3, 2, 4), "label": (2, 4)}, "label length 4 exceeds the sequence length 3"),
-])
+@pytest.mark.parametrize(
+    ("shapes", "match"),
+    [
+        ({"data": (3, 4), "label": (3, 2)}, "3-d"),
+        ({"data": (3, 2, 4), "label": (3, 2)}, "input 'label' has shape"),
+        ({"data": (3, 2, 4), "label": (2, 4)}, "label length 4 exceeds the sequence length 3"),
+    ],
+)
 def test_ctc_bad_shapes_raise(shapes, match):
     with pytest.raises(ShapeError, match=match):
         _ctc_sym().infer_shape(**shapes)

@@ -32,8 +32,9 @@ def _grads(sym, head, **args):
 
 
 def test_arguments_and_visible_outputs_as_mxnet():
-    m = S._contrib_ModulatedDeformableConvolution(V("d"), V("o"), V("m"), V("w"), V("b"), kernel=(2, 2),
-                                                  num_filter=2, name="mdc")
+    m = S._contrib_ModulatedDeformableConvolution(
+        V("d"), V("o"), V("m"), V("w"), V("b"), kernel=(2, 2), num_filter=2, name="mdc"
+    )
     assert m.list_arguments() == ["d", "o", "m", "w", "b"]
     assert m.list_outputs() == ["mdc_output"]
     nb = S._contrib_ModulatedDeformableConvolution(kernel=(2, 2), num_filter=2, no_bias=True, name="nb")
@@ -41,25 +42,46 @@ def test_arguments_and_visible_outputs_as_mxnet():
     p = S._contrib_DeformablePSROIPooling(spatial_scale=1.0, output_dim=1, group_size=1, pooled_size=2, name="p")
     assert p.list_arguments() == ["p_data", "p_rois", "p_trans"]
     assert p.list_outputs() == ["p_output"]  # top_count is hidden (NumVisibleOutputs 1)
-    q = S._contrib_DeformablePSROIPooling(spatial_scale=1.0, output_dim=1, group_size=1, pooled_size=2,
-                                          no_trans=True, name="q")
+    q = S._contrib_DeformablePSROIPooling(
+        spatial_scale=1.0, output_dim=1, group_size=1, pooled_size=2, no_trans=True, name="q"
+    )
     assert q.list_arguments() == ["q_data", "q_rois"]
-    assert get_op("_contrib_DeformablePSROIPooling").list_output_names({}, visible_only=False) == \
-        ["output", "top_count"]
+    assert get_op("_contrib_DeformablePSROIPooling").list_output_names({}, visible_only=False) == [
+        "output",
+        "top_count",
+    ]
 
 
 def test_positional_parameters_follow_mxnet_order():
     # kernel, stride, dilate, pad, num_filter, num_group, num_deformable_group, workspace, no_bias, im2col_step
-    m = S._contrib_ModulatedDeformableConvolution(V("d"), V("o"), V("m"), V("w"), V("b"), (3, 3), (2, 2), (1, 1),
-                                                  (1, 1), 4, 2, 2, 512, False, 8)
+    m = S._contrib_ModulatedDeformableConvolution(
+        V("d"), V("o"), V("m"), V("w"), V("b"), (3, 3), (2, 2), (1, 1), (1, 1), 4, 2, 2, 512, False, 8
+    )
     p = m._outputs[0][0].params
-    assert (p["kernel"], p["stride"], p["pad"], p["num_filter"], p["num_group"], p["num_deformable_group"],
-            p["workspace"], p["no_bias"], p["im2col_step"]) == ((3, 3), (2, 2), (1, 1), 4, 2, 2, 512, False, 8)
+    assert (
+        p["kernel"],
+        p["stride"],
+        p["pad"],
+        p["num_filter"],
+        p["num_group"],
+        p["num_deformable_group"],
+        p["workspace"],
+        p["no_bias"],
+        p["im2col_step"],
+    ) == ((3, 3), (2, 2), (1, 1), 4, 2, 2, 512, False, 8)
     # spatial_scale, output_dim, group_size, pooled_size, part_size, sample_per_part, trans_std, no_trans
     q = S._contrib_DeformablePSROIPooling(V("d"), V("r"), V("t"), 0.5, 3, 2, 4, 2, 3, 0.1)
     p = q._outputs[0][0].params
-    assert (p["spatial_scale"], p["output_dim"], p["group_size"], p["pooled_size"], p["part_size"],
-            p["sample_per_part"], p["trans_std"], p["no_trans"]) == (0.5, 3, 2, 4, 2, 3, 0.1, False)
+    assert (
+        p["spatial_scale"],
+        p["output_dim"],
+        p["group_size"],
+        p["pooled_size"],
+        p["part_size"],
+        p["sample_per_part"],
+        p["trans_std"],
+        p["no_trans"],
+    ) == (0.5, 3, 2, 4, 2, 3, 0.1, False)
 
 
 def test_required_parameters_as_mxnet():
@@ -78,20 +100,24 @@ def test_modulated_deformable_convolution_bad_input():
     with pytest.raises(ParamError, match=r"'kernel' must be \(h, w\).*got \(3,\)"):
         S._contrib_ModulatedDeformableConvolution(d, o, m, w, kernel=(3,), num_filter=2, no_bias=True)
     with pytest.raises(ParamError, match=r"'im2col_step' must be >= 1, got 0"):
-        S._contrib_ModulatedDeformableConvolution(d, o, m, w, kernel=(2, 2), num_filter=2, no_bias=True,
-                                                  im2col_step=0)
+        S._contrib_ModulatedDeformableConvolution(d, o, m, w, kernel=(2, 2), num_filter=2, no_bias=True, im2col_step=0)
     c = S._contrib_ModulatedDeformableConvolution(d, o, m, w, kernel=(2, 2), num_filter=2, no_bias=True, name="mc")
-    with pytest.raises(ShapeError, match=r"ModulatedDeformableConvolution 'mc'.*'mask' has shape \(1, 8, 3, 3\), "
-                                         r"expected \(1, 4, 3, 3\)"):
+    with pytest.raises(
+        ShapeError,
+        match=r"ModulatedDeformableConvolution 'mc'.*'mask' has shape \(1, 8, 3, 3\), "
+        r"expected \(1, 4, 3, 3\)",
+    ):
         c.infer_shape(d=(1, 2, 4, 4), m=(1, 8, 3, 3))
     with pytest.raises(ShapeError, match=r"'mc'.*'offset' has shape \(1, 4, 3, 3\), expected \(1, 8, 3, 3\)"):
         c.infer_shape(d=(1, 2, 4, 4), o=(1, 4, 3, 3))
-    dg = S._contrib_ModulatedDeformableConvolution(d, o, m, w, kernel=(2, 2), num_filter=3, num_deformable_group=2,
-                                                   no_bias=True, name="dg")
+    dg = S._contrib_ModulatedDeformableConvolution(
+        d, o, m, w, kernel=(2, 2), num_filter=3, num_deformable_group=2, no_bias=True, name="dg"
+    )
     with pytest.raises(ShapeError, match=r"'dg'.*num_deformable_group=2 must divide num_filter=3"):
         dg.infer_shape(d=(1, 2, 4, 4))
-    st = S._contrib_ModulatedDeformableConvolution(d, o, m, w, kernel=(2, 2), num_filter=2, no_bias=True,
-                                                   im2col_step=2, name="st")
+    st = S._contrib_ModulatedDeformableConvolution(
+        d, o, m, w, kernel=(2, 2), num_filter=2, no_bias=True, im2col_step=2, name="st"
+    )
     with pytest.raises(ShapeError, match=r"'st'.*batch size 3 .*im2col_step=2"):
         st.infer_shape(d=(3, 2, 4, 4))
     with pytest.raises(TypeError, match=r"'mask'"):
@@ -104,13 +130,19 @@ def test_deformable_psroipooling_bad_input():
     s = S._contrib_DeformablePSROIPooling(d, r, t, name="dp", **p)
     with pytest.raises(ShapeError, match=r"'dp'.*data has 7 channels; output_dim \* group_size\^2 = 2 \* 2\^2 = 8"):
         s.infer_shape(d=(1, 7, 4, 4), r=(2, 5), t=(2, 2, 2, 2))
-    with pytest.raises(ShapeError, match=r"'dp'.*'trans' has shape \(2, 2, 3, 3\); expected \(num_rois, 2 \* "
-                                         r"num_classes, part_size, part_size\) with part_size 2"):
+    with pytest.raises(
+        ShapeError,
+        match=r"'dp'.*'trans' has shape \(2, 2, 3, 3\); expected \(num_rois, 2 \* "
+        r"num_classes, part_size, part_size\) with part_size 2",
+    ):
         s.infer_shape(d=(1, 8, 4, 4), r=(2, 5), t=(2, 2, 3, 3))
     with pytest.raises(ShapeError, match=r"'dp'.*'trans' has shape \(3, 2, 2, 2\); its first axis must be the 2 ROIs"):
         s.infer_shape(d=(1, 8, 4, 4), r=(2, 5), t=(3, 2, 2, 2))
-    with pytest.raises(ShapeError, match=r"'dp'.*'trans' \(2, 6, 2, 2\) has 3 classes, which must divide "
-                                         r"output_dim=2"):
+    with pytest.raises(
+        ShapeError,
+        match=r"'dp'.*'trans' \(2, 6, 2, 2\) has 3 classes, which must divide "
+        r"output_dim=2",
+    ):
         s.infer_shape(d=(1, 8, 4, 4), r=(2, 5), t=(2, 6, 2, 2))
     with pytest.raises(ShapeError, match=r"'dp'.*'rois' has shape \(2, 4\)"):
         s.infer_shape(d=(1, 8, 4, 4), r=(2, 4), t=(2, 2, 2, 2))
@@ -147,8 +179,9 @@ def test_modulated_with_unit_mask_inside_the_image_is_deformable_convolution():
 def test_modulated_sample_fades_to_zero_beyond_the_border():
     # one pixel, kernel 1x1: out = mask * x * max(0, 1 - |dy|) * max(0, 1 - |dx|) for the offset (dy, dx)
     x = np.array([[[[2.0]]]])
-    s = S._contrib_ModulatedDeformableConvolution(V("x"), V("o"), V("m"), V("w"), kernel=(1, 1), num_filter=1,
-                                                  no_bias=True)
+    s = S._contrib_ModulatedDeformableConvolution(
+        V("x"), V("o"), V("m"), V("w"), kernel=(1, 1), num_filter=1, no_bias=True
+    )
     for dy, dx in ((0.25, 0.0), (-0.5, 0.5), (0.0, -0.75), (-1.0, 0.0), (1.2, 0.1)):
         (y,) = _forward(s, x=x, o=np.array([[[[dy]], [[dx]]]]), m=np.array([[[[0.5]]]]), w=np.ones((1, 1, 1, 1)))
         assert y[0, 0, 0, 0] == pytest.approx(0.5 * 2.0 * max(0, 1 - abs(dy)) * max(0, 1 - abs(dx)), abs=1e-15)
@@ -178,28 +211,34 @@ def test_deformable_psroipooling_gradients_rois_zero_and_trans_std_zero():
     t = rng.uniform(-1, 1, (2, 2, 2, 2))
     p = dict(spatial_scale=1.0, output_dim=1, group_size=2, pooled_size=2, sample_per_part=2)
     head = rng.standard_normal((2, 1, 2, 2))
-    g = _grads(S._contrib_DeformablePSROIPooling(V("x"), V("r"), V("t"), trans_std=0.2, **p), head,
-               x=x, r=rois, t=t)
+    g = _grads(S._contrib_DeformablePSROIPooling(V("x"), V("r"), V("t"), trans_std=0.2, **p), head, x=x, r=rois, t=t)
     np.testing.assert_array_equal(g["r"], 0.0)  # MXNet writes zeros for rois
     assert np.abs(g["x"]).sum() > 0 and np.abs(g["t"]).sum() > 0
-    g0 = _grads(S._contrib_DeformablePSROIPooling(V("x"), V("r"), V("t"), trans_std=0.0, **p), head,
-                x=x, r=rois, t=t)
+    g0 = _grads(S._contrib_DeformablePSROIPooling(V("x"), V("r"), V("t"), trans_std=0.0, **p), head, x=x, r=rois, t=t)
     np.testing.assert_array_equal(g0["t"], 0.0)  # trans is scaled by trans_std: no effect, no gradient
 
 
 def test_inputs_are_not_modified():
     rng = np.random.default_rng(4)
-    args = {"x": rng.standard_normal((1, 2, 4, 4)), "o": rng.uniform(-1, 1, (1, 8, 3, 3)),
-            "m": rng.uniform(0, 1, (1, 4, 3, 3)), "w": rng.standard_normal((2, 2, 2, 2))}
+    args = {
+        "x": rng.standard_normal((1, 2, 4, 4)),
+        "o": rng.uniform(-1, 1, (1, 8, 3, 3)),
+        "m": rng.uniform(0, 1, (1, 4, 3, 3)),
+        "w": rng.standard_normal((2, 2, 2, 2)),
+    }
     before = {n: a.copy() for n, a in args.items()}
     s = S._contrib_ModulatedDeformableConvolution(*[V(n) for n in args], kernel=(2, 2), num_filter=2, no_bias=True)
     _grads(s, rng.standard_normal((1, 2, 3, 3)), **args)
     assert all(np.array_equal(args[n], before[n]) for n in args)
-    pargs = {"x": rng.standard_normal((1, 4, 4, 4)), "r": np.array([[0, 0.0, 0.0, 3.0, 3.0]]),
-             "t": rng.uniform(-1, 1, (1, 2, 2, 2))}
+    pargs = {
+        "x": rng.standard_normal((1, 4, 4, 4)),
+        "r": np.array([[0, 0.0, 0.0, 3.0, 3.0]]),
+        "t": rng.uniform(-1, 1, (1, 2, 2, 2)),
+    }
     before = {n: a.copy() for n, a in pargs.items()}
-    s = S._contrib_DeformablePSROIPooling(*[V(n) for n in pargs], spatial_scale=1.0, output_dim=1, group_size=2,
-                                          pooled_size=2, trans_std=0.1)
+    s = S._contrib_DeformablePSROIPooling(
+        *[V(n) for n in pargs], spatial_scale=1.0, output_dim=1, group_size=2, pooled_size=2, trans_std=0.1
+    )
     _grads(s, rng.standard_normal((1, 1, 2, 2)), **pargs)
     assert all(np.array_equal(pargs[n], before[n]) for n in pargs)
 
@@ -212,9 +251,14 @@ def test_third_order_closes_on_the_hidden_ops():
     (g2,) = sg.grad(S.sum(g1 * V("v")), [o])
     (g3,) = sg.grad(S.sum(g2 * V("u")), [m])
     rng = np.random.default_rng(5)
-    feed = {"x": rng.standard_normal((1, 1, 3, 3)), "o": rng.uniform(0.2, 0.8, (1, 2, 3, 3)),
-            "m": rng.uniform(0, 1, (1, 1, 3, 3)), "w": rng.standard_normal((1, 1, 1, 1)),
-            "h": rng.standard_normal((1, 1, 3, 3)), "v": rng.standard_normal((1, 2, 3, 3)),
-            "u": rng.standard_normal((1, 2, 3, 3))}
+    feed = {
+        "x": rng.standard_normal((1, 1, 3, 3)),
+        "o": rng.uniform(0.2, 0.8, (1, 2, 3, 3)),
+        "m": rng.uniform(0, 1, (1, 1, 3, 3)),
+        "w": rng.standard_normal((1, 1, 1, 1)),
+        "h": rng.standard_normal((1, 1, 3, 3)),
+        "v": rng.standard_normal((1, 2, 3, 3)),
+        "u": rng.standard_normal((1, 2, 3, 3)),
+    }
     (got,) = g3.bind(sg.cpu(), {n: feed[n] for n in g3.list_arguments()}).forward()
     assert got.shape == (1, 1, 3, 3) and np.isfinite(got).all() and np.abs(got).sum() > 0

@@ -65,8 +65,9 @@ def test_gamma_and_gammaln_match_the_standard_library():
     want = [math.lgamma(v) for v in np.concatenate([x, [1e3, 1e6, 1e10]])]
     np.testing.assert_allclose(lg, want, rtol=1e-13, atol=1e-13)
     # exact at the integers where C's tgamma is exact; poles as tgamma / lgamma
-    np.testing.assert_array_equal(_run(S.gamma(X), x=np.array([1.0, 2, 5, 11, 23])),
-                                  [1, 1, 24, 3628800, float(math.factorial(22))])
+    np.testing.assert_array_equal(
+        _run(S.gamma(X), x=np.array([1.0, 2, 5, 11, 23])), [1, 1, 24, 3628800, float(math.factorial(22))]
+    )
     # so integer inputs (computed in float, cast back as MXNet does) are exact too
     np.testing.assert_array_equal(_run(S.gamma(X), x=np.array([1, 2, 3, 4, 7], np.int32)), [1, 1, 2, 6, 720])
     poles = _run(S.gamma(X), x=np.array([0.0, -1.0, -4.0]))
@@ -81,8 +82,12 @@ def test_gamma_and_gammaln_match_the_standard_library():
 def test_digamma_trigamma_and_higher_derivatives_of_gammaln():
     euler = 0.5772156649015329
     psi0 = _run(S._polygamma(X, n=0), x=np.array([1.0, 0.5, -0.5, 10.0]))
-    np.testing.assert_allclose(psi0, [-euler, -euler - 2 * math.log(2), -euler - 2 * math.log(2) + 2,
-                                      -euler + sum(1 / k for k in range(1, 10))], rtol=1e-14, atol=1e-15)
+    np.testing.assert_allclose(
+        psi0,
+        [-euler, -euler - 2 * math.log(2), -euler - 2 * math.log(2) + 2, -euler + sum(1 / k for k in range(1, 10))],
+        rtol=1e-14,
+        atol=1e-15,
+    )
     psi1 = _run(S._polygamma(X, n=1), x=np.array([1.0, 0.5, -0.5]))
     np.testing.assert_allclose(psi1, [math.pi**2 / 6, math.pi**2 / 2, math.pi**2 / 2 + 4], rtol=1e-14)
     # third derivative of lgamma through three symbolic gradients: psi''(x); psi''(1) = -2 zeta(3)
@@ -124,8 +129,11 @@ def test_relu_abs_sign_at_zero():
 def test_maximum_minimum_ties_go_to_lhs():
     a, b = S.Variable("a"), S.Variable("b")
     v = {"a": np.array([1.0, 2.0, 3.0]), "b": np.array([1.0, 1.0, 4.0])}
-    for sym, ga, gb in [(S._maximum(a, b), [1, 1, 0], [0, 0, 1]), (S._minimum(a, b), [1, 0, 1], [0, 1, 0]),
-                        (S.broadcast_maximum(a, b), [1, 1, 0], [0, 0, 1])]:
+    for sym, ga, gb in [
+        (S._maximum(a, b), [1, 1, 0], [0, 0, 1]),
+        (S._minimum(a, b), [1, 0, 1], [0, 1, 0]),
+        (S.broadcast_maximum(a, b), [1, 1, 0], [0, 0, 1]),
+    ]:
         _, g = _grad(sym, **v)
         np.testing.assert_array_equal(g["a"], ga)
         np.testing.assert_array_equal(g["b"], gb)
@@ -141,8 +149,7 @@ def test_clip_boundaries_pass_the_gradient():
     np.testing.assert_array_equal(out, [-0.5, -0.5, 0.0, 0.75, 0.75])
     np.testing.assert_array_equal(g["x"], [0, 3, 3, 3, 0])  # MXNet's clip_grad: bounds included
     # a_min > a_max: MXNet tests x > a_max first, then x < a_min
-    np.testing.assert_array_equal(_run(S.clip(X, a_min=1.0, a_max=0.0), x=np.array([0.5, -1.0, 2.0])),
-                                  [0.0, 1.0, 0.0])
+    np.testing.assert_array_equal(_run(S.clip(X, a_min=1.0, a_max=0.0), x=np.array([0.5, -1.0, 2.0])), [0.0, 1.0, 0.0])
 
 
 def test_clip_parses_the_infinite_bounds_mxnet_writes_into_json():
@@ -193,12 +200,22 @@ def test_prod_gradient_at_zero_is_the_product_of_the_others():
 # -- shapes exactly as MXNet -----------------------------------------------------------------
 
 
-@pytest.mark.parametrize("kwargs, shape", [
-    ({}, (1,)), ({"keepdims": True}, (1, 1, 1)), ({"axis": 1}, (2, 4)), ({"axis": (0, 2)}, (3,)),
-    ({"axis": (0, 1, 2)}, (1,)), ({"axis": 1, "exclude": True}, (3,)), ({"axis": (0, 2), "exclude": True}, (2, 4)),
-    ({"axis": 1, "exclude": True, "keepdims": True}, (1, 3, 1)), ({"axis": (), "exclude": True}, (1,)),
-    ({"axis": "(1,)"}, (2, 4)), ({"axis": "None", "keepdims": "True"}, (1, 1, 1)),
-])
+@pytest.mark.parametrize(
+    "kwargs, shape",
+    [
+        ({}, (1,)),
+        ({"keepdims": True}, (1, 1, 1)),
+        ({"axis": 1}, (2, 4)),
+        ({"axis": (0, 2)}, (3,)),
+        ({"axis": (0, 1, 2)}, (1,)),
+        ({"axis": 1, "exclude": True}, (3,)),
+        ({"axis": (0, 2), "exclude": True}, (2, 4)),
+        ({"axis": 1, "exclude": True, "keepdims": True}, (1, 3, 1)),
+        ({"axis": (), "exclude": True}, (1,)),
+        ({"axis": "(1,)"}, (2, 4)),
+        ({"axis": "None", "keepdims": "True"}, (1, 1, 1)),
+    ],
+)
 def test_reduction_output_shapes(kwargs, shape):
     for op in ("sum", "mean", "prod", "nansum", "nanprod", "max", "min"):
         assert getattr(S, op)(X, **kwargs).infer_shape(x=(2, 3, 4))[1] == [shape], (op, kwargs)
@@ -219,10 +236,18 @@ def test_search_and_norm_output_shapes():
 
 def test_integer_reductions_keep_the_dtype():
     x = np.array([[1, -2, 3], [4, 5, -7]], dtype=np.int32)
-    for sym, want in [(S.sum(X), [4]), (S.sum(X, axis=1), [2, 2]), (S.mean(X, axis=1), [0, 0]),
-                      (S.mean(X, axis=0), [2, 1, -2]), (S.prod(X, axis=0), [4, -10, -21]),
-                      (S.max(X, axis=1), [3, 5]), (S.min(X), [-7]), (S.argmax(X, axis=1), [2, 1]),
-                      (S.nansum(X), [4]), (S.norm(X, ord=1, axis=1), [6, 16])]:
+    for sym, want in [
+        (S.sum(X), [4]),
+        (S.sum(X, axis=1), [2, 2]),
+        (S.mean(X, axis=1), [0, 0]),
+        (S.mean(X, axis=0), [2, 1, -2]),
+        (S.prod(X, axis=0), [4, -10, -21]),
+        (S.max(X, axis=1), [3, 5]),
+        (S.min(X), [-7]),
+        (S.argmax(X, axis=1), [2, 1]),
+        (S.nansum(X), [4]),
+        (S.norm(X, ord=1, axis=1), [6, 16]),
+    ]:
         out = _run(sym, x=x)
         assert out.dtype == np.int32, sym.name
         np.testing.assert_array_equal(out, want, err_msg=sym.name)
@@ -338,8 +363,9 @@ def test_where_shape_errors_name_the_op_and_the_inputs():
     cond = np.array([1, 0], dtype=np.int32)
     xs, ys = np.ones((2, 3)), np.zeros((2, 3))
     grads = {"c": np.full(2, 9, dtype=np.int32), "x": np.zeros((2, 3)), "y": np.zeros((2, 3))}
-    exe = w.bind(sg.cpu(), {"c": cond, "x": xs, "y": ys}, args_grad=grads,
-                 grad_req={"c": "null", "x": "write", "y": "write"})
+    exe = w.bind(
+        sg.cpu(), {"c": cond, "x": xs, "y": ys}, args_grad=grads, grad_req={"c": "null", "x": "write", "y": "write"}
+    )
     np.testing.assert_array_equal(exe.forward(is_train=True)[0], [[1, 1, 1], [0, 0, 0]])
     exe.backward([np.full((2, 3), 2.0)])
     np.testing.assert_array_equal(grads["x"], [[2, 2, 2], [0, 0, 0]])
@@ -376,10 +402,22 @@ def test_elemwise_binary_shape_mismatch_names_the_op():
 def test_mxnet_aliases_resolve_to_the_same_operator():
     from symgrad.ops import get_op
 
-    for alias, name in [("_Plus", "elemwise_add"), ("_plus", "elemwise_add"), ("_Mul", "elemwise_mul"),
-                        ("_PowerScalar", "_power_scalar"), ("_RPowerScalar", "_rpower_scalar"),
-                        ("broadcast_plus", "broadcast_add"), ("broadcast_minus", "broadcast_sub"),
-                        ("sum_axis", "sum"), ("max_axis", "max"), ("min_axis", "min"), ("cast", "Cast"),
-                        ("identity", "_copy"), ("stop_gradient", "BlockGrad"), ("_Maximum", "_maximum"),
-                        ("_MaximumScalar", "_maximum_scalar"), ("_HypotScalar", "_hypot_scalar")]:
+    for alias, name in [
+        ("_Plus", "elemwise_add"),
+        ("_plus", "elemwise_add"),
+        ("_Mul", "elemwise_mul"),
+        ("_PowerScalar", "_power_scalar"),
+        ("_RPowerScalar", "_rpower_scalar"),
+        ("broadcast_plus", "broadcast_add"),
+        ("broadcast_minus", "broadcast_sub"),
+        ("sum_axis", "sum"),
+        ("max_axis", "max"),
+        ("min_axis", "min"),
+        ("cast", "Cast"),
+        ("identity", "_copy"),
+        ("stop_gradient", "BlockGrad"),
+        ("_Maximum", "_maximum"),
+        ("_MaximumScalar", "_maximum_scalar"),
+        ("_HypotScalar", "_hypot_scalar"),
+    ]:
         assert get_op(alias).name == name

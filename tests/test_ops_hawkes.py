@@ -57,13 +57,18 @@ def test_reference_integral_matches_quadrature():
             past = times[(d["marks"][i] == k) & (times <= a)]
             lam = d["lda"][i, k] + d["alpha"][k] * d["beta"][k] * (
                 d["state"][i, k] * np.exp(-d["beta"][k] * grid)
-                + sum(np.exp(-d["beta"][k] * (grid - tj)) for tj in past))
+                + sum(np.exp(-d["beta"][k] * (grid - tj)) for tj in past)
+            )
             total += trapezoid(lam, grid)
     log_terms = 0.0
     for j, (tj, k) in enumerate(zip(times, d["marks"][i])):
         earlier = times[:j][d["marks"][i][:j] == k]
-        log_terms += np.log(d["lda"][i, k] + d["alpha"][k] * d["beta"][k] * (
-            d["state"][i, k] * np.exp(-d["beta"][k] * tj) + np.exp(-d["beta"][k] * (tj - earlier)).sum()))
+        log_terms += np.log(
+            d["lda"][i, k]
+            + d["alpha"][k]
+            * d["beta"][k]
+            * (d["state"][i, k] * np.exp(-d["beta"][k] * tj) + np.exp(-d["beta"][k] * (tj - earlier)).sum())
+        )
     ll, _ = hawkes_ref(*[d[n] for n in NAMES])
     np.testing.assert_allclose(ll[0], log_terms - total, rtol=1e-7)
     (out, _), _ = _run(d)
@@ -79,9 +84,14 @@ def test_out_state_chains_windows():
     (whole, _), _ = _run(d)
     first = dict(d, valid_length=np.array([3.0]), max_time=np.array([W]))
     (ll1, s1), _ = _run(first)
-    second = dict(d, state=s1, lags=np.concatenate([[times[3] - W], d["lags"][0, 4:], [0, 0, 0]])[None],
-                  marks=np.concatenate([d["marks"][0, 3:], [0, 0, 0]])[None].astype(np.int32),
-                  valid_length=np.array([3.0]), max_time=d["max_time"] - W)
+    second = dict(
+        d,
+        state=s1,
+        lags=np.concatenate([[times[3] - W], d["lags"][0, 4:], [0, 0, 0]])[None],
+        marks=np.concatenate([d["marks"][0, 3:], [0, 0, 0]])[None].astype(np.int32),
+        valid_length=np.array([3.0]),
+        max_time=d["max_time"] - W,
+    )
     (ll2, s2), _ = _run(second)
     (_, s_whole), _ = _run(d)
     np.testing.assert_allclose(ll1 + ll2, whole, rtol=1e-12)
@@ -104,8 +114,9 @@ def test_out_state_head_gradient_in_closed_form():
 
 def test_gradients_from_both_heads_match_finite_differences():
     d = _data(4, N=3, K=2, T=5, lengths=(5, 3, 1))
-    result = check_numeric_gradient(_symbol(), d, grad_nodes=list(NAMES[:4]), dtype=np.float64, rtol=1e-6,
-                                    atol=1e-8, progress=False)
+    result = check_numeric_gradient(
+        _symbol(), d, grad_nodes=list(NAMES[:4]), dtype=np.float64, rtol=1e-6, atol=1e-8, progress=False
+    )
     assert set(result) == set(NAMES[:4]) and not result.excluded
 
 
@@ -156,13 +167,16 @@ def test_low_precision_forward_follows_the_float64_one(dtype):
     np.testing.assert_allclose(st, ref_state, rtol=tol)
 
 
-@pytest.mark.parametrize(("shapes", "match"), [
-    ({"lda": (3,)}, r"input 'lda' must be 2-d \(N, K\), got shape \(3,\)"),
-    ({"lda": (3, 2), "alpha": (3,)}, r"input 'alpha' has shape \(3,\), so K=3, but input 'lda' has K=2"),
-    ({"lda": (3, 2), "lags": (4, 5)}, r"input 'lags' has shape \(4, 5\), so N=4, but input 'lda' has N=3"),
-    ({"lags": (3, 5), "marks": (3, 4)}, r"input 'marks' has shape \(3, 4\), so T=4, but input 'lags' has T=5"),
-    ({"lda": (3, 2), "max_time": (3, 1)}, r"input 'max_time' must be 1-d \(N\)"),
-])
+@pytest.mark.parametrize(
+    ("shapes", "match"),
+    [
+        ({"lda": (3,)}, r"input 'lda' must be 2-d \(N, K\), got shape \(3,\)"),
+        ({"lda": (3, 2), "alpha": (3,)}, r"input 'alpha' has shape \(3,\), so K=3, but input 'lda' has K=2"),
+        ({"lda": (3, 2), "lags": (4, 5)}, r"input 'lags' has shape \(4, 5\), so N=4, but input 'lda' has N=3"),
+        ({"lags": (3, 5), "marks": (3, 4)}, r"input 'marks' has shape \(3, 4\), so T=4, but input 'lags' has T=5"),
+        ({"lda": (3, 2), "max_time": (3, 1)}, r"input 'max_time' must be 1-d \(N\)"),
+    ],
+)
 def test_bad_shapes_name_the_input(shapes, match):
     with pytest.raises(ShapeError, match=r"_contrib_hawkesll.*" + match):
         _symbol().infer_shape(**shapes)
@@ -177,12 +191,18 @@ def test_bad_dtypes_name_the_input():
         _symbol().infer_type(lda=np.float64, marks=np.bool_)
 
 
-@pytest.mark.parametrize(("change", "match"), [
-    ({"valid_length": np.array([5.0, 2.0])}, r"'valid_length' must be at most T=4.*got 5"),
-    ({"marks": np.array([[0, 1, 3, 0], [0, 0, 0, 0]], dtype=np.int32)}, r"'marks' must hold whole numbers in \[0, 3\)"),
-    ({"marks": np.array([[0, 1, 2, 0], [-1, 0, 0, 0]], dtype=np.int32)}, r"in \[0, 3\).*got -1"),
-    ({"marks": np.array([[0, 1, 2, 0.5], [0, 0, 0, 0]])}, r"got 0\.5"),
-])
+@pytest.mark.parametrize(
+    ("change", "match"),
+    [
+        ({"valid_length": np.array([5.0, 2.0])}, r"'valid_length' must be at most T=4.*got 5"),
+        (
+            {"marks": np.array([[0, 1, 3, 0], [0, 0, 0, 0]], dtype=np.int32)},
+            r"'marks' must hold whole numbers in \[0, 3\)",
+        ),
+        ({"marks": np.array([[0, 1, 2, 0], [-1, 0, 0, 0]], dtype=np.int32)}, r"in \[0, 3\).*got -1"),
+        ({"marks": np.array([[0, 1, 2, 0.5], [0, 0, 0, 0]])}, r"got 0\.5"),
+    ],
+)
 def test_bad_values_raise(change, match):
     with pytest.raises(ValueError, match=r"_contrib_hawkesll: input .*" + match):
         _run({**_data(7), **change})

@@ -21,8 +21,12 @@ def _run(sym, **arrays):
 def _grads(sym, heads, wrt, req="write", init=None, **arrays):
     names = sym.list_arguments()
     grads = {n: (np.zeros_like(arrays[n]) if init is None else init[n].copy()) for n in wrt}
-    exe = sym.bind(sg.cpu(), {n: arrays[n] for n in names}, args_grad=grads,
-                   grad_req={n: (req if n in wrt else "null") for n in names})
+    exe = sym.bind(
+        sg.cpu(),
+        {n: arrays[n] for n in names},
+        args_grad=grads,
+        grad_req={n: (req if n in wrt else "null") for n in names},
+    )
     exe.forward(is_train=True)
     exe.backward(heads)
     return grads
@@ -71,8 +75,9 @@ def test_boolean_mask_forward_backward_and_grad_req_add(axis, shape, dtype):
     want = _unmask_ref(g.astype(np.float64), MASK, shape, axis)
     np.testing.assert_array_equal(_grads(y, [g], ["x"], x=x, i=MASK)["x"], want)
     dirty = {"x": np.full(shape, 0.5, dtype)}
-    np.testing.assert_array_equal(_grads(y, [g], ["x"], req="add", init=dirty, x=x, i=MASK)["x"],
-                                  want.astype(dtype) + dirty["x"])
+    np.testing.assert_array_equal(
+        _grads(y, [g], ["x"], req="add", init=dirty, x=x, i=MASK)["x"], want.astype(dtype) + dirty["x"]
+    )
 
 
 def test_boolean_mask_bool_and_int_masks_and_an_empty_selection():
@@ -127,8 +132,7 @@ def test_gather_nd_mxnet_doc_examples():
     data = np.array([[0.0, 1], [2, 3]])
     np.testing.assert_array_equal(_run(S.gather_nd(X, I), x=data, i=np.array([[1, 1, 0], [0, 1, 0]]))[0], [2, 3, 0])
     data = np.arange(1.0, 9).reshape(2, 2, 2)
-    np.testing.assert_array_equal(_run(S.gather_nd(X, I), x=data, i=np.array([[0, 1], [1, 0]]))[0],
-                                  [[3, 4], [5, 6]])
+    np.testing.assert_array_equal(_run(S.gather_nd(X, I), x=data, i=np.array([[0, 1], [1, 0]]))[0], [[3, 4], [5, 6]])
     out = _run(S.scatter_nd(X, I, shape=(2, 2)), x=np.array([2.0, 3, 0]), i=np.array([[1, 1, 0], [0, 1, 0]]))[0]
     np.testing.assert_array_equal(out, [[0, 0], [2, 3]])
     out = _run(S._backward_gather_nd(X, I, shape=(2, 2)), x=np.array([2.0, 3, 0]), i=np.array([[1, 1, 0], [1, 1, 0]]))
@@ -157,13 +161,19 @@ def test_gather_nd_index_gets_no_gradient_and_any_index_dtype_works():
     np.testing.assert_array_equal(grads["i"], 0)
 
 
-@pytest.mark.parametrize(("sym", "shapes", "match"), [
-    (S.gather_nd(X, I), {"x": (2, 3), "i": (2,)}, r"gather_nd .*'indices' must have at least 2 dimensions"),
-    (S.gather_nd(X, I), {"x": (2, 3), "i": (3, 1)}, r"indexes 3 axes .* 'data' has only 2"),
-    (S.scatter_nd(X, I, shape=(2, 3)), {"x": (4,), "i": (2, 3)},
-     r"scatter_nd .*'data' has shape \(4,\), expected \(3,\)"),
-    (S.scatter_nd(X, I, shape=(2,)), {"x": (3,), "i": (2, 3)}, r"indexes 2 axes .* output shape \(2,\)"),
-])
+@pytest.mark.parametrize(
+    ("sym", "shapes", "match"),
+    [
+        (S.gather_nd(X, I), {"x": (2, 3), "i": (2,)}, r"gather_nd .*'indices' must have at least 2 dimensions"),
+        (S.gather_nd(X, I), {"x": (2, 3), "i": (3, 1)}, r"indexes 3 axes .* 'data' has only 2"),
+        (
+            S.scatter_nd(X, I, shape=(2, 3)),
+            {"x": (4,), "i": (2, 3)},
+            r"scatter_nd .*'data' has shape \(4,\), expected \(3,\)",
+        ),
+        (S.scatter_nd(X, I, shape=(2,)), {"x": (3,), "i": (2, 3)}, r"indexes 2 axes .* output shape \(2,\)"),
+    ],
+)
 def test_nd_shape_errors(sym, shapes, match):
     with pytest.raises(ShapeError, match=match):
         sym.infer_shape(**shapes)
@@ -199,12 +209,15 @@ def test_ravel_unravel_round_trip_and_aliases():
     assert S.unravel_index(X, shape=(7, 6)).infer_shape(x=(5,))[1] == [(2, 5)]
 
 
-@pytest.mark.parametrize(("make", "shapes", "exc", "match"), [
-    (lambda: S.ravel_multi_index(X), None, ParamError, "'shape' must not be empty"),
-    (lambda: S.ravel_multi_index(X, shape=(7, 6)), {"x": (3, 4)}, ShapeError, r"must have shape \(2, N\)"),
-    (lambda: S.unravel_index(X, shape=(7, 6)), {"x": (3, 4)}, ShapeError, "must be 1-d"),
-    (lambda: S.unravel_index(X, shape=(7, 0)), None, ParamError, "zero dimension"),
-])
+@pytest.mark.parametrize(
+    ("make", "shapes", "exc", "match"),
+    [
+        (lambda: S.ravel_multi_index(X), None, ParamError, "'shape' must not be empty"),
+        (lambda: S.ravel_multi_index(X, shape=(7, 6)), {"x": (3, 4)}, ShapeError, r"must have shape \(2, N\)"),
+        (lambda: S.unravel_index(X, shape=(7, 6)), {"x": (3, 4)}, ShapeError, "must be 1-d"),
+        (lambda: S.unravel_index(X, shape=(7, 0)), None, ParamError, "zero dimension"),
+    ],
+)
 def test_ravel_errors(make, shapes, exc, match):
     with pytest.raises(exc, match=match):
         make().infer_shape(**shapes)
@@ -215,20 +228,27 @@ def test_diag_mxnet_doc_examples():
     assert _run(S.diag(X), x=x)[0].tolist() == [1, 5]
     assert _run(S.diag(X, k=1), x=x)[0].tolist() == [2, 6]
     assert _run(S.diag(X, k=-1), x=x)[0].tolist() == [4]
-    assert _run(S.diag(X, k=1), x=np.array([1.0, 2, 3]))[0].tolist() == [[0, 1, 0, 0], [0, 0, 2, 0],
-                                                                         [0, 0, 0, 3], [0, 0, 0, 0]]
+    assert _run(S.diag(X, k=1), x=np.array([1.0, 2, 3]))[0].tolist() == [
+        [0, 1, 0, 0],
+        [0, 0, 2, 0],
+        [0, 0, 0, 3],
+        [0, 0, 0, 0],
+    ]
     x = np.arange(1.0, 9).reshape(2, 2, 2)
     assert _run(S.diag(X), x=x)[0].tolist() == [[1, 7], [2, 8]]
     assert _run(S.diag(X, axis1=-2, axis2=-1), x=x)[0].tolist() == [[1, 4], [5, 8]]
     assert _run(S.diag(X, k=-2), x=np.ones((2, 3)))[0].shape == (0,)  # an empty diagonal exists
 
 
-@pytest.mark.parametrize(("kwargs", "shape", "match"), [
-    ({"k": -3}, (2, 3), "diagonal k=-3 does not exist"),
-    ({"axis1": 1, "axis2": -1}, (2, 3), "same axis 1"),
-    ({"axis1": 2}, (2, 3), "'axis1'=2 is out of range"),
-    ({}, (), "at least 1-d"),
-])
+@pytest.mark.parametrize(
+    ("kwargs", "shape", "match"),
+    [
+        ({"k": -3}, (2, 3), "diagonal k=-3 does not exist"),
+        ({"axis1": 1, "axis2": -1}, (2, 3), "same axis 1"),
+        ({"axis1": 2}, (2, 3), "'axis1'=2 is out of range"),
+        ({}, (), "at least 1-d"),
+    ],
+)
 def test_diag_errors(kwargs, shape, match):
     with pytest.raises(ShapeError, match=match):
         S.diag(X, **kwargs).infer_shape(x=shape)
@@ -259,13 +279,16 @@ def test_split_v2_outputs_are_copies():
     assert x[0, 0] == 0.0
 
 
-@pytest.mark.parametrize(("kwargs", "shape", "exc", "match"), [
-    ({"indices": (0, 4)}, (2, 3), ShapeError, r"split 0 runs from 0 to 4"),
-    ({"indices": (0, 2, 1)}, (2, 3), ShapeError, r"split 1 runs from 2 to 1"),
-    ({"indices": (0, 1), "squeeze_axis": True}, (2, 3), ShapeError, "parts of length 1"),
-    ({"indices": ()}, (2, 3), ParamError, "give 'sections' > 0 or a non-empty 'indices'"),
-    ({"indices": (), "sections": -1}, (2, 3), ParamError, "'sections' must be >= 0"),
-])
+@pytest.mark.parametrize(
+    ("kwargs", "shape", "exc", "match"),
+    [
+        ({"indices": (0, 4)}, (2, 3), ShapeError, r"split 0 runs from 0 to 4"),
+        ({"indices": (0, 2, 1)}, (2, 3), ShapeError, r"split 1 runs from 2 to 1"),
+        ({"indices": (0, 1), "squeeze_axis": True}, (2, 3), ShapeError, "parts of length 1"),
+        ({"indices": ()}, (2, 3), ParamError, "give 'sections' > 0 or a non-empty 'indices'"),
+        ({"indices": (), "sections": -1}, (2, 3), ParamError, "'sections' must be >= 0"),
+    ],
+)
 def test_split_v2_errors(kwargs, shape, exc, match):
     with pytest.raises(exc, match=match):
         S._split_v2(X, axis=1, **kwargs).infer_shape(x=shape)
@@ -294,13 +317,16 @@ def test_histogram_float32_edges_and_range_in_float64():
     assert counts.tolist() == [1, 1] and edges.dtype == np.float32
 
 
-@pytest.mark.parametrize(("kwargs", "match"), [
-    ({"bin_cnt": 3}, "both 'bin_cnt' and 'range'"),
-    ({"range": (0, 1)}, "both 'bin_cnt' and 'range'"),
-    ({"bin_cnt": 0, "range": (0, 1)}, "'bin_cnt' must be positive"),
-    ({"bin_cnt": 2, "range": (1, 0)}, "low <= high"),
-    ({"bin_cnt": 2, "range": (0, 1, 2)}, "pair of numbers"),
-])
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"bin_cnt": 3}, "both 'bin_cnt' and 'range'"),
+        ({"range": (0, 1)}, "both 'bin_cnt' and 'range'"),
+        ({"bin_cnt": 0, "range": (0, 1)}, "'bin_cnt' must be positive"),
+        ({"bin_cnt": 2, "range": (1, 0)}, "low <= high"),
+        ({"bin_cnt": 2, "range": (0, 1, 2)}, "pair of numbers"),
+    ],
+)
 def test_histogram_param_errors(kwargs, match):
     with pytest.raises(ParamError, match=match):
         S._histogram(X, **kwargs)

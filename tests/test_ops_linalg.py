@@ -47,24 +47,30 @@ def test_documented_examples():
     (inv,) = _forward(S._linalg_potri(A), A=np.array([[2.0, 0.0], [0.5, 2.0]]))
     np.testing.assert_allclose(inv, [[0.265625, -0.0625], [-0.0625, 0.25]])
     q, l_ = _forward(S._linalg_gelqf(A), A=np.array([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]]))
-    np.testing.assert_allclose(q, [[-0.26726124, -0.53452248, -0.80178373], [0.87287156, 0.21821789, -0.43643578]],
-                               rtol=1e-7)
+    np.testing.assert_allclose(
+        q, [[-0.26726124, -0.53452248, -0.80178373], [0.87287156, 0.21821789, -0.43643578]], rtol=1e-7
+    )
     np.testing.assert_allclose(l_, [[-3.74165739, 0.0], [-8.55235974, 1.96396101]], rtol=1e-7)
     u, lam = _forward(S._linalg_syevd(A), A=np.array([[1.0, 2.0], [2.0, 5.0]]))
     np.testing.assert_allclose(u, [[0.92387953, -0.38268343], [0.38268343, 0.92387953]], rtol=1e-7)
     np.testing.assert_allclose(lam, [0.17157288, 5.82842712], rtol=1e-7)
     (d,) = _forward(S._linalg_det(A), A=np.array([[1.0, 4.0], [2.0, 3.0]]))
     np.testing.assert_allclose(d, [-5.0])
-    sign, logabs = _forward(S._linalg_slogdet(A), A=np.array([[[2.0, 3.0], [1.0, 4.0]], [[1.0, 2.0], [2.0, 4.0]],
-                                                               [[1.0, 2.0], [4.0, 3.0]]]))
+    sign, logabs = _forward(
+        S._linalg_slogdet(A), A=np.array([[[2.0, 3.0], [1.0, 4.0]], [[1.0, 2.0], [2.0, 4.0]], [[1.0, 2.0], [4.0, 3.0]]])
+    )
     np.testing.assert_allclose(sign, [1.0, 0.0, -1.0])
     np.testing.assert_allclose(logabs, [np.log(5.0), -np.inf, np.log(5.0)])
     (y,) = _forward(S._linalg_syrk(A, alpha=1.0, transpose=True), A=np.array([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]]))
     np.testing.assert_allclose(y, [[17.0, 22.0, 27.0], [22.0, 29.0, 36.0], [27.0, 36.0, 45.0]])
     (y,) = _forward(S._linalg_trmm(A, B, alpha=2.0), A=np.array([[1.0, 0.0], [1.0, 1.0]]), B=np.ones((2, 3)))
     np.testing.assert_allclose(y, [[2.0] * 3, [4.0] * 3])
-    (y,) = _forward(S._linalg_gemm(A, B, S.Variable("C"), transpose_b=True, alpha=2.0, beta=10.0),
-                    A=np.ones((2, 2)), B=np.ones((3, 2)), C=np.ones((2, 3)))
+    (y,) = _forward(
+        S._linalg_gemm(A, B, S.Variable("C"), transpose_b=True, alpha=2.0, beta=10.0),
+        A=np.ones((2, 2)),
+        B=np.ones((3, 2)),
+        C=np.ones((2, 3)),
+    )
     np.testing.assert_allclose(y, np.full((2, 3), 14.0))
 
 
@@ -144,8 +150,13 @@ def test_gelqf_factors_reconstruct_and_q_is_row_orthonormal():
 
 def test_extracttrian_packing_order_matches_mxnet():
     x = np.arange(16.0).reshape(4, 4)
-    cases = {(0, True): [0, 4, 5, 8, 9, 10, 12, 13, 14, 15], (0, False): [0, 1, 5, 2, 6, 10, 3, 7, 11, 15],
-             (1, True): [1, 2, 6, 3, 7, 11], (-1, True): [4, 8, 9, 12, 13, 14], (2, False): [2, 3, 7]}
+    cases = {
+        (0, True): [0, 4, 5, 8, 9, 10, 12, 13, 14, 15],
+        (0, False): [0, 1, 5, 2, 6, 10, 3, 7, 11, 15],
+        (1, True): [1, 2, 6, 3, 7, 11],
+        (-1, True): [4, 8, 9, 12, 13, 14],
+        (2, False): [2, 3, 7],
+    }
     for (offset, lower), want in cases.items():
         (got,) = _forward(S._linalg_extracttrian(A, offset=offset, lower=lower), A=x)
         np.testing.assert_array_equal(got, want)
@@ -167,9 +178,15 @@ def test_second_order_of_a_cholesky_log_likelihood():
     nll = S.sum(S.square(z)) * 0.5 + S._linalg_sumlogdiag(chol)
     (ga,) = sg.grad(nll, [A])
     phi = S.sum(ga * S.Variable("v"))
-    result = check_numeric_gradient(phi, {"A": _spd(rng), "x": rng.uniform(-1, 1, (3, 2)),
-                                          "v": rng.standard_normal((3, 3))},
-                                    grad_nodes=["A", "x"], dtype=np.float64, rtol=1e-5, atol=1e-7, progress=False)
+    result = check_numeric_gradient(
+        phi,
+        {"A": _spd(rng), "x": rng.uniform(-1, 1, (3, 2)), "v": rng.standard_normal((3, 3))},
+        grad_nodes=["A", "x"],
+        dtype=np.float64,
+        rtol=1e-5,
+        atol=1e-7,
+        progress=False,
+    )
     assert set(result) == {"A", "x"} and not result.excluded  # every element of both checked
 
 
@@ -177,12 +194,21 @@ def test_second_order_of_a_cholesky_log_likelihood():
 
 
 ALIASES = {
-    "_linalg_gemm": ["linalg_gemm"], "_linalg_potrf": ["linalg_potrf"], "_linalg_potri": ["linalg_potri"],
-    "_linalg_trmm": ["linalg_trmm"], "_linalg_trsm": ["linalg_trsm"], "_linalg_syrk": ["linalg_syrk"],
-    "_linalg_gelqf": ["linalg_gelqf"], "_linalg_syevd": [], "_linalg_sumlogdiag": ["linalg_sumlogdiag"],
-    "_linalg_extractdiag": ["linalg_extractdiag"], "_linalg_makediag": ["linalg_makediag"],
-    "_linalg_extracttrian": ["linalg_extracttrian"], "_linalg_maketrian": ["linalg_maketrian"],
-    "_linalg_inverse": ["linalg_inverse", "_npi_inv"], "_linalg_det": ["linalg_det", "_npi_det"],
+    "_linalg_gemm": ["linalg_gemm"],
+    "_linalg_potrf": ["linalg_potrf"],
+    "_linalg_potri": ["linalg_potri"],
+    "_linalg_trmm": ["linalg_trmm"],
+    "_linalg_trsm": ["linalg_trsm"],
+    "_linalg_syrk": ["linalg_syrk"],
+    "_linalg_gelqf": ["linalg_gelqf"],
+    "_linalg_syevd": [],
+    "_linalg_sumlogdiag": ["linalg_sumlogdiag"],
+    "_linalg_extractdiag": ["linalg_extractdiag"],
+    "_linalg_makediag": ["linalg_makediag"],
+    "_linalg_extracttrian": ["linalg_extracttrian"],
+    "_linalg_maketrian": ["linalg_maketrian"],
+    "_linalg_inverse": ["linalg_inverse", "_npi_inv"],
+    "_linalg_det": ["linalg_det", "_npi_det"],
     "_linalg_slogdet": ["linalg_slogdet", "_npi_slogdet"],
 }
 
@@ -194,7 +220,7 @@ def test_aliases_are_exactly_mxnets(name):
         assert get_op(alias) is op
     if not ALIASES[name]:  # MXNet 1.9.1 registers no linalg_syevd
         with pytest.raises(sg.ParamError, match="unknown operator"):
-            get_op("linalg_" + name[len("_linalg_"):])
+            get_op("linalg_" + name[len("_linalg_") :])
 
 
 def test_parameter_order_matches_mxnet():
@@ -218,11 +244,21 @@ def test_input_and_output_names():
 
 
 def test_loads_mxnet_json_with_alias_names_and_string_params():
-    graph = {"nodes": [{"op": "null", "name": "A", "inputs": []},
-                       {"op": "linalg_trsm", "name": "t", "attrs": {"rightside": "True", "alpha": "2.0"},
-                        "inputs": [[0, 0, 0], [0, 0, 0]]},
-                       {"op": "linalg_sumlogdiag", "name": "s", "inputs": [[1, 0, 0]]}],
-             "arg_nodes": [0], "heads": [[2, 0, 0]], "attrs": {"mxnet_version": ["int", 10901]}}
+    graph = {
+        "nodes": [
+            {"op": "null", "name": "A", "inputs": []},
+            {
+                "op": "linalg_trsm",
+                "name": "t",
+                "attrs": {"rightside": "True", "alpha": "2.0"},
+                "inputs": [[0, 0, 0], [0, 0, 0]],
+            },
+            {"op": "linalg_sumlogdiag", "name": "s", "inputs": [[1, 0, 0]]},
+        ],
+        "arg_nodes": [0],
+        "heads": [[2, 0, 0]],
+        "attrs": {"mxnet_version": ["int", 10901]},
+    }
     sym = S.load_json(json.dumps(graph))
     a = np.array([[2.0, 0.0], [1.0, 4.0]])
     (y,) = _forward(sym, A=a)
@@ -246,18 +282,24 @@ def test_shape_inference():
     assert S._linalg_gemm(A, B, S.Variable("C"), axis=0).infer_shape(A=(2, 3, 4), B=(4, 3, 5))[0][2] == (2, 3, 5)
 
 
-@pytest.mark.parametrize(("sym", "shapes", "match"), [
-    (lambda: S._linalg_potrf(A, name="p"), {"A": (2, 3)}, r"'p'.*'A'.*square"),
-    (lambda: S._linalg_inverse(A, name="i"), {"A": (3,)}, r"'i'.*'A'.*ndim >= 2"),
-    (lambda: S._linalg_trmm(A, B, name="t"), {"A": (3, 3), "B": (2, 2)}, r"'t'.*incompatible"),
-    (lambda: S._linalg_trsm(A, B, rightside=True, name="t"), {"A": (3, 3), "B": (3, 2)}, r"'t'.*rightside=True"),
-    (lambda: S._linalg_trsm(A, B, name="t"), {"A": (2, 3, 3), "B": (3, 3, 2)}, r"'t'.*last two axes"),
-    (lambda: S._linalg_gelqf(A, name="q"), {"A": (3, 2)}, r"'q'.*at most as many rows"),
-    (lambda: S._linalg_extracttrian(A, offset=3, name="e"), {"A": (3, 3)}, r"'e'.*offset=3"),
-    (lambda: S._linalg_maketrian(A, name="m"), {"A": (4,)}, r"'m'.*triangular number"),
-    (lambda: S._linalg_gemm(A, B, S.Variable("C"), name="g"), {"A": (2, 3), "B": (3, 4), "C": (2, 3)},
-     r"'g'.*'C'.*\(2, 4\)"),
-])
+@pytest.mark.parametrize(
+    ("sym", "shapes", "match"),
+    [
+        (lambda: S._linalg_potrf(A, name="p"), {"A": (2, 3)}, r"'p'.*'A'.*square"),
+        (lambda: S._linalg_inverse(A, name="i"), {"A": (3,)}, r"'i'.*'A'.*ndim >= 2"),
+        (lambda: S._linalg_trmm(A, B, name="t"), {"A": (3, 3), "B": (2, 2)}, r"'t'.*incompatible"),
+        (lambda: S._linalg_trsm(A, B, rightside=True, name="t"), {"A": (3, 3), "B": (3, 2)}, r"'t'.*rightside=True"),
+        (lambda: S._linalg_trsm(A, B, name="t"), {"A": (2, 3, 3), "B": (3, 3, 2)}, r"'t'.*last two axes"),
+        (lambda: S._linalg_gelqf(A, name="q"), {"A": (3, 2)}, r"'q'.*at most as many rows"),
+        (lambda: S._linalg_extracttrian(A, offset=3, name="e"), {"A": (3, 3)}, r"'e'.*offset=3"),
+        (lambda: S._linalg_maketrian(A, name="m"), {"A": (4,)}, r"'m'.*triangular number"),
+        (
+            lambda: S._linalg_gemm(A, B, S.Variable("C"), name="g"),
+            {"A": (2, 3), "B": (3, 4), "C": (2, 3)},
+            r"'g'.*'C'.*\(2, 4\)",
+        ),
+    ],
+)
 def test_bad_shapes_name_the_op_and_input(sym, shapes, match):
     with pytest.raises(sg.ShapeError, match=match):
         sym().infer_shape(**shapes)
@@ -271,11 +313,14 @@ def test_float16_and_integers_are_rejected_as_in_mxnet():
     assert S._linalg_slogdet(A).infer_type(A=np.float32)[1] == [np.float32, np.float32]
 
 
-@pytest.mark.parametrize(("sym", "value", "match"), [
-    (lambda: S._linalg_potrf(A), np.array([[1.0, 2.0], [2.0, 1.0]]), "_linalg_potrf.*positive-definite"),
-    (lambda: S._linalg_inverse(A), np.ones((2, 2)), "_linalg_inverse.*singular"),
-    (lambda: S._linalg_trsm(A, A), np.array([[1.0, 0.0], [1.0, 0.0]]), "_linalg_trsm.*singular"),
-])
+@pytest.mark.parametrize(
+    ("sym", "value", "match"),
+    [
+        (lambda: S._linalg_potrf(A), np.array([[1.0, 2.0], [2.0, 1.0]]), "_linalg_potrf.*positive-definite"),
+        (lambda: S._linalg_inverse(A), np.ones((2, 2)), "_linalg_inverse.*singular"),
+        (lambda: S._linalg_trsm(A, A), np.array([[1.0, 0.0], [1.0, 0.0]]), "_linalg_trsm.*singular"),
+    ],
+)
 def test_numerically_bad_input_is_a_clear_error(sym, value, match):
     with pytest.raises(ValueError, match=match):
         _forward(sym(), A=value)
@@ -285,7 +330,13 @@ def test_inputs_are_not_modified():
     rng = np.random.default_rng(6)
     a = _spd(rng) + np.triu(np.ones((3, 3)), 1)
     keep = a.copy()
-    for sym in (S._linalg_potrf(A), S._linalg_syevd(A), S._linalg_gelqf(A), S._linalg_potri(A),
-                S._linalg_slogdet(A), S._linalg_extracttrian(A)):
+    for sym in (
+        S._linalg_potrf(A),
+        S._linalg_syevd(A),
+        S._linalg_gelqf(A),
+        S._linalg_potri(A),
+        S._linalg_slogdet(A),
+        S._linalg_extracttrian(A),
+    ):
         _run(sym, {"A": a}, [np.ones(s) for s in sym.infer_shape(A=a.shape)[1]])
         np.testing.assert_array_equal(a, keep)

@@ -12,9 +12,13 @@ from symgrad.test_utils import check_symbolic_backward, check_symbolic_forward
 S = sg.sym
 
 
-@pytest.mark.parametrize(("op", "ref"), [("_contrib_round_ste", lambda x: np.where(x >= 0, np.floor(x + 0.5),
-                                                                                     np.ceil(x - 0.5))),
-                                          ("_contrib_sign_ste", np.sign)])
+@pytest.mark.parametrize(
+    ("op", "ref"),
+    [
+        ("_contrib_round_ste", lambda x: np.where(x >= 0, np.floor(x + 0.5), np.ceil(x - 0.5))),
+        ("_contrib_sign_ste", np.sign),
+    ],
+)
 def test_straight_through_estimators_pass_the_head_gradient(op, ref):
     x = np.array([[-1.5, -0.4, 0.0], [0.5, 1.49, 2.5]])
     head = np.array([[1.0, -2.0, 3.0], [0.25, 5.0, -1.0]])
@@ -28,8 +32,9 @@ def test_gradientmultiplier_scales_the_gradient_only():
     x = np.array([1.0, -2.0, 3.0])
     sym = S._contrib_gradientmultiplier(S.Variable("x"), scalar=-0.5)
     check_symbolic_forward(sym, {"x": x}, [x], dtype=np.float64)
-    grads = check_symbolic_backward(sym, {"x": x}, [np.array([2.0, 4.0, -6.0])], {"x": np.array([-1.0, -2.0, 3.0])},
-                                    dtype=np.float64)
+    grads = check_symbolic_backward(
+        sym, {"x": x}, [np.array([2.0, 4.0, -6.0])], {"x": np.array([-1.0, -2.0, 3.0])}, dtype=np.float64
+    )
     np.testing.assert_array_equal(grads["x"], [-1.0, -2.0, 3.0])
 
 
@@ -42,8 +47,9 @@ def test_amp_cast_casts_float16_and_float32_and_casts_the_gradient_back():
     assert exe.grad_dict["x"].dtype == np.float32
     np.testing.assert_array_equal(exe.grad_dict["x"], [1.0, -3.0])
     for dtype in (np.float64, np.int32):  # MXNet's AMP leaves every other dtype alone
-        exe = S.amp_cast(S.Variable("i"), dtype="float16").simple_bind(sg.cpu(), i=(2,), type_dict={"i": dtype},
-                                                                       grad_req="null")
+        exe = S.amp_cast(S.Variable("i"), dtype="float16").simple_bind(
+            sg.cpu(), i=(2,), type_dict={"i": dtype}, grad_req="null"
+        )
         assert exe.forward(i=np.array([1, 2], dtype))[0].dtype == dtype
 
 
@@ -52,10 +58,22 @@ def test_amp_multicast_to_float32_or_narrow_to_float16(narrow, want):
     a, b, c, d = (S.Variable(n) for n in "abcd")
     sym = S.amp_multicast(a, b, c, d, num_outputs=4, cast_narrow=narrow)
     types = {"a": np.float16, "b": np.float32, "c": np.int32, "d": np.float64}
-    exe = sym.simple_bind(sg.cpu(), a=(2,), b=(2,), c=(2,), d=(2,), type_dict=types,
-                          grad_req={"a": "write", "b": "write", "c": "null", "d": "write"})
-    outs = exe.forward(is_train=True, a=np.ones(2, np.float16), b=np.full(2, 2.0, np.float32),
-                       c=np.array([1, 2], np.int32), d=np.zeros(2))
+    exe = sym.simple_bind(
+        sg.cpu(),
+        a=(2,),
+        b=(2,),
+        c=(2,),
+        d=(2,),
+        type_dict=types,
+        grad_req={"a": "write", "b": "write", "c": "null", "d": "write"},
+    )
+    outs = exe.forward(
+        is_train=True,
+        a=np.ones(2, np.float16),
+        b=np.full(2, 2.0, np.float32),
+        c=np.array([1, 2], np.int32),
+        d=np.zeros(2),
+    )
     assert [o.dtype for o in outs] == [want, want, np.int32, np.float64]
     exe.backward([np.ones(2, want), np.full(2, 3.0, want), np.zeros(2, np.int32), np.ones(2)])
     assert exe.grad_dict["a"].dtype == np.float16 and exe.grad_dict["b"].dtype == np.float32

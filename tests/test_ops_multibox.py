@@ -26,8 +26,16 @@ def _iou(a, b):
     return 0.0 if union == 0 else w * h / union
 
 
-def ref_target(anchor, label, cls_pred, overlap_threshold=0.5, ignore_label=-1.0, negative_mining_ratio=-1.0,
-               negative_mining_thresh=0.5, variances=(0.1, 0.1, 0.2, 0.2)):
+def ref_target(
+    anchor,
+    label,
+    cls_pred,
+    overlap_threshold=0.5,
+    ignore_label=-1.0,
+    negative_mining_ratio=-1.0,
+    negative_mining_thresh=0.5,
+    variances=(0.1, 0.1, 0.2, 0.2),
+):
     variances = _f32(*variances)
     overlap_threshold, negative_mining_thresh = _f32(overlap_threshold, negative_mining_thresh)
     anchors = anchor[0]
@@ -89,9 +97,12 @@ def ref_target(anchor, label, cls_pred, overlap_threshold=0.5, ignore_label=-1.0
             if state[j] == "pos":
                 g, a = gts[matched[j]][1:5], anchors[j]
                 aw, ah, gw, gh = a[2] - a[0], a[3] - a[1], g[2] - g[0], g[3] - g[1]
-                loc[b, j] = [((g[0] + g[2]) - (a[0] + a[2])) / 2 / aw / variances[0],
-                             ((g[1] + g[3]) - (a[1] + a[3])) / 2 / ah / variances[1],
-                             np.log(gw / aw) / variances[2], np.log(gh / ah) / variances[3]]
+                loc[b, j] = [
+                    ((g[0] + g[2]) - (a[0] + a[2])) / 2 / aw / variances[0],
+                    ((g[1] + g[3]) - (a[1] + a[3])) / 2 / ah / variances[1],
+                    np.log(gw / aw) / variances[2],
+                    np.log(gh / ah) / variances[3],
+                ]
                 mask[b, j] = 1
                 cls[b, j] = gts[matched[j]][0] + 1
             elif state[j] == "neg":
@@ -99,8 +110,17 @@ def ref_target(anchor, label, cls_pred, overlap_threshold=0.5, ignore_label=-1.0
     return loc.reshape(batch, -1), mask.reshape(batch, -1), cls
 
 
-def ref_detection(cls_prob, loc_pred, anchor, clip=True, threshold=0.01, nms_threshold=0.5, force_suppress=False,
-                  variances=(0.1, 0.1, 0.2, 0.2), nms_topk=-1):
+def ref_detection(
+    cls_prob,
+    loc_pred,
+    anchor,
+    clip=True,
+    threshold=0.01,
+    nms_threshold=0.5,
+    force_suppress=False,
+    variances=(0.1, 0.1, 0.2, 0.2),
+    nms_topk=-1,
+):
     variances = _f32(*variances)
     threshold, nms_threshold = _f32(threshold, nms_threshold)
     batch, _, n = cls_prob.shape
@@ -112,24 +132,28 @@ def ref_detection(cls_prob, loc_pred, anchor, clip=True, threshold=0.01, nms_thr
             k = int(np.argmax(probs))
             if probs[k] < threshold:
                 continue
-            a, p = anchor[0, i], loc_pred[b, 4 * i:4 * i + 4]
+            a, p = anchor[0, i], loc_pred[b, 4 * i : 4 * i + 4]
             aw, ah = a[2] - a[0], a[3] - a[1]
             cx, cy = p[0] * variances[0] * aw + (a[0] + a[2]) / 2, p[1] * variances[1] * ah + (a[1] + a[3]) / 2
             hw, hh = np.exp(p[2] * variances[2]) * aw / 2, np.exp(p[3] * variances[3]) * ah / 2
             box = np.array([cx - hw, cy - hh, cx + hw, cy + hh])
             rows.append([k, probs[k], *(np.clip(box, 0, 1) if clip else box)])
         rows = np.array(rows).reshape(-1, 6)
-        out[b, :len(rows)] = rows
+        out[b, : len(rows)] = rows
         if not len(rows) or not 0 < nms_threshold <= 1:
             continue
         order = sorted(range(len(rows)), key=lambda i: -rows[i][1])
         keep = len(rows) if not 0 < nms_topk < len(rows) else nms_topk
-        out[b, keep:len(rows), 0] = -1  # dropped by nms_topk: only the class is reset
+        out[b, keep : len(rows), 0] = -1  # dropped by nms_topk: only the class is reset
         out[b, :keep] = rows[order[:keep]]
         for i in range(keep):
             for j in range(i + 1, keep):
-                if out[b, i, 0] >= 0 and out[b, j, 0] >= 0 and (force_suppress or out[b, i, 0] == out[b, j, 0]) \
-                        and _iou(out[b, i, 2:], out[b, j, 2:]) >= nms_threshold:
+                if (
+                    out[b, i, 0] >= 0
+                    and out[b, j, 0] >= 0
+                    and (force_suppress or out[b, i, 0] == out[b, j, 0])
+                    and _iou(out[b, i, 2:], out[b, j, 2:]) >= nms_threshold
+                ):
                     out[b, j, 0] = -1
     return out
 
@@ -144,21 +168,41 @@ def _detection(**params):
 
 # -- MultiBoxTarget ---------------------------------------------------------------------------------------------
 
-_ANCHOR = np.array([[[0.0, 0.0, 0.5, 0.5], [0.4, 0.4, 1.0, 1.0], [0.1, 0.1, 0.45, 0.55], [0.6, 0.0, 1.0, 0.3],
-                     [0.0, 0.7, 0.3, 1.0], [0.45, 0.35, 0.95, 0.9]]])
-_LABEL = np.array([[[2, 0.05, 0.0, 0.5, 0.5], [0, 0.5, 0.4, 1.0, 0.95], [-1, -1, -1, -1, -1]],
-                   [[1, 0.62, 0.02, 0.98, 0.33], [-1, -1, -1, -1, -1], [-1, -1, -1, -1, -1]]])
+_ANCHOR = np.array(
+    [
+        [
+            [0.0, 0.0, 0.5, 0.5],
+            [0.4, 0.4, 1.0, 1.0],
+            [0.1, 0.1, 0.45, 0.55],
+            [0.6, 0.0, 1.0, 0.3],
+            [0.0, 0.7, 0.3, 1.0],
+            [0.45, 0.35, 0.95, 0.9],
+        ]
+    ]
+)
+_LABEL = np.array(
+    [
+        [[2, 0.05, 0.0, 0.5, 0.5], [0, 0.5, 0.4, 1.0, 0.95], [-1, -1, -1, -1, -1]],
+        [[1, 0.62, 0.02, 0.98, 0.33], [-1, -1, -1, -1, -1], [-1, -1, -1, -1, -1]],
+    ]
+)
 _PRED = np.random.default_rng(0).standard_normal((2, 3, 6))
 
 
-@pytest.mark.parametrize("params", [{}, dict(overlap_threshold=0.3, ignore_label=-3.0),
-                                    dict(negative_mining_ratio=1.0, negative_mining_thresh=0.2),
-                                    dict(overlap_threshold=0.0, negative_mining_ratio=1.5, negative_mining_thresh=0.6),
-                                    dict(variances=(0.5, 0.25, 1.0, 2.0))], ids=str)
+@pytest.mark.parametrize(
+    "params",
+    [
+        {},
+        dict(overlap_threshold=0.3, ignore_label=-3.0),
+        dict(negative_mining_ratio=1.0, negative_mining_thresh=0.2),
+        dict(overlap_threshold=0.0, negative_mining_ratio=1.5, negative_mining_thresh=0.6),
+        dict(variances=(0.5, 0.25, 1.0, 2.0)),
+    ],
+    ids=str,
+)
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
 def test_multibox_target_against_reference(params, dtype):
-    got = _target(**params).eval(anchor=_ANCHOR.astype(dtype), label=_LABEL.astype(dtype),
-                                 cls_pred=_PRED.astype(dtype))
+    got = _target(**params).eval(anchor=_ANCHOR.astype(dtype), label=_LABEL.astype(dtype), cls_pred=_PRED.astype(dtype))
     want = ref_target(_ANCHOR, _LABEL, _PRED, **params)
     tol = dict(rtol=1e-12, atol=1e-12) if dtype == np.float64 else dict(rtol=1e-5, atol=1e-5)
     for g, w in zip(got, want):
@@ -212,8 +256,9 @@ def test_multibox_target_keeps_inputs_and_float16():
     _target(negative_mining_ratio=1).eval(**args)
     for k, v in args.items():
         np.testing.assert_array_equal(v, {"anchor": _ANCHOR, "label": _LABEL, "cls_pred": _PRED}[k])
-    got = _target().eval(anchor=_ANCHOR.astype(np.float16), label=_LABEL.astype(np.float16),
-                         cls_pred=_PRED.astype(np.float16))
+    got = _target().eval(
+        anchor=_ANCHOR.astype(np.float16), label=_LABEL.astype(np.float16), cls_pred=_PRED.astype(np.float16)
+    )
     assert [g.dtype for g in got] == [np.float16] * 3
     np.testing.assert_array_equal(got[2], ref_target(_ANCHOR, _LABEL, _PRED)[2])
 
@@ -231,18 +276,29 @@ def _det_inputs(seed, batch=2, classes=3, n=8):
     return prob, rng.normal(0, 1.0, (batch, 4 * n)), anchor
 
 
-@pytest.mark.parametrize("params", [{}, dict(force_suppress=True, nms_threshold=0.2), dict(nms_topk=3, threshold=0.3),
-                                    dict(clip=False, nms_threshold=0.3), dict(nms_threshold=0.0),
-                                    dict(variances=(0.3, 0.2, 0.5, 0.4), threshold=0.5)], ids=str)
+@pytest.mark.parametrize(
+    "params",
+    [
+        {},
+        dict(force_suppress=True, nms_threshold=0.2),
+        dict(nms_topk=3, threshold=0.3),
+        dict(clip=False, nms_threshold=0.3),
+        dict(nms_threshold=0.0),
+        dict(variances=(0.3, 0.2, 0.5, 0.4), threshold=0.5),
+    ],
+    ids=str,
+)
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
 def test_multibox_detection_against_reference(params, dtype):
     prob, loc, anchor = _det_inputs(1)
-    (got,) = _detection(**params).eval(cls_prob=prob.astype(dtype), loc_pred=loc.astype(dtype),
-                                       anchor=anchor.astype(dtype))
+    (got,) = _detection(**params).eval(
+        cls_prob=prob.astype(dtype), loc_pred=loc.astype(dtype), anchor=anchor.astype(dtype)
+    )
     assert got.dtype == dtype and got.shape == (2, 8, 6)
     want = ref_detection(prob, loc, anchor, **params)
-    np.testing.assert_allclose(got, want, **(dict(rtol=1e-12, atol=1e-12) if dtype == np.float64
-                                             else dict(rtol=1e-5, atol=1e-6)))
+    np.testing.assert_allclose(
+        got, want, **(dict(rtol=1e-12, atol=1e-12) if dtype == np.float64 else dict(rtol=1e-5, atol=1e-6))
+    )
 
 
 def test_multibox_detection_by_hand():
@@ -252,17 +308,30 @@ def test_multibox_detection_by_hand():
     prob = np.array([[[0.2, 0.1, 0.3, 0.5], [0.6, 0.7, 0.2, 0.3], [0.2, 0.2, 0.5, 0.2]]])
     loc = np.zeros((1, 16))  # boxes are the anchors
     (out,) = _detection().eval(cls_prob=prob, loc_pred=loc, anchor=anchor)
-    np.testing.assert_allclose(out[0], [[0, 0.7, 0.0, 0.0, 0.5, 0.6],
-                                        [-1, 0.6, 0.0, 0.0, 0.5, 0.5],  # suppressed: IoU 0.25 / 0.3 >= 0.5
-                                        [1, 0.5, 0.5, 0.5, 1.0, 1.0],
-                                        [0, 0.3, 0.0, 0.5, 0.5, 1.0]])
+    np.testing.assert_allclose(
+        out[0],
+        [
+            [0, 0.7, 0.0, 0.0, 0.5, 0.6],
+            [-1, 0.6, 0.0, 0.0, 0.5, 0.5],  # suppressed: IoU 0.25 / 0.3 >= 0.5
+            [1, 0.5, 0.5, 0.5, 1.0, 1.0],
+            [0, 0.3, 0.0, 0.5, 0.5, 1.0],
+        ],
+    )
     (out,) = _detection(threshold=0.45, nms_threshold=0.9).eval(cls_prob=prob, loc_pred=loc, anchor=anchor)
-    np.testing.assert_allclose(out[0], [[0, 0.7, 0.0, 0.0, 0.5, 0.6], [0, 0.6, 0.0, 0.0, 0.5, 0.5],
-                                        [1, 0.5, 0.5, 0.5, 1.0, 1.0], [-1] * 6])
+    np.testing.assert_allclose(
+        out[0], [[0, 0.7, 0.0, 0.0, 0.5, 0.6], [0, 0.6, 0.0, 0.0, 0.5, 0.5], [1, 0.5, 0.5, 0.5, 1.0, 1.0], [-1] * 6]
+    )
     # nms_topk=1: the rows after the first keep their pre-sorting contents, only their class becomes -1
     (out,) = _detection(nms_topk=1).eval(cls_prob=prob, loc_pred=loc, anchor=anchor)
-    np.testing.assert_allclose(out[0], [[0, 0.7, 0.0, 0.0, 0.5, 0.6], [-1, 0.7, 0.0, 0.0, 0.5, 0.6],
-                                        [-1, 0.5, 0.5, 0.5, 1.0, 1.0], [-1, 0.3, 0.0, 0.5, 0.5, 1.0]])
+    np.testing.assert_allclose(
+        out[0],
+        [
+            [0, 0.7, 0.0, 0.0, 0.5, 0.6],
+            [-1, 0.7, 0.0, 0.0, 0.5, 0.6],
+            [-1, 0.5, 0.5, 0.5, 1.0, 1.0],
+            [-1, 0.3, 0.0, 0.5, 0.5, 1.0],
+        ],
+    )
 
 
 def test_multibox_detection_equal_scores_keep_anchor_order_and_one_class_is_all_background():
@@ -278,26 +347,32 @@ def test_multibox_detection_equal_scores_keep_anchor_order_and_one_class_is_all_
 # -- bad input and gradients -----------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("shapes", "name"), [
-    (dict(anchor=(2, 6, 4), label=(2, 3, 5), cls_pred=(2, 3, 6)), "'anchor'"),
-    (dict(anchor=(1, 6, 3), label=(2, 3, 5), cls_pred=(2, 3, 6)), "'anchor'"),
-    (dict(anchor=(1, 6, 4), label=(2, 3, 4), cls_pred=(2, 3, 6)), "'label'"),
-    (dict(anchor=(1, 6, 4), label=(2, 3), cls_pred=(2, 3, 6)), "'label'"),
-    (dict(anchor=(1, 6, 4), label=(2, 3, 5), cls_pred=(2, 3, 5)), "'cls_pred'"),
-    (dict(anchor=(1, 6, 4), label=(2, 3, 5), cls_pred=(1, 3, 6)), "'cls_pred'"),
-])
+@pytest.mark.parametrize(
+    ("shapes", "name"),
+    [
+        (dict(anchor=(2, 6, 4), label=(2, 3, 5), cls_pred=(2, 3, 6)), "'anchor'"),
+        (dict(anchor=(1, 6, 3), label=(2, 3, 5), cls_pred=(2, 3, 6)), "'anchor'"),
+        (dict(anchor=(1, 6, 4), label=(2, 3, 4), cls_pred=(2, 3, 6)), "'label'"),
+        (dict(anchor=(1, 6, 4), label=(2, 3), cls_pred=(2, 3, 6)), "'label'"),
+        (dict(anchor=(1, 6, 4), label=(2, 3, 5), cls_pred=(2, 3, 5)), "'cls_pred'"),
+        (dict(anchor=(1, 6, 4), label=(2, 3, 5), cls_pred=(1, 3, 6)), "'cls_pred'"),
+    ],
+)
 def test_multibox_target_bad_shapes(shapes, name):
     with pytest.raises(ShapeError, match=name):
         _target().infer_shape(**shapes)
 
 
-@pytest.mark.parametrize(("shapes", "name"), [
-    (dict(cls_prob=(2, 3, 6), loc_pred=(2, 24), anchor=(1, 5, 4)), "'cls_prob'"),
-    (dict(cls_prob=(2, 3, 6), loc_pred=(2, 20), anchor=(1, 6, 4)), "'loc_pred'"),
-    (dict(cls_prob=(2, 3, 6), loc_pred=(1, 24), anchor=(1, 6, 4)), "'loc_pred'"),
-    (dict(cls_prob=(2, 3, 6), loc_pred=(2, 24), anchor=(6, 4)), "'anchor'"),
-    (dict(cls_prob=(2, 3, 6), loc_pred=(2, 24), anchor=(1, 6, 5)), "'anchor'"),
-])
+@pytest.mark.parametrize(
+    ("shapes", "name"),
+    [
+        (dict(cls_prob=(2, 3, 6), loc_pred=(2, 24), anchor=(1, 5, 4)), "'cls_prob'"),
+        (dict(cls_prob=(2, 3, 6), loc_pred=(2, 20), anchor=(1, 6, 4)), "'loc_pred'"),
+        (dict(cls_prob=(2, 3, 6), loc_pred=(1, 24), anchor=(1, 6, 4)), "'loc_pred'"),
+        (dict(cls_prob=(2, 3, 6), loc_pred=(2, 24), anchor=(6, 4)), "'anchor'"),
+        (dict(cls_prob=(2, 3, 6), loc_pred=(2, 24), anchor=(1, 6, 5)), "'anchor'"),
+    ],
+)
 def test_multibox_detection_bad_shapes(shapes, name):
     with pytest.raises(ShapeError, match=name):
         _detection().infer_shape(**shapes)
@@ -323,7 +398,8 @@ def test_multibox_target_bad_label_values():
     # a box covering everything: one positive (bipartite), 3 negatives wanted, none below IoU 0.01
     with pytest.raises(SymgradError, match="negative mining wants 3 negatives but only 0"):
         _target(overlap_threshold=0.9, negative_mining_ratio=3, negative_mining_thresh=0.01).eval(
-            anchor=_ANCHOR, label=np.array([[[0, 0.0, 0.0, 1.0, 1.0]]]), cls_pred=np.zeros((1, 2, 6)))
+            anchor=_ANCHOR, label=np.array([[[0, 0.0, 0.0, 1.0, 1.0]]]), cls_pred=np.zeros((1, 2, 6))
+        )
 
 
 def test_multibox_target_gradient_is_refused_except_for_cls_pred():

@@ -17,8 +17,7 @@ def _run(sym, args, heads=None, is_train=True, aux=None, grad_names=None):
     """Bind, forward, backward; returns (outputs, gradients by name, executor)."""
     grad_names = [n for n in sym.list_arguments() if n in args] if grad_names is None else grad_names
     grads = {n: np.zeros_like(args[n]) for n in grad_names}
-    exe = sym.bind(sg.cpu(), dict(args), args_grad=grads, grad_req={n: "write" for n in grad_names},
-                   aux_states=aux)
+    exe = sym.bind(sg.cpu(), dict(args), args_grad=grads, grad_req={n: "write" for n in grad_names}, aux_states=aux)
     outs = [o.copy() for o in exe.forward(is_train=is_train)]
     exe.backward(heads)
     return outs, grads, exe
@@ -82,8 +81,7 @@ def test_dropout_axes_share_the_mask_along_those_axes():
 def test_dropout_mode_always_drops_in_inference_too():
     np.random.seed(5)
     x = np.ones((20, 20), np.float32)
-    (y,), g, _ = _run(S.Dropout(S.Variable("x"), p=0.25, mode="always"), {"x": x}, [np.ones_like(x)],
-                      is_train=False)
+    (y,), g, _ = _run(S.Dropout(S.Variable("x"), p=0.25, mode="always"), {"x": x}, [np.ones_like(x)], is_train=False)
     assert y.dtype == np.float32
     assert set(np.unique(y)) == {0.0, np.float32(1 / 0.75)}
     np.testing.assert_array_equal(g["x"], y)  # head gradient of ones times the mask
@@ -172,8 +170,9 @@ def test_batchnorm_training_updates_moving_stats_in_forward_with_biased_variance
     exe.forward(is_train=True)
     x = args["x"]
     np.testing.assert_allclose(exe.aux_dict["bn_moving_mean"], 0.7 * aux["bn_moving_mean"] + 0.3 * x.mean((0, 2)))
-    np.testing.assert_allclose(exe.aux_dict["bn_moving_var"],
-                               0.7 * aux["bn_moving_var"] + 0.3 * x.var((0, 2)))  # ddof=0
+    np.testing.assert_allclose(
+        exe.aux_dict["bn_moving_var"], 0.7 * aux["bn_moving_var"] + 0.3 * x.var((0, 2))
+    )  # ddof=0
 
 
 def test_batchnorm_global_stats_never_updates_and_uses_moving_stats():
@@ -232,9 +231,19 @@ def test_batchnorm_bad_input():
 
 
 def test_batchnorm_accepts_every_mxnet_parameter():
-    sym = S.BatchNorm(S.Variable("x"), eps="1e-5", momentum="0.99", fix_gamma="False", use_global_stats="False",
-                      output_mean_var="False", axis="-1", cudnn_off="True", min_calib_range="-2.0",
-                      max_calib_range=2.0, name="bn")
+    sym = S.BatchNorm(
+        S.Variable("x"),
+        eps="1e-5",
+        momentum="0.99",
+        fix_gamma="False",
+        use_global_stats="False",
+        output_mean_var="False",
+        axis="-1",
+        cudnn_off="True",
+        min_calib_range="-2.0",
+        max_calib_range=2.0,
+        name="bn",
+    )
     assert sym.list_auxiliary_states() == ["bn_moving_mean", "bn_moving_var"]
     assert sym.infer_shape(x=(2, 3, 5))[0] == [(2, 3, 5), (5,), (5,)]
 
@@ -309,8 +318,10 @@ def test_embedding_types_shapes_and_bad_parameters():
     assert sym.infer_shape(d=(2, 5))[0:2] == ([(2, 5), (10, 4)], [(2, 5, 4)])
     arg_t, out_t, _ = sym.infer_type(d=np.int64)
     assert [np.dtype(t) for t in arg_t] == [np.int64, np.float32] and np.dtype(out_t[0]) == np.float32
-    assert np.dtype(S.Embedding(S.Variable("d"), input_dim=2, output_dim=2, dtype="float16")
-                    .infer_type(d=np.int32)[1][0]) == np.float16
+    assert (
+        np.dtype(S.Embedding(S.Variable("d"), input_dim=2, output_dim=2, dtype="float16").infer_type(d=np.int32)[1][0])
+        == np.float16
+    )
     with pytest.raises(sg.ShapeError, match=r"Embedding 'emb'.*'weight'.*\(10, 4\)"):
         sym.infer_shape(d=(2,), emb_weight=(4, 10))
     with pytest.raises(sg.ParamError, match=r"Embedding 'e2'.*sparse_grad"):
@@ -339,8 +350,12 @@ def test_softmax_length_input_shape_and_fully_masked_rows():
     sym = S.log_softmax(S.Variable("x"), S.Variable("n"), axis=1, use_length=True, name="ls")
     assert sym.list_arguments() == ["x", "n"]
     assert sym.infer_shape(x=(2, 5, 3))[0] == [(2, 5, 3), (2, 3)]
-    (y,), g, _ = _run(S.softmax(S.Variable("x"), S.Variable("n"), use_length=True),
-                      {"x": np.ones((2, 3)), "n": np.array([0, 3])}, [np.ones((2, 3))], grad_names=["x"])
+    (y,), g, _ = _run(
+        S.softmax(S.Variable("x"), S.Variable("n"), use_length=True),
+        {"x": np.ones((2, 3)), "n": np.array([0, 3])},
+        [np.ones((2, 3))],
+        grad_names=["x"],
+    )
     np.testing.assert_allclose(y, [[0, 0, 0], [1 / 3] * 3])
     np.testing.assert_allclose(g["x"], 0, atol=1e-15)
 

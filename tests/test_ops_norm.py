@@ -47,9 +47,9 @@ def test_lrn_hidden_tmp_norm_output():
     op = get_op("LRN")
     assert op.list_output_names(op.parse_params({"nsize": 3}, "t"), visible_only=False) == ["output", "tmp_norm"]
     y, norm = op.forward(np, x, alpha=0.3, beta=0.75, knorm=1.0, nsize=3)
-    np.testing.assert_allclose(y, x * norm ** -0.75, rtol=1e-12)
+    np.testing.assert_allclose(y, x * norm**-0.75, rtol=1e-12)
     # alpha is divided by nsize; channel 0 sees channels 0-1, channel 2 sees 1-2
-    sq = x ** 2
+    sq = x**2
     want = 1.0 + 0.1 * np.stack([sq[:, 0] + sq[:, 1], sq.sum(axis=1), sq[:, 1] + sq[:, 2]], axis=1)
     np.testing.assert_allclose(norm, want, rtol=1e-12)
 

@@ -93,17 +93,26 @@ def test_parameter_and_input_names_follow_mxnet():
     assert S._sample_normal(mu, sigma).list_arguments() == ["mu", "sigma"]
     assert S._sample_generalized_negative_binomial(name="g").list_arguments() == ["g_mu", "g_alpha"]
     assert S._sample_multinomial(S.Variable("p"), get_prob=True).list_outputs() == [
-        "_sample_multinomial0_output0", "_sample_multinomial0_output1"]
+        "_sample_multinomial0_output0",
+        "_sample_multinomial0_output1",
+    ]
 
 
 # -- shapes and dtypes ------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("op, params", [
-    ("_random_uniform", {}), ("_random_normal", {}), ("_random_gamma", {"alpha": 2.0}),
-    ("_random_exponential", {"lam": 2.0}), ("_random_poisson", {"lam": 3.0}),
-    ("_random_negative_binomial", {"k": 3, "p": 0.5}), ("_random_generalized_negative_binomial", {"mu": 2.0}),
-])
+@pytest.mark.parametrize(
+    "op, params",
+    [
+        ("_random_uniform", {}),
+        ("_random_normal", {}),
+        ("_random_gamma", {"alpha": 2.0}),
+        ("_random_exponential", {"lam": 2.0}),
+        ("_random_poisson", {"lam": 3.0}),
+        ("_random_negative_binomial", {"k": 3, "p": 0.5}),
+        ("_random_generalized_negative_binomial", {"mu": 2.0}),
+    ],
+)
 def test_random_ops_shape_and_dtype(op, params):
     sym = getattr(S, op)(shape=(2, 3), **params)
     (out,) = run(sym)
@@ -115,8 +124,15 @@ def test_random_ops_shape_and_dtype(op, params):
 
 def test_like_ops_take_shape_and_dtype_of_data():
     x = S.Variable("x")
-    for dist in ("uniform", "normal", "gamma", "exponential", "poisson", "negative_binomial",
-                 "generalized_negative_binomial"):
+    for dist in (
+        "uniform",
+        "normal",
+        "gamma",
+        "exponential",
+        "poisson",
+        "negative_binomial",
+        "generalized_negative_binomial",
+    ):
         (out,) = run(getattr(S, f"_random_{dist}_like")(x), x=np.zeros((3, 2), np.float64))
         assert out.shape == (3, 2) and out.dtype == np.float64, dist
 
@@ -170,25 +186,28 @@ def test_unique_zipfian_draws_distinct_classes():
 # -- parameter validation --------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("make, what", [
-    (lambda: S._random_normal(scale=0.0, shape=(2,)), "scale"),
-    (lambda: S._random_uniform(low=2.0, high=1.0, shape=(2,)), "high"),
-    (lambda: S._random_gamma(alpha=-1.0, shape=(2,)), "alpha"),
-    (lambda: S._random_exponential(lam=0.0, shape=(2,)), "lam"),
-    (lambda: S._random_poisson(lam=-0.5, shape=(2,)), "lam"),
-    (lambda: S._random_negative_binomial(k=2, p=1.5, shape=(2,)), "'p'"),
-    (lambda: S._random_generalized_negative_binomial(alpha=-1.0, shape=(2,)), "alpha"),
-    (lambda: S._random_randint(low=3, high=3, shape=(2,)), "high"),
-    (lambda: S._random_uniform(shape=(2,), dtype="int32"), "dtype"),
-    (lambda: S._random_randint(0, 4, shape=(2,), dtype="float32"), "dtype"),
-    (lambda: S._random_uniform(shape=(2, 0)), "shape"),
-    (lambda: S._random_normal_like(S.Variable("x"), scale=-1.0), "scale"),
-    (lambda: S._sample_normal(S.Variable("m"), S.Variable("s"), dtype="int8"), "dtype"),
-    (lambda: S._sample_multinomial(S.Variable("p"), dtype="int64"), "dtype"),
-    (lambda: S._sample_unique_zipfian(range_max=5, shape=(2, 6)), "range_max"),
-    (lambda: S._sample_unique_zipfian(range_max=5, shape=(6,)), "shape"),
-    (lambda: S._random_randint(low=0, shape=(2,)), "high"),
-])
+@pytest.mark.parametrize(
+    "make, what",
+    [
+        (lambda: S._random_normal(scale=0.0, shape=(2,)), "scale"),
+        (lambda: S._random_uniform(low=2.0, high=1.0, shape=(2,)), "high"),
+        (lambda: S._random_gamma(alpha=-1.0, shape=(2,)), "alpha"),
+        (lambda: S._random_exponential(lam=0.0, shape=(2,)), "lam"),
+        (lambda: S._random_poisson(lam=-0.5, shape=(2,)), "lam"),
+        (lambda: S._random_negative_binomial(k=2, p=1.5, shape=(2,)), "'p'"),
+        (lambda: S._random_generalized_negative_binomial(alpha=-1.0, shape=(2,)), "alpha"),
+        (lambda: S._random_randint(low=3, high=3, shape=(2,)), "high"),
+        (lambda: S._random_uniform(shape=(2,), dtype="int32"), "dtype"),
+        (lambda: S._random_randint(0, 4, shape=(2,), dtype="float32"), "dtype"),
+        (lambda: S._random_uniform(shape=(2, 0)), "shape"),
+        (lambda: S._random_normal_like(S.Variable("x"), scale=-1.0), "scale"),
+        (lambda: S._sample_normal(S.Variable("m"), S.Variable("s"), dtype="int8"), "dtype"),
+        (lambda: S._sample_multinomial(S.Variable("p"), dtype="int64"), "dtype"),
+        (lambda: S._sample_unique_zipfian(range_max=5, shape=(2, 6)), "range_max"),
+        (lambda: S._sample_unique_zipfian(range_max=5, shape=(6,)), "shape"),
+        (lambda: S._random_randint(low=0, shape=(2,)), "high"),
+    ],
+)
 def test_bad_parameters_raise_param_error_naming_op_and_parameter(make, what):
     with pytest.raises(ParamError, match=what):
         make()
@@ -218,8 +237,14 @@ def test_sample_parameter_inputs_must_share_shape_and_dtype():
 
 def _draw_all():
     mu = S.Variable("mu")
-    graph = S.Group([S._random_normal(shape=(5,)), S._sample_gamma(mu, mu, shape=(3,)),
-                     S._shuffle(S.Variable("x")), S._random_randint(0, 100, shape=(4,))])
+    graph = S.Group(
+        [
+            S._random_normal(shape=(5,)),
+            S._sample_gamma(mu, mu, shape=(3,)),
+            S._shuffle(S.Variable("x")),
+            S._random_randint(0, 100, shape=(4,)),
+        ]
+    )
     return run(graph, mu=np.array([1.0, 2.0]), x=np.arange(8.0))
 
 
@@ -299,8 +324,11 @@ SAMPLE_MOMENTS = [  # (op, inputs, per-distribution (mean, var))
     ("_sample_gamma", {"alpha": [1.0, 4.0], "beta": [2.0, 0.5]}, [(2.0, 4.0), (2.0, 1.0)]),
     ("_sample_exponential", {"lam": [1.0, 8.5]}, [(1.0, 1.0), (1 / 8.5, 1 / 8.5**2)]),
     ("_sample_poisson", {"lam": [1.0, 8.5]}, [(1.0, 1.0), (8.5, 8.5)]),
-    ("_sample_negative_binomial", {"k": [20.0, 49.0], "p": [0.4, 0.77]},
-     [(30.0, 75.0), (49 * 0.23 / 0.77, 49 * 0.23 / 0.77**2)]),
+    (
+        "_sample_negative_binomial",
+        {"k": [20.0, 49.0], "p": [0.4, 0.77]},
+        [(30.0, 75.0), (49 * 0.23 / 0.77, 49 * 0.23 / 0.77**2)],
+    ),
     ("_sample_generalized_negative_binomial", {"mu": [2.0, 2.5], "alpha": [1.0, 0.1]}, [(2.0, 6.0), (2.5, 3.125)]),
 ]
 
@@ -335,8 +363,10 @@ def test_shuffle_is_uniform_over_positions():
 
 def test_sample_and_like_ops_give_zero_gradients():
     mu, sigma = S.Variable("mu"), S.Variable("sigma")
-    for sym, args in [(S._sample_normal(mu, sigma, shape=(3,)), {"mu": np.zeros(2), "sigma": np.ones(2)}),
-                      (S._random_normal_like(mu) * mu, {"mu": np.ones(2)})]:
+    for sym, args in [
+        (S._sample_normal(mu, sigma, shape=(3,)), {"mu": np.zeros(2), "sigma": np.ones(2)}),
+        (S._random_normal_like(mu) * mu, {"mu": np.ones(2)}),
+    ]:
         grads = {k: np.full(v.shape, 7.0) for k, v in args.items()}
         exe = sym.bind(sg.cpu(), args, args_grad=grads)
         out = exe.forward(is_train=True)[0]
@@ -388,8 +418,9 @@ CHECKS = {
     "gradcheck": lambda: gradcheck(_noisy, (np.ones(3),)),
     "gradgradcheck": lambda: gradgradcheck(_noisy, (np.ones(3),)),
     "check_double_backward": lambda: check_double_backward(_noisy, np.ones(3), np.ones(3), np.ones(3)),
-    "check_consistency": lambda: check_consistency(_noisy(S.Variable("x")),
-                                                   [{"ctx": sg.cpu(), "x": (3,)}, {"ctx": sg.cpu(), "x": (3,)}]),
+    "check_consistency": lambda: check_consistency(
+        _noisy(S.Variable("x")), [{"ctx": sg.cpu(), "x": (3,)}, {"ctx": sg.cpu(), "x": (3,)}]
+    ),
 }
 
 
@@ -424,8 +455,10 @@ def test_sym_random_picks_the_random_or_the_sample_op():
     assert _op_of(sym_random.normal(mu, sigma, shape=(2,))) == "_sample_normal"
     assert _op_of(sym_random.gamma(2.0, 1.0, shape=(2,))) == "_random_gamma"
     assert _op_of(sym_random.negative_binomial(mu, sigma)) == "_sample_negative_binomial"
-    assert _op_of(sym_random.generalized_negative_binomial(1.0, 0.5, shape=(2,))) == \
-        "_random_generalized_negative_binomial"
+    assert (
+        _op_of(sym_random.generalized_negative_binomial(1.0, 0.5, shape=(2,)))
+        == "_random_generalized_negative_binomial"
+    )
     assert _op_of(sym_random.poisson(mu)) == "_sample_poisson"
     assert _op_of(sym_random.randint(0, 5, shape=(2,))) == "_random_randint"
     assert _op_of(sym_random.shuffle(mu)) == "_shuffle"

@@ -35,15 +35,21 @@ def test_names_and_inferred_shapes_match_mxnet():
     assert sym.list_arguments() == ["data", "parameters", "state", "state_cell"]
     assert sym.list_outputs() == ["rnn_output", "rnn_state_output", "rnn_statecell_output"]
     # MXNet 1.9.1: ([(4, 2, 3), (456,), (4, 2, 3), (4, 2, 3)], [(4, 2, 6), (4, 2, 3), (4, 2, 3)], [])
-    assert sym.infer_shape(data=(4, 2, 3)) == ([(4, 2, 3), (456,), (4, 2, 3), (4, 2, 3)],
-                                               [(4, 2, 6), (4, 2, 3), (4, 2, 3)], [])
+    assert sym.infer_shape(data=(4, 2, 3)) == (
+        [(4, 2, 3), (456,), (4, 2, 3), (4, 2, 3)],
+        [(4, 2, 6), (4, 2, 3), (4, 2, 3)],
+        [],
+    )
     gru = _rnn("gru", state_size=3, num_layers=1, use_sequence_length=True)
     assert gru.list_arguments() == ["data", "parameters", "state", "sequence_length"]
     assert gru.list_outputs() == ["rnn_output"]
     assert gru.infer_shape(data=(4, 2, 3))[0] == [(4, 2, 3), (72,), (1, 2, 3), (2,)]
     lstmp = _rnn("lstm", state_size=3, num_layers=2, bidirectional=True, state_outputs=True, projection_size=2)
-    assert lstmp.infer_shape(data=(4, 2, 3)) == ([(4, 2, 3), (384,), (4, 2, 2), (4, 2, 3)],
-                                                 [(4, 2, 4), (4, 2, 2), (4, 2, 3)], [])
+    assert lstmp.infer_shape(data=(4, 2, 3)) == (
+        [(4, 2, 3), (384,), (4, 2, 2), (4, 2, 3)],
+        [(4, 2, 4), (4, 2, 2), (4, 2, 3)],
+        [],
+    )
 
 
 def test_sequence_length_keeps_its_own_integer_type():
@@ -70,8 +76,16 @@ def test_parameters_may_follow_the_inputs_positionally():
 _MXNET_LSTMP = (
     [0.15182638625799785, 0.03097325414244323, 0.18305489304706946, 0.0403237786940303],
     [-0.02882677941789452, -0.006576270221970489, 0.18305489304706946, 0.03097325414244323],
-    [-0.4948185943500415, 0.6124068262520477, 0.31464332414677676, -0.13444635559511306, 0.1987599599956903,
-     0.8495944778610734, -0.216284385683077, 0.5228960768941634],
+    [
+        -0.4948185943500415,
+        0.6124068262520477,
+        0.31464332414677676,
+        -0.13444635559511306,
+        0.1987599599956903,
+        0.8495944778610734,
+        -0.216284385683077,
+        0.5228960768941634,
+    ],
 )
 
 
@@ -148,8 +162,9 @@ def test_gradient_flows_from_the_final_states_alone(k):
     sym = _rnn("lstm", state_size=2, num_layers=2, bidirectional=True, state_outputs=True)
     rng = np.random.default_rng(2)
     args = _random_args(sym, rng, data=(3, 2, 2))
-    result = check_numeric_gradient(S.sum(sym[k] * sym[k]), args, dtype=np.float64, rtol=1e-6, atol=1e-8,
-                                    progress=False)
+    result = check_numeric_gradient(
+        S.sum(sym[k] * sym[k]), args, dtype=np.float64, rtol=1e-6, atol=1e-8, progress=False
+    )
     analytic, _ = result["data"]
     assert not result.excluded and np.abs(analytic).max() > 0  # the final state alone reaches the data
 
@@ -169,8 +184,15 @@ def test_second_order_raises_a_clear_error_naming_backward_rnn():
 
 @pytest.mark.parametrize("clip_nan", [False, True])
 def test_lstm_state_clip_nan(clip_nan):
-    sym = _rnn("lstm", state_size=2, num_layers=1, state_outputs=True, lstm_state_clip_min=-0.25,
-               lstm_state_clip_max=0.5, lstm_state_clip_nan=clip_nan)
+    sym = _rnn(
+        "lstm",
+        state_size=2,
+        num_layers=1,
+        state_outputs=True,
+        lstm_state_clip_min=-0.25,
+        lstm_state_clip_max=0.5,
+        lstm_state_clip_nan=clip_nan,
+    )
     args = _random_args(sym, np.random.default_rng(3), data=(2, 1, 2))
     args["state_cell"][0, 0, 0] = np.nan
     _, _, cy = sym.bind(sg.cpu(), args).forward()
@@ -181,8 +203,7 @@ def test_lstm_state_clip_nan(clip_nan):
 
 
 def test_zero_length_sequence_keeps_the_initial_state():
-    sym = _rnn("rnn_tanh", state_size=2, num_layers=1, bidirectional=True, state_outputs=True,
-               use_sequence_length=True)
+    sym = _rnn("rnn_tanh", state_size=2, num_layers=1, bidirectional=True, state_outputs=True, use_sequence_length=True)
     args = _random_args(sym, np.random.default_rng(4), data=(3, 2, 2))
     args["sequence_length"] = np.array([0, 2], dtype=np.int32)
     y, hy = sym.bind(sg.cpu(), args).forward()
@@ -206,10 +227,13 @@ def test_sequence_length_out_of_range_is_an_error():
 # ----------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("shapes", "match"), [
-    ({"parameters": (5,)}, r"input 'parameters' has shape \(5,\), expected \(72,\)"),
-    ({"state": (1, 2, 4)}, r"input 'state' has shape \(1, 2, 4\), expected \(1, 2, 3\)"),
-])
+@pytest.mark.parametrize(
+    ("shapes", "match"),
+    [
+        ({"parameters": (5,)}, r"input 'parameters' has shape \(5,\), expected \(72,\)"),
+        ({"state": (1, 2, 4)}, r"input 'state' has shape \(1, 2, 4\), expected \(1, 2, 3\)"),
+    ],
+)
 def test_wrong_shapes_name_the_input(shapes, match):
     sym = _rnn("gru", state_size=3, num_layers=1)
     with pytest.raises(ShapeError, match=match):
@@ -224,16 +248,19 @@ def test_wrong_state_cell_and_data_rank_name_the_input():
         sym.infer_shape(data=(4, 3))
 
 
-@pytest.mark.parametrize(("mode", "params", "match"), [
-    ("gru", {"projection_size": 2}, "'projection_size' is only supported for mode='lstm'"),
-    ("lstm", {"projection_size": 4}, r"'projection_size' must be in \[1, state_size=3\]"),
-    ("rnn_tanh", {"lstm_state_clip_min": -1.0, "lstm_state_clip_max": 1.0}, "only supported for mode='lstm'"),
-    ("lstm", {"lstm_state_clip_min": -1.0}, "must be given together"),
-    ("lstm", {"lstm_state_clip_min": 1.0, "lstm_state_clip_max": -1.0}, "must be >= 'lstm_state_clip_min'"),
-    ("lstm", {"p": 1.0}, r"'p'.*\[0, 1\)"),
-    ("lstm", {"num_layers": 0}, "'num_layers' must be >= 1"),
-    ("relu", {}, "'mode' must be one of"),
-])
+@pytest.mark.parametrize(
+    ("mode", "params", "match"),
+    [
+        ("gru", {"projection_size": 2}, "'projection_size' is only supported for mode='lstm'"),
+        ("lstm", {"projection_size": 4}, r"'projection_size' must be in \[1, state_size=3\]"),
+        ("rnn_tanh", {"lstm_state_clip_min": -1.0, "lstm_state_clip_max": 1.0}, "only supported for mode='lstm'"),
+        ("lstm", {"lstm_state_clip_min": -1.0}, "must be given together"),
+        ("lstm", {"lstm_state_clip_min": 1.0, "lstm_state_clip_max": -1.0}, "must be >= 'lstm_state_clip_min'"),
+        ("lstm", {"p": 1.0}, r"'p'.*\[0, 1\)"),
+        ("lstm", {"num_layers": 0}, "'num_layers' must be >= 1"),
+        ("relu", {}, "'mode' must be one of"),
+    ],
+)
 def test_bad_parameters_are_param_errors(mode, params, match):
     kwargs = {"state_size": 3, "num_layers": 1, **params}
     with pytest.raises(ParamError, match=match):

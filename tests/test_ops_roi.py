@@ -33,11 +33,14 @@ def test_roipooling_rounds_halves_away_from_zero():
     assert out[0, 0, 0, 0] == x[0, 0, :, 3:5].max()
 
 
-@pytest.mark.parametrize("make", [
-    lambda: S.ROIPooling(D, R, pooled_size=(2, 2), spatial_scale=1.0),
-    lambda: S._contrib_ROIAlign(D, R, pooled_size=(2, 2), spatial_scale=1.0),
-    lambda: S._contrib_PSROIPooling(D, R, spatial_scale=1.0, output_dim=1, pooled_size=2),
-])
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: S.ROIPooling(D, R, pooled_size=(2, 2), spatial_scale=1.0),
+        lambda: S._contrib_ROIAlign(D, R, pooled_size=(2, 2), spatial_scale=1.0),
+        lambda: S._contrib_PSROIPooling(D, R, spatial_scale=1.0, output_dim=1, pooled_size=2),
+    ],
+)
 def test_rois_get_a_zero_gradient(make):
     x = np.random.default_rng(1).uniform(-1, 1, (1, 4, 5, 5))
     rois = np.array([[0, 0.5, 0.5, 3.5, 4.0]])
@@ -60,20 +63,25 @@ def test_rroialign_angle_zero_matches_roialign_on_the_same_box():
     x = np.random.default_rng(2).uniform(-1, 1, (1, 2, 6, 6))
     box = np.array([[0, 1.0, 1.5, 4.0, 5.5]])
     rbox = np.array([[0, 2.5, 3.5, 3.0, 4.0, 0.0]])  # centre (2.5, 3.5), 3 x 4
-    a = get_op("_contrib_ROIAlign").forward(np, x, box, pooled_size=(2, 2), spatial_scale=1.0, sample_ratio=2,
-                                            position_sensitive=False, aligned=False)
+    a = get_op("_contrib_ROIAlign").forward(
+        np, x, box, pooled_size=(2, 2), spatial_scale=1.0, sample_ratio=2, position_sensitive=False, aligned=False
+    )
     b = get_op("_contrib_RROIAlign").forward(np, x, rbox, pooled_size=(2, 2), spatial_scale=1.0, sampling_ratio=2)
     np.testing.assert_allclose(a, b, rtol=1e-12)
 
 
 def _rpn_args(n=1, seed=0):
     rng = np.random.default_rng(seed)
-    return {"c": rng.uniform(0, 1, (n, 4, 3, 3)), "b": rng.normal(0, 0.3, (n, 8, 3, 3)),
-            "i": np.tile([[12.0, 12.0, 1.0]], (n, 1))}
+    return {
+        "c": rng.uniform(0, 1, (n, 4, 3, 3)),
+        "b": rng.normal(0, 0.3, (n, 8, 3, 3)),
+        "i": np.tile([[12.0, 12.0, 1.0]], (n, 1)),
+    }
 
 
-RPN = dict(scales=(2.0, 4.0), ratios=(1.0,), feature_stride=4, rpn_pre_nms_top_n=8, rpn_post_nms_top_n=4,
-           rpn_min_size=2)
+RPN = dict(
+    scales=(2.0, 4.0), ratios=(1.0,), feature_stride=4, rpn_pre_nms_top_n=8, rpn_post_nms_top_n=4, rpn_min_size=2
+)
 
 
 @pytest.mark.parametrize("op", ["_contrib_Proposal", "_contrib_MultiProposal"])
@@ -99,12 +107,13 @@ def test_multiproposal_of_one_image_is_proposal():
 
 def test_proposal_rows_cycle_when_nms_keeps_fewer():
     args = _rpn_args()
-    sym = S._contrib_Proposal(S.Variable("c"), S.Variable("b"), S.Variable("i"),
-                              **{**RPN, "threshold": 0.0, "rpn_post_nms_top_n": 5})
+    sym = S._contrib_Proposal(
+        S.Variable("c"), S.Variable("b"), S.Variable("i"), **{**RPN, "threshold": 0.0, "rpn_post_nms_top_n": 5}
+    )
     (out,) = sym.bind(sg.cpu(), args).forward()
     # threshold 0 suppresses every box that overlaps a kept one: the few kept rows repeat cyclically
     k = next(i for i in range(1, 5) if np.array_equal(out[i], out[0]))
-    np.testing.assert_array_equal(out[k:], out[:5 - k])
+    np.testing.assert_array_equal(out[k:], out[: 5 - k])
 
 
 def test_roi_bad_input():
@@ -120,10 +129,12 @@ def test_roi_bad_input():
         S._contrib_RROIAlign(D, R, pooled_size=(2, 2), spatial_scale=1.0).infer_shape(data=(1, 2, 4, 4), rois=(3, 5))
     with pytest.raises(ShapeError, match="divisible"):
         S._contrib_ROIAlign(D, R, pooled_size=(2, 2), spatial_scale=1.0, position_sensitive=True).infer_shape(
-            data=(1, 6, 4, 4), rois=(1, 5))
+            data=(1, 6, 4, 4), rois=(1, 5)
+        )
     with pytest.raises(ShapeError, match="output_dim"):
         S._contrib_PSROIPooling(D, R, spatial_scale=1.0, output_dim=2, pooled_size=2).infer_shape(
-            data=(1, 6, 4, 4), rois=(1, 5))
+            data=(1, 6, 4, 4), rois=(1, 5)
+        )
     op = get_op("ROIPooling")  # the dtype rule itself: rois must have the data's dtype (as MXNet)
     with pytest.raises(TypeError, match="rois"):
         op.infer_type({}, [np.dtype(np.float64), np.dtype(np.float32)], [None, None], "ROIPooling 'r'")
@@ -133,9 +144,16 @@ def test_roi_bad_input():
 def test_roialign_aligned_needs_a_positive_box():
     x = np.zeros((1, 1, 4, 4))
     with pytest.raises(ValueError, match="positive width"):
-        get_op("_contrib_ROIAlign").forward(np, x, np.array([[0, 2.0, 2.0, 2.0, 3.0]]), pooled_size=(1, 1),
-                                            spatial_scale=1.0, sample_ratio=-1, position_sensitive=False,
-                                            aligned=True)
+        get_op("_contrib_ROIAlign").forward(
+            np,
+            x,
+            np.array([[0, 2.0, 2.0, 2.0, 3.0]]),
+            pooled_size=(1, 1),
+            spatial_scale=1.0,
+            sample_ratio=-1,
+            position_sensitive=False,
+            aligned=True,
+        )
 
 
 def test_proposal_bad_input():

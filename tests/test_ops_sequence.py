@@ -33,11 +33,13 @@ def test_shapes_and_mxnet_attribute_strings():
 
 def test_float_lengths_are_truncated_as_mxnet():
     x = np.arange(12.0).reshape(4, 3)
-    last = _forward(S.SequenceLast(S.Variable("x"), S.Variable("n"), use_sequence_length=True),
-                    x=x, n=np.array([2.9, 1.0, 4.0]))
+    last = _forward(
+        S.SequenceLast(S.Variable("x"), S.Variable("n"), use_sequence_length=True), x=x, n=np.array([2.9, 1.0, 4.0])
+    )
     np.testing.assert_array_equal(last, [x[1, 0], x[0, 1], x[3, 2]])
-    rev = _forward(S.SequenceReverse(S.Variable("x"), S.Variable("n"), use_sequence_length=True),
-                   x=x, n=np.array([2.5, 0.0, 3.99]))
+    rev = _forward(
+        S.SequenceReverse(S.Variable("x"), S.Variable("n"), use_sequence_length=True), x=x, n=np.array([2.5, 0.0, 3.99])
+    )
     np.testing.assert_array_equal(rev[:, 0], [3.0, 0.0, 6.0, 9.0])
     np.testing.assert_array_equal(rev[:, 1], x[:, 1])
     np.testing.assert_array_equal(rev[:, 2], [8.0, 5.0, 2.0, 11.0])
@@ -52,8 +54,11 @@ def test_sequence_last_second_order_through_its_hidden_adjoint(axis):
     y = S.SequenceLast(x, n, use_sequence_length=True, axis=axis)
     (gx,) = sg.grad(S.sum(y * y * y), [x])
     phi = S.sum(gx * S.Variable("v"))
-    loc = {"x": rng.uniform(-1, 1, (3, 4, 2)), "n": np.array([1.0, 3.0, 2.0, 3.0] if axis == 0 else [2.0, 4.0, 1.0]),
-           "v": rng.standard_normal((3, 4, 2))}
+    loc = {
+        "x": rng.uniform(-1, 1, (3, 4, 2)),
+        "n": np.array([1.0, 3.0, 2.0, 3.0] if axis == 0 else [2.0, 4.0, 1.0]),
+        "v": rng.standard_normal((3, 4, 2)),
+    }
     result = check_numeric_gradient(phi, loc, grad_nodes=["x"], dtype=np.float64, progress=False)
     assert set(result) == {"x"} and not result.excluded
 

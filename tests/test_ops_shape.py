@@ -285,10 +285,10 @@ def test_topk_outputs_and_dtypes_follow_ret_typ():
     x = np.array([[0.3, 0.2, 0.4], [0.1, 0.3, 0.2]])
     # MXNet's documentation examples
     np.testing.assert_array_equal(_run(S.topk(X, k=2, ret_typ="value"), x=x)[0], [[0.4, 0.3], [0.3, 0.2]])
-    np.testing.assert_array_equal(_run(S.topk(X, k=2, ret_typ="value", is_ascend=1), x=x)[0],
-                                  [[0.2, 0.3], [0.1, 0.2]])
-    np.testing.assert_array_equal(_run(S.topk(X, axis=0, k=2, ret_typ="value"), x=x)[0], [[0.3, 0.3, 0.4],
-                                                                                          [0.1, 0.2, 0.2]])
+    np.testing.assert_array_equal(_run(S.topk(X, k=2, ret_typ="value", is_ascend=1), x=x)[0], [[0.2, 0.3], [0.1, 0.2]])
+    np.testing.assert_array_equal(
+        _run(S.topk(X, axis=0, k=2, ret_typ="value"), x=x)[0], [[0.3, 0.3, 0.4], [0.1, 0.2, 0.2]]
+    )
     vals, idx = _run(S.topk(X, k=2, axis=None, ret_typ="both"), x=x)
     np.testing.assert_array_equal(vals, [0.4, 0.3])
     assert idx.dtype == np.float32 and idx.tolist() == [2.0, 0.0]
@@ -344,16 +344,18 @@ AXIS_OUT_OF_RANGE = [
     (lambda: S.pick(X, I, axis=-3, name="op"), dict(x=(2, 3)), r"pick 'op'.*'axis'=-3"),
     (lambda: S.repeat(X, repeats=2, axis=2, name="op"), dict(x=(2, 3)), r"repeat 'op'.*'axis'=2"),
     (lambda: S.broadcast_axis(X, axis=2, size=3, name="op"), dict(x=(2, 1)), r"broadcast_axis 'op'.*'axis'=2"),
-    (lambda: S.broadcast_like(X, I, lhs_axes=(0,), rhs_axes=(4,), name="op"), dict(x=(1, 3), i=(2, 3)),
-     r"broadcast_like 'op'.*'rhs_axes'=4"),
+    (
+        lambda: S.broadcast_like(X, I, lhs_axes=(0,), rhs_axes=(4,), name="op"),
+        dict(x=(1, 3), i=(2, 3)),
+        r"broadcast_like 'op'.*'rhs_axes'=4",
+    ),
     (lambda: S.linalg_gemm2(X, I, axis=1, name="op"), dict(x=(2, 3), i=(3, 2)), r"_linalg_gemm2 'op'.*row axis 1"),
 ]
 
 BROADCAST_AND_BLOCK = [
     (lambda: S.broadcast_to(X, shape=(2, 3), name="b"), dict(x=(2, 2)), r"broadcast_to 'b'.*\(2, 2\) to \(2, 3\)"),
     (lambda: S.broadcast_to(X, shape=(3,), name="b"), dict(x=(1, 3)), r"broadcast_to 'b'.*as many dims"),
-    (lambda: S.broadcast_axis(X, axis=0, size=4, name="b"), dict(x=(2, 3)),
-     r"broadcast_axis 'b'.*must have size 1"),
+    (lambda: S.broadcast_axis(X, axis=0, size=4, name="b"), dict(x=(2, 3)), r"broadcast_axis 'b'.*must have size 1"),
     (lambda: S.broadcast_like(X, I, name="b"), dict(x=(2, 1), i=(3, 4)), r"broadcast_like 'b'.*\(2, 1\).*\(3, 4\)"),
     (lambda: S.depth_to_space(X, block_size=2, name="b"), dict(x=(1, 6, 2, 2)), r"depth_to_space 'b'.*channels 6"),
     (lambda: S.space_to_depth(X, block_size=2, name="b"), dict(x=(1, 1, 3, 2)), r"space_to_depth 'b'.*multiples"),
@@ -406,8 +408,11 @@ def test_tile_bad_reps_strings_and_empty_reps():
 def test_concat_shapes_disagreeing_off_the_concat_dim_name_the_input():
     a, b, c = S.Variable("a"), S.Variable("b"), S.Variable("c")
     net = S.Concat(a, b, c, dim=1, name="cat")
-    with pytest.raises(ShapeError, match=r"Concat 'cat'.*input arg2 has shape \(3, 1, 4\).*arg0 of shape "
-                                         r"\(2, 3, 4\).*dim 1"):
+    with pytest.raises(
+        ShapeError,
+        match=r"Concat 'cat'.*input arg2 has shape \(3, 1, 4\).*arg0 of shape "
+        r"\(2, 3, 4\).*dim 1",
+    ):
         net.infer_shape(a=(2, 3, 4), b=(2, 5, 4), c=(3, 1, 4))
     with pytest.raises(ShapeError, match=r"Concat 'cat'.*input arg1 has shape \(2, 5\).*\(2, 3, 4\)"):
         net.infer_shape(a=(2, 3, 4), b=(2, 5), c=(2, 1, 4))
@@ -449,8 +454,9 @@ def test_squeeze_keeps_one_dimension_and_reverse_repeats_cancel():
 
 def test_repeat_zero_and_flattening():
     assert _out_shape(S.repeat(X, repeats=0, axis=1), x=(2, 3)) == (0,)  # MXNet: an empty 1-d array
-    np.testing.assert_array_equal(_run(S.repeat(X, repeats=2), x=np.array([[1.0, 2.0], [3.0, 4.0]]))[0],
-                                  [1, 1, 2, 2, 3, 3, 4, 4])
+    np.testing.assert_array_equal(
+        _run(S.repeat(X, repeats=2), x=np.array([[1.0, 2.0], [3.0, 4.0]]))[0], [1, 1, 2, 2, 3, 3, 4, 4]
+    )
     with pytest.raises(ParamError, match=r"repeat 'rp'.*'repeats' cannot be negative"):
         S.repeat(X, repeats=-1, name="rp")
 

@@ -33,8 +33,7 @@ def test_hidden_outputs_are_not_visible():
     a, b = S.Variable("a"), S.Variable("b")
     assert S.GridGenerator(a, transform_type="warp", name="gg").list_outputs() == ["gg_output"]
     assert S.BilinearSampler(a, b, name="bs").list_outputs() == ["bs_output"]
-    st = S.SpatialTransformer(a, b, target_shape=(2, 2), transform_type="affine", sampler_type="bilinear",
-                              name="st")
+    st = S.SpatialTransformer(a, b, target_shape=(2, 2), transform_type="affine", sampler_type="bilinear", name="st")
     assert st.list_outputs() == ["st_output"]
     assert st.list_arguments() == ["a", "b"]
     assert S.Correlation(a, b, name="c").list_outputs() == ["c_output"]
@@ -47,8 +46,9 @@ def test_required_enum_parameters_as_mxnet():
     with pytest.raises(ParamError, match=r"sampler_type"):
         S.SpatialTransformer(S.Variable("a"), S.Variable("b"), target_shape=(2, 2), transform_type="affine")
     with pytest.raises(ParamError, match=r"'transform_type' must be one of \['affine'\]"):
-        S.SpatialTransformer(S.Variable("a"), S.Variable("b"), target_shape=(2, 2), transform_type="warp",
-                             sampler_type="bilinear")
+        S.SpatialTransformer(
+            S.Variable("a"), S.Variable("b"), target_shape=(2, 2), transform_type="warp", sampler_type="bilinear"
+        )
 
 
 def test_correlation_positional_parameters_follow_mxnet_order():
@@ -143,11 +143,15 @@ def test_deformable_convolution_bad_input():
     with pytest.raises(ParamError, match=r"'kernel' must be \(h, w\).*got \(3,\)"):
         S._contrib_DeformableConvolution(d, o, w, kernel=(3,), num_filter=2, no_bias=True)
     c = S._contrib_DeformableConvolution(d, o, w, kernel=(2, 2), num_filter=2, no_bias=True, name="dc")
-    with pytest.raises(ShapeError, match=r"DeformableConvolution 'dc'.*'offset' has shape \(1, 4, 3, 3\), expected "
-                                         r"\(1, 8, 3, 3\)"):
+    with pytest.raises(
+        ShapeError,
+        match=r"DeformableConvolution 'dc'.*'offset' has shape \(1, 4, 3, 3\), expected "
+        r"\(1, 8, 3, 3\)",
+    ):
         c.infer_shape(d=(1, 2, 4, 4), o=(1, 4, 3, 3))
-    dg = S._contrib_DeformableConvolution(d, o, w, kernel=(2, 2), num_filter=2, num_deformable_group=3, no_bias=True,
-                                          name="dg")
+    dg = S._contrib_DeformableConvolution(
+        d, o, w, kernel=(2, 2), num_filter=2, num_deformable_group=3, no_bias=True, name="dg"
+    )
     with pytest.raises(ShapeError, match=r"'dg'.*num_deformable_group=3 must divide the 2 input channels"):
         dg.infer_shape(d=(1, 2, 4, 4))
     with pytest.raises(ParamError, match=r"'layout' must be one of \['NCW', 'NCHW', 'NCDHW'\], got 'NHWC'"):
@@ -185,8 +189,9 @@ def test_im2col_matmul_is_convolution():
     p = dict(kernel=(3, 2), stride=(2, 1), dilate=(1, 1), pad=(1, 0))
     (cols,) = _forward(S.im2col(S.Variable("x"), **p), x=x)
     (conv,) = _forward(S.Convolution(S.Variable("x"), S.Variable("w"), num_filter=4, no_bias=True, **p), x=x, w=w)
-    np.testing.assert_allclose(np.einsum("fk,nkl->nfl", w.reshape(4, -1), cols).reshape(conv.shape), conv,
-                               rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(
+        np.einsum("fk,nkl->nfl", w.reshape(4, -1), cols).reshape(conv.shape), conv, rtol=1e-12, atol=1e-12
+    )
 
 
 def test_spatial_transformer_is_grid_generator_then_bilinear_sampler():
@@ -229,8 +234,9 @@ def test_deformable_convolution_with_zero_offsets_is_convolution():
     p = dict(kernel=(3, 2), stride=(1, 2), dilate=(1, 1), pad=(1, 1), num_filter=4, num_group=2)
     (conv,) = _forward(S.Convolution(S.Variable("x"), S.Variable("w"), S.Variable("b"), **p), x=x, w=w, b=b)
     off = np.zeros((2, 2 * 6 * 2) + conv.shape[2:])
-    dc = S._contrib_DeformableConvolution(S.Variable("x"), S.Variable("o"), S.Variable("w"), S.Variable("b"),
-                                          num_deformable_group=2, **p)
+    dc = S._contrib_DeformableConvolution(
+        S.Variable("x"), S.Variable("o"), S.Variable("w"), S.Variable("b"), num_deformable_group=2, **p
+    )
     np.testing.assert_allclose(_forward(dc, x=x, o=off, w=w, b=b)[0], conv, rtol=1e-12, atol=1e-12)
 
 
@@ -254,8 +260,14 @@ def test_bilinear_sampler_grid_hessian_has_the_cross_term():
     out = S.BilinearSampler(dv, gv)
     (gg,) = sg.grad(S.sum(out * S.Variable("h")), [gv])
     phi = S.sum(gg * S.Variable("v"))
-    result = check_numeric_gradient(phi, {"d": d, "g": g, "h": rng.standard_normal((1, 2, 2, 2)),
-                                          "v": rng.standard_normal(g.shape)}, grad_nodes=["g", "d"],
-                                    dtype=np.float64, rtol=1e-6, atol=1e-8, progress=False)
+    result = check_numeric_gradient(
+        phi,
+        {"d": d, "g": g, "h": rng.standard_normal((1, 2, 2, 2)), "v": rng.standard_normal(g.shape)},
+        grad_nodes=["g", "d"],
+        dtype=np.float64,
+        rtol=1e-6,
+        atol=1e-8,
+        progress=False,
+    )
     analytic, _ = result["g"]
     assert not result.excluded and np.abs(analytic).max() > 0  # the cross term is there and checked

@@ -24,8 +24,19 @@ import symgrad.test_utils.pytest_plugin as plugin
 
 ROOT = Path(__file__).resolve().parents[1]
 # what the sdist must not carry (.gitignore's list) and what is not part of the project
-JUNK_DIRS = {"__pycache__", ".pytest_cache", ".hypothesis", ".ruff_cache", ".mypy_cache", ".grimp_cache", "build", "dist",
-             ".git", ".whl", ".gl"}
+JUNK_DIRS = {
+    "__pycache__",
+    ".pytest_cache",
+    ".hypothesis",
+    ".ruff_cache",
+    ".mypy_cache",
+    ".grimp_cache",
+    "build",
+    "dist",
+    ".git",
+    ".whl",
+    ".gl",
+}
 
 
 def _setup_cfg():
@@ -51,10 +62,16 @@ def _clean_env():
 def test_setup_cfg_installs_test_utils_under_symgrad_only():
     opts = _setup_cfg()["options"]
     packages = _lines(opts["packages"])
-    on_disk = sorted(".".join(p.parent.relative_to(ROOT).parts) for p in (ROOT / "symgrad").rglob("__init__.py")
-                     if "__pycache__" not in p.parts)
-    on_disk += ["symgrad.test_utils" + "".join("." + part for part in p.parent.relative_to(ROOT / "test_utils").parts)
-                for p in (ROOT / "test_utils").rglob("__init__.py") if "__pycache__" not in p.parts]
+    on_disk = sorted(
+        ".".join(p.parent.relative_to(ROOT).parts)
+        for p in (ROOT / "symgrad").rglob("__init__.py")
+        if "__pycache__" not in p.parts
+    )
+    on_disk += [
+        "symgrad.test_utils" + "".join("." + part for part in p.parent.relative_to(ROOT / "test_utils").parts)
+        for p in (ROOT / "test_utils").rglob("__init__.py")
+        if "__pycache__" not in p.parts
+    ]
     assert sorted(packages) == sorted(on_disk)  # every subpackage is listed (there is no find: to list them)
     assert not any(p == "test_utils" or p.startswith("test_utils.") for p in packages)
     package_dir = dict(line.replace(" ", "").split("=") for line in _lines(opts["package_dir"]))
@@ -74,8 +91,9 @@ def test_installed_distribution_has_no_top_level_test_utils(tmp_path):
                           "plugin": importlib.util.find_spec("symgrad.test_utils.pytest_plugin").origin}))
         """
     )
-    res = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120,
-                         env=_clean_env())
+    res = subprocess.run(
+        [sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120, env=_clean_env()
+    )
     assert res.returncode == 0, res.stderr
     got = json.loads(res.stdout)
     assert not [t for t in got["top"] if t.split(".")[0] == "test_utils"], got["top"]
@@ -101,8 +119,9 @@ def test_the_plugin_and_symgrad_import_nothing_heavy(tmp_path):
         print("ok")
         """
     )
-    res = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120,
-                         env=_clean_env())
+    res = subprocess.run(
+        [sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120, env=_clean_env()
+    )
     assert res.returncode == 0 and res.stdout.strip() == "ok", res.stderr
 
 
@@ -113,8 +132,13 @@ def test_no_code_imports_a_top_level_test_utils():
     for folder in ("symgrad", "test_utils", "tests", "benchmarks", "examples"):
         for path in (ROOT / folder).rglob("*.py"):
             for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-                names = ([a.name for a in node.names] if isinstance(node, ast.Import)
-                         else [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else [])
+                names = (
+                    [a.name for a in node.names]
+                    if isinstance(node, ast.Import)
+                    else [node.module or ""]
+                    if isinstance(node, ast.ImportFrom) and not node.level
+                    else []
+                )
                 stray += [f"{path.relative_to(ROOT)}:{node.lineno}" for n in names if n.split(".")[0] == "test_utils"]
     assert not stray, stray
 
@@ -164,8 +188,14 @@ def _write_project(path: Path, files: dict):
 def test_other_projects_tests_test_utils_collects_and_passes(tmp_path):
     _write_project(tmp_path, OTHER_PROJECT)
     # `python -m pytest` puts the project root on sys.path too: its root test_utils.py raises if anyone imports it
-    res = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-v"], cwd=tmp_path,
-                         capture_output=True, text=True, timeout=300, env=_clean_env())
+    res = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-v"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=_clean_env(),
+    )
     out = res.stdout + res.stderr
     assert res.returncode == 0, out
     assert "3 passed" in out, out
@@ -177,12 +207,19 @@ def test_other_projects_tests_test_utils_collects_and_passes(tmp_path):
 def test_python_m_symgrad_from_a_folder_with_test_utils(tmp_path):
     _write_project(tmp_path, {"test_utils.py": OTHER_PROJECT["test_utils.py"]})
     env = _clean_env()
-    res = subprocess.run([sys.executable, "-m", "symgrad", "--help"], cwd=tmp_path, capture_output=True, text=True,
-                         timeout=120, env=env)
+    res = subprocess.run(
+        [sys.executable, "-m", "symgrad", "--help"], cwd=tmp_path, capture_output=True, text=True, timeout=120, env=env
+    )
     assert res.returncode == 0 and "usage: symgrad" in res.stdout, res.stderr
     # a real check: the command imports the checkers
-    res = subprocess.run([sys.executable, "-m", "symgrad", "check", "--example", "mlp", "--dtype", "float64"],
-                         cwd=tmp_path, capture_output=True, text=True, timeout=300, env=env)
+    res = subprocess.run(
+        [sys.executable, "-m", "symgrad", "check", "--example", "mlp", "--dtype", "float64"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
     assert res.returncode == 0, res.stdout + res.stderr
     assert "Error" not in res.stdout + res.stderr, res.stdout + res.stderr
 
@@ -216,8 +253,12 @@ def _project_files():
     files = set()
     for path in ROOT.rglob("*"):
         rel = path.relative_to(ROOT)
-        if (path.is_file() and not JUNK_DIRS.intersection(rel.parts) and path.suffix not in (".pyc", ".pyo")
-                and not any(part.endswith(".egg-info") or part.startswith((".venv", "venv")) for part in rel.parts)):
+        if (
+            path.is_file()
+            and not JUNK_DIRS.intersection(rel.parts)
+            and path.suffix not in (".pyc", ".pyo")
+            and not any(part.endswith(".egg-info") or part.startswith((".venv", "venv")) for part in rel.parts)
+        ):
             if rel.as_posix() != ".gitignore":
                 files.add(rel.as_posix())
     return files
@@ -232,8 +273,9 @@ def _copy_tree(dest: Path) -> Path:
 def _build(tree: Path, hook: str, out: Path) -> Path:
     # setuptools' PEP 517 backend, called directly: works offline, with the setuptools of this environment
     code = f"from setuptools import build_meta; print(build_meta.{hook}({str(out)!r}))"
-    res = subprocess.run([sys.executable, "-c", code], cwd=tree, capture_output=True, text=True, timeout=300,
-                         env=_clean_env())
+    res = subprocess.run(
+        [sys.executable, "-c", code], cwd=tree, capture_output=True, text=True, timeout=300, env=_clean_env()
+    )
     assert res.returncode == 0, res.stdout + res.stderr
     return out / res.stdout.strip().splitlines()[-1]
 
@@ -244,9 +286,21 @@ def test_sdist_carries_everything_the_test_suite_needs(tmp_path):
         names = {n.split("/", 1)[1] for n in tar.getnames() if "/" in n}
     missing = sorted(_project_files() - names)
     assert not missing, missing
-    for needed in ("tests/conftest.py", "tests/op_db.py", "tests/op_info.py", "tests/fixtures/mxnet_ops.npz",
-                   "tests/fixtures/mxnet_models/reference.json", "README.md", "LICENSE", "pyproject.toml", "setup.cfg",
-                   "MANIFEST.in", ".ci/run", "test_utils/pytest_plugin.py", "examples/wrong_bias_gradient.py"):
+    for needed in (
+        "tests/conftest.py",
+        "tests/op_db.py",
+        "tests/op_info.py",
+        "tests/fixtures/mxnet_ops.npz",
+        "tests/fixtures/mxnet_models/reference.json",
+        "README.md",
+        "LICENSE",
+        "pyproject.toml",
+        "setup.cfg",
+        "MANIFEST.in",
+        ".ci/run",
+        "test_utils/pytest_plugin.py",
+        "examples/wrong_bias_gradient.py",
+    ):
         assert needed in names, needed
     assert not [n for n in names if "__pycache__" in n or n.endswith(".pyc") or ".hypothesis" in n]
 
@@ -259,8 +313,12 @@ def test_wheel_installs_test_utils_as_symgrad_test_utils(tmp_path):
         eps = zf.read(entry_points).decode()
     top = {n.split("/", 1)[0] for n in names}
     assert top == {"symgrad", next(n for n in top if n.endswith(".dist-info"))}, sorted(top)
-    assert {"symgrad/test_utils/__init__.py", "symgrad/test_utils/pytest_plugin.py", "symgrad/ops/__init__.py",
-            "symgrad/executor/__init__.py"} <= names
+    assert {
+        "symgrad/test_utils/__init__.py",
+        "symgrad/test_utils/pytest_plugin.py",
+        "symgrad/ops/__init__.py",
+        "symgrad/executor/__init__.py",
+    } <= names
     # every module and data file of the two folders (symgrad/models/*.json, ...)
     package_files = {f for f in _project_files() if f.startswith(("symgrad/", "test_utils/"))}
     assert {f if f.startswith("symgrad/") else "symgrad/" + f for f in package_files} <= names

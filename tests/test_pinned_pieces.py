@@ -45,8 +45,12 @@ def _graph(x, y, w):
 
 
 EXTRA = [
-    OpInfo("Pooling_v1_max", lambda x: S.Pooling_v1(x, kernel=(3, 3), stride=(2, 2), pad=(1, 1), pool_type="max"),
-           {"x": In((1, 2, 5, 5))}, None),
+    OpInfo(
+        "Pooling_v1_max",
+        lambda x: S.Pooling_v1(x, kernel=(3, 3), stride=(2, 2), pad=(1, 1), pool_type="max"),
+        {"x": In((1, 2, 5, 5))},
+        None,
+    ),
     OpInfo("decision_graph", _graph, {"x": In((4, 4)), "y": In((4,)), "w": In((1, 1, 2, 2), 0.5, 1.5)}, None),
 ]
 
@@ -309,7 +313,7 @@ def _pool_taps(x, k, s):
     oh, ow = (hh - k) // s + 1, (ww - k) // s + 1
     taps = np.zeros((n, c, oh, ow, 2), dtype=int)
     for i in np.ndindex(n, c, oh, ow):
-        win = x[i[0], i[1], i[2] * s:i[2] * s + k, i[3] * s:i[3] * s + k]
+        win = x[i[0], i[1], i[2] * s : i[2] * s + k, i[3] * s : i[3] * s + k]
         taps[i] = np.unravel_index(np.argmax(win), win.shape)
     return taps
 
@@ -330,17 +334,46 @@ def _flip_cases():
     lo, hi = -0.5, 0.75
     clip_seg = lambda x: np.where(x > hi, 2, np.where(x < lo, 0, 1))  # noqa: E731
     return [
-        ("relu", lambda: S.relu(S.Variable("x")), {"x": x0}, {"x": x1},
-         lambda: np.where(x0 > 0, x1, 0.0), (x0 > 0) != (x1 > 0)),
-        ("abs", lambda: S.abs(S.Variable("x")), {"x": x0}, {"x": x1},
-         lambda: np.sign(x0) * x1, np.sign(x0) != np.sign(x1)),
-        ("broadcast_maximum", lambda: S.broadcast_maximum(S.Variable("a"), S.Variable("b")), {"a": a0, "b": b0},
-         {"a": a1, "b": b1}, lambda: np.where(a0 >= b0, a1, np.broadcast_to(b1, a1.shape)), (a0 >= b0) != (a1 >= b1)),
-        ("clip", lambda: S.clip(S.Variable("x"), a_min=lo, a_max=hi), {"x": x0}, {"x": x1},
-         lambda: np.select([x0 > hi, x0 < lo], [hi, lo], x1), clip_seg(x0) != clip_seg(x1)),
-        ("Pooling", lambda: S.Pooling(S.Variable("x"), kernel=(2, 2), stride=(2, 2), pool_type="max"),
-         {"x": p0}, {"x": p1}, lambda: _pool_at(p1, _pool_taps(p0, 2, 2), 2),
-         (_pool_taps(p0, 2, 2) != _pool_taps(p1, 2, 2)).any(axis=-1)),
+        (
+            "relu",
+            lambda: S.relu(S.Variable("x")),
+            {"x": x0},
+            {"x": x1},
+            lambda: np.where(x0 > 0, x1, 0.0),
+            (x0 > 0) != (x1 > 0),
+        ),
+        (
+            "abs",
+            lambda: S.abs(S.Variable("x")),
+            {"x": x0},
+            {"x": x1},
+            lambda: np.sign(x0) * x1,
+            np.sign(x0) != np.sign(x1),
+        ),
+        (
+            "broadcast_maximum",
+            lambda: S.broadcast_maximum(S.Variable("a"), S.Variable("b")),
+            {"a": a0, "b": b0},
+            {"a": a1, "b": b1},
+            lambda: np.where(a0 >= b0, a1, np.broadcast_to(b1, a1.shape)),
+            (a0 >= b0) != (a1 >= b1),
+        ),
+        (
+            "clip",
+            lambda: S.clip(S.Variable("x"), a_min=lo, a_max=hi),
+            {"x": x0},
+            {"x": x1},
+            lambda: np.select([x0 > hi, x0 < lo], [hi, lo], x1),
+            clip_seg(x0) != clip_seg(x1),
+        ),
+        (
+            "Pooling",
+            lambda: S.Pooling(S.Variable("x"), kernel=(2, 2), stride=(2, 2), pool_type="max"),
+            {"x": p0},
+            {"x": p1},
+            lambda: _pool_at(p1, _pool_taps(p0, 2, 2), 2),
+            (_pool_taps(p0, 2, 2) != _pool_taps(p1, 2, 2)).any(axis=-1),
+        ),
     ]
 
 

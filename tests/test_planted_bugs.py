@@ -203,8 +203,7 @@ class Bug:
 
 
 def _square(**kw):
-    return lambda bug: (lambda x: S.Custom(x, op_type="pb_square", **({k: str(v) for k, v in kw.items()} if bug
-                                                                       else {})))
+    return lambda bug: lambda x: S.Custom(x, op_type="pb_square", **({k: str(v) for k, v in kw.items()} if bug else {}))
 
 
 def _square_expected(inputs, og):
@@ -217,30 +216,67 @@ def _x34():
 
 BUGS = [
     Bug("scaled by 1.5", _square(k=1.5), _x34, _square_expected, 0, "scaled by 1.5", "scaled", 1.5),
-    Bug("doubled", _square(k=2), _x34, _square_expected, 0, "counted twice / accumulated over two backward calls",
-        "doubled", 2.0),
+    Bug(
+        "doubled",
+        _square(k=2),
+        _x34,
+        _square_expected,
+        0,
+        "counted twice / accumulated over two backward calls",
+        "doubled",
+        2.0,
+    ),
     Bug("sign flipped", _square(k=-1), _x34, _square_expected, 0, "sign flipped", "sign", -1.0),
     Bug("zero", _square(k=0), _x34, _square_expected, 0, "gradient missing / not connected", "missing", 0.0),
-    Bug("transposed weight gradient",
-        lambda bug: (lambda x, w: S.Custom(x, w, op_type="pb_matmul", bug="1" if bug else "0")),
+    Bug(
+        "transposed weight gradient",
+        lambda bug: lambda x, w: S.Custom(x, w, op_type="pb_matmul", bug="1" if bug else "0"),
         lambda: [np.random.standard_normal((2, 3)), np.random.standard_normal((3, 3))],
-        lambda inputs, og: [og @ inputs[1].T, inputs[0].T @ og], 1, "transposed", "transposed"),
-    Bug("product-rule term missing",
-        lambda bug: (lambda x: S.Custom(x, op_type="pb_xsinx", bug="1" if bug else "0")),
+        lambda inputs, og: [og @ inputs[1].T, inputs[0].T @ og],
+        1,
+        "transposed",
+        "transposed",
+    ),
+    Bug(
+        "product-rule term missing",
+        lambda bug: lambda x: S.Custom(x, op_type="pb_xsinx", bug="1" if bug else "0"),
         lambda: [np.random.uniform(0.3, 3.0, (3, 4))],
-        lambda inputs, og: [og * (np.sin(inputs[0]) + inputs[0] * np.cos(inputs[0]))], 0,
-        "no simple pattern", "spread", more={"text": "product rule"}),
-    Bug("wrong broadcast reduction",
-        lambda bug: (lambda x, b: S.Custom(x, b, op_type="pb_addbias", bug="row" if bug else "none")),
+        lambda inputs, og: [og * (np.sin(inputs[0]) + inputs[0] * np.cos(inputs[0]))],
+        0,
+        "no simple pattern",
+        "spread",
+        more={"text": "product rule"},
+    ),
+    Bug(
+        "wrong broadcast reduction",
+        lambda bug: lambda x, b: S.Custom(x, b, op_type="pb_addbias", bug="row" if bug else "none"),
         lambda: [np.random.standard_normal((3, 4)), np.random.standard_normal(4)],
-        lambda inputs, og: [og, og.sum(0)], 1, "1 of 3 terms of the sum", "broadcast",
-        more={"text": "(g.sum(0))"}),
-    Bug("broadcast mean instead of sum",
-        lambda bug: (lambda x, b: S.Custom(x, b, op_type="pb_addbias", bug="mean" if bug else "none")),
+        lambda inputs, og: [og, og.sum(0)],
+        1,
+        "1 of 3 terms of the sum",
+        "broadcast",
+        more={"text": "(g.sum(0))"},
+    ),
+    Bug(
+        "broadcast mean instead of sum",
+        lambda bug: lambda x, b: S.Custom(x, b, op_type="pb_addbias", bug="mean" if bug else "none"),
         lambda: [np.random.standard_normal((3, 4)), np.random.standard_normal(4)],
-        lambda inputs, og: [og, og.sum(0)], 1, "averaged over axis 0", "broadcast", 1 / 3),
-    Bug("one element of 1000 off by 25%", _square(index=417, elem_k=1.25), lambda: [_signed((1000,), 0.5, 1.5)],
-        _square_expected, 0, "error confined to 1 of 1000 elements", "confined", more={"indices": [(417,)]}),
+        lambda inputs, og: [og, og.sum(0)],
+        1,
+        "averaged over axis 0",
+        "broadcast",
+        1 / 3,
+    ),
+    Bug(
+        "one element of 1000 off by 25%",
+        _square(index=417, elem_k=1.25),
+        lambda: [_signed((1000,), 0.5, 1.5)],
+        _square_expected,
+        0,
+        "error confined to 1 of 1000 elements",
+        "confined",
+        more={"indices": [(417,)]},
+    ),
     Bug("1% error", _square(k=1.01), _x34, _square_expected, 0, "off by ~1% everywhere", "small", 1.01),
 ]
 
@@ -270,7 +306,8 @@ def _run(checker, bug: Bug, planted: bool):
         return names
     if checker == "check_backward":
         out_shape = func(*[S.Variable(f"x{i}") for i in range(len(inputs))]).infer_shape(
-            **{f"x{i}": v.shape for i, v in enumerate(inputs)})[1][0]
+            **{f"x{i}": v.shape for i, v in enumerate(inputs)}
+        )[1][0]
         tu.check_backward(func, tuple(inputs), _signed(out_shape, 0.5, 1.5))
         return [f"x{i}" for i in range(len(inputs))]
     assert checker == "gradcheck"
@@ -314,14 +351,30 @@ def test_report_of_a_planted_bug_has_every_fact():
         tu.check_numeric_gradient(S.Custom(S.Variable("x"), op_type="pb_square", k="2"), [x])
     err = info.value
     text = str(err)
-    for piece in ("'x'", "6 of 6 elements (100%)", "rtol=0.0001", "atol=", "h = 6.06e-06 * max(|x|, 1)",
-                  "float32 rounding", "index", "analytic", "numeric", "|error|", "tolerance",
-                  "diagnosis: analytic = 2 x numeric"):
+    for piece in (
+        "'x'",
+        "6 of 6 elements (100%)",
+        "rtol=0.0001",
+        "atol=",
+        "h = 6.06e-06 * max(|x|, 1)",
+        "float32 rounding",
+        "index",
+        "analytic",
+        "numeric",
+        "|error|",
+        "tolerance",
+        "diagnosis: analytic = 2 x numeric",
+    ):
         assert piece in text, piece
     # atol=None: rtol times the largest |numeric| entry of the argument (issue 8: no fixed 1e-3 hiding 1% errors)
     assert err.atol == pytest.approx(1e-4 * np.abs(err.expected).max())
     assert (err.check, err.arg_name, err.pattern, err.n_mismatch, err.size) == (
-        "check_numeric_gradient", "x", "doubled", 6, 6)
+        "check_numeric_gradient",
+        "x",
+        "doubled",
+        6,
+        6,
+    )
     assert err.seed is not None  # with_seed puts the seed on the error
     np.testing.assert_allclose(err.actual, 2 * err.expected, rtol=1e-5)
     again = pickle.loads(pickle.dumps(err))
@@ -382,8 +435,17 @@ def _rng(seed):
 
 @pytest.mark.parametrize(
     "k, pattern",
-    [(2.0, "doubled"), (-1.0, "sign"), (0.0, "missing"), (3.0, "accumulated"), (1.5, "scaled"), (-2.0, "scaled"),
-     (0.5, "scaled"), (1.01, "small"), (0.995, "small")],
+    [
+        (2.0, "doubled"),
+        (-1.0, "sign"),
+        (0.0, "missing"),
+        (3.0, "accumulated"),
+        (1.5, "scaled"),
+        (-2.0, "scaled"),
+        (0.5, "scaled"),
+        (1.01, "small"),
+        (0.995, "small"),
+    ],
     ids=str,
 )
 def test_constant_factor_patterns_carry_the_factor(k, pattern):
@@ -558,8 +620,7 @@ def test_every_report_ends_with_the_seed_and_a_one_line_reproduction(checker, mo
     with pytest.raises(GradientCheckError) as info:
         tu.with_seed(1234)(call)()
     assert info.value.seed == 1234
-    assert str(info.value).split("\n")[-1] == (f"  seed 1234 -- reproduce: SYMGRAD_TEST_SEED=1234 "
-                                                f"{_node_command()}")
+    assert str(info.value).split("\n")[-1] == (f"  seed 1234 -- reproduce: SYMGRAD_TEST_SEED=1234 {_node_command()}")
 
 
 def _snapshot(obj):
@@ -612,7 +673,8 @@ def test_no_checker_changes_the_callers_arrays(bug):
         "numeric_grad": lambda a: tu.numeric_grad(exe, a[0], eps=1e-2),
         "check_consistency": lambda a: tu.check_consistency([_sq(1), _sq(bug)], entries, arg_params=a[0]),
         "check_backward": lambda a: tu.check_backward(
-            lambda v: S.Custom(v, op_type="pb_square", k=str(bug)) * S.Variable("g"), a[0], a[1], params=a[2]),
+            lambda v: S.Custom(v, op_type="pb_square", k=str(bug)) * S.Variable("g"), a[0], a[1], params=a[2]
+        ),
         "gradcheck": lambda a: tu.gradcheck(lambda v, w: S.Custom(v, op_type="pb_square", k=str(bug)) * w, a[0]),
     }
     for name, run in runs.items():

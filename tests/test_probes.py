@@ -14,14 +14,15 @@ S = sg.sym
 RULES = {
     # y = ||x_i|| per row; x / ||x|| is NaN on a zero row (PyTorch #2421 shipped it); the fix returns 0 there
     "norm_nan": (lambda x: np.sqrt((x * x).sum(axis=1)), lambda g, y, x: g[:, None] * x / y[:, None]),
-    "norm_ok": (lambda x: np.sqrt((x * x).sum(axis=1)),
-                lambda g, y, x: g[:, None] * np.divide(x, y[:, None], out=np.zeros_like(x), where=y[:, None] > 0)),
+    "norm_ok": (
+        lambda x: np.sqrt((x * x).sum(axis=1)),
+        lambda g, y, x: g[:, None] * np.divide(x, y[:, None], out=np.zeros_like(x), where=y[:, None] > 0),
+    ),
     # hardsigmoid with the slope 1/6 kept below -3 (a wrong region): a standard normal draw never goes there
     "hs_wrong": (lambda x: np.clip(x / 6 + 0.5, 0, 1), lambda g, y, x: g * (x < 3) / 6),
     "hs_ok": (lambda x: np.clip(x / 6 + 0.5, 0, 1), lambda g, y, x: g * ((x > -3) & (x < 3)) / 6),
     # sqrt(|x|): its derivative really is infinite at 0 (a singularity, not a bug)
-    "sqrt_abs": (lambda x: np.sqrt(np.abs(x)),
-                 lambda g, y, x: g * np.sign(x) / (2 * np.sqrt(np.abs(x)))),
+    "sqrt_abs": (lambda x: np.sqrt(np.abs(x)), lambda g, y, x: g * np.sign(x) / (2 * np.sqrt(np.abs(x)))),
 }
 
 
@@ -55,8 +56,9 @@ def _check(checker, name, x, **kw):
         return tu.check_numeric_gradient(f(S.Variable("x")), {"x": x}, dtype=x.dtype, progress=False, **kw)
     if checker == "check_backward":
         y = f(S.Variable("x")).infer_shape(x=x.shape)[1][0]
-        return tu.check_backward(f, x, np.random.default_rng(1).standard_normal(y).astype(x.dtype), progress=False,
-                                 **kw)
+        return tu.check_backward(
+            f, x, np.random.default_rng(1).standard_normal(y).astype(x.dtype), progress=False, **kw
+        )
     return tu.gradcheck(f, (x,), progress=False, **kw)
 
 
@@ -67,8 +69,11 @@ CHECKERS = ["check_numeric_gradient", "check_backward", "gradcheck"]
 @pytest.mark.parametrize("checker", CHECKERS)
 def test_a_nan_at_a_zero_row_is_found_from_a_users_draw(checker, dtype):
     x = np.random.default_rng(0).standard_normal((3, 4)).astype(dtype)
-    with pytest.raises(tu.GradientCheckError, match=r"at the probe \w+ = 0 \(every element\).* is nan at .*"
-                                                    r"one-sided derivatives are -[\d.]+ \(left\) and [\d.]+ \(right\)"):
+    with pytest.raises(
+        tu.GradientCheckError,
+        match=r"at the probe \w+ = 0 \(every element\).* is nan at .*"
+        r"one-sided derivatives are -[\d.]+ \(left\) and [\d.]+ \(right\)",
+    ):
         _check(checker, "norm_nan", x)
     _check(checker, "norm_ok", x)  # the fix passes
 
@@ -87,10 +92,12 @@ def test_check_symbolic_backward_probes_against_finite_differences():
     x = np.random.default_rng(0).standard_normal((3, 4))
     expected = {"x": x / np.sqrt((x * x).sum(axis=1, keepdims=True))}
     with pytest.raises(tu.GradientCheckError, match="at the probe x = 0 .* is nan"):
-        tu.check_symbolic_backward(S.Custom(S.Variable("x"), op_type="pr_norm_nan"), {"x": x}, [np.ones(3)],
-                                   expected, dtype=np.float64)
-    tu.check_symbolic_backward(S.Custom(S.Variable("x"), op_type="pr_norm_ok"), {"x": x}, [np.ones(3)], expected,
-                               dtype=np.float64)
+        tu.check_symbolic_backward(
+            S.Custom(S.Variable("x"), op_type="pr_norm_nan"), {"x": x}, [np.ones(3)], expected, dtype=np.float64
+        )
+    tu.check_symbolic_backward(
+        S.Custom(S.Variable("x"), op_type="pr_norm_ok"), {"x": x}, [np.ones(3)], expected, dtype=np.float64
+    )
 
 
 def test_a_true_singularity_is_not_a_failure():
@@ -124,9 +131,11 @@ def test_the_probe_points_are_bounded_and_name_what_they_change():
     # every other entry is a padding / ignored value
     with_index = probes.points({**values, "i": np.array([2.0, 0.0, 1.0])}, ["a", "b", "c"], seed=0)
     index_points = {p.label: p.values["i"].tolist() for p in with_index if p.label.startswith("every")}
-    assert index_points == {"every i = 2 (repeated indices)": [2.0, 2.0, 2.0],
-                            "every other i = 0 (a padding / ignored index value)": [0.0, 0.0, 0.0],
-                            "every other i = -100 (a padding / ignored index value)": [-100.0, 0.0, -100.0]}
+    assert index_points == {
+        "every i = 2 (repeated indices)": [2.0, 2.0, 2.0],
+        "every other i = 0 (a padding / ignored index value)": [0.0, 0.0, 0.0],
+        "every other i = -100 (a padding / ignored index value)": [-100.0, 0.0, -100.0],
+    }
     # rows of one length in arguments of different sizes: one shared row
     shared = probes.points({"x": np.ones((2, 3)), "y": np.zeros((4, 3))}, ["x", "y"], seed=0)
     (row,) = [p for p in shared if "shared" in p.label]

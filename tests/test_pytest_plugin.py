@@ -62,8 +62,11 @@ def _expected_draws(seed):
     """What a test seeded with ``seed`` must draw, derived from numpy and random directly."""
     state = np.random.RandomState(seed)
     py = random.Random(seed)
-    return {"rng": np.random.default_rng(seed).random(4).tolist(), "np_global": state.rand(2).tolist(),
-            "py": py.random()}
+    return {
+        "rng": np.random.default_rng(seed).random(4).tolist(),
+        "np_global": state.rand(2).tolist(),
+        "py": py.random(),
+    }
 
 
 # -- rng and the seed line ------------------------------------------------------------------------------
@@ -172,8 +175,8 @@ CHECK_FAILS = """
 
 def _report(out, test):
     """The report block of ``test``: its lines from the worst-element table to the reproduction line."""
-    block = out[re.search(rf"_+ {test} _+", out).end():]
-    return block[block.index("worst"):block.index("-- reproduce: ")].strip()
+    block = out[re.search(rf"_+ {test} _+", out).end() :]
+    return block[block.index("worst") : block.index("-- reproduce: ")].strip()
 
 
 def test_a_failing_check_prints_the_line_that_reproduces_it(pytester, monkeypatch):
@@ -185,8 +188,11 @@ def test_a_failing_check_prints_the_line_that_reproduces_it(pytester, monkeypatc
     m = re.search(r"seed (\d+) -- reproduce: SYMGRAD_TEST_SEED=(\d+) python -m pytest test_repro.py::test_check\n", out)
     assert m and m.group(1) == m.group(2)
     # the rng test: the test's seed, which also fixes the test's own random inputs
-    m_rng = re.search(r"seed (\d+) -- reproduce: SYMGRAD_TEST_SEED=(\d+) python -m pytest "
-                      r"test_repro.py::test_check_rng\n", out)
+    m_rng = re.search(
+        r"seed (\d+) -- reproduce: SYMGRAD_TEST_SEED=(\d+) python -m pytest "
+        r"test_repro.py::test_check_rng\n",
+        out,
+    )
     assert m_rng and m_rng.group(1) == m_rng.group(2)
     assert f"symgrad seed: {m_rng.group(1)}" in out
     first = {t: _report(out, t) for t in ("test_check", "test_check_rng")}
@@ -252,7 +258,8 @@ def test_tests_of_other_projects_keep_their_global_rng(pytester):
 
 def test_a_failed_check_shows_the_report_not_symgrads_frames(pytester):
     # before: ~90 lines of symgrad's own source and locals above each report
-    pytester.makepyfile(test_frames="""
+    pytester.makepyfile(
+        test_frames="""
 import numpy as np
 import symgrad as sg
 from symgrad.test_utils import check_numeric_gradient
@@ -260,19 +267,22 @@ from symgrad.test_utils import check_numeric_gradient
 def test_wrong():
     x = sg.sym.Variable("x")
     check_numeric_gradient(2 * x + sg.sym.BlockGrad(3 * x), {"x": np.ones(3)}, dtype=np.float64, progress=False)
-""")
+"""
+    )
     out = pytester.runpytest(*PLUGIN).stdout.str()
     assert "does not match the numeric gradient" in out and "test_frames.py" in out
     assert "mxnet_checks.py" not in out and "compare.py" not in out, out
     # an error that is not a failed check (here a bad argument) keeps symgrad's frames for whoever debugs it
-    pytester.makepyfile(test_bad="""
+    pytester.makepyfile(
+        test_bad="""
 import numpy as np
 import symgrad as sg
 from symgrad.test_utils import check_numeric_gradient
 
 def test_bad():
     check_numeric_gradient(sg.sym.Variable("x") * 2.0, {"x": np.ones(3)}, dtype="float7")
-""")
+"""
+    )
     assert "mxnet_checks.py" in pytester.runpytest(*PLUGIN, "test_bad.py").stdout.str()
 
 

@@ -54,8 +54,9 @@ def _env():
 def test_python_block_runs(code, tmp_path):
     script = tmp_path / "block.py"
     script.write_text(code, encoding="utf-8")
-    res = subprocess.run([sys.executable, str(script)], cwd=ROOT, env=_env(), capture_output=True, text=True,
-                         timeout=300)
+    res = subprocess.run(
+        [sys.executable, str(script)], cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=300
+    )
     assert res.returncode == 0, f"README block failed:\n{code}\n--- stderr ---\n{res.stderr[-4000:]}"
 
 

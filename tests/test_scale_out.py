@@ -80,8 +80,8 @@ def test_numeric_gradient_on_a_process_pool_is_the_serial_one(pool, method):
     sym = conv_net()
     loc = values_of(sym, data=(2, 3, 6, 6))
     (a, wa, ea), (b, wb, eb) = serial_and_spread(
-        lambda ex: check_numeric_gradient(sym, loc, dtype=np.float32, method=method, progress=False, executor=ex),
-        pool)
+        lambda ex: check_numeric_gradient(sym, loc, dtype=np.float32, method=method, progress=False, executor=ex), pool
+    )
     assert ea is None and eb is None and wa == wb
     assert_same_gradients(a, b)
 
@@ -91,8 +91,11 @@ def test_complex_step_on_a_process_pool_is_the_serial_one(pool):
     sym = S.sin(x) * S.exp(w) + S.square(x)
     loc = values_of(sym, 1, x=(3, 4), w=(3, 4))
     (a, _, ea), (b, _, eb) = serial_and_spread(
-        lambda ex: check_numeric_gradient(sym, loc, dtype=np.float64, method="complex_step", progress=False,
-                                          executor=ex), pool)
+        lambda ex: check_numeric_gradient(
+            sym, loc, dtype=np.float64, method="complex_step", progress=False, executor=ex
+        ),
+        pool,
+    )
     assert ea is None and eb is None
     assert_same_gradients(a, b)
 
@@ -103,7 +106,8 @@ def test_a_failure_reports_the_same_text(pool):
     sym = S.tanh(S.BlockGrad(x) * x)
     loc = {"x": np.linspace(-1.0, 1.0, 12).reshape(3, 4)}
     (_, _, ea), (_, _, eb) = serial_and_spread(
-        lambda ex: check_numeric_gradient(sym, loc, dtype=np.float64, progress=False, executor=ex), pool)
+        lambda ex: check_numeric_gradient(sym, loc, dtype=np.float64, progress=False, executor=ex), pool
+    )
     assert ea is not None and "'x'" in ea
     assert ea == eb
 
@@ -113,8 +117,9 @@ def test_kink_redraws_are_spread_and_the_same(pool):
     x, w = S.Variable("x"), S.Variable("w")
     sym = S.relu(S.FullyConnected(x, weight=w, no_bias=True, num_hidden=3, name="fc"))
     loc = {"x": np.zeros((2, 4)), "w": np.random.default_rng(2).normal(size=(3, 4))}
-    runs = serial_and_spread(lambda ex: check_numeric_gradient(sym, loc, dtype=np.float64, progress=False,
-                                                               executor=ex), pool)
+    runs = serial_and_spread(
+        lambda ex: check_numeric_gradient(sym, loc, dtype=np.float64, progress=False, executor=ex), pool
+    )
     (a, wa, ea), (b, wb, eb) = runs
     assert ea is None and eb is None
     assert wa and wa == wb  # a NondifferentiablePointWarning naming the same elements
@@ -126,7 +131,8 @@ def test_numeric_gradient_on_dask_in_process_workers(dask_executor):
     sym = conv_net()
     loc = values_of(sym, 3, data=(1, 2, 5, 5))
     (a, _, ea), (b, _, eb) = serial_and_spread(
-        lambda ex: check_numeric_gradient(sym, loc, dtype=np.float64, progress=False, executor=ex), dask_executor)
+        lambda ex: check_numeric_gradient(sym, loc, dtype=np.float64, progress=False, executor=ex), dask_executor
+    )
     assert ea is None and eb is None
     assert_same_gradients(a, b)
 
@@ -147,8 +153,11 @@ def test_gradcheck_on_a_process_pool(pool):
     assert gradcheck(lambda v: S.tanh(v) * v, (x,), executor=pool) is True
     # a failing Jacobian: the same report (ops named: func builds new symbols on every call)
     (_, _, ea), (_, _, eb) = serial_and_spread(
-        lambda ex: gradcheck(lambda v: S.sin(S.BlockGrad(v, name="b") * v, name="f"), (x,), progress=False,
-                             executor=ex), pool)
+        lambda ex: gradcheck(
+            lambda v: S.sin(S.BlockGrad(v, name="b") * v, name="f"), (x,), progress=False, executor=ex
+        ),
+        pool,
+    )
     assert ea is not None and ea == eb
 
 
@@ -160,8 +169,11 @@ def test_gradgradcheck_sends_the_gradient_graph(pool):
 def test_gradcheck_on_dask_in_process_workers(dask_executor):
     x = np.random.default_rng(7).uniform(-1, 1, (2, 3))
     (_, _, ea), (_, _, eb) = serial_and_spread(
-        lambda ex: gradcheck(lambda v: S.exp(S.BlockGrad(v, name="b") * v, name="f"), (x,), progress=False,
-                             executor=ex), dask_executor)
+        lambda ex: gradcheck(
+            lambda v: S.exp(S.BlockGrad(v, name="b") * v, name="f"), (x,), progress=False, executor=ex
+        ),
+        dask_executor,
+    )
     assert ea is not None and ea == eb
 
 
@@ -217,14 +229,19 @@ def test_check_model_modes_on_a_pool_and_on_forked_workers(pool, mode):
     assert all(r["verdict"] in ("pass", "skip") for r in rows[1])
 
 
-@pytest.mark.parametrize("workers, executor, ctx, match", [
-    (0, None, None, "workers must be a whole number"), (1.5, None, None, "workers must be a whole number"),
-    (2, "pool", None, "not both"), (2, None, "gpu", "one process")])
+@pytest.mark.parametrize(
+    "workers, executor, ctx, match",
+    [
+        (0, None, None, "workers must be a whole number"),
+        (1.5, None, None, "workers must be a whole number"),
+        (2, "pool", None, "not both"),
+        (2, None, "gpu", "one process"),
+    ],
+)
 def test_check_model_refuses_bad_workers(pool, workers, executor, ctx, match):
     sym = model_zoo.load_example("mlp")
     with pytest.raises(ValueError, match=match):
-        check_model(sym, workers=workers, executor=pool if executor else None,
-                    ctx=sg.gpu(0) if ctx else None)
+        check_model(sym, workers=workers, executor=pool if executor else None, ctx=sg.gpu(0) if ctx else None)
 
 
 def test_cli_workers_must_be_positive(capsys):
@@ -243,11 +260,15 @@ def test_check_model_localises_and_attributes_on_a_pool_as_serially(pool):
     y = S.Custom(S.BatchNorm(y, fix_gamma=False, name="bn"), op_type="planted_scaled", name="planted_fwd")
     y = S.FullyConnected(S.Activation(y, act_type="relu", name="relu"), num_hidden=3, name="fc")
     runs = [{"executor": None}, {"executor": pool}, {"workers": 2}]
-    results = [check_model(y, shapes={"data": (2, 3, 8, 8)}, dtype="float64", raise_on_failure=False, **kw)
-               for kw in runs]
+    results = [
+        check_model(y, shapes={"data": (2, 3, 8, 8)}, dtype="float64", raise_on_failure=False, **kw) for kw in runs
+    ]
     assert results[0].rows == results[1].rows == results[2].rows and not results[0].ok
-    assert [vars(f) for f in results[0].faults] == [vars(f) for f in results[1].faults] \
+    assert (
+        [vars(f) for f in results[0].faults]
+        == [vars(f) for f in results[1].faults]
         == [vars(f) for f in results[2].faults]
+    )
     assert [f.name for f in results[1].faults] == [planted_network.NODE]
 
 
@@ -263,15 +284,18 @@ def test_only_the_worst_failing_arguments_are_localised_serially_and_on_a_pool(p
     for i in range(3):
         h = S.FullyConnected(h, num_hidden=5, name=f"fc{i}")
     y = S.tanh(S.Custom(h, op_type="planted_scaled", name="planted_fwd"))
-    runs = [check_model(y, shapes={"data": (2, 5)}, dtype="float64", raise_on_failure=False, executor=ex)
-            for ex in (None, pool)]
+    runs = [
+        check_model(y, shapes={"data": (2, 5)}, dtype="float64", raise_on_failure=False, executor=ex)
+        for ex in (None, pool)
+    ]
     assert runs[0].rows == runs[1].rows
     failed = runs[0].failed
     assert len(failed) == 7  # data and three weights and biases
     localised = [r["name"] for r in failed if r["method"].startswith("direction failed; bisected")]
     assert len(localised) == mc.LOCALISE_MAX
-    assert all("not localised element by element" in "; ".join(r["notes"]) for r in failed if r["name"] not in
-               localised)
+    assert all(
+        "not localised element by element" in "; ".join(r["notes"]) for r in failed if r["name"] not in localised
+    )
     assert [f.name for run in runs for f in run.faults] == [planted_network.NODE] * 2
 
 

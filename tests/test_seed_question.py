@@ -17,8 +17,13 @@ def _train(dtype, epochs=10, lr=1e-3):
     rng = np.random.default_rng(0)
     x, label = S.Variable("x"), S.Variable("label")
     net = S.SoftmaxOutput(S.FullyConnected(x, num_hidden=K, name="fc"), label, name="ce")
-    exe = net.simple_bind(sg.cpu(), x=(N, D), label=(N,), type_dict={"x": dtype},
-                          grad_req={"x": "add", "fc_weight": "write", "fc_bias": "write", "label": "null"})
+    exe = net.simple_bind(
+        sg.cpu(),
+        x=(N, D),
+        label=(N,),
+        type_dict={"x": dtype},
+        grad_req={"x": "add", "fc_weight": "write", "fc_bias": "write", "label": "null"},
+    )
     exe.arg_dict["x"][:] = rng.standard_normal((N, D))
     exe.arg_dict["label"][:] = rng.integers(0, K, N)
     exe.arg_dict["fc_weight"][:] = 0.5 * rng.standard_normal((K, D))
@@ -42,17 +47,22 @@ def _loss_executor(exe):
 
 def test_the_accumulated_input_gradient_is_named():
     exe = _train(np.float64)
-    numeric = tu.numeric_grad(_loss_executor(exe), {"x": exe.arg_dict["x"].copy()}, eps=1e-4, dtype=np.float64,
-                              progress=False)["x"]
+    numeric = tu.numeric_grad(
+        _loss_executor(exe), {"x": exe.arg_dict["x"].copy()}, eps=1e-4, dtype=np.float64, progress=False
+    )["x"]
     with pytest.raises(tu.GradientCheckError) as info:
         tu.assert_almost_equal(exe.grad_dict["x"], numeric, names=("analytic", "numeric"))
     # before: "no simple pattern ... the ratio analytic/numeric varies from 9.23 to 10.6"
     assert "accumulated over 10 backward calls (grad_req 'add'" in info.value.diagnosis
     # one step (nothing accumulated) agrees
     once = _train(np.float64, epochs=1)
-    np.testing.assert_allclose(once.grad_dict["x"],
-                               tu.numeric_grad(_loss_executor(once), {"x": once.arg_dict["x"].copy()}, eps=1e-4,
-                                               dtype=np.float64, progress=False)["x"], rtol=1e-6)
+    np.testing.assert_allclose(
+        once.grad_dict["x"],
+        tu.numeric_grad(
+            _loss_executor(once), {"x": once.arg_dict["x"].copy()}, eps=1e-4, dtype=np.float64, progress=False
+        )["x"],
+        rtol=1e-6,
+    )
 
 
 def test_the_float32_half_says_the_step_is_too_small():

@@ -41,17 +41,25 @@ def _tol(dtype):
 
 def _ref(model, kind):
     prefix = f"{model}/{kind}/"
-    return {k[len(prefix):]: REF[k] for k in REF.files if k.startswith(prefix)}
+    return {k[len(prefix) :]: REF[k] for k in REF.files if k.startswith(prefix)}
 
 
 def _train_step(sym, args, aux, heads, grad_req):
     grads = {n: np.zeros_like(a) for n, a in args.items() if grad_req[n] != "null"}
-    exe = sym.bind(sg.cpu(), {n: a.copy() for n, a in args.items()}, args_grad=grads, grad_req=grad_req,
-                   aux_states={n: a.copy() for n, a in aux.items()} or None)
+    exe = sym.bind(
+        sg.cpu(),
+        {n: a.copy() for n, a in args.items()},
+        args_grad=grads,
+        grad_req=grad_req,
+        aux_states={n: a.copy() for n, a in aux.items()} or None,
+    )
     outs = [np.array(o) for o in exe.forward(is_train=True)]
     exe.backward(heads)
-    return outs, {n: np.array(g) for n, g in exe.grad_dict.items() if g is not None}, \
-        {n: np.array(a) for n, a in exe.aux_dict.items()}
+    return (
+        outs,
+        {n: np.array(g) for n, g in exe.grad_dict.items() if g is not None},
+        {n: np.array(a) for n, a in exe.aux_dict.items()},
+    )
 
 
 # -- files MXNet wrote (and symgrad-written files as MXNet ran them) ------------------------------------
@@ -102,8 +110,9 @@ def test_gluon_export_attributes_and_simple_bind():
     assert attrs["gnet_batchnorm0_running_mean"]["__init__"] == "zeros"
     # MXNet's attr_dict() also lists each hidden key plainly (``lr_mult`` beside ``__lr_mult__``)
     plain = {f"__{k}__" for k in ("lr_mult", "wd_mult", "ctx_group")}
-    assert attrs == {n: {k: v for k, v in d.items() if f"__{k}__" not in plain} for n, d in
-                     META["gluon"]["attr_dict"].items()}
+    assert attrs == {
+        n: {k: v for k, v in d.items() if f"__{k}__" not in plain} for n, d in META["gluon"]["attr_dict"].items()
+    }
     arg_types, _, aux_types = sym.infer_type_partial()
     assert set(arg_types[1:]) == {np.float64} and set(aux_types) == {np.float64}
     exe = sym.simple_bind(sg.cpu(), data=(2, 3, 6, 6), type_dict={"data": "float64"})
@@ -175,8 +184,9 @@ def test_operator_table_attribute_strings_load_in_mxnet():
             continue
         mine = json.loads(ours[case])
         # MXNet 1.9.1's max-pooling has a hidden workspace output, so its node_row_ptr counts one more
-        pooling_max = any(n["op"] == "Pooling" and n.get("attrs", {}).get("pool_type", "max") == "max"
-                          for n in mine["nodes"])
+        pooling_max = any(
+            n["op"] == "Pooling" and n.get("attrs", {}).get("pool_type", "max") == "max" for n in mine["nodes"]
+        )
         if pooling_max:
             mine.pop("node_row_ptr"), doc.pop("node_row_ptr")
         assert mine == doc, case
@@ -192,8 +202,9 @@ def _zoo():
     x = S.Variable("x", shape=(2, 3), dtype="float64", lr_mult=0.5, wd_mult=2.0, init='["one", {}]')
     with sg.AttrScope(__ctx_group__="dev1", __note__="kept"):
         h = S.FullyConnected(x, num_hidden=4, name="fc")
-    parts = S.SliceChannel(S.BatchNorm(h, name="bn", fix_gamma=False, output_mean_var=True)[0], num_outputs=2,
-                           axis=1, name="split")
+    parts = S.SliceChannel(
+        S.BatchNorm(h, name="bn", fix_gamma=False, output_mean_var=True)[0], num_outputs=2, axis=1, name="split"
+    )
     y = S.Concat(parts[1], parts[0] * np.float64(0.1) - 1e-7, S.clip(parts[0], a_min=-0.3, a_max=0.25), dim=1)
     z = S.broadcast_add(S.LeakyReLU(y, act_type="elu", slope=0.25), S.sum(S.square(x), axis=1, keepdims=True))
     return S.Group([S.make_loss(S.mean(z)), parts[1], z])
@@ -209,8 +220,13 @@ def test_round_trip_is_exact():
     assert again.list_outputs() == sym.list_outputs()
     assert again.attr_dict() == sym.attr_dict()
     for a, b in zip(sym._nodes(), again._nodes()):
-        assert (a.op_name, a.name, a.params, a.attrs, a.num_outputs) == (b.op_name, b.name, b.params, b.attrs,
-                                                                           b.num_outputs)
+        assert (a.op_name, a.name, a.params, a.attrs, a.num_outputs) == (
+            b.op_name,
+            b.name,
+            b.params,
+            b.attrs,
+            b.num_outputs,
+        )
     _same_training_step(sym, again)
     assert sg.sym.fromjson is sg.sym.load_json
 
@@ -384,40 +400,60 @@ def _node(i):
 
 HOSTILE_JSON = {
     "unknown op": (_doc(nodes__3__op="FancyConv"), r"node 3 \(FancyConv 'conv1'\): unknown operator 'FancyConv'"),
-    "input node out of range": (_doc(nodes__3__inputs=[[0, 0, 0], [99, 0, 0], [2, 0, 0]]),
-                                r"node 3 .*input 1 refers to node 99, but the file has nodes 0..16"),
+    "input node out of range": (
+        _doc(nodes__3__inputs=[[0, 0, 0], [99, 0, 0], [2, 0, 0]]),
+        r"node 3 .*input 1 refers to node 99, but the file has nodes 0..16",
+    ),
     "negative input node": (_doc(nodes__3__inputs=[[-1, 0, 0], [1, 0, 0], [2, 0, 0]]), "refers to node -1"),
-    "output out of range": (_doc(nodes__3__inputs=[[0, 5, 0], [1, 0, 0], [2, 0, 0]]),
-                            r"node 3 .*input 0 \('data'\) asks for output 5 of null 'data', which has 1"),
+    "output out of range": (
+        _doc(nodes__3__inputs=[[0, 5, 0], [1, 0, 0], [2, 0, 0]]),
+        r"node 3 .*input 0 \('data'\) asks for output 5 of null 'data', which has 1",
+    ),
     "head out of range": (_doc(heads=[[16, 3, 0]]), "head 0 asks for output 3 of node 16"),
-    "cycle": (_doc(nodes__3__inputs=[[8, 0, 0], [1, 0, 0], [2, 0, 0]]),
-              r"cycle: node 3 'conv1' -> 8 'bn1' -> 3 'conv1'|cycle: node 8 'bn1' -> 3 'conv1' -> 8 'bn1'"),
+    "cycle": (
+        _doc(nodes__3__inputs=[[8, 0, 0], [1, 0, 0], [2, 0, 0]]),
+        r"cycle: node 3 'conv1' -> 8 'bn1' -> 3 'conv1'|cycle: node 8 'bn1' -> 3 'conv1' -> 8 'bn1'",
+    ),
     "self loop": (_doc(nodes__9__inputs=[[9, 0, 0]]), r"cycle: node 9 'relu1' -> 9 'relu1'"),
     "nodes not a list": (_doc(nodes={"a": 1}), "'nodes' must be a list, got dict"),
     "node not an object": (_doc(nodes__2=[1, 2]), "node 2 must be an object, got list"),
     "name not a string": (_doc(nodes__3__name=7), "node 3 'name' must be a string, got int 7"),
-    "attr value not a string": (_doc(nodes__3__attrs={"num_filter": 4, "kernel": "(3, 3)"}),
-                                r"node 3 \(Convolution 'conv1'\) 'attrs'\['num_filter'\] must be a string"),
+    "attr value not a string": (
+        _doc(nodes__3__attrs={"num_filter": 4, "kernel": "(3, 3)"}),
+        r"node 3 \(Convolution 'conv1'\) 'attrs'\['num_filter'\] must be a string",
+    ),
     "entry of strings": (_doc(heads=[["16", 0, 0]]), "head 0 entry .* must be an integer, got str"),
     "entry bool": (_doc(heads=[[True, 0, 0]]), "must be an integer, got bool"),
     "entry too long": (_doc(heads=[[16, 0, 0, 0]]), r"head 0 must be a list \[node, output\]"),
     "missing heads": (_doc(heads=None).replace('"heads": null', '"headz": []'), "missing 'heads'"),
     "empty heads": (_doc(heads=[]), "'heads' is empty"),
     "no nodes": (_doc(nodes=[]), "'nodes' is empty"),
-    "missing op": (json.dumps({**BASE, "nodes": [{"name": "x", "inputs": []}], "heads": [[0, 0]]}),
-                   "node 0 has no 'op'"),
+    "missing op": (
+        json.dumps({**BASE, "nodes": [{"name": "x", "inputs": []}], "heads": [[0, 0]]}),
+        "node 0 has no 'op'",
+    ),
     "variable with inputs": (_doc(nodes__1__inputs=[[0, 0, 0]]), r"node 1 \(null 'conv1_weight'\): a variable has"),
-    "wrong input count": (_doc(nodes__3__inputs=[[0, 0, 0], [1, 0, 0]]),
-                          r"node 3 \(Convolution 'conv1'\): has 2 inputs, Convolution takes 3"),
-    "unknown parameter": (_doc(nodes__9__attrs={"act_type": "relu", "speed": "fast"}),
-                          r"node 9 \(Activation 'relu1'\): 'speed' is not a parameter of Activation"),
-    "bad parameter value": (_doc(nodes__3__attrs={"kernel": "(3, x)", "num_filter": "4"}),
-                            r"node 3 \(Convolution 'conv1'\).*'kernel'"),
+    "wrong input count": (
+        _doc(nodes__3__inputs=[[0, 0, 0], [1, 0, 0]]),
+        r"node 3 \(Convolution 'conv1'\): has 2 inputs, Convolution takes 3",
+    ),
+    "unknown parameter": (
+        _doc(nodes__9__attrs={"act_type": "relu", "speed": "fast"}),
+        r"node 9 \(Activation 'relu1'\): 'speed' is not a parameter of Activation",
+    ),
+    "bad parameter value": (
+        _doc(nodes__3__attrs={"kernel": "(3, x)", "num_filter": "4"}),
+        r"node 3 \(Convolution 'conv1'\).*'kernel'",
+    ),
     "bad choice": (_doc(nodes__9__attrs={"act_type": "__import__('os')"}), r"node 9 .*act_type"),
-    "huge parameter": (_doc(nodes__3__attrs={"kernel": "(" + "3, " * 40000 + ")", "num_filter": "4"}),
-                       r"node 3 .*parameter 'kernel' is 120002 characters long"),
-    "nested parameter": (_doc(nodes__3__attrs={"kernel": "(" * 5000 + ")" * 5000, "num_filter": "4"}),
-                         r"node 3 \(Convolution 'conv1'\)"),
+    "huge parameter": (
+        _doc(nodes__3__attrs={"kernel": "(" + "3, " * 40000 + ")", "num_filter": "4"}),
+        r"node 3 .*parameter 'kernel' is 120002 characters long",
+    ),
+    "nested parameter": (
+        _doc(nodes__3__attrs={"kernel": "(" * 5000 + ")" * 5000, "num_filter": "4"}),
+        r"node 3 \(Convolution 'conv1'\)",
+    ),
     "bad __shape__": (_doc(nodes__0__attrs={"__shape__": "(2, -3)"}), r"node 0 \(null 'data'\): __shape__"),
     "billion-dim __shape__": (_doc(nodes__0__attrs={"__shape__": str(tuple([2] * 40))}), r"node 0 .*__shape__"),
     "bad __dtype__": (_doc(nodes__0__attrs={"__dtype__": "99"}), r"node 0 \(null 'data'\).*__dtype__"),
@@ -466,16 +502,17 @@ def _array_blob(header):
 
 
 def _v2(shape, flag=0, data=b""):
-    return struct.pack(f"<Iii{len(shape)}q", 0xF993FAC9, 0, len(shape), *shape) + struct.pack("<iii", 1, 0, flag) \
-        + data
+    return struct.pack(f"<Iii{len(shape)}q", 0xF993FAC9, 0, len(shape), *shape) + struct.pack("<iii", 1, 0, flag) + data
 
 
 HOSTILE_PARAMS = {
     "bad magic": (b"\x13" + VALID[1:], r"not an MXNet NDArray file.*byte offset 0"),
     "empty file": (b"", r"truncated: file header needs 16 bytes, 0 remain \(byte offset 0\)"),
     "count beyond file": (struct.pack("<QQQ", 0x112, 0, 10**12), r"declares 1000000000000 arrays.*byte offset 16"),
-    "billion elements": (_array_blob(_v2((1000, 1000, 1000))) + b"\0" * 64,
-                         r"array 0 declares shape \(1000, 1000, 1000\) \(float32, 4000000000 bytes\) but only 64"),
+    "billion elements": (
+        _array_blob(_v2((1000, 1000, 1000))) + b"\0" * 64,
+        r"array 0 declares shape \(1000, 1000, 1000\) \(float32, 4000000000 bytes\) but only 64",
+    ),
     "size beyond file": (_array_blob(_v2((4,), data=b"\0" * 8)), r"array 0 declares shape \(4,\).*16 bytes.*only 8"),
     "huge dims overflow": (_array_blob(_v2((2**62, 2**62))), r"too large for any array \(byte offset 24\)"),
     "huge empty array": (_array_blob(_v2((0, 2**61))), r"shape \(0, 2305843009213693952\), too large"),
@@ -490,9 +527,16 @@ HOSTILE_PARAMS = {
     "name beyond file": (_array_blob(_v2((1,), data=b"\0" * 4)) + struct.pack("<QQ", 1, 2**40), r"name 0 needs"),
     "name not utf-8": (_array_blob(_v2((1,), data=b"\0" * 4)) + struct.pack("<QQ", 1, 1) + b"\xff", "not UTF-8"),
     "trailing bytes": (VALID + b"junk", r"4 unexpected bytes after the names \(byte offset 473\)"),
-    "duplicate names": (_array_blob(_v2((1,), data=b"\0" * 4))[:16] + struct.pack("<Q", 2)
-                        + (_v2((1,), data=b"\0" * 4)) * 2 + struct.pack("<QQ", 2, 1) + b"a" + struct.pack("<Q", 1)
-                        + b"a", "appears twice"),
+    "duplicate names": (
+        _array_blob(_v2((1,), data=b"\0" * 4))[:16]
+        + struct.pack("<Q", 2)
+        + (_v2((1,), data=b"\0" * 4)) * 2
+        + struct.pack("<QQ", 2, 1)
+        + b"a"
+        + struct.pack("<Q", 1)
+        + b"a",
+        "appears twice",
+    ),
 }
 
 
@@ -553,7 +597,7 @@ def test_npz_claiming_more_than_deflate_can_produce(tmp_path):
     blob = bytearray(_npz({"arg:x.npy": _npy(np.zeros(4))}))
     # patch the central directory's uncompressed size to 2**31 (a zip bomb's claim)
     cd = blob.rfind(b"PK\x01\x02")
-    blob[cd + 24:cd + 28] = struct.pack("<I", 2**31)
+    blob[cd + 24 : cd + 28] = struct.pack("<I", 2**31)
     path = tmp_path / "bomb.npz"
     path.write_bytes(bytes(blob))
     with pytest.raises(SerializationError, match="more than compression can produce"):
@@ -564,9 +608,11 @@ def test_npz_claiming_more_than_deflate_can_produce(tmp_path):
 
 SEEDS_JSON = [(HERE / f"{m}-symbol.json").read_text() for m in ("convnet", "legacy", "gluon", "sg_ops")]
 SEEDS_PARAMS = [VALID, (HERE / "convnet-0000.params").read_bytes(), (HERE / "np_shape.params").read_bytes()]
-_json_values = st.recursive(st.none() | st.booleans() | st.integers(-3, 40) | st.text(max_size=6),
-                            lambda c: st.lists(c, max_size=4) | st.dictionaries(st.text(max_size=6), c, max_size=3),
-                            max_leaves=8)
+_json_values = st.recursive(
+    st.none() | st.booleans() | st.integers(-3, 40) | st.text(max_size=6),
+    lambda c: st.lists(c, max_size=4) | st.dictionaries(st.text(max_size=6), c, max_size=3),
+    max_leaves=8,
+)
 
 
 def _mutate_doc(doc, data):
@@ -631,7 +677,7 @@ def test_fuzz_params_bytes(data):
         elif op == "word":  # a random 32/64-bit value over a count, ndim, dimension, flag or length
             width = data.draw(st.sampled_from([4, 8]))
             value = data.draw(st.integers(0, 2 ** (8 * width) - 1))
-            raw[pos:pos + width] = value.to_bytes(width, "little")
+            raw[pos : pos + width] = value.to_bytes(width, "little")
         elif op == "cut":
             del raw[pos:]
             if not raw:

@@ -85,8 +85,6 @@ def test_check_backward_passes_the_cdist_twin_at_its_cusp_and_catches_the_bug():
         assert run.run_check(e, e.buggy, "check_backward", np.float64, loc, y_grad, seed)[0]
 
 
-
-
 @pytest.mark.parametrize("dtype", [np.float64, np.float32], ids=["float64", "float32"])
 @pytest.mark.parametrize("entry_id", PROBED)
 def test_probes_catch_at_a_users_draw_what_the_draw_never_hits(entry_id, dtype):

@@ -26,8 +26,13 @@ def test_automatic_names_use_a_name_manager():
         b = S.FullyConnected(a, num_hidden=2)
         c = S.exp(b)
     assert (a.name, b.name, c.name) == ("fullyconnected0", "fullyconnected1", "exp0")
-    assert b.list_arguments() == ["x", "fullyconnected0_weight", "fullyconnected0_bias",
-                                  "fullyconnected1_weight", "fullyconnected1_bias"]
+    assert b.list_arguments() == [
+        "x",
+        "fullyconnected0_weight",
+        "fullyconnected0_bias",
+        "fullyconnected1_weight",
+        "fullyconnected1_bias",
+    ]
 
 
 def test_prefix_applies_to_given_and_automatic_names():
@@ -80,8 +85,14 @@ class _Init:
 def test_variable_signature_and_attributes_match_mxnet():
     # mx.sym.Variable(name, attr, shape, lr_mult, wd_mult, dtype, init, stype, **kwargs), same order
     v = S.Variable("v", {"mood": "calm"}, (2, 3), 0.5, 0.0, "float16", _Init())
-    assert v.list_attr() == {"mood": "calm", "__shape__": "(2, 3)", "__lr_mult__": "0.5", "__wd_mult__": "0.0",
-                             "__dtype__": "2", "__init__": '["uniform", {"scale": 0.07}]'}  # 2: MXNet's float16 code
+    assert v.list_attr() == {
+        "mood": "calm",
+        "__shape__": "(2, 3)",
+        "__lr_mult__": "0.5",
+        "__wd_mult__": "0.0",
+        "__dtype__": "2",
+        "__init__": '["uniform", {"scale": 0.07}]',
+    }  # 2: MXNet's float16 code
     assert S.var is S.Variable
     assert S.Variable("s", shape=5).attr("__shape__") == "(5,)"
     assert S.Variable("i", init="zeros").attr("__init__") == "zeros"
@@ -99,12 +110,44 @@ def test_variable_signature_and_attributes_match_mxnet():
 def test_operator_auto_names_are_mxnets():
     with sg.NameManager():
         a, b = S.Variable("a"), S.Variable("b")
-        got = [(a + b).name, (a - b).name, (a * b).name, (a / b).name, (a ** b).name, (a + 1).name, (1 - a).name,
-               (a * 2).name, (-a).name, (2 / a).name, (a ** 2).name, (2 ** a).name, abs(a).name, (a == b).name,
-               (a > 1).name, S.elemwise_add(a, b).name, S._internal._plus_scalar(a, scalar=1).name]
-    assert got == ["_plus0", "_minus0", "_mul0", "_div0", "_power0", "_plusscalar0", "_rminusscalar0",
-                   "_mulscalar0", "_mulscalar1", "_rdivscalar0", "_powerscalar0", "_rpowerscalar0", "abs0",
-                   "_equal0", "_greater_scalar0", "elemwise_add0", "_plus_scalar0"]
+        got = [
+            (a + b).name,
+            (a - b).name,
+            (a * b).name,
+            (a / b).name,
+            (a**b).name,
+            (a + 1).name,
+            (1 - a).name,
+            (a * 2).name,
+            (-a).name,
+            (2 / a).name,
+            (a**2).name,
+            (2**a).name,
+            abs(a).name,
+            (a == b).name,
+            (a > 1).name,
+            S.elemwise_add(a, b).name,
+            S._internal._plus_scalar(a, scalar=1).name,
+        ]
+    assert got == [
+        "_plus0",
+        "_minus0",
+        "_mul0",
+        "_div0",
+        "_power0",
+        "_plusscalar0",
+        "_rminusscalar0",
+        "_mulscalar0",
+        "_mulscalar1",
+        "_rdivscalar0",
+        "_powerscalar0",
+        "_rpowerscalar0",
+        "abs0",
+        "_equal0",
+        "_greater_scalar0",
+        "elemwise_add0",
+        "_plus_scalar0",
+    ]
     assert (a - 2).attr("scalar") == "2" and (-a).attr("scalar") == "-1.0"
 
 
@@ -165,7 +208,7 @@ def test_operator_overloads_map_to_mxnet_ops(make, op):
     a, b = S.Variable("a"), S.Variable("b")
     s = make(a, b)
     g = s.to_networkx()
-    (head_id, _), = g.graph["heads"]
+    ((head_id, _),) = g.graph["heads"]
     assert g.nodes[head_id]["op"] == op
 
 
@@ -173,15 +216,59 @@ def test_overloads_compute_the_right_values():
     a, b = S.Variable("a"), S.Variable("b")
     av = np.array([1.0, 2.0, 4.0], np.float32)
     bv = np.array([3.0, 0.5, 2.0], np.float32)
-    expr = S.Group([a + b, a - 1, 3 - a, a * b, a / b, 2 / a, a**2, 2**a, -a, abs(-a), a > 1.5, a < b,
-                    a - b, 1 + a, a * 0.5, a ** b, a % 1.5, 5 % a, a >= 2, a == b * 2, a != 2, 2 >= a])
+    expr = S.Group(
+        [
+            a + b,
+            a - 1,
+            3 - a,
+            a * b,
+            a / b,
+            2 / a,
+            a**2,
+            2**a,
+            -a,
+            abs(-a),
+            a > 1.5,
+            a < b,
+            a - b,
+            1 + a,
+            a * 0.5,
+            a**b,
+            a % 1.5,
+            5 % a,
+            a >= 2,
+            a == b * 2,
+            a != 2,
+            2 >= a,
+        ]
+    )
     exe = expr.bind(sg.cpu(), {"a": av, "b": bv})
     outs = exe.forward()
     f32 = np.float32
-    want = [av + bv, av - 1, 3 - av, av * bv, av / bv, 2 / av, av**2, 2**av, -av, av,
-            (av > 1.5).astype(f32), (av < bv).astype(f32), av - bv, 1 + av, av * 0.5, av**bv, np.mod(av, 1.5),
-            np.mod(5, av), (av >= 2).astype(f32), (av == bv * 2).astype(f32), (av != 2).astype(f32),
-            (av <= 2).astype(f32)]
+    want = [
+        av + bv,
+        av - 1,
+        3 - av,
+        av * bv,
+        av / bv,
+        2 / av,
+        av**2,
+        2**av,
+        -av,
+        av,
+        (av > 1.5).astype(f32),
+        (av < bv).astype(f32),
+        av - bv,
+        1 + av,
+        av * 0.5,
+        av**bv,
+        np.mod(av, 1.5),
+        np.mod(5, av),
+        (av >= 2).astype(f32),
+        (av == bv * 2).astype(f32),
+        (av != 2).astype(f32),
+        (av <= 2).astype(f32),
+    ]
     assert len(outs) == len(want)
     for got, ref in zip(outs, want):
         assert got.dtype == np.float32
@@ -418,8 +505,7 @@ def test_python_level_helpers_pick_symbol_or_scalar_forms():
     x, y = S.Variable("x"), S.Variable("y")
     assert S.maximum(1, 3) == 3 and S.minimum(1, 3) == 1 and S.pow(2, 3) == 8 and S.hypot(3, 4) == 5.0
     xv, yv = np.array([1.0, 3.0]), np.array([2.0, 1.0])
-    e = S.Group([S.maximum(x, y), S.maximum(2.0, x), S.minimum(x, 2.0), S.pow(2.0, x), S.power(x, y),
-                 S.hypot(x, y)])
+    e = S.Group([S.maximum(x, y), S.maximum(2.0, x), S.minimum(x, 2.0), S.pow(2.0, x), S.power(x, y), S.hypot(x, y)])
     outs = e.bind(sg.cpu(), {"x": xv, "y": yv}).forward()
     want = [np.maximum(xv, yv), np.maximum(2.0, xv), np.minimum(xv, 2.0), 2.0**xv, xv**yv, np.hypot(xv, yv)]
     for got, ref in zip(outs, want):

@@ -126,8 +126,12 @@ def test_kinks_are_redrawn_and_named_not_failed(fast_mode):
 
 @pytest.mark.parametrize(
     "k, pattern, words",
-    [(1.5, "scaled", "scaled by 1.5"), (2.0, "doubled", "counted twice"), (-1.0, "sign", "sign flipped"),
-     (0.0, "missing", "gradient missing")],
+    [
+        (1.5, "scaled", "scaled by 1.5"),
+        (2.0, "doubled", "counted twice"),
+        (-1.0, "sign", "sign flipped"),
+        (0.0, "missing", "gradient missing"),
+    ],
     ids=["x1.5", "doubled", "sign", "zero"],
 )
 @pytest.mark.parametrize("fast_mode", [False, True], ids=["slow", "fast"])
@@ -147,8 +151,9 @@ def test_planted_constant_factors_are_caught_and_named(k, pattern, words, fast_m
     else:
         # the Jacobian of an elementwise op is diagonal: only the 12 diagonal entries are wrong
         assert err.jacobian_mismatch_fraction == pytest.approx(12 / 144)
-        np.testing.assert_allclose(np.diag(err.jacobian_analytic), k * np.diag(err.jacobian_numeric), rtol=1e-5,
-                                   atol=1e-6)
+        np.testing.assert_allclose(
+            np.diag(err.jacobian_analytic), k * np.diag(err.jacobian_numeric), rtol=1e-5, atol=1e-6
+        )
 
 
 def test_planted_structural_bugs_are_named():
@@ -219,8 +224,10 @@ def _smooth_cases(rng, dtype):
         (lambda x: S.exp(x), (n(4, 5),)),
         (lambda x: S.softmax(x, axis=-1), (n(4, 5),)),
         (lambda x, w, b: S.FullyConnected(x, weight=w, bias=b, num_hidden=3), (n(4, 5), n(3, 5), n(3))),
-        (lambda x, g, b: S.BatchNorm(x, gamma=g, beta=b, fix_gamma=False, name="bn"),
-         (n(6, 3), rng.uniform(0.5, 1.5, 3).astype(dtype), n(3))),
+        (
+            lambda x, g, b: S.BatchNorm(x, gamma=g, beta=b, fix_gamma=False, name="bn"),
+            (n(6, 3), rng.uniform(0.5, 1.5, 3).astype(dtype), n(3)),
+        ),
     ]
 
 
@@ -247,20 +254,48 @@ def test_signatures_and_defaults_are_pytorchs():
 
     def spec(fn):
         ps = inspect.signature(fn).parameters.values()
-        return ([p.name for p in ps if p.kind is p.POSITIONAL_OR_KEYWORD],
-                {p.name: p.default for p in ps if p.kind is p.KEYWORD_ONLY})
+        return (
+            [p.name for p in ps if p.kind is p.POSITIONAL_OR_KEYWORD],
+            {p.name: p.default for p in ps if p.kind is p.KEYWORD_ONLY},
+        )
 
     pos, kw = spec(gradcheck)
     assert pos == ["func", "inputs"]
-    assert {k: kw[k] for k in ("eps", "atol", "rtol", "raise_exception", "nondet_tol", "check_undefined_grad",
-                               "fast_mode")} == {"eps": 1e-6, "atol": 1e-5, "rtol": 1e-3, "raise_exception": True,
-                                                 "nondet_tol": 0.0, "check_undefined_grad": True, "fast_mode": False}
+    assert {
+        k: kw[k] for k in ("eps", "atol", "rtol", "raise_exception", "nondet_tol", "check_undefined_grad", "fast_mode")
+    } == {
+        "eps": 1e-6,
+        "atol": 1e-5,
+        "rtol": 1e-3,
+        "raise_exception": True,
+        "nondet_tol": 0.0,
+        "check_undefined_grad": True,
+        "fast_mode": False,
+    }
     pos, kw = spec(gradgradcheck)
     assert pos == ["func", "inputs", "grad_outputs"]
-    assert {k: kw[k] for k in ("eps", "atol", "rtol", "gen_non_contig_grad_outputs", "raise_exception", "nondet_tol",
-                               "check_undefined_grad", "fast_mode")} == {
-        "eps": 1e-6, "atol": 1e-5, "rtol": 1e-3, "gen_non_contig_grad_outputs": False, "raise_exception": True,
-        "nondet_tol": 0.0, "check_undefined_grad": True, "fast_mode": False}
+    assert {
+        k: kw[k]
+        for k in (
+            "eps",
+            "atol",
+            "rtol",
+            "gen_non_contig_grad_outputs",
+            "raise_exception",
+            "nondet_tol",
+            "check_undefined_grad",
+            "fast_mode",
+        )
+    } == {
+        "eps": 1e-6,
+        "atol": 1e-5,
+        "rtol": 1e-3,
+        "gen_non_contig_grad_outputs": False,
+        "raise_exception": True,
+        "nondet_tol": 0.0,
+        "check_undefined_grad": True,
+        "fast_mode": False,
+    }
 
 
 def test_full_jacobian_matches_one_written_in_numpy():

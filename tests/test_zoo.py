@@ -61,8 +61,9 @@ def _load(net):
 
 def _values(net, sym):
     arg_shapes, out_shapes, aux_shapes = sym.infer_shape(data=MAKE.NETS[net])
-    return MAKE.make_values(net, dict(zip(sym.list_arguments(), arg_shapes)),
-                            dict(zip(sym.list_auxiliary_states(), aux_shapes)), out_shapes)
+    return MAKE.make_values(
+        net, dict(zip(sym.list_arguments(), arg_shapes)), dict(zip(sym.list_auxiliary_states(), aux_shapes)), out_shapes
+    )
 
 
 def _train_step(sym, args, aux, heads):
@@ -81,11 +82,20 @@ def _mismatches(net, res, ref):
             scale = tol * max(s["norm"], floor)
             got = MAKE.stats(net, f"{kind}/{name}", a)
             assert got["index"] == s["index"]
-            checks = [("L2 norm", abs(got["norm"] - s["norm"]) / scale),
-                      ("sum", abs(got["sum"] - s["sum"]) / (scale * np.sqrt(a.size))),
-                      ("sampled elements", np.max(np.abs(np.subtract(got["sample"], s["sample"]))) / scale)]
-            bad += [(ratio, f"{kind} {name}: {what} off by {ratio:.3g} x its tolerance (rel {tol:g} of "
-                             f"{max(s['norm'], floor):.6g})") for what, ratio in checks if not ratio <= 1]
+            checks = [
+                ("L2 norm", abs(got["norm"] - s["norm"]) / scale),
+                ("sum", abs(got["sum"] - s["sum"]) / (scale * np.sqrt(a.size))),
+                ("sampled elements", np.max(np.abs(np.subtract(got["sample"], s["sample"]))) / scale),
+            ]
+            bad += [
+                (
+                    ratio,
+                    f"{kind} {name}: {what} off by {ratio:.3g} x its tolerance (rel {tol:g} of "
+                    f"{max(s['norm'], floor):.6g})",
+                )
+                for what, ratio in checks
+                if not ratio <= 1
+            ]
     return sorted(bad, reverse=True)
 
 
@@ -112,7 +122,8 @@ def test_float64_matches_mxnet(net):
     res = _train_step(sym, args, aux, heads)
     bad = _mismatches(net, res, ref["float64"])
     assert not bad, f"{net}: {len(bad)} mismatches with MXNet 1.9.1 float64, worst first:\n" + "\n".join(
-        what for _, what in bad[:10])
+        what for _, what in bad[:10]
+    )
 
 
 def test_mismatch_is_caught():
@@ -146,10 +157,14 @@ def test_float32_as_accurate_as_mxnet(net):
         ours = {n: MAKE.rel_err(res32[kind][n], pinned[kind][n], floor) for n in recorded}
         theirs = [s["err_vs_float64"] for s in recorded.values()]
         worst = max(ours, key=ours.get)
-        assert ours[worst] <= 2 * max(theirs), f"{net} {kind} {worst}: float32 error {ours[worst]:.3g}, MXNet's " \
-            f"worst {max(theirs):.3g}"
-        assert np.median(list(ours.values())) <= 2 * np.median(theirs), (kind, np.median(list(ours.values())),
-                                                                          np.median(theirs))
+        assert ours[worst] <= 2 * max(theirs), (
+            f"{net} {kind} {worst}: float32 error {ours[worst]:.3g}, MXNet's worst {max(theirs):.3g}"
+        )
+        assert np.median(list(ours.values())) <= 2 * np.median(theirs), (
+            kind,
+            np.median(list(ours.values())),
+            np.median(theirs),
+        )
 
 
 def test_check_consistency_float32_vs_float64_resnet18_v1():
@@ -160,8 +175,10 @@ def test_check_consistency_float32_vs_float64_resnet18_v1():
     _, sym = _load("resnet18_v1")
     args, aux = _values("resnet18_v1", sym)[:2]
     names = list(args) + list(aux)  # the Gluon file pins every dtype with __dtype__: name them all
-    ctx_list = [{"ctx": sg.cpu(0), "data": args["data"].shape, "type_dict": dict.fromkeys(names, dt)}
-                for dt in (np.float64, np.float32)]
+    ctx_list = [
+        {"ctx": sg.cpu(0), "data": args["data"].shape, "type_dict": dict.fromkeys(names, dt)}
+        for dt in (np.float64, np.float32)
+    ]
     check_consistency(sym, ctx_list, arg_params=dict(args), aux_params=dict(aux))
     w = sg.sym.Variable("resnetv10_conv0_weight")
     planted = sym(resnetv10_conv0_weight=w * 1.01)  # the float32 entry's conv0 weights 1% too large

@@ -35,9 +35,21 @@ def main():
     t0 = time.perf_counter()
     ok = torch.autograd.gradcheck(func, (x, *params), fast_mode=True, raise_exception=False)
     seconds = time.perf_counter() - t0
-    print(json.dumps({"key": f"time/torch_gradcheck_fast/resnet18/{args.size}", "net": "torchvision resnet18",
-                      "size": args.size, "dtype": "float64", "ok": bool(ok), "tensors": 1 + len(params),
-                      "seconds": round(seconds, 1), "threads": args.threads, "torch": torch.__version__}))
+    print(
+        json.dumps(
+            {
+                "key": f"time/torch_gradcheck_fast/resnet18/{args.size}",
+                "net": "torchvision resnet18",
+                "size": args.size,
+                "dtype": "float64",
+                "ok": bool(ok),
+                "tensors": 1 + len(params),
+                "seconds": round(seconds, 1),
+                "threads": args.threads,
+                "torch": torch.__version__,
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -84,8 +84,10 @@ def main(argv=None):
     print("checker                 reports  right   wrong   none")
     for checker, c in counts.items():
         n = sum(c.values())
-        print(f"{checker:22s} {n:8d}  {100 * c['right'] / n:5.1f}%  {100 * c['wrong'] / n:5.1f}%  "
-              f"{100 * c['none'] / n:5.1f}%")
+        print(
+            f"{checker:22s} {n:8d}  {100 * c['right'] / n:5.1f}%  {100 * c['wrong'] / n:5.1f}%  "
+            f"{100 * c['none'] / n:5.1f}%"
+        )
     print("\nwrong classes (entry, class, claimed, diagnosis), by count:")
     for (e, cls, got, d), n in Counter(wrong).most_common():
         print(f"  {n:4d}  {e} [{cls}] claims {got}: {d}")

@@ -44,6 +44,7 @@ DTYPES = (np.float32, np.float64)
 
 # -- a stand-in for the CustomOp API (PyTorch: the ops' numpy functions are taken out of it) -------------------
 
+
 class _CustomOp:
     def assign(self, dst, req, src):
         if req == "null":
@@ -66,6 +67,7 @@ def _register(name):
     def decorate(prop):
         REGISTRY[name] = prop
         return prop
+
     return decorate
 
 
@@ -89,8 +91,9 @@ def load_corpus(peer):
         to_numpy = lambda arrays: [a.asnumpy() if hasattr(a, "asnumpy") else np.asarray(a) for a in arrays]
         corpus._np = to_numpy
         grads = corpus._Op.grads
-        corpus._Op.grads = lambda op, out_grad, in_data, out_data: grads(op, to_numpy(out_grad), in_data,
-                                                                          to_numpy(out_data))
+        corpus._Op.grads = lambda op, out_grad, in_data, out_data: grads(
+            op, to_numpy(out_grad), in_data, to_numpy(out_data)
+        )
     return corpus
 
 
@@ -103,6 +106,7 @@ def draw(entry, point, seed, dtype):
 
 
 # -- the checks -------------------------------------------------------------------------------------------------
+
 
 def mxnet_check(entry, op_type, dtype, loc, rng):
     import mxnet as mx
@@ -132,9 +136,12 @@ def torch_check(entry, op_type, dtype, loc, rng):
             arrays = [x.detach().numpy() for x in ctx.saved_tensors]
             with np.errstate(all="ignore"):
                 grads = op.bwd(g.detach().numpy(), ctx.y, *arrays)
-            return tuple(None if gr is None or not x.dtype.kind == "f" or name in entry.index_args else
-                         torch.from_numpy(np.array(np.broadcast_to(np.asarray(gr, x.dtype), x.shape)))
-                         for gr, x, name in zip(grads, arrays, entry.args))
+            return tuple(
+                None
+                if gr is None or not x.dtype.kind == "f" or name in entry.index_args
+                else torch.from_numpy(np.array(np.broadcast_to(np.asarray(gr, x.dtype), x.shape)))
+                for gr, x, name in zip(grads, arrays, entry.args)
+            )
 
     inputs = []
     for a in entry.args:
@@ -157,8 +164,12 @@ def _rule(entry, op_type):
     def bwd(g, *arrays):
         with np.errstate(all="ignore"):
             grads = op.bwd(np.asarray(g, arrays[0].dtype), fwd(*arrays), *arrays)
-        return [np.array(np.broadcast_to(np.asarray(0 if gr is None else gr, x.dtype), x.shape))
-                for gr, x, name in zip(grads, arrays, entry.args) if name not in entry.index_args]
+        return [
+            np.array(np.broadcast_to(np.asarray(0 if gr is None else gr, x.dtype), x.shape))
+            for gr, x, name in zip(grads, arrays, entry.args)
+            if name not in entry.index_args
+        ]
+
     return fwd, bwd
 
 
@@ -192,8 +203,9 @@ def jax_check(entry, op_type, dtype, loc, rng):
 
     fwd, bwd = _rule(entry, op_type)
     floats = [a for a in entry.args if a not in entry.index_args]
-    whole = lambda values: [loc[a] if a in entry.index_args else np.asarray(values[floats.index(a)])
-                            for a in entry.args]
+    whole = lambda values: [
+        loc[a] if a in entry.index_args else np.asarray(values[floats.index(a)]) for a in entry.args
+    ]
     out = jax.ShapeDtypeStruct(fwd(*[loc[a] for a in entry.args]).shape, dtype)
     shapes = tuple(jax.ShapeDtypeStruct(loc[a].shape, dtype) for a in floats)
 
@@ -214,8 +226,7 @@ CHECKS = {"mxnet": mxnet_check, "torch": torch_check, "chainer": chainer_check, 
 def run(args):
     corpus = load_corpus(args.peer)
     check = CHECKS[args.peer]
-    caught_errors = (AssertionError,) if args.peer in ("mxnet", "chainer", "jax") else (RuntimeError,
-                                                                                      AssertionError)
+    caught_errors = (AssertionError,) if args.peer in ("mxnet", "chainer", "jax") else (RuntimeError, AssertionError)
     table = defaultdict(lambda: [0, 0, 0, 0])  # (dtype, point) -> buggy caught, buggy n, twin alarms, twin n
     out = open(args.out, "a") if args.out else None
     entries = [e for e in corpus.CORPUS if not args.only or e.id in args.only.split(",")]
@@ -237,9 +248,18 @@ def run(args):
                                 caught, error = True, str(err).splitlines()[0][:200] if str(err) else type(err).__name__
                             except Exception as err:  # noqa: BLE001 -- recorded, the run goes on
                                 caught, error = None, f"{type(err).__name__}: {str(err)[:200]}"
-                        row = {"peer": args.peer, "id": entry.id, "bug_class": entry.bug_class, "variant": variant,
-                               "dtype": np.dtype(dtype).name, "seed": seed, "point": point, "caught": caught,
-                               "error": error, "seconds": round(time.perf_counter() - t0, 3)}
+                        row = {
+                            "peer": args.peer,
+                            "id": entry.id,
+                            "bug_class": entry.bug_class,
+                            "variant": variant,
+                            "dtype": np.dtype(dtype).name,
+                            "seed": seed,
+                            "point": point,
+                            "caught": caught,
+                            "error": error,
+                            "seconds": round(time.perf_counter() - t0, 3),
+                        }
                         if out:
                             out.write(json.dumps(row) + "\n")
                         cell = table[(np.dtype(dtype).name, point)]

@@ -40,6 +40,7 @@ import symgrad.test_utils as tu  # noqa: E402
 CHECKERS = ("check_numeric_gradient", "check_backward", "gradcheck")
 DTYPES = (np.float32, np.float64)
 
+
 def draw(entry, point, seed, dtype):
     """The inputs (in ``entry.args`` order, as a dict) and a standard-normal head gradient of the output's shape."""
     rng = np.random.default_rng(seed)
@@ -56,6 +57,7 @@ def symbol(entry, op_type):
 
 def run_check(entry, op_type, checker, dtype, loc, y_grad, seed):
     """Run one check: returns (caught, error, diagnosis)."""
+
     def func(*xs):
         return sg.sym.Custom(*xs, op_type=op_type)
 
@@ -94,11 +96,14 @@ def probe_cost(entries, seeds):
                 t0 = time.perf_counter()
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore")
-                    tu.check_numeric_gradient(symbol(e, e.correct), loc, dtype=np.float64, progress=False,
-                                              probes=probes, **kw)
+                    tu.check_numeric_gradient(
+                        symbol(e, e.correct), loc, dtype=np.float64, progress=False, probes=probes, **kw
+                    )
                 spent[probes] += time.perf_counter() - t0
-    print(f"{len(entries)} correct twins x {seeds} seeds, check_numeric_gradient float64: probes off "
-          f"{spent[False]:.1f} s, on {spent[None]:.1f} s: {spent[None] / spent[False]:.2f}x")
+    print(
+        f"{len(entries)} correct twins x {seeds} seeds, check_numeric_gradient float64: probes off "
+        f"{spent[False]:.1f} s, on {spent[None]:.1f} s: {spent[None] / spent[False]:.2f}x"
+    )
 
 
 def main(argv=None):
@@ -107,9 +112,12 @@ def main(argv=None):
     ap.add_argument("--out", default=None, help="JSONL file (appended)")
     ap.add_argument("--points", choices=("user", "special", "both"), default="both")
     ap.add_argument("--only", default=None, help="comma-separated entry ids (default: all)")
-    ap.add_argument("--cost", action="store_true",
-                    help="only measure what the probes cost: check_numeric_gradient (float64) on every correct twin "
-                         "at a user's draw, probes off and on, interleaved")
+    ap.add_argument(
+        "--cost",
+        action="store_true",
+        help="only measure what the probes cost: check_numeric_gradient (float64) on every correct twin "
+        "at a user's draw, probes off and on, interleaved",
+    )
     args = ap.parse_args(argv)
 
     points = ("user", "special") if args.points == "both" else (args.points,)
@@ -134,10 +142,19 @@ def main(argv=None):
                             for checker in CHECKERS:
                                 t0 = time.time()
                                 caught, error, diag = run_check(e, op_type, checker, dtype, loc, y_grad, seed)
-                                row = {"id": e.id, "bug_class": e.bug_class, "variant": variant, "checker": checker,
-                                       "dtype": np.dtype(dtype).name, "seed": seed, "point": point,
-                                       "caught": caught, "error": error, "diagnosis": diag,
-                                       "seconds": round(time.time() - t0, 4)}
+                                row = {
+                                    "id": e.id,
+                                    "bug_class": e.bug_class,
+                                    "variant": variant,
+                                    "checker": checker,
+                                    "dtype": np.dtype(dtype).name,
+                                    "seed": seed,
+                                    "point": point,
+                                    "caught": caught,
+                                    "error": error,
+                                    "diagnosis": diag,
+                                    "seconds": round(time.time() - t0, 4),
+                                }
                                 rows.append(row)
                                 if out:
                                     out.write(json.dumps(row) + "\n")
@@ -163,8 +180,9 @@ def table(rows, points=("user", "special")):
     entries = sorted({r["id"] for r in rows})
     lines.append(f"{len(entries)} entries, seeds {sorted({r['seed'] for r in rows})}")
     lines.append("")
-    lines.append("checker                 dtype    point    buggy caught (n)      "
-                 "twin false alarms  errors b/t  skipped")
+    lines.append(
+        "checker                 dtype    point    buggy caught (n)      twin false alarms  errors b/t  skipped"
+    )
     for checker in CHECKERS:
         for dt in ("float32", "float64"):
             for p in points:
@@ -175,10 +193,20 @@ def table(rows, points=("user", "special")):
                 fa = sum(r["caught"] for r in c)
                 eb = sum(bool(r["error"]) and not r["caught"] for r in b)
                 ec = sum(bool(r["error"]) and not r["caught"] for r in c)
-                sk = len({r["id"] for r in rows if r["checker"] == checker and r["dtype"] == dt and r["point"] == p
-                          and (r["error"] or "").startswith("skipped:")})
-                lines.append(f"{checker:23s} {dt:8s} {p:8s} {_pct(nb, len(b))} ({nb:4d}/{len(b):4d})   "
-                             f"{fa:4d}/{len(c):4d}          {eb:3d}/{ec:<3d}     {sk} entries")
+                sk = len(
+                    {
+                        r["id"]
+                        for r in rows
+                        if r["checker"] == checker
+                        and r["dtype"] == dt
+                        and r["point"] == p
+                        and (r["error"] or "").startswith("skipped:")
+                    }
+                )
+                lines.append(
+                    f"{checker:23s} {dt:8s} {p:8s} {_pct(nb, len(b))} ({nb:4d}/{len(b):4d})   "
+                    f"{fa:4d}/{len(c):4d}          {eb:3d}/{ec:<3d}     {sk} entries"
+                )
     lines.append("")
     lines.append("per bug class, buggy caught by ANY checker (per entry x seed x dtype):")
     lines.append("bug_class                    entries  " + "  ".join(f"{p:>8s}" for p in points))
@@ -194,18 +222,23 @@ def table(rows, points=("user", "special")):
             cells.append(_pct(sum(groups.values()), len(groups)))
         lines.append(f"{bc:28s} {len(ids):7d}  " + "  ".join(f"{c:>8s}" for c in cells))
     for p in points:
-        never = sorted(i for i in entries if not any(r["caught"] for r in ran if r["id"] == i and r["point"] == p
-                                                     and r["variant"] == "buggy"))
+        never = sorted(
+            i
+            for i in entries
+            if not any(r["caught"] for r in ran if r["id"] == i and r["point"] == p and r["variant"] == "buggy")
+        )
         lines.append("")
         lines.append(f"buggy entries NO checker catches at {p} points ({len(never)}): " + (", ".join(never) or "-"))
-    fa = sorted({(r["id"], r["checker"], r["dtype"], r["point"]) for r in ran
-                 if r["variant"] == "correct" and r["caught"]})
+    fa = sorted(
+        {(r["id"], r["checker"], r["dtype"], r["point"]) for r in ran if r["variant"] == "correct" and r["caught"]}
+    )
     lines.append("")
     lines.append(f"false alarms on correct twins ({len(fa)} id/checker/dtype/point combos):")
     for f in fa:
         lines.append("  " + " ".join(f))
-    errs = sorted({(r["id"], r["variant"], r["checker"], r["error"][:100]) for r in ran
-                   if r["error"] and not r["caught"]})
+    errs = sorted(
+        {(r["id"], r["variant"], r["checker"], r["error"][:100]) for r in ran if r["error"] and not r["caught"]}
+    )
     lines.append(f"errors (not GradientCheckError) ({len(errs)} distinct):")
     for e in errs:
         lines.append("  " + " | ".join(e))

@@ -81,8 +81,9 @@ def normalize_grad_req(grad_req: GradReq, names: Iterable[str], who: str = "bind
         reqs = {n: grad_req for n in names}
     elif isinstance(grad_req, (list, tuple)):
         if len(grad_req) != len(names):
-            raise BindError(f"{who}: grad_req has {len(grad_req)} entries but the symbol has {len(names)} "
-                            f"arguments {names}")
+            raise BindError(
+                f"{who}: grad_req has {len(grad_req)} entries but the symbol has {len(names)} arguments {names}"
+            )
         reqs = dict(zip(names, grad_req))
     elif isinstance(grad_req, dict):
         unknown = [k for k in grad_req if k not in names]
@@ -108,8 +109,9 @@ def _nearest(name, valid) -> str:
 
 
 def _unknown_name_error(what, name, valid, kind="an argument"):
-    return BindError(f"{what}: {name!r} is not {kind} of this symbol{_nearest(name, valid)}; "
-                     f"valid names: {list(valid)}")
+    return BindError(
+        f"{what}: {name!r} is not {kind} of this symbol{_nearest(name, valid)}; valid names: {list(valid)}"
+    )
 
 
 def _check_numeric(dtype, name, what):
@@ -126,8 +128,10 @@ def _writable(arr) -> bool:
 
 def _check_writable(arr, name, what):
     if not _writable(arr):
-        raise BindError(f"{what}: the array for {name!r} is read-only (flags.writeable is False), but this call "
-                        "writes into it; pass a writeable array")
+        raise BindError(
+            f"{what}: the array for {name!r} is read-only (flags.writeable is False), but this call "
+            "writes into it; pass a writeable array"
+        )
 
 
 def _check_array(arr, name, what, ctx, allow_none=False):
@@ -190,8 +194,9 @@ class _naming_bound_inputs:
         culprit = next((n for n in self._nodes if n.op is not None and msg.startswith(where(n))), None)
         feeding = [src for src, _ in culprit.inputs if src in self._bound] if culprit is not None else []
         if feeding:
-            names = ", ".join(f"{src.name!r} {tuple(self._bound[src].shape)} {self._bound[src].dtype}"
-                              for src in feeding)
+            names = ", ".join(
+                f"{src.name!r} {tuple(self._bound[src].shape)} {self._bound[src].dtype}" for src in feeding
+            )
             exc.args = (f"{msg}; bound inputs: {names}",) + exc.args[1:]
         return False
 
@@ -210,11 +215,17 @@ class Executor:
     outputs: list[Array]
 
     @_gc_paused
-    def __init__(self, symbol: Symbol, ctx: Context | None, args: BindArrays, args_grad: BindArrays | None = None,
-                 grad_req: GradReq = "write", aux_states: BindArrays | None = None,
-                 _inferred: tuple[Mapping[tuple[int, int], Shape | None], Mapping[tuple[int, int], np.dtype]]
-                 | None = None,
-                 _nodes: tuple[list[Node], list[Node], list[Node]] | None = None) -> None:
+    def __init__(
+        self,
+        symbol: Symbol,
+        ctx: Context | None,
+        args: BindArrays,
+        args_grad: BindArrays | None = None,
+        grad_req: GradReq = "write",
+        aux_states: BindArrays | None = None,
+        _inferred: tuple[Mapping[tuple[int, int], Shape | None], Mapping[tuple[int, int], np.dtype]] | None = None,
+        _nodes: tuple[list[Node], list[Node], list[Node]] | None = None,
+    ) -> None:
         """``_inferred``: ``(shapes, dtypes)`` maps of every forward value, as ``simple_bind`` inferred them for
         exactly these arrays (then not inferred again here); ``_nodes``: ``symbol._arg_and_aux_nodes()``, as
         ``simple_bind`` already walked them (then not walked again here)."""
@@ -265,7 +276,8 @@ class Executor:
 
         # validate shapes over the forward graph before compiling
         known: dict[tuple[int, int], Shape | None] = {
-            (n.id, 0): tuple(a.shape) for n, a in zip(arg_nodes + aux_nodes, arg_arrays + aux_arrays)}
+            (n.id, 0): tuple(a.shape) for n, a in zip(arg_nodes + aux_nodes, arg_arrays + aux_arrays)
+        }
         bound = dict(zip(arg_nodes + aux_nodes, arg_arrays + aux_arrays))
         if _inferred is not None:
             known, types = dict(_inferred[0]), _inferred[1]
@@ -280,8 +292,17 @@ class Executor:
         self._head_types = [types.get((n.id, i)) for n, i in heads]
         self._pending_aux: dict = {}
         with ctx.device_scope():  # the plan allocates its gradient buffers
-            self._plan = Plan(heads, arg_nodes, aux_nodes, [reqs[n] != "null" for n in self._arg_names],
-                              self._xp, self._pending_aux, grad_like=grad_arrays, types=types, nodes=nodes)
+            self._plan = Plan(
+                heads,
+                arg_nodes,
+                aux_nodes,
+                [reqs[n] != "null" for n in self._arg_names],
+                self._xp,
+                self._pending_aux,
+                grad_like=grad_arrays,
+                types=types,
+                nodes=nodes,
+            )
         # check the gradient graph's shapes too (errors here are bugs in a rule, named by node)
         for v, s in zip(self._plan.head_grad_nodes, self._head_shapes):
             known[(v.id, 0)] = s
@@ -298,8 +319,10 @@ class Executor:
         # here), and every forward writes into these same arrays (a reference taken earlier sees new values).
         # An output whose shape depends on the data (boolean_mask) is None until the first forward.
         with ctx.device_scope():
-            self.outputs = [None if s is None or t is None else self._xp.zeros(s, t)
-                            for s, t in zip(self._head_shapes, self._head_types)]
+            self.outputs = [
+                None if s is None or t is None else self._xp.zeros(s, t)
+                for s, t in zip(self._head_shapes, self._head_types)
+            ]
 
     # -- views ------------------------------------------------------------------
     @property
@@ -392,11 +415,14 @@ class Executor:
             raise ShapeError(f"{what}: {name!r} has shape {tuple(src.shape)}, expected {tuple(dst.shape)}")
         skind, dkind = np.dtype(src.dtype).kind, np.dtype(dst.dtype).kind
         if skind == "c" and dkind != "c":
-            raise DTypeError(f"{what}: {name!r} is complex ({src.dtype}) but the bound array is {dst.dtype}: "
-                             "the imaginary part would be dropped")
+            raise DTypeError(
+                f"{what}: {name!r} is complex ({src.dtype}) but the bound array is {dst.dtype}: "
+                "the imaginary part would be dropped"
+            )
         if skind in "fc" and dkind in "iub" and src.size and not bool(self._xp.isfinite(src).all()):
-            raise BindError(f"{what}: {name!r} holds NaN or infinity, which the {dst.dtype} array "
-                            "bound to it cannot represent")
+            raise BindError(
+                f"{what}: {name!r} holds NaN or infinity, which the {dst.dtype} array bound to it cannot represent"
+            )
         try:
             with self._ctx.device_scope():
                 return src.astype(dst.dtype, copy=False)
@@ -546,22 +572,25 @@ class Executor:
             g = self._on_device(g, names[i], "backward: out_grad for output")
             head_type = self._head_types[i]
             if np.dtype(g.dtype).kind == "c" and head_type is not None and np.dtype(head_type).kind != "c":
-                raise DTypeError(f"backward: out_grad for {names[i]!r} is complex ({g.dtype}) but the output is "
-                                 f"{np.dtype(head_type)}: the imaginary part would be dropped")
+                raise DTypeError(
+                    f"backward: out_grad for {names[i]!r} is complex ({g.dtype}) but the output is "
+                    f"{np.dtype(head_type)}: the imaginary part would be dropped"
+                )
             want = self._head_shapes[i]
             if want is None:  # a data-dependent output shape (boolean_mask): known from the last forward
                 want = self.outputs[i].shape
             if tuple(g.shape) != tuple(want):
                 raise ShapeError(
-                    f"backward: out_grad for {names[i]!r} has shape {tuple(g.shape)}, "
-                    f"expected {tuple(want)}"
+                    f"backward: out_grad for {names[i]!r} has shape {tuple(g.shape)}, expected {tuple(want)}"
                 )
             if head_type is not None and np.dtype(head_type).kind in "iu" and g.dtype != head_type:
                 # MXNet: the head gradient of an integer output is an array of that dtype, so a float one is
                 # truncated toward zero (0.75 -> 0, -2.5 -> -2) before it flows back
                 if np.dtype(g.dtype).kind in "fc" and g.size and not bool(self._xp.isfinite(g).all()):
-                    raise BindError(f"backward: out_grad for {names[i]!r} holds NaN or infinity, which the "
-                                    f"{np.dtype(head_type)} output cannot represent")
+                    raise BindError(
+                        f"backward: out_grad for {names[i]!r} holds NaN or infinity, which the "
+                        f"{np.dtype(head_type)} output cannot represent"
+                    )
                 with self._ctx.device_scope():
                     g = g.astype(head_type)
             result.append(g if needed else None)
@@ -588,8 +617,17 @@ class Executor:
         plan = self._plan
         instrs = plan.forward_instrs if phase == "forward" else plan.backward_instrs
         with self._ctx.device_scope():
-            run_instrs(instrs, vals, is_train, phase, self._monitor, self._monitor_all, self._value_hook,
-                       input_hook=self._input_hook if phase == "forward" else None, kernels=kernels)
+            run_instrs(
+                instrs,
+                vals,
+                is_train,
+                phase,
+                self._monitor,
+                self._monitor_all,
+                self._value_hook,
+                input_hook=self._input_hook if phase == "forward" else None,
+                kernels=kernels,
+            )
 
     # -- partial re-runs (numeric differentiation) -------------------------------
     def forward_all(self, is_train: bool = False) -> list[Array]:
@@ -656,8 +694,9 @@ class Executor:
         outs = [vals[s] for s in plan.head_slots]
         return [o if isinstance(o, xp.ndarray) else xp.asarray(o) for o in outs]  # _scalar_free, inlined
 
-    def forward_with_hook(self, hook: Callable[[Node, list[Array]], Sequence[Array | None] | None],
-                          is_train: bool = False) -> list[Array]:
+    def forward_with_hook(
+        self, hook: Callable[[Node, list[Array]], Sequence[Array | None] | None], is_train: bool = False
+    ) -> list[Array]:
         """``forward`` run instruction by instruction, with ``hook(node, inputs)`` before each instruction.
 
         ``hook`` gets the operator's graph node (``node.op``, ``node.name``, ``node.params``) and the list
@@ -686,8 +725,7 @@ class Executor:
             self._input_hook = None
 
     # -- management ---------------------------------------------------------------
-    def set_monitor_callback(self, callback: Callable[[str, Array], object] | None, monitor_all: bool = False
-                             ) -> None:
+    def set_monitor_callback(self, callback: Callable[[str, Array], object] | None, monitor_all: bool = False) -> None:
         """Call ``callback(name, array)`` for every intermediate output (inputs too with monitor_all)."""
         if callback is not None and not callable(callback):
             raise TypeError("set_monitor_callback: callback must be callable")
@@ -707,9 +745,12 @@ class Executor:
             raise TypeError(f"set_value_hook: hook must be callable or None, got {type(hook).__name__}")
         self._value_hook = hook
 
-    def copy_params_from(self, arg_params: Mapping[str, npt.ArrayLike],
-                         aux_params: Mapping[str, npt.ArrayLike] | None = None,
-                         allow_extra_params: bool = False) -> None:
+    def copy_params_from(
+        self,
+        arg_params: Mapping[str, npt.ArrayLike],
+        aux_params: Mapping[str, npt.ArrayLike] | None = None,
+        allow_extra_params: bool = False,
+    ) -> None:
         """Copy values into the bound arguments / auxiliary states (validated first)."""
         staged = []
         for params, names, arrays, what in (
@@ -728,8 +769,7 @@ class Executor:
             for dst, value in staged:  # all checked and converted first: nothing is half-copied
                 dst[...] = value
 
-    def reshape(self, partial_shaping: bool = False, allow_up_sizing: bool = False, **kwargs: ShapeLike
-                ) -> Executor:
+    def reshape(self, partial_shaping: bool = False, allow_up_sizing: bool = False, **kwargs: ShapeLike) -> Executor:
         """A new executor for new input shapes, sharing memory with this one (MXNet semantics).
 
         Arrays whose shape is unchanged are the same arrays; a smaller array is a view of the
@@ -746,8 +786,9 @@ class Executor:
             if s is None:
                 shapes[name] = tuple(old.shape)  # not determined by the new shapes: keep it
         # (every argument has a shape here; an unknown one -- a 0 dimension -- gives Nones, which zip refuses)
-        arg_shapes, _, aux_shapes = cast("tuple[list[Shape], list[Shape], list[Shape]]",
-                                         self._symbol.infer_shape(**shapes))
+        arg_shapes, _, aux_shapes = cast(
+            "tuple[list[Shape], list[Shape], list[Shape]]", self._symbol.infer_shape(**shapes)
+        )
 
         def resized(old, shape, name, what):
             shape = tuple(shape)
@@ -777,9 +818,14 @@ class Executor:
 
 
 @_gc_paused
-def simple_bind(symbol: Symbol, ctx: Context | None, grad_req: GradReq = "write",
-                type_dict: Mapping[str, npt.DTypeLike] | None = None,
-                shapes: Mapping[str, ShapeLike | None] | None = None, **_: object) -> Executor:
+def simple_bind(
+    symbol: Symbol,
+    ctx: Context | None,
+    grad_req: GradReq = "write",
+    type_dict: Mapping[str, npt.DTypeLike] | None = None,
+    shapes: Mapping[str, ShapeLike | None] | None = None,
+    **_: object,
+) -> Executor:
     """Infer every shape from ``shapes``, allocate zeroed arrays on ``ctx`` and bind."""
     ctx = current_context() if ctx is None else ctx
     if not isinstance(ctx, Context):
@@ -792,25 +838,35 @@ def simple_bind(symbol: Symbol, ctx: Context | None, grad_req: GradReq = "write"
     grad_nodes = [n for n in arg_nodes if reqs[n.name] != "null"]
     arg_dt, aux_dt = ([known[(n.id, 0)] for n in group] for group in (arg_nodes, aux_nodes))
     wanted = [(n.name, s, dt) for n, s, dt in zip(arg_nodes, arg_shapes, arg_dt)]
-    wanted += [(f"gradient of {n.name}", s, dt) for n, s, dt in zip(arg_nodes, arg_shapes, arg_dt)
-               if reqs[n.name] != "null"]
+    wanted += [
+        (f"gradient of {n.name}", s, dt) for n, s, dt in zip(arg_nodes, arg_shapes, arg_dt) if reqs[n.name] != "null"
+    ]
     wanted += [(n.name, s, dt) for n, s, dt in zip(aux_nodes, aux_shapes, aux_dt)]
     arrays = _allocate(ctx, wanted)
     n_arg, n_grad = len(arg_nodes), len(grad_nodes)
-    grads = dict(zip([n.name for n in grad_nodes], arrays[n_arg:n_arg + n_grad]))
+    grads = dict(zip([n.name for n in grad_nodes], arrays[n_arg : n_arg + n_grad]))
     # every shape known and none with a 0 (an unknown dimension to inference here, a zero-size one to bind):
     # these are the maps the executor would infer again for these arrays
     inferred = (shape_map, known) if all(0 not in v for v in shape_map.values()) else None
-    return Executor(symbol, ctx, arrays[:n_arg], grads, reqs, arrays[n_arg + n_grad:], _inferred=inferred,
-                    _nodes=(nodes, arg_nodes, aux_nodes))
+    return Executor(
+        symbol,
+        ctx,
+        arrays[:n_arg],
+        grads,
+        reqs,
+        arrays[n_arg + n_grad :],
+        _inferred=inferred,
+        _nodes=(nodes, arg_nodes, aux_nodes),
+    )
 
 
 def _simple_bind_shapes(symbol, shapes, arg_nodes, aux_nodes):
     """``(argument shapes, auxiliary shapes, every value's shape)`` inferred from ``shapes``; each input's must be
     determined (a 0 dimension is unknown in MXNet's legacy shape mode: inference must determine it)."""
     (arg_shapes, _, aux_shapes), shape_map = symbol._shape_map((), shapes)
-    unknown = [n.name for n, s in zip(arg_nodes + aux_nodes, list(arg_shapes) + list(aux_shapes))
-               if s is None or 0 in s]
+    unknown = [
+        n.name for n, s in zip(arg_nodes + aux_nodes, list(arg_shapes) + list(aux_shapes)) if s is None or 0 in s
+    ]
     if unknown:
         raise ShapeError(
             f"simple_bind: cannot infer the shapes of {unknown} from the given shapes {shapes} (a 0 dimension "
@@ -874,8 +930,10 @@ def _zeroed_arrays(xp, wanted) -> list:
         spans.append((dt, start, nbytes))
         totals[dt] = start + -(-nbytes // _ALIGN) * _ALIGN
     blocks = {dt: _aligned_zeros(xp, total) for dt, total in totals.items()}
-    return [blocks[dt][start:start + nbytes].view(dt).reshape(shape)
-            for (shape, _), (dt, start, nbytes) in zip(wanted, spans)]
+    return [
+        blocks[dt][start : start + nbytes].view(dt).reshape(shape)
+        for (shape, _), (dt, start, nbytes) in zip(wanted, spans)
+    ]
 
 
 def _aligned_zeros(xp, nbytes: int):
@@ -883,7 +941,7 @@ def _aligned_zeros(xp, nbytes: int):
     block = xp.zeros(nbytes + _ALIGN, dtype=np.uint8)
     address = block.ctypes.data if isinstance(block, np.ndarray) else block.data.ptr
     shift = -address % _ALIGN
-    return block[shift:shift + nbytes]
+    return block[shift : shift + nbytes]
 
 
 def _bind_shapes(given: Mapping[str, object], names: list[str]) -> dict[str, Shape | None]:
@@ -899,12 +957,18 @@ def _bind_shapes(given: Mapping[str, object], names: list[str]) -> dict[str, Sha
             shapes[key] = None if value is None else as_shape(value, f"simple_bind: shape of {key!r}")
             continue
         looks_like_shape = (isinstance(value, (int, np.integer)) and not isinstance(value, bool)) or (
-            isinstance(value, (tuple, list)) and all(isinstance(d, (int, np.integer)) for d in value))
+            isinstance(value, (tuple, list)) and all(isinstance(d, (int, np.integer)) for d in value)
+        )
         if looks_like_shape:
-            raise BindError(f"simple_bind: a shape is given for {key!r}, which is not an input of this symbol"
-                            f"{_nearest(key, names)}; inputs: {names}")
-        warnings.warn(f"simple_bind: ignoring keyword {key}={value!r}: it is neither an input of the symbol "
-                      f"nor a shape (inputs: {names})", stacklevel=5)
+            raise BindError(
+                f"simple_bind: a shape is given for {key!r}, which is not an input of this symbol"
+                f"{_nearest(key, names)}; inputs: {names}"
+            )
+        warnings.warn(
+            f"simple_bind: ignoring keyword {key}={value!r}: it is neither an input of the symbol "
+            f"nor a shape (inputs: {names})",
+            stacklevel=5,
+        )
     return shapes
 
 
@@ -921,7 +985,7 @@ def _check_allocation(wanted, ctx):
         sizes.append((n * np.dtype(dtype).itemsize, name, tuple(shape), np.dtype(dtype)))
     total = sum(b for b, *_ in sizes)
     limit = _memory_limit(ctx)
-    if sizes and (total > limit or total >= 2 ** 63):
+    if sizes and (total > limit or total >= 2**63):
         nbytes, name, shape, dtype = max(sizes, key=lambda t: t[0])
         raise AllocationError(
             f"simple_bind: the arrays need {_human(total)} but the {ctx} device has {_human(limit)}; the largest is "
@@ -938,7 +1002,7 @@ def _memory_limit(ctx) -> int:
 
         return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
     except (AttributeError, ValueError, OSError):
-        return 2 ** 62
+        return 2**62
 
 
 def _human(nbytes: int) -> str:
@@ -953,6 +1017,7 @@ def _human(nbytes: int) -> str:
 
 
 if TYPE_CHECKING:
+
     def _is_bound_executor(exe: Executor) -> BoundExecutor:
         """(mypy only) Executor has the interface ``Symbol.bind`` promises (``symbol.BoundExecutor``)."""
         return exe

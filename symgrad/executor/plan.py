@@ -88,11 +88,18 @@ class Plan:
         forward_instrs / backward_instrs: the two phases.
     """
 
-    def __init__(self, heads: Sequence[Entry], arg_nodes: Sequence[Node], aux_nodes: Sequence[Node],
-                 grad_args: Sequence[bool], xp: ArrayModule, pending_aux: dict[int, Array],
-                 grad_like: Sequence[Array | None] | None = None,
-                 types: Mapping[tuple[int, int], np.dtype] | None = None, nodes: Sequence[Node] | None = None
-                 ) -> None:
+    def __init__(
+        self,
+        heads: Sequence[Entry],
+        arg_nodes: Sequence[Node],
+        aux_nodes: Sequence[Node],
+        grad_args: Sequence[bool],
+        xp: ArrayModule,
+        pending_aux: dict[int, Array],
+        grad_like: Sequence[Array | None] | None = None,
+        types: Mapping[tuple[int, int], np.dtype] | None = None,
+        nodes: Sequence[Node] | None = None,
+    ) -> None:
         """``types``: the dtypes inferred for the forward values (``(node id, output) -> dtype``), or None;
         where known (and completed over the gradient graph) they select the ops' kernels. ``nodes``:
         ``topo_order(heads)``, when the caller has it (then the forward graph is not walked again)."""
@@ -107,8 +114,9 @@ class Plan:
         # operator per executor), so two executors of one symbol never see each other's state
         self._states: dict[int, object] = {}
         aux_index = {n.id: i for i, n in enumerate(aux_nodes)}
-        make = functools.partial(self._instr, slot=self.slot_of, xp=xp, aux_index=aux_index,
-                                 pending_aux=pending_aux, types=types, kernels={})
+        make = functools.partial(
+            self._instr, slot=self.slot_of, xp=xp, aux_index=aux_index, pending_aux=pending_aux, types=types, kernels={}
+        )
         self.forward_instrs = [make(n) for n in fwd_nodes if n.op]
         self.backward_instrs = [make(n) for n in bwd_nodes if n.op]
         self.mutates_aux = any(ins.node.op.mutates_aux for ins in self.forward_instrs)
@@ -125,8 +133,11 @@ class Plan:
         variables ``__head_grad{i}__``."""
         self.head_grad_nodes = [Node(None, f"__head_grad{i}__", {}, {}, (), 1) for i in range(len(self.heads))]
         wrt = [n for n, g in zip(arg_nodes, grad_args) if g]
-        grads = (build_gradients(self.heads, [(v, 0) for v in self.head_grad_nodes], wrt, order=self._forward_order)
-                 if wrt else [])
+        grads = (
+            build_gradients(self.heads, [(v, 0) for v in self.head_grad_nodes], wrt, order=self._forward_order)
+            if wrt
+            else []
+        )
         grad_of = dict(zip([n.id for n in wrt], grads))
         return [grad_of.get(n.id) for n in arg_nodes]
 
@@ -238,8 +249,9 @@ class Plan:
             if own is not None and ins.node.op.name == "_backward_Custom":
                 for j, s in enumerate(ins.outs):
                     producer[s] = (own, j)
-        return {a: producer[s] for a, s in enumerate(self.grad_slots)
-                if s is not None and s in producer and s not in read}
+        return {
+            a: producer[s] for a, s in enumerate(self.grad_slots) if s is not None and s in producer and s not in read
+        }
 
     def run_backward_for(self, head_grads):
         """The backward function for these head gradients: the generated one with kernels when each given
@@ -248,8 +260,9 @@ class Plan:
         for g, t in zip(head_grads, self.head_grad_types):
             if g is not None and (t is None or g.dtype != t):
                 if self._run_backward_generic is None:
-                    self._run_backward_generic = Runner(self.backward_instrs, self.backward_frees, "backward",
-                                                        self.out_buffers, kernels=False)
+                    self._run_backward_generic = Runner(
+                        self.backward_instrs, self.backward_frees, "backward", self.out_buffers, kernels=False
+                    )
                 return self._run_backward_generic
         return self.run_backward
 
@@ -286,8 +299,9 @@ class Plan:
         return "\n".join(lines)
 
 
-def run_instrs(instrs, vals, is_train, phase, callback=None, monitor_all=False, transform=None, input_hook=None,
-               kernels=True):
+def run_instrs(
+    instrs, vals, is_train, phase, callback=None, monitor_all=False, transform=None, input_hook=None, kernels=True
+):
     """Interpret instructions one by one (monitoring, value hooks); frees nothing.
 
     ``transform(node, k, value, phase) -> value``, when given, replaces output ``k`` of every instruction
@@ -343,11 +357,14 @@ def hooked_inputs(hook, ins, args, vals):
             continue
         name = names[k] if k < len(names) else f"input {k}"
         if tuple(rep.shape) != tuple(old.shape):
-            raise ValueError(f"input hook: replacement for {name!r} of {where(node)} has shape {tuple(rep.shape)}, "
-                             f"expected {tuple(old.shape)}")
+            raise ValueError(
+                f"input hook: replacement for {name!r} of {where(node)} has shape {tuple(rep.shape)}, "
+                f"expected {tuple(old.shape)}"
+            )
         if rep.dtype != old.dtype:
-            raise TypeError(f"input hook: replacement for {name!r} of {where(node)} has dtype {rep.dtype}, "
-                            f"expected {old.dtype}")
+            raise TypeError(
+                f"input hook: replacement for {name!r} of {where(node)} has dtype {rep.dtype}, expected {old.dtype}"
+            )
         vals[s] = rep
     return new
 
@@ -433,7 +450,7 @@ def _call_source(k, ins, ns, kernels, out_buffer):
         for j, c in enumerate((*pre, *post)):
             ns[f"c{k}_{j}"] = c
             consts.append(f"c{k}_{j}")
-        args = consts[:len(pre)] + args + consts[len(pre):]
+        args = consts[: len(pre)] + args + consts[len(pre) :]
         if fn is None:
             return args[len(pre)]
         if fn in _INFIX and len(args) == 2:

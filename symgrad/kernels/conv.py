@@ -20,10 +20,31 @@ import numpy as np
 
 from ..opdef import acc_dtype
 
-__all__ = ["padded", "windows", "hi_pad", "tap_slices", "tap_ranges", "im2col_columns", "channel_major_columns",
-           "col2im_add", "split_phases", "phase_columns", "phase_col2im", "strided_correlate", "strided_weight_grad",
-           "strided_transpose", "winograd_applies", "winograd_input", "winograd_weight", "winograd_output",
-           "winograd_correlate", "winograd_weight_grad", "correlate", "transpose", "weight_grad"]
+__all__ = [
+    "padded",
+    "windows",
+    "hi_pad",
+    "tap_slices",
+    "tap_ranges",
+    "im2col_columns",
+    "channel_major_columns",
+    "col2im_add",
+    "split_phases",
+    "phase_columns",
+    "phase_col2im",
+    "strided_correlate",
+    "strided_weight_grad",
+    "strided_transpose",
+    "winograd_applies",
+    "winograd_input",
+    "winograd_weight",
+    "winograd_output",
+    "winograd_correlate",
+    "winograd_weight_grad",
+    "correlate",
+    "transpose",
+    "weight_grad",
+]
 
 
 # ----------------------------------------------------------------------------
@@ -188,7 +209,7 @@ def col2im_add(xp, cols, out, k, s, d, lo):
     ``out`` is written in place in its own layout, the transposition is in the read of ``cols``.
     """
     nd = len(k)
-    X, Y = out.shape[2:], cols.shape[2 + nd:]
+    X, Y = out.shape[2:], cols.shape[2 + nd :]
     every = (slice(None), slice(None))
     for tap in np.ndindex(*k):
         r = tap_ranges(tap, s, d, lo, X, Y)
@@ -239,8 +260,12 @@ def _phase_views(b_like, used, s, lo, L):
         if any(c <= 0 for _, c, _ in spans):
             out.append(None)
             continue
-        out.append((tuple(slice(f, f + c) for f, c, _ in spans),
-                    tuple(slice(i0, i0 + si * (c - 1) + 1, si) for (_, c, i0), si in zip(spans, s))))
+        out.append(
+            (
+                tuple(slice(f, f + c) for f, c, _ in spans),
+                tuple(slice(i0, i0 + si * (c - 1) + 1, si) for (_, c, i0), si in zip(spans, s)),
+            )
+        )
     return out
 
 
@@ -268,11 +293,14 @@ def phase_columns(xp, b, k, s, d, lo, Y, channel_major):
         return P[0] if channel_major else P[0].reshape(P.shape[1:3] + (1,) * len(k) + tuple(Y))
     tap_phase, used, _ = _phases(k, s, d, Y)
     lead = P.shape[1:3]
-    cols = xp.empty((lead[0],) + tuple(k) + (lead[1],) + tuple(Y) if channel_major else
-                    lead + tuple(k) + tuple(Y), b.dtype)
+    cols = xp.empty(
+        (lead[0],) + tuple(k) + (lead[1],) + tuple(Y) if channel_major else lead + tuple(k) + tuple(Y), b.dtype
+    )
     for tap, ph in tap_phase.items():
-        src = P[(used.index(ph), slice(None), slice(None)) + tuple(
-            slice((t * di) // si, (t * di) // si + y) for t, si, di, y in zip(tap, s, d, Y))]
+        src = P[
+            (used.index(ph), slice(None), slice(None))
+            + tuple(slice((t * di) // si, (t * di) // si + y) for t, si, di, y in zip(tap, s, d, Y))
+        ]
         dst = cols[(slice(None),) + tap] if channel_major else cols[(slice(None), slice(None)) + tap]
         xp.copyto(dst, src)
     return cols
@@ -291,8 +319,10 @@ def phase_col2im(xp, cols, X, k, s, d, lo, channel_major):
         P = xp.empty((len(used),) + lead + L, cols.dtype)
         P.fill(0)
         for tap, ph in tap_phase.items():
-            dst = P[(used.index(ph), slice(None), slice(None)) + tuple(
-                slice((t * di) // si, (t * di) // si + y) for t, si, di, y in zip(tap, s, d, Y))]
+            dst = P[
+                (used.index(ph), slice(None), slice(None))
+                + tuple(slice((t * di) // si, (t * di) // si + y) for t, si, di, y in zip(tap, s, d, Y))
+            ]
             src = cols[(slice(None),) + tap] if channel_major else cols[(slice(None), slice(None)) + tap]
             xp.add(dst, src, out=dst)
     N, C = (lead[1], lead[0]) if channel_major else lead
@@ -388,8 +418,14 @@ _WINO_MIN_TILES = 49  # fewer 2x2 output blocks (ResNet's 7x7 stage): the weight
 
 def winograd_applies(k, s, d, lo, groups, Y):
     """Whether the correlation with this geometry (and output size ``Y``) runs as Winograd F(2x2, 3x3)."""
-    return (tuple(k) == (3, 3) and tuple(s) == (1, 1) and tuple(d) == (1, 1) and groups == 1
-            and all(0 <= p <= 2 for p in lo) and -(-Y[0] // 2) * -(-Y[1] // 2) >= _WINO_MIN_TILES)
+    return (
+        tuple(k) == (3, 3)
+        and tuple(s) == (1, 1)
+        and tuple(d) == (1, 1)
+        and groups == 1
+        and all(0 <= p <= 2 for p in lo)
+        and -(-Y[0] // 2) * -(-Y[1] // 2) >= _WINO_MIN_TILES
+    )
 
 
 def _wino_bt(xp, d, out):
@@ -436,8 +472,8 @@ def _wino_phases(xp, b, lo, th, tw):
         for pc in range(2):
             c0, cn, j0 = _parity_span(lo[1], pc, W, tw + 1)
             if rn > 0 and cn > 0:
-                dst = P[pr, pc, :, :, :L].reshape(C, N, th + 1, tw + 1)[:, :, r0:r0 + rn, c0:c0 + cn]
-                xp.copyto(dst, b[:, :, i0:i0 + 2 * rn - 1:2, j0:j0 + 2 * cn - 1:2].swapaxes(0, 1))
+                dst = P[pr, pc, :, :, :L].reshape(C, N, th + 1, tw + 1)[:, :, r0 : r0 + rn, c0 : c0 + cn]
+                xp.copyto(dst, b[:, :, i0 : i0 + 2 * rn - 1 : 2, j0 : j0 + 2 * cn - 1 : 2].swapaxes(0, 1))
     return P.reshape(2, 2, C * N, L + 2)
 
 
@@ -447,9 +483,9 @@ def winograd_input(xp, b, lo, th, tw):
     P = _wino_phases(xp, b, lo, th, tw)
     T, row = th * (tw + 1), tw + 1
     R = xp.empty((4, 2, C * N, T + 1), b.dtype)  # row transform, both column phases
-    _wino_bt(xp, [P[i % 2, :, :, (i // 2) * row:(i // 2) * row + T + 1] for i in range(4)], R)
+    _wino_bt(xp, [P[i % 2, :, :, (i // 2) * row : (i // 2) * row + T + 1] for i in range(4)], R)
     V = xp.empty((4, 4, C * N, T), b.dtype)
-    _wino_bt(xp, [R[:, j % 2, :, j // 2:j // 2 + T] for j in range(4)], V.swapaxes(0, 1))
+    _wino_bt(xp, [R[:, j % 2, :, j // 2 : j // 2 + T] for j in range(4)], V.swapaxes(0, 1))
     return V.reshape(16, C, N * T)
 
 
@@ -474,7 +510,7 @@ def winograd_output(xp, M, N, th, tw, Y):
     xp.copyto(out.transpose(3, 5, 1, 0, 2, 4), Z.reshape(2, 2, F, N, th, tw + 1)[..., :tw])
     out = out.reshape(N, F, 2 * th, 2 * tw)
     if (2 * th, 2 * tw) != tuple(Y):
-        out = xp.ascontiguousarray(out[:, :, :Y[0], :Y[1]])
+        out = xp.ascontiguousarray(out[:, :, : Y[0], : Y[1]])
     return out
 
 
@@ -494,7 +530,7 @@ def _wino_grad_tiles(xp, sm, th, tw):
     for a in range(2):
         for c in range(2):
             part = sm[:, :, a::2, c::2]
-            xp.copyto(Yt[a, c, :, :, :part.shape[2], :part.shape[3]], part.swapaxes(0, 1))
+            xp.copyto(Yt[a, c, :, :, : part.shape[2], : part.shape[3]], part.swapaxes(0, 1))
     Yt = Yt.reshape(2, 2, -1)
     Z = xp.empty((4, 2, Yt.shape[2]), sm.dtype)
     _wino_a(xp, Yt, Z)
@@ -526,8 +562,11 @@ def correlate(xp, b, w, k, s, d, lo, Y, groups):
     acc = acc_dtype(b.dtype)
     b = b.astype(acc, copy=False)
     w = w.astype(acc, copy=False)
-    gather = _correlate_gather(b.shape, w.shape[0], tuple(k), tuple(s), tuple(d), tuple(lo), tuple(Y),
-                               groups) if xp is np else None
+    gather = (
+        _correlate_gather(b.shape, w.shape[0], tuple(k), tuple(s), tuple(d), tuple(lo), tuple(Y), groups)
+        if xp is np
+        else None
+    )
     if gather is not None:  # small: the same columns, GEMM and layout, gathered (see _correlate_gather)
         (hi, columns), output = gather
         F, g = w.shape[0], groups

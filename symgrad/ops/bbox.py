@@ -22,7 +22,6 @@ from ..opdef import Param, host_array, register
 _FORMATS = ("corner", "center")
 
 
-
 def _to_corner(boxes, fmt):
     """[..., 4] boxes as corners."""
     if fmt == "corner":
@@ -48,8 +47,10 @@ def _iou_matrix(a, b, fmt):
         return np.where(inter > 0, inter / union, 0)
 
 
-_NO_GRAD = ("MXNet 1.9.1 defines its gradient as zero, which is not its derivative; wrap its inputs in "
-            "BlockGrad to use it inside a differentiated graph")
+_NO_GRAD = (
+    "MXNet 1.9.1 defines its gradient as zero, which is not its derivative; wrap its inputs in "
+    "BlockGrad to use it inside a differentiated graph"
+)
 
 
 # -- box_iou ----------------------------------------------------------------------------------------------
@@ -117,8 +118,10 @@ def _matching_fwd(xp, data, is_ascend, threshold, topk):
                     break
             else:
                 break
-    return (xp.asarray(row_marker.reshape(scores.shape[:-1]).astype(data.dtype)),
-            xp.asarray(col_marker.reshape(scores.shape[:-2] + (cols,)).astype(data.dtype)))
+    return (
+        xp.asarray(row_marker.reshape(scores.shape[:-1]).astype(data.dtype)),
+        xp.asarray(col_marker.reshape(scores.shape[:-2] + (cols,)).astype(data.dtype)),
+    )
 
 
 register(
@@ -163,8 +166,15 @@ def _box_encode_fwd(xp, samples, matches, anchors, refs, means, stds):
     ax, ay, aw, ah = _center(a)
     valid = (s > 0.5).astype(a.dtype)
     with np.errstate(divide="ignore", invalid="ignore"):
-        t = np.stack([((rx - ax) / aw - mu[0]) / sd[0], ((ry - ay) / ah - mu[1]) / sd[1],
-                      (np.log(rw / aw) - mu[2]) / sd[2], (np.log(rh / ah) - mu[3]) / sd[3]], axis=-1)
+        t = np.stack(
+            [
+                ((rx - ax) / aw - mu[0]) / sd[0],
+                ((ry - ay) / ah - mu[1]) / sd[1],
+                (np.log(rw / aw) - mu[2]) / sd[2],
+                (np.log(rh / ah) - mu[3]) / sd[3],
+            ],
+            axis=-1,
+        )
     targets = np.where(valid[..., None] > 0.5, t, 0).astype(anchors.dtype)
     return xp.asarray(targets), xp.asarray(np.repeat(valid[..., None], 4, axis=-1).astype(anchors.dtype))
 
@@ -214,9 +224,14 @@ def _box_decode_fwd(xp, data, anchors, std0, std1, std2, std3, clip, format):  #
 register(
     "_contrib_box_decode",
     inputs=("data", "anchors"),
-    params={"std0": Param("float", 1.0), "std1": Param("float", 1.0), "std2": Param("float", 1.0),
-            "std3": Param("float", 1.0), "clip": Param("float", -1.0),
-            "format": Param("str", "center", choices=_FORMATS)},
+    params={
+        "std0": Param("float", 1.0),
+        "std1": Param("float", 1.0),
+        "std2": Param("float", 1.0),
+        "std3": Param("float", 1.0),
+        "clip": Param("float", -1.0),
+        "format": Param("str", "center", choices=_FORMATS),
+    },
     forward=_box_decode_fwd,
     infer_shape=_box_decode_shape,
     grad_undefined_reason=_NO_GRAD,
@@ -231,8 +246,10 @@ def _nms_check(params, width, where):
     cs, si, ii = params["coord_start"], params["score_index"], params["id_index"]
     need = 6 if ii >= 0 else 5
     if width < need:
-        raise ShapeError(f"{where}: the last axis of 'data' must hold at least {need} values (score, 4 coordinates"
-                         f"{', class id' if ii >= 0 else ''}), got {width}")
+        raise ShapeError(
+            f"{where}: the last axis of 'data' must hold at least {need} values (score, 4 coordinates"
+            f"{', class id' if ii >= 0 else ''}), got {width}"
+        )
     if not 0 <= cs <= width - 4:
         raise ParamError(f"{where}: parameter 'coord_start'={cs} leaves the last axis of size {width}")
     if not 0 <= si < width or cs <= si <= cs + 3:
@@ -261,7 +278,7 @@ def _nms_keep(rows, p):
     cand = cand[np.argsort(-score[cand], kind="stable")]
     topk = len(rows) if p["topk"] < 0 else min(len(rows), p["topk"])
     cand = list(cand[:topk])
-    boxes = rows[:, p["coord_start"]:p["coord_start"] + 4]
+    boxes = rows[:, p["coord_start"] : p["coord_start"] + 4]
     alive = [True] * len(cand)
     for i, ref in enumerate(cand):
         if not alive[i]:
@@ -270,10 +287,13 @@ def _nms_keep(rows, p):
             pos = cand[j]
             if not alive[j]:
                 continue
-            if not p["force_suppress"] and p["id_index"] >= 0 and \
-                    int(rows[ref, p["id_index"]]) != int(rows[pos, p["id_index"]]):
+            if (
+                not p["force_suppress"]
+                and p["id_index"] >= 0
+                and int(rows[ref, p["id_index"]]) != int(rows[pos, p["id_index"]])
+            ):
                 continue
-            if _iou_matrix(boxes[ref:ref + 1], boxes[pos:pos + 1], p["in_format"])[0, 0] > p["overlap_thresh"]:
+            if _iou_matrix(boxes[ref : ref + 1], boxes[pos : pos + 1], p["in_format"])[0, 0] > p["overlap_thresh"]:
                 alive[j] = False
     return [c for c, keep in zip(cand, alive) if keep]
 
@@ -287,11 +307,13 @@ def _convert(coords, src, dst):
     live = coords[:, 0] >= 0
     c = coords[live]
     if dst == "center":
-        out[live] = np.stack([(c[:, 0] + c[:, 2]) / 2, (c[:, 1] + c[:, 3]) / 2, c[:, 2] - c[:, 0],
-                              c[:, 3] - c[:, 1]], axis=-1)
+        out[live] = np.stack(
+            [(c[:, 0] + c[:, 2]) / 2, (c[:, 1] + c[:, 3]) / 2, c[:, 2] - c[:, 0], c[:, 3] - c[:, 1]], axis=-1
+        )
     else:
-        out[live] = np.stack([c[:, 0] - c[:, 2] / 2, c[:, 1] - c[:, 3] / 2, c[:, 0] + c[:, 2] / 2,
-                              c[:, 1] + c[:, 3] / 2], axis=-1)
+        out[live] = np.stack(
+            [c[:, 0] - c[:, 2] / 2, c[:, 1] - c[:, 3] / 2, c[:, 0] + c[:, 2] / 2, c[:, 1] + c[:, 3] / 2], axis=-1
+        )
     return out
 
 
@@ -303,9 +325,9 @@ def _nms_fwd(xp, data, **p):
     cs = p["coord_start"]
     for b in range(rows.shape[0]):
         keep = _nms_keep(rows[b], p)
-        out[b, :len(keep)] = rows[b, keep]
-        record[b, :len(keep), 0] = keep
-        out[b, :, cs:cs + 4] = _convert(out[b, :, cs:cs + 4], p["in_format"], p["out_format"])
+        out[b, : len(keep)] = rows[b, keep]
+        record[b, : len(keep), 0] = keep
+        out[b, :, cs : cs + 4] = _convert(out[b, :, cs : cs + 4], p["in_format"], p["out_format"])
     return xp.asarray(out.reshape(x.shape)), xp.asarray(record.reshape(x.shape[:-1] + (1,)))
 
 
@@ -365,7 +387,7 @@ def _nms_scatter_fwd(xp, g, record, data, coord_start, in_format, out_format):
                 continue
             loc = int(loc)
             dx[b, loc] = rows[b, k]
-            dx[b, loc, cs:cs + 4] = _conv_adjoint(rows[b, k, cs:cs + 4], xs[b, loc, cs] >= 0, in_format, out_format)
+            dx[b, loc, cs : cs + 4] = _conv_adjoint(rows[b, k, cs : cs + 4], xs[b, loc, cs] >= 0, in_format, out_format)
     return xp.asarray(dx.reshape(gh.shape))
 
 
@@ -388,8 +410,10 @@ register(
 def _prior_prepare(params, node):
     p = params  # sizes, ratios, steps, offsets: non-empty tuples of floats (the schema's kind)
     if len(p["steps"]) != 2 or len(p["offsets"]) != 2 or not all(0 <= o <= 1 for o in p["offsets"]):
-        raise ParamError(f"_contrib_MultiBoxPrior {node!r}: 'steps' must be (step_y, step_x) and 'offsets' two "
-                         f"values in [0, 1], got {p['steps']} and {p['offsets']}")
+        raise ParamError(
+            f"_contrib_MultiBoxPrior {node!r}: 'steps' must be (step_y, step_x) and 'offsets' two "
+            f"values in [0, 1], got {p['steps']} and {p['offsets']}"
+        )
     return p
 
 
@@ -426,8 +450,13 @@ def _prior_fwd(xp, data, sizes, ratios, clip, steps, offsets):
 
 register(
     "_contrib_MultiBoxPrior",
-    params={"sizes": Param("floats", (1.0,)), "ratios": Param("floats", (1.0,)), "clip": Param("bool", False),
-            "steps": Param("floats", (-1.0, -1.0)), "offsets": Param("floats", (0.5, 0.5))},
+    params={
+        "sizes": Param("floats", (1.0,)),
+        "ratios": Param("floats", (1.0,)),
+        "clip": Param("bool", False),
+        "steps": Param("floats", (-1.0, -1.0)),
+        "offsets": Param("floats", (0.5, 0.5)),
+    },
     prepare=_prior_prepare,
     forward=_prior_fwd,
     infer_shape=_prior_shape,

@@ -176,8 +176,7 @@ register(
     num_outputs=3,
     forward=_quantize_fwd,
     infer_shape=_quantize_shape,
-    infer_type=_float32_inputs(("data", "min_range", "max_range"),
-                               lambda p: [np.dtype(p["out_type"]), _F32, _F32]),
+    infer_type=_float32_inputs(("data", "min_range", "max_range"), lambda p: [np.dtype(p["out_type"]), _F32, _F32]),
     gradient=_zero_grads,
     doc="float32 data quantized to uint8 (affine over [min_range, max_range]) or int8 (zero-centred); also the "
     "range the output represents.",
@@ -195,8 +194,11 @@ def _quantize_v2_fwd(xp, data, out_type, min_calib_range, max_calib_range):
     params = {"out_type": out_type, "min_calib_range": min_calib_range, "max_calib_range": max_calib_range}
     calibrated = min_calib_range is not None and max_calib_range is not None
     if data.dtype != _F32:  # already quantized: passed through, with the calibrated or the full type range
-        lo, hi = (min_calib_range, max_calib_range) if calibrated else (
-            (0.0, 255.0) if data.dtype == np.uint8 else (-127.0, 127.0))
+        lo, hi = (
+            (min_calib_range, max_calib_range)
+            if calibrated
+            else ((0.0, 255.0) if data.dtype == np.uint8 else (-127.0, 127.0))
+        )
         return data.copy(), _range_array(xp, lo), _range_array(xp, hi)
     if calibrated:
         lo, hi = min_calib_range, max_calib_range
@@ -216,8 +218,11 @@ def _quantize_v2_type(params, in_types, out_types, where="op"):
 register(
     "_contrib_quantize_v2",
     inputs=("data",),
-    params={"out_type": Param("str", "int8", choices=("auto", "int8", "uint8")),
-            "min_calib_range": Param("float", None), "max_calib_range": Param("float", None)},
+    params={
+        "out_type": Param("str", "int8", choices=("auto", "int8", "uint8")),
+        "min_calib_range": Param("float", None),
+        "max_calib_range": Param("float", None),
+    },
     num_outputs=3,
     forward=_quantize_v2_fwd,
     infer_shape=lambda p, i, o, w: (i, [i[0], (1,), (1,)]),
@@ -296,11 +301,14 @@ def _merge(xp, y, heads, parts, index):
 def _width(where, name, shape, parts, heads):
     """Head width D of a (L, B, parts*H*D) input, with errors naming the op and the input."""
     if len(shape) != 3:
-        raise ShapeError(f"{where}: input {name!r} must be 3-d (seq_length, batch, {parts}*heads*head_dim), got "
-                         f"shape {tuple(shape)}")
+        raise ShapeError(
+            f"{where}: input {name!r} must be 3-d (seq_length, batch, {parts}*heads*head_dim), got shape {tuple(shape)}"
+        )
     if shape[2] % (parts * heads):
-        raise ShapeError(f"{where}: the last axis of input {name!r} ({shape[2]}) must be a multiple of "
-                         f"{parts} * heads = {parts * heads}")
+        raise ShapeError(
+            f"{where}: the last axis of input {name!r} ({shape[2]}) must be a multiple of "
+            f"{parts} * heads = {parts * heads}"
+        )
     return shape[2] // (parts * heads)
 
 
@@ -318,8 +326,10 @@ def _merge_shape(params, in_shapes, out_shapes, where):
         return in_shapes, out_shapes
     H, parts = params["heads"], params["parts"]
     if len(y) != 3 or y[0] % H:
-        raise ShapeError(f"{where}: input 'data' must be 3-d (batch*heads, seq_length, head_dim) with its first "
-                         f"axis a multiple of heads={H}, got {tuple(y)}")
+        raise ShapeError(
+            f"{where}: input 'data' must be 3-d (batch*heads, seq_length, head_dim) with its first "
+            f"axis a multiple of heads={H}, got {tuple(y)}"
+        )
     return in_shapes, [(y[1], y[0] // H, parts * H * y[2])]
 
 
@@ -340,8 +350,7 @@ register(
     forward=lambda xp, y, heads, parts, index: _merge(xp, y, heads, parts, index),
     infer_shape=_merge_shape,
     gradient=lambda F, n, g: [F._interleaved_heads_split(g[0], **n.params)],
-    doc="(B*H, L, D) -> (L, B, parts*H*D) with zeros in the other parts: adjoint of _interleaved_heads_split "
-    "(hidden).",
+    doc="(B*H, L, D) -> (L, B, parts*H*D) with zeros in the other parts: adjoint of _interleaved_heads_split (hidden).",
 )
 
 
@@ -376,8 +385,10 @@ def _selfatt_qk_shape(params, in_shapes, out_shapes, where):
 
 def _att_check(where, att, want):
     if att is not None and tuple(att) != tuple(want):
-        raise ShapeError(f"{where}: input 'attention' must have shape (batch*heads, q_seq_length, kv_seq_length) = "
-                         f"{tuple(want)}, got {tuple(att)}")
+        raise ShapeError(
+            f"{where}: input 'attention' must have shape (batch*heads, q_seq_length, kv_seq_length) = "
+            f"{tuple(want)}, got {tuple(att)}"
+        )
 
 
 def _selfatt_valatt_shape(params, in_shapes, out_shapes, where):
@@ -399,8 +410,9 @@ def _encdec_qk_shape(params, in_shapes, out_shapes, where):
     D = _width(where, "queries", q, 1, H)
     Dk = _width(where, "keys_values", kv, 2, H)
     if D != Dk or q[1] != kv[1]:
-        raise ShapeError(f"{where}: 'keys_values' {tuple(kv)} must have the batch of 'queries' {tuple(q)} and twice "
-                         "its last axis")
+        raise ShapeError(
+            f"{where}: 'keys_values' {tuple(kv)} must have the batch of 'queries' {tuple(q)} and twice its last axis"
+        )
     return in_shapes, [(q[1] * H, q[0], kv[0])]
 
 
@@ -411,8 +423,9 @@ def _encdec_valatt_shape(params, in_shapes, out_shapes, where):
     H = params["heads"]
     D = _width(where, "keys_values", kv, 2, H)
     if len(att) != 3:
-        raise ShapeError(f"{where}: input 'attention' must be 3-d (batch*heads, q_seq_length, kv_seq_length), got "
-                         f"{tuple(att)}")
+        raise ShapeError(
+            f"{where}: input 'attention' must be 3-d (batch*heads, q_seq_length, kv_seq_length), got {tuple(att)}"
+        )
     _att_check(where, att, (kv[1] * H, att[1], kv[0]))
     return in_shapes, [(att[1], kv[1], H * D)]
 
@@ -452,8 +465,7 @@ def _encdec_qk_grad(F, n, g):
     queries, kv = n.inputs
     q, k = _split_sym(F, queries, H, 1, 0), _split_sym(F, kv, H, 2, 0)
     dq = _merge_sym(F, F._contrib_div_sqrt_dim(F.batch_dot(g[0], k)), H, 1, 0) if n.needs[0] else None
-    dk = _merge_sym(F, F._contrib_div_sqrt_dim(F.batch_dot(g[0], q, transpose_a=True)), H, 2, 0) \
-        if n.needs[1] else None
+    dk = _merge_sym(F, F._contrib_div_sqrt_dim(F.batch_dot(g[0], q, transpose_a=True)), H, 2, 0) if n.needs[1] else None
     return [dq, dk]
 
 
@@ -476,23 +488,58 @@ def _float_same(*names):
             return in_types, out_types
         for name, t in zip(names, in_types):
             if t is not None and np.dtype(t) != np.dtype(known):
-                raise TypeError(f"{where}: input {name!r} has dtype {np.dtype(t)}, expected {np.dtype(known)} (the "
-                                "inputs must share one dtype)")
+                raise TypeError(
+                    f"{where}: input {name!r} has dtype {np.dtype(t)}, expected {np.dtype(known)} (the "
+                    "inputs must share one dtype)"
+                )
         return [known] * len(in_types), [known]
 
     return infer
 
 
 for _name, _inputs, _fwd, _shape, _grad, _doc in (
-    ("selfatt_qk", ("queries_keys_values",), _selfatt_qk_fwd, _selfatt_qk_shape, _selfatt_qk_grad,
-     "Q K^T / sqrt(head_dim) per head from interleaved (L, B, 3*heads*head_dim) projections."),
-    ("selfatt_valatt", ("queries_keys_values", "attention"), _selfatt_valatt_fwd, _selfatt_valatt_shape,
-     _selfatt_valatt_grad, "attention @ V per head, V from interleaved projections; output (L, B, heads*head_dim)."),
-    ("encdec_qk", ("queries", "keys_values"), _encdec_qk_fwd, _encdec_qk_shape, _encdec_qk_grad,
-     "Q K^T / sqrt(head_dim) per head, K from interleaved (L, B, 2*heads*head_dim) keys/values."),
-    ("encdec_valatt", ("keys_values", "attention"), _encdec_valatt_fwd, _encdec_valatt_shape, _encdec_valatt_grad,
-     "attention @ V per head, V from interleaved keys/values; output (Lq, B, heads*head_dim)."),
+    (
+        "selfatt_qk",
+        ("queries_keys_values",),
+        _selfatt_qk_fwd,
+        _selfatt_qk_shape,
+        _selfatt_qk_grad,
+        "Q K^T / sqrt(head_dim) per head from interleaved (L, B, 3*heads*head_dim) projections.",
+    ),
+    (
+        "selfatt_valatt",
+        ("queries_keys_values", "attention"),
+        _selfatt_valatt_fwd,
+        _selfatt_valatt_shape,
+        _selfatt_valatt_grad,
+        "attention @ V per head, V from interleaved projections; output (L, B, heads*head_dim).",
+    ),
+    (
+        "encdec_qk",
+        ("queries", "keys_values"),
+        _encdec_qk_fwd,
+        _encdec_qk_shape,
+        _encdec_qk_grad,
+        "Q K^T / sqrt(head_dim) per head, K from interleaved (L, B, 2*heads*head_dim) keys/values.",
+    ),
+    (
+        "encdec_valatt",
+        ("keys_values", "attention"),
+        _encdec_valatt_fwd,
+        _encdec_valatt_shape,
+        _encdec_valatt_grad,
+        "attention @ V per head, V from interleaved keys/values; output (Lq, B, heads*head_dim).",
+    ),
 ):
     _op = f"_contrib_interleaved_matmul_{_name}"
-    register(_op, inputs=_inputs, params=dict(_HEADS), prepare=_heads_prepare(_op), forward=_fwd,
-             infer_shape=_shape, infer_type=_float_same(*_inputs), gradient=_grad, doc=_doc)
+    register(
+        _op,
+        inputs=_inputs,
+        params=dict(_HEADS),
+        prepare=_heads_prepare(_op),
+        forward=_fwd,
+        infer_shape=_shape,
+        infer_type=_float_same(*_inputs),
+        gradient=_grad,
+        doc=_doc,
+    )

@@ -37,7 +37,6 @@ _LAYOUT = {1: "NCW", 2: "NCHW", 3: "NCDHW"}
 _ALL_LAYOUTS = ("NCW", "NCHW", "NCDHW", "NHWC", "NDHWC")
 
 
-
 def _dk(k, d):
     return tuple((ki - 1) * di + 1 for ki, di in zip(k, d))
 
@@ -211,8 +210,10 @@ def _grouped_data(params, ins, where):
         return None
     _check_data(where, x, params["kernel"])
     if x[1] % g:
-        raise ShapeError(f"{where}: parameter 'num_group'={g} must divide the input channels, but data {tuple(x)} "
-                         f"has {x[1]} channels")
+        raise ShapeError(
+            f"{where}: parameter 'num_group'={g} must divide the input channels, but data {tuple(x)} "
+            f"has {x[1]} channels"
+        )
     return x
 
 
@@ -222,8 +223,14 @@ def _conv_shape(params, in_shapes, out_shapes, where):
     if x is None:
         return ins, out_shapes
     k, f, g, c = params["kernel"], params["num_filter"], params["num_group"], x[1]
-    _check_input(where, ins, 1, "weight", (f, c // g) + tuple(k),
-                 f"num_filter={f}, {c} input channels / num_group={g}, kernel={tuple(k)}")
+    _check_input(
+        where,
+        ins,
+        1,
+        "weight",
+        (f, c // g) + tuple(k),
+        f"num_filter={f}, {c} input channels / num_group={g}, kernel={tuple(k)}",
+    )
     return ins, [(x[0], f) + _conv_out(params, x[2:], where)]
 
 
@@ -295,21 +302,29 @@ def _deconv_geometry(params, Y, where):
         if any(t):
             total = si * (y - 1) + dki - t[i]
             if total < 0:
-                raise ShapeError(f"{where}: target_shape={tuple(t)} is too big on spatial axis {i}: the input size "
-                                 f"{y} gives at most {si * (y - 1) + dki}")
+                raise ShapeError(
+                    f"{where}: target_shape={tuple(t)} is too big on spatial axis {i}: the input size "
+                    f"{y} gives at most {si * (y - 1) + dki}"
+                )
             a, pl = total % 2, (total + 1) // 2
             if a > si - 1:
-                raise ShapeError(f"{where}: target_shape={tuple(t)} needs adj={a} on spatial axis {i}, but adj "
-                                 f"must be smaller than stride {si}")
+                raise ShapeError(
+                    f"{where}: target_shape={tuple(t)} needs adj={a} on spatial axis {i}, but adj "
+                    f"must be smaller than stride {si}"
+                )
         else:
             a, pl = params["adj"][i], params["pad"][i]
             if a > si - 1:
-                raise ShapeError(f"{where}: parameter 'adj'={tuple(params['adj'])} must be smaller than "
-                                 f"stride={tuple(s)} on every axis")
+                raise ShapeError(
+                    f"{where}: parameter 'adj'={tuple(params['adj'])} must be smaller than "
+                    f"stride={tuple(s)} on every axis"
+                )
         x = si * (y - 1) + dki - 2 * pl + a
         if x < 1:
-            raise ShapeError(f"{where}: output size {x} on spatial axis {i} is not positive (input {y}, "
-                             f"kernel span {dki}, stride {si}, pad {pl}, adj {a})")
+            raise ShapeError(
+                f"{where}: output size {x} on spatial axis {i} is not positive (input {y}, "
+                f"kernel span {dki}, stride {si}, pad {pl}, adj {a})"
+            )
         lo.append(pl)
         X.append(x)
     return tuple(lo), tuple(X)
@@ -321,8 +336,14 @@ def _deconv_shape(params, in_shapes, out_shapes, where):
     if x is None:
         return ins, out_shapes
     k, f, g, c = params["kernel"], params["num_filter"], params["num_group"], x[1]
-    _check_input(where, ins, 1, "weight", (c, f // g) + tuple(k),
-                 f"{c} input channels, num_filter={f} / num_group={g}, kernel={tuple(k)}")
+    _check_input(
+        where,
+        ins,
+        1,
+        "weight",
+        (c, f // g) + tuple(k),
+        f"{c} input channels, num_filter={f} / num_group={g}, kernel={tuple(k)}",
+    )
     _, X = _deconv_geometry(params, x[2:], where)
     return ins, [(x[0], f) + X]
 
@@ -354,8 +375,9 @@ _DECONV_PARAMS = _conv_params(512, True)
 _DECONV_PARAMS["adj"] = Param("shape", ())
 _DECONV_PARAMS["target_shape"] = Param("shape", ())
 # MXNet's field order (parameters may be given positionally): adj and target_shape come right after pad
-_DECONV_PARAMS = {k: _DECONV_PARAMS[k] for k in ("kernel", "stride", "dilate", "pad", "adj", "target_shape")} | \
-    _DECONV_PARAMS
+_DECONV_PARAMS = {
+    k: _DECONV_PARAMS[k] for k in ("kernel", "stride", "dilate", "pad", "adj", "target_shape")
+} | _DECONV_PARAMS
 
 register(
     "Deconvolution",
@@ -492,14 +514,18 @@ def _up_shape(params, in_shapes, out_shapes, where):
     if x0 is None:
         return ins, out_shapes
     if len(x0) != 4:
-        raise ShapeError(f"{where}: input {_up_inputs(params)[0]!r} has shape {tuple(x0)}; UpSampling needs 4-d "
-                         f"(batch, channel, y, x) input")
+        raise ShapeError(
+            f"{where}: input {_up_inputs(params)[0]!r} has shape {tuple(x0)}; UpSampling needs 4-d "
+            f"(batch, channel, y, x) input"
+        )
     oh, ow = x0[2] * sc, x0[3] * sc
     if params["sample_type"] == "bilinear":
         c = x0[1]
         if params["num_filter"] != c:
-            raise ShapeError(f"{where}: bilinear UpSampling needs num_filter equal to the input channels {c}, "
-                             f"got num_filter={params['num_filter']}")
+            raise ShapeError(
+                f"{where}: bilinear UpSampling needs num_filter equal to the input channels {c}, "
+                f"got num_filter={params['num_filter']}"
+            )
         k = _bilinear_geom(sc)[0]
         _check_input(where, ins, 1, "weight", (c, 1) + k, f"channels {c}, kernel 2*scale - scale%2 = {k[0]}")
         return ins, [(x0[0], c, oh, ow)]
@@ -510,12 +536,16 @@ def _up_shape(params, in_shapes, out_shapes, where):
         if len(s) != 4 or s[0] != x0[0]:
             raise ShapeError(f"{where}: input 'arg{i}' has shape {tuple(s)}; expected 4-d with batch {x0[0]}")
         if oh % s[2] or ow % s[3] or oh // s[2] != ow // s[3]:
-            raise ShapeError(f"{where}: input 'arg{i}' of shape {tuple(s)} cannot be upsampled by one integer "
-                             f"factor to the output size {(oh, ow)}")
+            raise ShapeError(
+                f"{where}: input 'arg{i}' of shape {tuple(s)} cannot be upsampled by one integer "
+                f"factor to the output size {(oh, ow)}"
+            )
         if params["multi_input_mode"] == "sum":
             if s[1] != x0[1]:
-                raise ShapeError(f"{where}: multi_input_mode='sum' needs equal channels, but input 'arg{i}' has "
-                                 f"{s[1]} and 'arg0' has {x0[1]}")
+                raise ShapeError(
+                    f"{where}: multi_input_mode='sum' needs equal channels, but input 'arg{i}' has "
+                    f"{s[1]} and 'arg0' has {x0[1]}"
+                )
             channels = s[1]
         else:
             channels += s[1]
@@ -552,8 +582,7 @@ def _up_grad(F, n, g):
     if p["sample_type"] == "bilinear":
         # a Deconvolution with fixed geometry: dx = corr(G, W), dW = wgrad(G, x)
         k, s, pad = _bilinear_geom(p["scale"])
-        hp = {"kernel": k, "stride": s, "dilate": (1, 1), "pad": pad, "num_group": p["num_filter"],
-              "target_shape": ()}
+        hp = {"kernel": k, "stride": s, "dilate": (1, 1), "pad": pad, "num_group": p["num_filter"], "target_shape": ()}
         x, w = n.inputs
         return [
             F._conv_forward_like(gy, w, x, **hp) if n.needs[0] else None,
@@ -573,7 +602,7 @@ def _up_adjoint_fwd(xp, g, *likes, num_args, scale, multi_input_mode):
     for like in likes:
         n, c, h, w = like.shape
         a, b = g.shape[2] // h, g.shape[3] // w
-        part = ga if multi_input_mode == "sum" else ga[:, c0:c0 + c]
+        part = ga if multi_input_mode == "sum" else ga[:, c0 : c0 + c]
         out.append(part.reshape(n, c, h, a, w, b).sum(axis=(3, 5)).astype(g.dtype, copy=False))
         c0 += c
     return tuple(out)
@@ -591,10 +620,18 @@ register(
     forward=_up_adjoint_fwd,
     infer_shape=lambda p, i, o, w: (i, list(i[1:])),
     # adjoint of the adjoint: nearest UpSampling of the cotangents; the like inputs are shapes only
-    gradient=lambda F, n, g: [
-        F.UpSampling(*g, scale=n.params["scale"], sample_type="nearest",
-                     multi_input_mode=n.params["multi_input_mode"], num_args=len(g))
-    ] + [None] * (len(n.inputs) - 1),
+    gradient=lambda F, n, g: (
+        [
+            F.UpSampling(
+                *g,
+                scale=n.params["scale"],
+                sample_type="nearest",
+                multi_input_mode=n.params["multi_input_mode"],
+                num_args=len(g),
+            )
+        ]
+        + [None] * (len(n.inputs) - 1)
+    ),
     doc="Adjoint of nearest UpSampling: block sums of each input's slice of the output gradient (hidden).",
 )
 

@@ -101,15 +101,26 @@ register(
 )
 
 # MXNet's type codes (mshadow's type flags) for _zeros_without_dtype's integer ``dtype``; -1: float32
-_TYPE_CODES = {-1: "float32", 0: "float32", 1: "float64", 2: "float16", 3: "uint8", 4: "int32", 5: "int8",
-               6: "int64", 7: "bool"}
+_TYPE_CODES = {
+    -1: "float32",
+    0: "float32",
+    1: "float64",
+    2: "float16",
+    3: "uint8",
+    4: "int32",
+    5: "int8",
+    6: "int64",
+    7: "bool",
+}
 
 
 def _zeros_wo_prepare(params, name):
     params = _check_shape("_zeros_without_dtype")(params, name)
     if params["dtype"] not in _TYPE_CODES:
-        raise ParamError(f"_zeros_without_dtype {name!r}: parameter 'dtype' must be an MXNet type code "
-                         f"{sorted(_TYPE_CODES)}, got {params['dtype']}")
+        raise ParamError(
+            f"_zeros_without_dtype {name!r}: parameter 'dtype' must be an MXNet type code "
+            f"{sorted(_TYPE_CODES)}, got {params['dtype']}"
+        )
     return params
 
 
@@ -135,16 +146,19 @@ _RANGE_DTYPES = ("float16", "float32", "float64", "int32", "int64", "int8", "uin
 
 def _range_dtype(opname, params, name):
     if params["dtype"].name not in _RANGE_DTYPES:
-        raise ParamError(f"{opname} {name!r}: parameter 'dtype' must be one of {list(_RANGE_DTYPES)}, "
-                         f"got {params['dtype'].name!r}")
+        raise ParamError(
+            f"{opname} {name!r}: parameter 'dtype' must be one of {list(_RANGE_DTYPES)}, got {params['dtype'].name!r}"
+        )
 
 
 def _arange_prepare(params, name):
     where = f"_arange {name!r}"
     _range_dtype("_arange", params, name)
     if params["infer_range"] and params["stop"] is None:
-        raise ParamError(f"{where}: infer_range=True without 'stop' takes the length from the consumer of the "
-                         "output, which symgrad does not support; give 'stop'")
+        raise ParamError(
+            f"{where}: infer_range=True without 'stop' takes the length from the consumer of the "
+            "output, which symgrad does not support; give 'stop'"
+        )
     if params["stop"] is None:  # MXNet's RangeParamParser: arange(n) is arange(0, n)
         params = {**params, "start": 0.0, "stop": params["start"]}
     start, stop, step = params["start"], params["stop"], params["step"]
@@ -202,8 +216,7 @@ def _arange_like_shape(params, in_shapes, out_shapes, where):
 
 def _arange_like_prepare(params, name):
     if params["repeat"] <= 0:
-        raise ParamError(f"_contrib_arange_like {name!r}: parameter 'repeat' must be positive, "
-                         f"got {params['repeat']}")
+        raise ParamError(f"_contrib_arange_like {name!r}: parameter 'repeat' must be positive, got {params['repeat']}")
     return params
 
 
@@ -216,8 +229,13 @@ def _arange_like_fwd(xp, data, start, step, repeat, ctx, axis):
 register(
     "_contrib_arange_like",
     aliases=("_npx_arange_like",),
-    params={"start": Param("float", 0.0), "step": Param("float", 1.0), "repeat": Param("int", 1), "ctx": _CTX,
-            "axis": Param("int", None)},
+    params={
+        "start": Param("float", 0.0),
+        "step": Param("float", 1.0),
+        "repeat": Param("int", 1),
+        "ctx": _CTX,
+        "axis": Param("int", None),
+    },
     prepare=_arange_like_prepare,
     forward=_arange_like_fwd,
     infer_shape=_arange_like_shape,
@@ -265,8 +283,9 @@ _EYE_DTYPES = ("float16", "float32", "float64", "int32", "int64", "int8", "uint8
 
 def _eye_prepare(params, name):
     if params["dtype"].name not in _EYE_DTYPES:
-        raise ParamError(f"_eye {name!r}: parameter 'dtype' must be one of {list(_EYE_DTYPES)}, "
-                         f"got {params['dtype'].name!r}")
+        raise ParamError(
+            f"_eye {name!r}: parameter 'dtype' must be one of {list(_EYE_DTYPES)}, got {params['dtype'].name!r}"
+        )
     if params["N"] < 0 or params["M"] < 0:
         raise ParamError(f"_eye {name!r}: N and M must be non-negative, got N={params['N']}, M={params['M']}")
     return params
@@ -275,8 +294,7 @@ def _eye_prepare(params, name):
 register(
     "_eye",
     inputs=(),
-    params={"N": Param("int"), "M": Param("int", 0), "k": Param("int", 0), "ctx": _CTX,
-            "dtype": Param("dtype", _F32)},
+    params={"N": Param("int"), "M": Param("int", 0), "k": Param("int", 0), "ctx": _CTX, "dtype": Param("dtype", _F32)},
     prepare=_eye_prepare,
     forward=lambda xp, N, M, k, ctx, dtype: xp.eye(N, M if M > 0 else N, k, dtype=dtype),
     infer_shape=_from_params(lambda p: (p["N"], p["M"] if p["M"] > 0 else p["N"])),
@@ -337,8 +355,7 @@ register(
 
 def _multi_all_finite_prepare(params, name):
     if params["num_arrays"] < 1:
-        raise ParamError(f"multi_all_finite {name!r}: parameter 'num_arrays' must be >= 1, "
-                         f"got {params['num_arrays']}")
+        raise ParamError(f"multi_all_finite {name!r}: parameter 'num_arrays' must be >= 1, got {params['num_arrays']}")
     return params
 
 
@@ -363,8 +380,10 @@ register(
 
 def _moments_prepare(params, name):
     if params["axes"] is None or len(params["axes"]) == 0:
-        raise ParamError(f"moments {name!r}: parameter 'axes' must name at least one axis (MXNet: for global "
-                         "moments pass every axis)")
+        raise ParamError(
+            f"moments {name!r}: parameter 'axes' must name at least one axis (MXNet: for global "
+            "moments pass every axis)"
+        )
     return params
 
 

@@ -67,9 +67,31 @@ def _weak_scalar_fits(scalar, dtype) -> bool:
 
 #: unary ops whose forward on a float/complex input is this ufunc itself (``_float_in`` passes floats as
 #: they are and ``_keep`` then casts nothing); square only for real floats (x * x, numpy's square loop)
-_UFUNC_UNARY = {name: (name, "fc") for name in (
-    "tanh", "exp", "expm1", "log", "log1p", "log2", "log10", "sqrt", "sin", "cos", "tan", "sinh", "cosh",
-    "arcsin", "arccos", "arctan", "arcsinh", "arccosh", "arctanh", "negative")}
+_UFUNC_UNARY = {
+    name: (name, "fc")
+    for name in (
+        "tanh",
+        "exp",
+        "expm1",
+        "log",
+        "log1p",
+        "log2",
+        "log10",
+        "sqrt",
+        "sin",
+        "cos",
+        "tan",
+        "sinh",
+        "cosh",
+        "arcsin",
+        "arccos",
+        "arctan",
+        "arcsinh",
+        "arccosh",
+        "arctanh",
+        "negative",
+    )
+}
 _UFUNC_UNARY["square"] = ("square", "f")
 
 
@@ -140,13 +162,29 @@ def _erfinv(xp, y):
     w = -xp.log((1.0 - a_in) * (1.0 + a_in))
     wc = w - 2.5
     p = 2.81022636e-08
-    for c in (3.43273939e-07, -3.5233877e-06, -4.39150654e-06, 0.00021858087, -0.00125372503,
-              -0.00417768164, 0.246640727, 1.50140941):
+    for c in (
+        3.43273939e-07,
+        -3.5233877e-06,
+        -4.39150654e-06,
+        0.00021858087,
+        -0.00125372503,
+        -0.00417768164,
+        0.246640727,
+        1.50140941,
+    ):
         p = c + p * wc
     wt = xp.sqrt(w) - 3.0
     q = -0.000200214257
-    for c in (0.000100950558, 0.00134934322, -0.00367342844, 0.00573950773, -0.0076224613,
-              0.00943887047, 1.00167406, 2.83297682):
+    for c in (
+        0.000100950558,
+        0.00134934322,
+        -0.00367342844,
+        0.00573950773,
+        -0.0076224613,
+        0.00943887047,
+        1.00167406,
+        2.83297682,
+    ):
         q = c + q * wt
     x0 = xp.where(w < 5.0, p, q) * a_in
     tail = (1.0 - a_in) < _ERFC_AT_SPLIT
@@ -168,9 +206,17 @@ def _erfinv(xp, y):
 
 # Lanczos approximation, g = 7, n = 9 (relative error ~1e-15 on [0.5, inf))
 _LANCZOS_G = 7.0
-_LANCZOS_C = (0.99999999999980993, 676.5203681218851, -1259.1392167224028, 771.32342877765313,
-              -176.61502916214059, 12.507343278686905, -0.13857109526572012, 9.9843695780195716e-6,
-              1.5056327351493116e-7)
+_LANCZOS_C = (
+    0.99999999999980993,
+    676.5203681218851,
+    -1259.1392167224028,
+    771.32342877765313,
+    -176.61502916214059,
+    12.507343278686905,
+    -0.13857109526572012,
+    9.9843695780195716e-6,
+    1.5056327351493116e-7,
+)
 
 
 def _lanczos(xp, x):
@@ -225,8 +271,7 @@ def log_gamma(xp, x):
 
 
 # Bernoulli numbers B_2, B_4, ..., B_20 for the asymptotic series of polygamma
-_BERNOULLI_2K = (1 / 6, -1 / 30, 1 / 42, -1 / 30, 5 / 66, -691 / 2730, 7 / 6, -3617 / 510, 43867 / 798,
-                 -174611 / 330)
+_BERNOULLI_2K = (1 / 6, -1 / 30, 1 / 42, -1 / 30, 5 / 66, -691 / 2730, 7 / 6, -3617 / 510, 43867 / 798, -174611 / 330)
 _PG_SHIFT = 12
 
 
@@ -377,9 +422,19 @@ def _unary(name, fwd, grad, aliases=(), doc="", params=None, infer_type=None, de
         def specialize(xp, in_types):
             return (getattr(xp, ufunc), (), ()) if _float_kinds(in_types, kinds) else None
 
-    return register(name, aliases=aliases, forward=forward, specialize=specialize, infer_shape=same_shape,
-                    infer_type=infer_type, gradient=rule, params=params, decisions=decisions,
-                    pinned=pinned_rule if pinned is not None else None, doc=doc or f"Elementwise {name}.")
+    return register(
+        name,
+        aliases=aliases,
+        forward=forward,
+        specialize=specialize,
+        infer_shape=same_shape,
+        infer_type=infer_type,
+        gradient=rule,
+        params=params,
+        decisions=decisions,
+        pinned=pinned_rule if pinned is not None else None,
+        doc=doc or f"Elementwise {name}.",
+    )
 
 
 def _reads(grad):
@@ -464,10 +519,17 @@ def _fused_backward(name, grad, reads, params):
 
     backward = f"_backward_{name.lstrip('_')}"
     FUSED_BACKWARDS[name] = (backward, grad, reads)
-    register(backward, inputs=("ograd", *[names[r] for r in reads]), forward=forward, specialize=specialize,
-             params=params,
-             infer_shape=same_shape, infer_type=lambda p, i, o, w: (i, [i[0]]), gradient=rule,
-             doc=f"Hidden: the backward of {name} as one instruction (ograd times its derivative).")
+    register(
+        backward,
+        inputs=("ograd", *[names[r] for r in reads]),
+        forward=forward,
+        specialize=specialize,
+        params=params,
+        infer_shape=same_shape,
+        infer_type=lambda p, i, o, w: (i, [i[0]]),
+        gradient=rule,
+        doc=f"Hidden: the backward of {name} as one instruction (ograd times its derivative).",
+    )
     return backward
 
 
@@ -514,6 +576,7 @@ def _rounded_choice(rounding):
         return elementwise(0, choice=rounding(xp, x), value=x)
 
     return decide
+
 
 # -- sign, rounding, identity-like --------------------------------------------
 _unary("negative", lambda xp, x: -x, lambda F, x, y, g: -g)  # d(-x) = -1
@@ -585,12 +648,15 @@ _unary("sigmoid", _float_in(_sigmoid), lambda F, x, y, g: g * (y * (1.0 - y)))
 # relu' = 1 where x > 0 else 0 (MXNet takes 0 at x = 0)
 # (NaN passes through relu, as MXNet's IsNan(a) || a > 0 ? a : 0)
 # pinned: the recorded mask instead of x > 0 (NaN still passes)
-_unary("relu", lambda xp, x: xp.where((x > 0) | (x != x), x, 0), lambda F, x, y, g: F._backward_relu(g, x),
-       decisions=lambda xp, x: elementwise(0, choice=x > 0, value=x),
-       pinned=lambda xp, choices, x: masked(xp, x, choices[0]))
+_unary(
+    "relu",
+    lambda xp, x: xp.where((x > 0) | (x != x), x, 0),
+    lambda F, x, y, g: F._backward_relu(g, x),
+    decisions=lambda xp, x: elementwise(0, choice=x > 0, value=x),
+    pinned=lambda xp, choices, x: masked(xp, x, choices[0]),
+)
 # softsign = x / (1 + |x|): softsign' = 1 / (1 + |x|)^2
-_unary("softsign", _float_in(lambda xp, x: x / (1.0 + xp.abs(x))),
-       lambda F, x, y, g: g / F.square(F.abs(x) + 1.0))
+_unary("softsign", _float_in(lambda xp, x: x / (1.0 + xp.abs(x))), lambda F, x, y, g: g / F.square(F.abs(x) + 1.0))
 
 
 def _hard_sigmoid_fwd(xp, x, alpha, beta):
@@ -619,10 +685,16 @@ def _hard_sigmoid_choice(xp, x, alpha, beta):
     return elementwise(0, choice=(u > 0).astype(np.int8) + (u >= 1), value=u)
 
 
-_unary("hard_sigmoid", _float_in(_hard_sigmoid_fwd), _hard_sigmoid_grad, decisions=_float_in(_hard_sigmoid_choice),
-       pinned=_hard_sigmoid_pinned,
-       params={"alpha": Param("float", 0.2), "beta": Param("float", 0.5)}, infer_type=float_inputs("data"),
-       doc="max(0, min(1, alpha * x + beta)).")
+_unary(
+    "hard_sigmoid",
+    _float_in(_hard_sigmoid_fwd),
+    _hard_sigmoid_grad,
+    decisions=_float_in(_hard_sigmoid_choice),
+    pinned=_hard_sigmoid_pinned,
+    params={"alpha": Param("float", 0.2), "beta": Param("float", 0.5)},
+    infer_type=float_inputs("data"),
+    doc="max(0, min(1, alpha * x + beta)).",
+)
 
 # -- special functions -------------------------------------------------------------
 # erf' = 2/sqrt(pi) e^(-x^2)
@@ -633,9 +705,13 @@ _unary("erfinv", _float_math(_erfinv), lambda F, x, y, g: g * (F.exp(F.square(y)
 _unary("gamma", _float_math(_gamma), lambda F, x, y, g: g * (y * F._polygamma(x, n=0)))
 _unary("gammaln", _float_math(log_gamma), lambda F, x, y, g: g * F._polygamma(x, n=0))
 # (psi^(n))' = psi^(n+1): gradients of every order
-_unary("_polygamma", _float_math(lambda xp, x, n: _polygamma(xp, x, n)),
-       lambda F, x, y, g, n: g * F._polygamma(x, n=n + 1),
-       params={"n": Param("int", 0)}, doc="psi^(n)(x), the (n+1)-th derivative of log Gamma (hidden).")
+_unary(
+    "_polygamma",
+    _float_math(lambda xp, x, n: _polygamma(xp, x, n)),
+    lambda F, x, y, g, n: g * F._polygamma(x, n=n + 1),
+    params={"n": Param("int", 0)},
+    doc="psi^(n)(x), the (n+1)-th derivative of log Gamma (hidden).",
+)
 
 
 # -- Cast ------------------------------------------------------------------------------
@@ -693,8 +769,10 @@ register(
 
 def _clip_bounds(x, a_min, a_max):
     # the bounds are float32 parameters in MXNet (real_t), cast to the input dtype
-    return (np.asarray(a_min, dtype=np.float32).astype(x.dtype)[()],
-            np.asarray(a_max, dtype=np.float32).astype(x.dtype)[()])
+    return (
+        np.asarray(a_min, dtype=np.float32).astype(x.dtype)[()],
+        np.asarray(a_max, dtype=np.float32).astype(x.dtype)[()],
+    )
 
 
 def _clip_select(xp, x, lo, hi, above, below):
@@ -729,9 +807,15 @@ def _clip_choice(xp, x, a_min, a_max):
     return elementwise(0, choice=xp.where(x > hi, 2, xp.where(x < lo, 0, 1)).astype(np.int8), value=x)
 
 
-_unary("clip", _clip_fwd, _clip_grad, params={"a_min": Param("float"), "a_max": Param("float")}, decisions=_clip_choice,
-       pinned=_clip_pinned,
-       doc="Clip to [a_min, a_max]; the gradient passes where a_min <= x <= a_max.")
+_unary(
+    "clip",
+    _clip_fwd,
+    _clip_grad,
+    params={"a_min": Param("float"), "a_max": Param("float")},
+    decisions=_clip_choice,
+    pinned=_clip_pinned,
+    doc="Clip to [a_min, a_max]; the gradient passes where a_min <= x <= a_max.",
+)
 
 
 # -- make_loss (lowercase: MXNet's elementwise loss marker) ---------------------------------
@@ -807,10 +891,14 @@ def _scalar_type(params, in_types, out_types, where):
 #: scalar ops with a kernel: the forward is ``fn(x, s)`` (``fn(s, x)`` when the flag is set), fn an operator
 #: or the name of an ``xp`` ufunc
 _SCALAR_KERNELS = {
-    "_plus_scalar": (operator.add, False), "_minus_scalar": (operator.sub, False),
-    "_rminus_scalar": (operator.sub, True), "_mul_scalar": (operator.mul, False),
-    "_div_scalar": (operator.truediv, False), "_rdiv_scalar": (operator.truediv, True),
-    "_maximum_scalar": ("maximum", False), "_minimum_scalar": ("minimum", False),
+    "_plus_scalar": (operator.add, False),
+    "_minus_scalar": (operator.sub, False),
+    "_rminus_scalar": (operator.sub, True),
+    "_mul_scalar": (operator.mul, False),
+    "_div_scalar": (operator.truediv, False),
+    "_rdiv_scalar": (operator.truediv, True),
+    "_maximum_scalar": ("maximum", False),
+    "_minimum_scalar": ("minimum", False),
 }
 
 
@@ -855,10 +943,18 @@ def _scalar(name, fwd, grad, aliases=(), params=None, choice=None, piece=None):
         x, s = _scalar_operands(x, scalar, is_int)
         return _keep(piece(xp, choices[0], x, s), x)
 
-    return register(name, aliases=aliases, forward=forward, specialize=specialize, infer_shape=same_shape,
-                    infer_type=_scalar_type,
-                    gradient=rule, params=dict(params or _SCALAR), decisions=decisions if choice else None,
-                    pinned=pinned if piece else None)
+    return register(
+        name,
+        aliases=aliases,
+        forward=forward,
+        specialize=specialize,
+        infer_shape=same_shape,
+        infer_type=_scalar_type,
+        gradient=rule,
+        params=dict(params or _SCALAR),
+        decisions=decisions if choice else None,
+        pinned=pinned if piece else None,
+    )
 
 
 def _side_piece(xp, c, a, b):
@@ -892,26 +988,53 @@ _scalar("_div_scalar", lambda xp, x, s: x / s, lambda F, x, y, g, s: g / s, alia
 # y = s / x  ->  dy/dx = -s / x^2 = -y / x
 _scalar("_rdiv_scalar", lambda xp, x, s: s / x, lambda F, x, y, g, s: -g * y / x, aliases=("_RDivScalar",))
 # y = x^s  ->  dy/dx = s x^(s-1)
-_scalar("_power_scalar", lambda xp, x, s: _int_safe_pow(xp, x, s),
-        lambda F, x, y, g, s: g * (F._power_scalar(x, scalar=s - 1.0) * s), aliases=("_PowerScalar",))
+_scalar(
+    "_power_scalar",
+    lambda xp, x, s: _int_safe_pow(xp, x, s),
+    lambda F, x, y, g, s: g * (F._power_scalar(x, scalar=s - 1.0) * s),
+    aliases=("_PowerScalar",),
+)
 # y = s^x  ->  dy/dx = y ln s
-_scalar("_rpower_scalar", lambda xp, x, s: xp.power(s, x.astype(np.float64) if _is_int(x.dtype) else x),
-        lambda F, x, y, g, s: g * (y * float(np.log(s))), aliases=("_RPowerScalar",))
+_scalar(
+    "_rpower_scalar",
+    lambda xp, x, s: xp.power(s, x.astype(np.float64) if _is_int(x.dtype) else x),
+    lambda F, x, y, g, s: g * (y * float(np.log(s))),
+    aliases=("_RPowerScalar",),
+)
 # hypot(x, s)' = x / hypot(x, s) = x / y
 _scalar("_hypot_scalar", lambda xp, x, s: xp.hypot(x, s), lambda F, x, y, g, s: g * (x / y), aliases=("_HypotScalar",))
 # max(x, s)' = 1 where x >= s (MXNet: ties go to x); min likewise with x <= s
 # pinned: x where the base point chose x, else s
-_scalar("_maximum_scalar", lambda xp, x, s: xp.maximum(x, s), lambda F, x, y, g, s: g * (x >= s),
-        aliases=("_MaximumScalar",), choice=lambda xp, x, s: (x >= s, x - s), piece=_side_piece)
-_scalar("_minimum_scalar", lambda xp, x, s: xp.minimum(x, s), lambda F, x, y, g, s: g * (x <= s),
-        aliases=("_MinimumScalar",), choice=lambda xp, x, s: (x <= s, x - s), piece=_side_piece)
+_scalar(
+    "_maximum_scalar",
+    lambda xp, x, s: xp.maximum(x, s),
+    lambda F, x, y, g, s: g * (x >= s),
+    aliases=("_MaximumScalar",),
+    choice=lambda xp, x, s: (x >= s, x - s),
+    piece=_side_piece,
+)
+_scalar(
+    "_minimum_scalar",
+    lambda xp, x, s: xp.minimum(x, s),
+    lambda F, x, y, g, s: g * (x <= s),
+    aliases=("_MinimumScalar",),
+    choice=lambda xp, x, s: (x <= s, x - s),
+    piece=_side_piece,
+)
 # x mod s has slope 1 almost everywhere; s mod x = s - x floor(s/x) has slope -floor(s/x)
 # (integer operands: MXNet's mod gradient is 0, as for every integer-valued op; _zero_grad_if_int)
-_scalar("_mod_scalar", lambda xp, x, s: xp.zeros_like(x) if s == 0 else xp.mod(x, s),
-        lambda F, x, y, g, s: F._zero_grad_if_int(g, x), aliases=("_ModScalar",))
-_scalar("_rmod_scalar", lambda xp, x, s: _mod(xp, s, x),
-        lambda F, x, y, g, s: F._zero_grad_if_int(-g * F.floor(F._rdiv_scalar(x, scalar=s)), x),
-        aliases=("_RModScalar",))
+_scalar(
+    "_mod_scalar",
+    lambda xp, x, s: xp.zeros_like(x) if s == 0 else xp.mod(x, s),
+    lambda F, x, y, g, s: F._zero_grad_if_int(g, x),
+    aliases=("_ModScalar",),
+)
+_scalar(
+    "_rmod_scalar",
+    lambda xp, x, s: _mod(xp, s, x),
+    lambda F, x, y, g, s: F._zero_grad_if_int(-g * F.floor(F._rdiv_scalar(x, scalar=s)), x),
+    aliases=("_RModScalar",),
+)
 for _name, _alias, _f in [
     ("_equal_scalar", "_EqualScalar", lambda xp, x, s: x == s),
     ("_not_equal_scalar", "_NotEqualScalar", lambda xp, x, s: x != s),
@@ -921,8 +1044,9 @@ for _name, _alias, _f in [
     ("_lesser_equal_scalar", "_LesserEqualScalar", lambda xp, x, s: x <= s),
 ]:
     # comparisons: 0/1 in the input dtype, zero gradient; the 0/1 they output is their decision (and pinned piece)
-    _scalar(_name, _f, None, aliases=(_alias,), choice=lambda xp, x, s, f=_f: (f(xp, x, s), x - s),
-            piece=_constant_piece)
+    _scalar(
+        _name, _f, None, aliases=(_alias,), choice=lambda xp, x, s, f=_f: (f(xp, x, s), x - s), piece=_constant_piece
+    )
 for _name, _alias, _f in [
     ("_logical_and_scalar", "_LogicalAndScalar", lambda xp, x, s: (x != 0) & (s != 0)),
     ("_logical_or_scalar", "_LogicalOrScalar", lambda xp, x, s: (x != 0) | (s != 0)),
@@ -947,9 +1071,13 @@ def _smooth_l1_choice(xp, x, s):
 
 
 # pinned: the branch recorded (|x| - 0.5/sigma^2 where the base point was outside, else the quadratic)
-_scalar("smooth_l1", _smooth_l1_fwd,
-        lambda F, x, y, g, s: g * F.clip(x * (s * s), a_min=-1.0, a_max=1.0), choice=_smooth_l1_choice,
-        piece=lambda xp, c, x, s: _smooth_l1_fwd(xp, x, s, linear=c))
+_scalar(
+    "smooth_l1",
+    _smooth_l1_fwd,
+    lambda F, x, y, g, s: g * F.clip(x * (s * s), a_min=-1.0, a_max=1.0),
+    choice=_smooth_l1_choice,
+    piece=lambda xp, c, x, s: _smooth_l1_fwd(xp, x, s, linear=c),
+)
 
 
 # ----------------------------------------------------------------------------
@@ -978,7 +1106,7 @@ class _BinaryOps:
     """The binary ops a gradient rule combines with: same-shape or broadcasting flavour."""
 
     def __init__(self, F, broadcast):
-        pick = (lambda b_, e_: getattr(F, b_ if broadcast else e_))
+        pick = lambda b_, e_: getattr(F, b_ if broadcast else e_)
         self.mul = pick("broadcast_mul", "elemwise_mul")
         self.div = pick("broadcast_div", "elemwise_div")
         self.pow = pick("broadcast_power", "_power")
@@ -1032,22 +1160,53 @@ def _binary(names, fwd, grad, aliases=((), ()), choice=None, fast=None, piece=No
     dec = decisions if choice else None
     pin = pinned if piece else None
     if same_name:
-        register(same_name, aliases=aliases[0], inputs=("lhs", "rhs"), forward=forward, specialize=specialize,
-                 infer_shape=_same_shape_binary, gradient=same_rule if grad else _zero_grad, decisions=dec,
-                 pinned=pin)
+        register(
+            same_name,
+            aliases=aliases[0],
+            inputs=("lhs", "rhs"),
+            forward=forward,
+            specialize=specialize,
+            infer_shape=_same_shape_binary,
+            gradient=same_rule if grad else _zero_grad,
+            decisions=dec,
+            pinned=pin,
+        )
     if bcast_name:
-        register(bcast_name, aliases=aliases[1], inputs=("lhs", "rhs"), forward=forward, specialize=specialize,
-                 infer_shape=_broadcast_shape, gradient=bcast_rule if grad else _zero_grad, decisions=dec,
-                 pinned=pin)
+        register(
+            bcast_name,
+            aliases=aliases[1],
+            inputs=("lhs", "rhs"),
+            forward=forward,
+            specialize=specialize,
+            infer_shape=_broadcast_shape,
+            gradient=bcast_rule if grad else _zero_grad,
+            decisions=dec,
+            pinned=pin,
+        )
 
 
-_binary(("elemwise_add", "broadcast_add"), lambda xp, a, b: a + b, lambda F, o, a, b, y, g: (g, g),
-        aliases=(("_add", "_plus", "_Plus"), ("broadcast_plus",)), fast=operator.add)
-_binary(("elemwise_sub", "broadcast_sub"), lambda xp, a, b: a - b, lambda F, o, a, b, y, g: (g, -g),
-        aliases=(("_sub", "_minus", "_Minus"), ("broadcast_minus",)), fast=operator.sub)
+_binary(
+    ("elemwise_add", "broadcast_add"),
+    lambda xp, a, b: a + b,
+    lambda F, o, a, b, y, g: (g, g),
+    aliases=(("_add", "_plus", "_Plus"), ("broadcast_plus",)),
+    fast=operator.add,
+)
+_binary(
+    ("elemwise_sub", "broadcast_sub"),
+    lambda xp, a, b: a - b,
+    lambda F, o, a, b, y, g: (g, -g),
+    aliases=(("_sub", "_minus", "_Minus"), ("broadcast_minus",)),
+    fast=operator.sub,
+)
 # (ab)' = (b, a)
-_binary(("elemwise_mul", "broadcast_mul"), lambda xp, a, b: a * b,
-        lambda F, o, a, b, y, g: (o.mul(g, b), o.mul(g, a)), aliases=(("_mul", "_Mul"), ()), fast=operator.mul)
+_binary(
+    ("elemwise_mul", "broadcast_mul"),
+    lambda xp, a, b: a * b,
+    lambda F, o, a, b, y, g: (o.mul(g, b), o.mul(g, a)),
+    aliases=(("_mul", "_Mul"), ()),
+    fast=operator.mul,
+)
 # (a/b)' = (1/b, -a/b^2 = -y/b); integer inputs: quotient truncated toward zero (C division)
 _binary(
     ("elemwise_div", "broadcast_div"),
@@ -1104,8 +1263,14 @@ for _pair, _als, _fn in [
     (("_lesser", "broadcast_lesser"), "_Lesser", lambda xp, a, b: a < b),
     (("_lesser_equal", "broadcast_lesser_equal"), "_Lesser_Equal", lambda xp, a, b: a <= b),
 ]:
-    _binary(_pair, _fn, None, aliases=((_als,), ()), choice=lambda xp, a, b, f=_fn: (f(xp, a, b), a - b),
-            piece=_constant_piece)  # pinned: the recorded 0/1
+    _binary(
+        _pair,
+        _fn,
+        None,
+        aliases=((_als,), ()),
+        choice=lambda xp, a, b, f=_fn: (f(xp, a, b), a - b),
+        piece=_constant_piece,
+    )  # pinned: the recorded 0/1
 for _pair, _als, _fn in [
     (("_logical_and", "broadcast_logical_and"), "_Logical_And", lambda xp, a, b: (a != 0) & (b != 0)),
     (("_logical_or", "broadcast_logical_or"), "_Logical_Or", lambda xp, a, b: (a != 0) | (b != 0)),
@@ -1136,16 +1301,19 @@ def _where_shape(params, in_shapes, out_shapes, where):
         if t is None:
             t = (name, tuple(s))
         elif tuple(s) != t[1]:
-            raise ShapeError(f"{where}: inputs {t[0]!r} and {name!r} must have the same shape, "
-                             f"got {t[1]} and {tuple(s)}")
+            raise ShapeError(
+                f"{where}: inputs {t[0]!r} and {name!r} must have the same shape, got {t[1]} and {tuple(s)}"
+            )
     if t is None:
         return in_shapes, out_shapes
     t = t[1]
     if c is not None:
         c = tuple(c)
         if c != t and not (len(c) == 1 and len(t) >= 1 and c[0] == t[0]):
-            raise ShapeError(f"{where}: input 'condition' must have the shape of x {t} or be 1-d of length "
-                             f"{t[0] if t else '?'}, got {c}")
+            raise ShapeError(
+                f"{where}: input 'condition' must have the shape of x {t} or be 1-d of length "
+                f"{t[0] if t else '?'}, got {c}"
+            )
     return [c, t, t], [t]
 
 
@@ -1156,8 +1324,9 @@ def _where_type(params, in_types, out_types, where):
         return in_types, out_types
     for t in known:
         if np.dtype(t) != np.dtype(known[0]):
-            raise TypeError(f"{where}: inputs 'x' and 'y' must have the same dtype, got {np.dtype(x)} and "
-                            f"{np.dtype(y)}")
+            raise TypeError(
+                f"{where}: inputs 'x' and 'y' must have the same dtype, got {np.dtype(x)} and {np.dtype(y)}"
+            )
     t = known[0]
     return [c, t, t], [t]
 
@@ -1212,9 +1381,7 @@ def _sum_to_like_fwd(xp, a, like):
     if a.shape == like.shape:
         return a
     lead = a.ndim - like.ndim
-    axes = tuple(range(lead)) + tuple(
-        lead + i for i, d in enumerate(like.shape) if d == 1 and a.shape[lead + i] != 1
-    )
+    axes = tuple(range(lead)) + tuple(lead + i for i, d in enumerate(like.shape) if d == 1 and a.shape[lead + i] != 1)
     return a.sum(axis=axes).reshape(like.shape)
 
 
@@ -1252,15 +1419,26 @@ register(
 # -- straight-through estimators, gradient scaling, mixed-precision casts ------------------------------
 # y = round(x) / sign(x), but the gradient passes straight through (the straight-through estimator of
 # quantisation-aware training): dx = g. Not the derivative (0 almost everywhere): MXNet's definition.
-_unary("_contrib_round_ste", _float_in(_round_half_away), lambda F, x, y, g: F.identity(g),
-       doc="round(x) forward, identity gradient (straight-through estimator).")
-_unary("_contrib_sign_ste", lambda xp, x: xp.sign(x), lambda F, x, y, g: F.identity(g),
-       doc="sign(x) forward, identity gradient (straight-through estimator).")
+_unary(
+    "_contrib_round_ste",
+    _float_in(_round_half_away),
+    lambda F, x, y, g: F.identity(g),
+    doc="round(x) forward, identity gradient (straight-through estimator).",
+)
+_unary(
+    "_contrib_sign_ste",
+    lambda xp, x: xp.sign(x),
+    lambda F, x, y, g: F.identity(g),
+    doc="sign(x) forward, identity gradient (straight-through estimator).",
+)
 # y = x; dx = scalar * g (a gradient reversal layer with scalar=-1)
-_unary("_contrib_gradientmultiplier", lambda xp, x, scalar, is_int: x.copy(),
-       lambda F, x, y, g, scalar, is_int: F._mul_scalar(g, scalar=scalar),
-       params={"scalar": Param("float", 1.0), "is_int": Param("bool", True)},
-       doc="Identity forward; the gradient is multiplied by ``scalar``.")
+_unary(
+    "_contrib_gradientmultiplier",
+    lambda xp, x, scalar, is_int: x.copy(),
+    lambda F, x, y, g, scalar, is_int: F._mul_scalar(g, scalar=scalar),
+    params={"scalar": Param("float", 1.0), "is_int": Param("bool", True)},
+    doc="Identity forward; the gradient is multiplied by ``scalar``.",
+)
 
 
 # MXNet's AMP casts touch float16 and float32 values only; float64 and integers pass through unchanged

@@ -48,10 +48,17 @@ _NAME = "_contrib_hawkesll"
 _INPUTS = ("lda", "alpha", "beta", "state", "lags", "marks", "valid_length", "max_time")
 _MARKS = _INPUTS.index("marks")
 # axes of each input in terms of N (samples), K (marks), T (columns)
-_LAYOUT = {"lda": "NK", "alpha": "K", "beta": "K", "state": "NK", "lags": "NT", "marks": "NT",
-           "valid_length": "N", "max_time": "N"}
+_LAYOUT = {
+    "lda": "NK",
+    "alpha": "K",
+    "beta": "K",
+    "state": "NK",
+    "lags": "NT",
+    "marks": "NT",
+    "valid_length": "N",
+    "max_time": "N",
+}
 _OUT_LAYOUT = ("N", "NK")
-
 
 
 # -- shape and dtype rules ---------------------------------------------------------------------------------
@@ -75,8 +82,10 @@ def _hawkes_shape(params, in_shapes, out_shapes, where, first=0):
             if letter not in dims:
                 dims[letter] = (v, what)
             elif dims[letter][0] != v:
-                raise ShapeError(f"{where}: {what} has shape {s}, so {letter}={v}, but {dims[letter][1]} "
-                                 f"has {letter}={dims[letter][0]}")
+                raise ShapeError(
+                    f"{where}: {what} has shape {s}, so {letter}={v}, but {dims[letter][1]} "
+                    f"has {letter}={dims[letter][0]}"
+                )
 
     def fill(s, lay):
         if s is not None or any(c not in dims for c in lay):
@@ -103,8 +112,10 @@ def _hawkes_type(params, in_types, out_types, where, first=0, n_out=2):
         raise TypeError(f"{where}: {what} must be float16, float32 or float64, got {dt}")
     for other, t in known[1:]:
         if t != dt:
-            raise TypeError(f"{where}: {other} has dtype {t}, but {what} has {dt} (every input but 'marks' "
-                            f"shares one float dtype, as do the outputs)")
+            raise TypeError(
+                f"{where}: {other} has dtype {t}, but {what} has {dt} (every input but 'marks' "
+                f"shares one float dtype, as do the outputs)"
+            )
     for t in in_types[:first]:
         if t is not None and np.dtype(t) != dt:
             raise TypeError(f"{where}: head gradients have dtype {np.dtype(t)}, expected {dt}")
@@ -129,8 +140,9 @@ def _event_steps(xp, marks, valid_length, K):
         valid_length = valid_length.real
     if bool(xp.any(valid_length > T)):
         bad = float(xp.max(valid_length))
-        raise ValueError(f"{_NAME}: input 'valid_length' must be at most T={T} (the columns of 'lags' and "
-                         f"'marks'), got {bad:g}")
+        raise ValueError(
+            f"{_NAME}: input 'valid_length' must be at most T={T} (the columns of 'lags' and 'marks'), got {bad:g}"
+        )
     valid = xp.arange(T)[None, :] < valid_length[:, None]
     m = marks[valid]
     if m.size:
@@ -138,8 +150,10 @@ def _event_steps(xp, marks, valid_length, K):
         ok = whole & (m >= 0) & (m < K)
         if not bool(xp.all(ok)):
             bad = m[~ok][0]
-            raise ValueError(f"{_NAME}: input 'marks' must hold whole numbers in [0, {K}) (K, the columns of "
-                             f"'lda') at every valid event, got {bad.item()!r}")
+            raise ValueError(
+                f"{_NAME}: input 'marks' must hold whole numbers in [0, {K}) (K, the columns of "
+                f"'lda') at every valid event, got {bad.item()!r}"
+            )
     steps = []
     for j in range(T):
         rows = xp.nonzero(valid[:, j])[0]
@@ -173,7 +187,8 @@ def _hawkes_pass(xp, lda, alpha, beta, state, lags, marks, valid_length, max_tim
     """
     acc = acc_dtype(lda.dtype)
     lda, alpha, beta, state, lags, valid_length, max_time = (
-        a.astype(acc, copy=False) for a in (lda, alpha, beta, state, lags, valid_length, max_time))
+        a.astype(acc, copy=False) for a in (lda, alpha, beta, state, lags, valid_length, max_time)
+    )
     N, K = lda.shape
     steps = _event_steps(xp, marks, valid_length, K)
     S = state.copy()  # memory just after each mark's last event
@@ -257,10 +272,12 @@ def _backward_fwd(xp, g_out, g_state, lda, alpha, beta, state, lags, marks, vali
     g = g_out.astype(acc, copy=False)[:, None]
     G = g_state.astype(acc, copy=False)
     dt = lda.dtype
-    return ((g * D["lda"]).astype(dt, copy=False),
-            (g * D["alpha"]).sum(axis=0).astype(dt, copy=False),
-            (g * D["beta"] + G * D["out_beta"]).sum(axis=0).astype(dt, copy=False),
-            (g * D["state"] + G * D["out_state"]).astype(dt, copy=False))
+    return (
+        (g * D["lda"]).astype(dt, copy=False),
+        (g * D["alpha"]).sum(axis=0).astype(dt, copy=False),
+        (g * D["beta"] + G * D["out_beta"]).sum(axis=0).astype(dt, copy=False),
+        (g * D["state"] + G * D["out_state"]).astype(dt, copy=False),
+    )
 
 
 _BACKWARD_INPUTS = ("ograd_output", "ograd_out_state") + _INPUTS

@@ -29,8 +29,10 @@ def _hwc(shape, where, channels=None):
         raise ShapeError(f"{where}: input 'data' must be (H, W, C) or (N, H, W, C), got {tuple(shape)}")
     h, w, c = shape[-3:]
     if channels is not None and c not in channels:
-        raise ShapeError(f"{where}: input 'data' must have {' or '.join(map(str, channels))} channels "
-                         f"(last axis), got {tuple(shape)}")
+        raise ShapeError(
+            f"{where}: input 'data' must have {' or '.join(map(str, channels))} channels "
+            f"(last axis), got {tuple(shape)}"
+        )
     return h, w, c
 
 
@@ -96,8 +98,9 @@ def _normalize_shape(params, in_shapes, out_shapes, where):
         raise ShapeError(f"{where}: the channel axis of 'data' must have 1 or 3 elements, got {tuple(x)}")
     for k in ("mean", "std"):
         if len(params[k]) not in (1, c):
-            raise ShapeError(f"{where}: parameter {k!r} must have 1 or {c} elements for input {tuple(x)}, "
-                             f"got {params[k]}")
+            raise ShapeError(
+                f"{where}: parameter {k!r} must have 1 or {c} elements for input {tuple(x)}, got {params[k]}"
+            )
     return in_shapes, [tuple(x)]
 
 
@@ -111,7 +114,8 @@ def _per_channel(xp, values, ndim, c, dtype):
 def _normalize_fwd(xp, x, mean, std):
     c = x.shape[_channel_axis(x.ndim)]
     return ((x - _per_channel(xp, mean, x.ndim, c, x.dtype)) / _per_channel(xp, std, x.ndim, c, x.dtype)).astype(
-        x.dtype, copy=False)
+        x.dtype, copy=False
+    )
 
 
 register(
@@ -144,7 +148,7 @@ def _register_flip(name, axis_from_end, what):
         aliases=(f"_npx_{name}",),
         forward=lambda xp, x: xp.flip(x, axis=x.ndim - axis_from_end).copy(),
         infer_shape=_image_shape,
-            gradient=lambda F, n, g: [getattr(F, name)(g[0])],
+        gradient=lambda F, n, g: [getattr(F, name)(g[0])],
         doc=f"Flip an (H, W, C) or (N, H, W, C) image {what}.",
     )
 
@@ -159,8 +163,10 @@ def _crop_window(params, shape, where):
     if width <= 0 or height <= 0:
         raise ParamError(f"{where}: parameters 'width' and 'height' must be > 0, got {width} and {height}")
     if x < 0 or y < 0 or x + width > w or y + height > h:
-        raise ShapeError(f"{where}: the window x={x}, y={y}, width={width}, height={height} does not fit an "
-                         f"image of height {h} and width {w} (input shape {tuple(shape)})")
+        raise ShapeError(
+            f"{where}: the window x={x}, y={y}, width={width}, height={height} does not fit an "
+            f"image of height {h} and width {w} (input shape {tuple(shape)})"
+        )
 
 
 def _crop_shape(params, in_shapes, out_shapes, where):
@@ -172,12 +178,12 @@ def _crop_shape(params, in_shapes, out_shapes, where):
 
 
 def _crop_fwd(xp, img, x, y, width, height):
-    return img[..., y:y + height, x:x + width, :].copy()
+    return img[..., y : y + height, x : x + width, :].copy()
 
 
 def _crop_adjoint_fwd(xp, g, like, x, y, width, height):
     out = xp.zeros(like.shape, dtype=g.dtype)
-    out[..., y:y + height, x:x + width, :] = g
+    out[..., y : y + height, x : x + width, :] = g
     return out
 
 
@@ -209,9 +215,14 @@ register(
 
 
 # eigenvectors of ImageNet's RGB covariance scaled by their eigenvalues (AlexNet's PCA lighting), as MXNet
-_EIG = np.array([[55.46 * -0.5675, 4.794 * 0.7192, 1.148 * 0.4009],
-                 [55.46 * -0.5808, 4.794 * -0.0045, 1.148 * -0.8140],
-                 [55.46 * -0.5836, 4.794 * -0.6948, 1.148 * 0.4203]], dtype=np.float32)
+_EIG = np.array(
+    [
+        [55.46 * -0.5675, 4.794 * 0.7192, 1.148 * 0.4009],
+        [55.46 * -0.5808, 4.794 * -0.0045, 1.148 * -0.8140],
+        [55.46 * -0.5836, 4.794 * -0.6948, 1.148 * 0.4203],
+    ],
+    dtype=np.float32,
+)
 
 
 def _lighting_shape(params, in_shapes, out_shapes, where):
@@ -254,8 +265,7 @@ register(
 def _resize_hw(params, h, w, where):
     size, keep = params["size"], params["keep_ratio"]
     if len(size) not in (1, 2) or any(s <= 0 for s in size):
-        raise ParamError(f"{where}: parameter 'size' must be (size,) or (width, height) of positive ints, "
-                         f"got {size}")
+        raise ParamError(f"{where}: parameter 'size' must be (size,) or (width, height) of positive ints, got {size}")
     if len(size) == 2:
         return size[1], size[0]
     if not keep:
@@ -293,8 +303,10 @@ def _resize_apply(xp, x, rows, cols):
 
 def _resize_prepare(params, node):
     if params["interp"] not in (0, 1):
-        raise ParamError(f"_image_resize {node!r}: parameter 'interp' must be 0 (nearest) or 1 (bilinear), "
-                         f"got {params['interp']}; OpenCV's area, cubic and Lanczos modes are not implemented")
+        raise ParamError(
+            f"_image_resize {node!r}: parameter 'interp' must be 0 (nearest) or 1 (bilinear), "
+            f"got {params['interp']}; OpenCV's area, cubic and Lanczos modes are not implemented"
+        )
     return params
 
 
@@ -391,7 +403,8 @@ def _register_random_flip(name, axis_from_end, what):
         forward=forward,
         infer_shape=lambda params, in_shapes, out_shapes, where: (
             _image_shape(params, in_shapes, out_shapes[:1], where)[0],
-            [in_shapes[0], (1,)] if in_shapes[0] is not None else out_shapes),
+            [in_shapes[0], (1,)] if in_shapes[0] is not None else out_shapes,
+        ),
         infer_type=lambda params, in_types, out_types, where: (in_types, [in_types[0], in_types[0]]),
         gradient=lambda F, n, g: [F._image_flip_if(g[0], n.outputs[1], axis_from_end=axis_from_end)],
         is_random=True,
@@ -429,7 +442,9 @@ register(
     output_names=("output", "factor"),
     forward=_brightness_fwd,
     infer_shape=lambda params, in_shapes, out_shapes, where: (
-        in_shapes, [_image_shape(params, in_shapes, out_shapes[:1], where)[1][0], (1,)]),
+        in_shapes,
+        [_image_shape(params, in_shapes, out_shapes[:1], where)[1][0], (1,)],
+    ),
     infer_type=lambda params, in_types, out_types, where: (in_types, [in_types[0], in_types[0]]),
     # y = alpha x with the drawn alpha: dx = alpha g
     gradient=lambda F, n, g: [F.broadcast_mul(g[0], n.outputs[1])],
@@ -451,7 +466,8 @@ register(
     params={"alpha_std": Param("float", 0.05)},
     forward=_random_lighting_fwd,
     infer_shape=lambda params, in_shapes, out_shapes, where: _lighting_shape(
-        {"alpha": (0.0, 0.0, 0.0)}, in_shapes, out_shapes, where),
+        {"alpha": (0.0, 0.0, 0.0)}, in_shapes, out_shapes, where
+    ),
     gradient=lambda F, n, g: [F.identity(g[0])],  # y = x + a drawn constant offset per channel
     is_random=True,
     doc="AlexNet PCA lighting with alphas drawn from N(0, alpha_std^2).",
@@ -489,7 +505,9 @@ register(
     params={"mean": Param("bool", False)},
     forward=_grey_fwd,
     infer_shape=lambda params, in_shapes, out_shapes, where: (
-        in_shapes, [None if in_shapes[0] is None else (1,) if params["mean"] else tuple(in_shapes[0][:-1]) + (1,)]),
+        in_shapes,
+        [None if in_shapes[0] is None else (1,) if params["mean"] else tuple(in_shapes[0][:-1]) + (1,)],
+    ),
     gradient=lambda F, n, g: [F._image_grey_adjoint(g[0], n.inputs[0], **n.params)],
     doc="Luminance of an (H, W, C) image per pixel, or its mean over the image (hidden).",
 )
@@ -514,6 +532,7 @@ def _blend_fwd(mean):
         factor = xp.full((1,), alpha, dtype=x.dtype)
         grey = _grey_fwd(xp, x, mean)
         return (x * factor + grey * (1 - factor)).astype(x.dtype, copy=False), factor
+
     return forward
 
 
@@ -524,11 +543,14 @@ def _blend_grad(mean):
         rest = F.broadcast_mul(g[0], F._rminus_scalar(alpha, scalar=1.0))
         onto = F.sum(rest) if mean else F.sum(rest, axis=-1, keepdims=True)
         return [F.broadcast_mul(g[0], alpha) + F._image_grey_adjoint(onto, x, mean=mean)]
+
     return gradient
 
 
-for _name, _mean, _what in (("_image_random_contrast", True, "the image's mean luminance"),
-                            ("_image_random_saturation", False, "each pixel's luminance")):
+for _name, _mean, _what in (
+    ("_image_random_contrast", True, "the image's mean luminance"),
+    ("_image_random_saturation", False, "each pixel's luminance"),
+):
     register(
         _name,
         aliases=(f"_npx_{_name}",),
@@ -539,8 +561,14 @@ for _name, _mean, _what in (("_image_random_contrast", True, "the image's mean l
         output_names=("output", "factor"),
         forward=_blend_fwd(_mean),
         infer_shape=lambda params, in_shapes, out_shapes, where: (
-            in_shapes, [None if in_shapes[0] is None else _lighting_shape(
-                {"alpha": (0, 0, 0)}, in_shapes, out_shapes[:1], where)[1][0], (1,)]),
+            in_shapes,
+            [
+                None
+                if in_shapes[0] is None
+                else _lighting_shape({"alpha": (0, 0, 0)}, in_shapes, out_shapes[:1], where)[1][0],
+                (1,),
+            ],
+        ),
         infer_type=lambda params, in_types, out_types, where: (in_types, [in_types[0], in_types[0]]),
         gradient=_blend_grad(_mean),
         is_random=True,

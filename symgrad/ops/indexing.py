@@ -29,7 +29,6 @@ from ..opdef import Param, acc_dtype, normalize_axis, register
 _INDEX_DTYPES = ("uint8", "int32", "int64", "float16", "float32", "float64")
 
 
-
 def _resolve(xp, index, n, mode):
     """Integer positions in [0, n) from an index array: truncate, then wrap or clip."""
     j = index.astype(np.int64)
@@ -58,7 +57,7 @@ _TAKE_PARAMS = {"axis": Param("int", 0), "mode": Param("str", "clip", choices=("
 
 def _take_out(a, idx, axis, where):
     ax = normalize_axis(axis, len(a), where)
-    return ax, tuple(a[:ax]) + tuple(idx) + tuple(a[ax + 1:])
+    return ax, tuple(a[:ax]) + tuple(idx) + tuple(a[ax + 1 :])
 
 
 def _take_shape(params, in_shapes, out_shapes, where):
@@ -94,7 +93,7 @@ def _take_scatter_fwd(xp, g, indices, like, axis, mode):
     ax = normalize_axis(axis, like.ndim, "_take_scatter")
     n = like.shape[ax]
     pre = int(np.prod(like.shape[:ax], dtype=np.int64))
-    post = int(np.prod(like.shape[ax + 1:], dtype=np.int64))
+    post = int(np.prod(like.shape[ax + 1 :], dtype=np.int64))
     j = _resolve(xp, indices, n, mode).reshape(-1)
     acc = acc_dtype(g.dtype)
     # (pre, K, post) -> (K, pre * post): the scattered axis first, so add.at gets one index array
@@ -516,8 +515,9 @@ def _nd_check_indices(ishape, ndim, where, what):
     if len(ishape) < 2:
         raise ShapeError(f"{where}: input 'indices' must have at least 2 dimensions (M, ...), got {tuple(ishape)}")
     if ishape[0] > ndim:
-        raise ShapeError(f"{where}: input 'indices' indexes {ishape[0]} axes (its first dimension) but {what} "
-                         f"has only {ndim}")
+        raise ShapeError(
+            f"{where}: input 'indices' indexes {ishape[0]} axes (its first dimension) but {what} has only {ndim}"
+        )
     if ishape[0] > 10:
         raise ShapeError(f"{where}: at most 10 axes can be indexed (MXNet), got {ishape[0]}")
 
@@ -527,7 +527,7 @@ def _gather_nd_shape(params, in_shapes, out_shapes, where):
     if d is None or i is None:
         return in_shapes, out_shapes
     _nd_check_indices(i, len(d), where, "'data'")
-    return in_shapes, [tuple(i[1:]) + tuple(d[i[0]:])]
+    return in_shapes, [tuple(i[1:]) + tuple(d[i[0] :])]
 
 
 def _gather_nd_fwd(xp, data, indices):
@@ -558,12 +558,13 @@ def _scatter_nd_shape(params, in_shapes, out_shapes, where):
     out = tuple(params["shape"])
     if i is not None:
         _nd_check_indices(i, len(out), where, f"the output shape {out}")
-        want = tuple(i[1:]) + out[i[0]:]
+        want = tuple(i[1:]) + out[i[0] :]
         if d is None:
             d = want
         elif tuple(d) != want:
-            raise ShapeError(f"{where}: input 'data' has shape {tuple(d)}, expected {want} for indices "
-                             f"{tuple(i)} and shape={out}")
+            raise ShapeError(
+                f"{where}: input 'data' has shape {tuple(d)}, expected {want} for indices {tuple(i)} and shape={out}"
+            )
     return [d, i], [out]
 
 
@@ -571,7 +572,7 @@ def _scatter_nd_like_shape(params, in_shapes, out_shapes, where):
     g, i, like = in_shapes
     if like is not None and i is not None:
         _nd_check_indices(i, len(like), where, "'data'")
-        g = tuple(i[1:]) + tuple(like[i[0]:])
+        g = tuple(i[1:]) + tuple(like[i[0] :])
     return [g, i, like], [like] if like is not None else out_shapes
 
 
@@ -642,8 +643,10 @@ def _batch_take_shape(params, in_shapes, out_shapes, where):
         if idx is not None:
             rows = int(np.prod(a[:-1], dtype=np.int64))
             if int(np.prod(idx, dtype=np.int64)) != rows:
-                raise ShapeError(f"{where}: input 'indices' {tuple(idx)} must have one index per row of 'a' "
-                                 f"{tuple(a)} ({rows} rows of length {a[-1]})")
+                raise ShapeError(
+                    f"{where}: input 'indices' {tuple(idx)} must have one index per row of 'a' "
+                    f"{tuple(a)} ({rows} rows of length {a[-1]})"
+                )
     return [a, idx], [idx] if idx is not None else out_shapes
 
 
@@ -686,6 +689,7 @@ register(
     doc="``out[i] = a[i, indices[i]]`` for 2-d ``a`` (rows of the last axis for N-d); indices are clipped.",
 )
 
+
 def _batch_take_scatter_shape(params, in_shapes, out_shapes, where):
     g, idx, like = in_shapes
     return [idx if g is None else g, idx, like], [like] if like is not None else out_shapes
@@ -723,8 +727,9 @@ def _ravel_shape(params, in_shapes, out_shapes, where):
     m = len(params["shape"])
     if x is not None:
         if len(x) != 2 or x[0] != m:
-            raise ShapeError(f"{where}: input 'data' must have shape ({m}, N) for shape={params['shape']}, "
-                             f"got {tuple(x)}")
+            raise ShapeError(
+                f"{where}: input 'data' must have shape ({m}, N) for shape={params['shape']}, got {tuple(x)}"
+            )
         return [x], [(x[1],)]
     if y is not None:
         return [(m, y[0])], [y]
@@ -903,8 +908,10 @@ def _split_v2_bounds(n, indices, sections, where):
     ends = starts[1:] + [n]
     for i, (a, b) in enumerate(zip(starts, ends)):
         if n and not (0 <= a <= b <= n):
-            raise ShapeError(f"{where}: split {i} runs from {a} to {b}, outside 0..{n} or backwards "
-                             f"(indices={tuple(indices)}, axis length {n})")
+            raise ShapeError(
+                f"{where}: split {i} runs from {a} to {b}, outside 0..{n} or backwards "
+                f"(indices={tuple(indices)}, axis length {n})"
+            )
     return list(zip(starts, ends))
 
 
@@ -917,11 +924,13 @@ def _split_v2_shape(params, in_shapes, out_shapes, where):
     for a, b in _split_v2_bounds(x[ax], params["indices"], params["sections"], where):
         if params["squeeze_axis"]:
             if b - a != 1:
-                raise ShapeError(f"{where}: squeeze_axis=True needs parts of length 1 along axis {ax}, "
-                                 f"got {b - a} (input {tuple(x)})")
-            outs.append(tuple(x[:ax]) + tuple(x[ax + 1:]))
+                raise ShapeError(
+                    f"{where}: squeeze_axis=True needs parts of length 1 along axis {ax}, "
+                    f"got {b - a} (input {tuple(x)})"
+                )
+            outs.append(tuple(x[:ax]) + tuple(x[ax + 1 :]))
         else:
-            outs.append(tuple(x[:ax]) + (b - a,) + tuple(x[ax + 1:]))
+            outs.append(tuple(x[:ax]) + (b - a,) + tuple(x[ax + 1 :]))
     return in_shapes, outs
 
 
@@ -979,8 +988,11 @@ def _histogram_prepare(params, name):
     if cnt is not None:
         if cnt <= 0:
             raise ParamError(f"{where}: parameter 'bin_cnt' must be positive, got {cnt}")
-        ok = isinstance(rng, (tuple, list)) and len(rng) == 2 and all(
-            isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, bool) for v in rng)
+        ok = (
+            isinstance(rng, (tuple, list))
+            and len(rng) == 2
+            and all(isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, bool) for v in rng)
+        )
         if not ok:
             raise ParamError(f"{where}: parameter 'range' must be a pair of numbers (low, high), got {rng!r}")
         if not float(rng[0]) <= float(rng[1]):
@@ -1042,7 +1054,7 @@ register(
     gradient=None,
     grad_undefined_reason="a histogram is piecewise constant (MXNet registers no gradient for _histogram)",
     doc="Counts (int64) of ``data`` in ``bin_cnt`` equal bins over ``range``, or between the ``bins`` edges; "
-        "and the edges.",
+    "and the edges.",
 )
 
 
@@ -1062,8 +1074,13 @@ def _index_array_shape(params, in_shapes, out_shapes, where):
 def _index_array_fwd(xp, data, axes):
     shape = data.shape
     axes = range(len(shape)) if axes is None else [a % len(shape) for a in axes]
-    grids = [xp.broadcast_to(xp.arange(shape[a], dtype=np.int64).reshape(
-        tuple(shape[a] if i == a else 1 for i in range(len(shape)))), shape) for a in axes]
+    grids = [
+        xp.broadcast_to(
+            xp.arange(shape[a], dtype=np.int64).reshape(tuple(shape[a] if i == a else 1 for i in range(len(shape)))),
+            shape,
+        )
+        for a in axes
+    ]
     if not grids:
         return xp.zeros(shape + (0,), dtype=np.int64)
     return xp.stack(grids, axis=-1)
@@ -1091,8 +1108,10 @@ def _index_copy_shape(params, in_shapes, out_shapes, where):
         raise ShapeError(f"{where}: input 'index_vector' must be 1-d, got {tuple(idx)}")
     if old is not None and new is not None:
         if len(old) != len(new) or tuple(old[1:]) != tuple(new[1:]) or new[0] > old[0]:
-            raise ShapeError(f"{where}: input 'new_tensor' {tuple(new)} must have the rows of 'old_tensor' "
-                             f"{tuple(old)} (same trailing dims, no more rows)")
+            raise ShapeError(
+                f"{where}: input 'new_tensor' {tuple(new)} must have the rows of 'old_tensor' "
+                f"{tuple(old)} (same trailing dims, no more rows)"
+            )
     if idx is not None and new is not None and idx[0] != new[0]:
         raise ShapeError(f"{where}: input 'index_vector' has {idx[0]} entries but 'new_tensor' has {new[0]} rows")
     return [old, idx, new], [old] if old is not None else out_shapes
@@ -1105,8 +1124,9 @@ def _index_copy_type(params, in_types, out_types, where):
         return in_types, out_types
     t = known[0]
     if any(np.dtype(k) != np.dtype(t) for k in known):
-        raise TypeError(f"{where}: 'old_tensor' and 'new_tensor' must have the same dtype, got "
-                        f"{[str(np.dtype(k)) for k in known]}")
+        raise TypeError(
+            f"{where}: 'old_tensor' and 'new_tensor' must have the same dtype, got {[str(np.dtype(k)) for k in known]}"
+        )
     return [t, in_types[1], t], [t]
 
 
@@ -1177,8 +1197,9 @@ def _boolean_mask_shape(params, in_shapes, out_shapes, where):
         if m is None:
             m = (x[ax],)
         elif len(m) != 1 or m[0] != x[ax]:
-            raise ShapeError(f"{where}: input 'index' must be 1-d of length {x[ax]} (axis {ax} of data "
-                             f"{tuple(x)}), got {tuple(m)}")
+            raise ShapeError(
+                f"{where}: input 'index' must be 1-d of length {x[ax]} (axis {ax} of data {tuple(x)}), got {tuple(m)}"
+            )
     return [x, m], out_shapes  # the output stays unknown: it depends on the mask values
 
 
@@ -1209,7 +1230,7 @@ register(
     # y = the slices of x along the axis where index != 0  ->  dx = dy placed back at those slices, 0 elsewhere
     gradient=lambda F, n, g: [F._boolean_mask_scatter(g[0], n.inputs[1], n.inputs[0], **n.params), None],
     doc="The slices of ``data`` along ``axis`` where ``index`` is nonzero (output length known only after "
-        "the forward).",
+    "the forward).",
 )
 
 register(

@@ -17,9 +17,11 @@ from . import conv, pool  # noqa: F401  (the ops re-used here are registered the
 
 def _no_full_avg(params, node_name):
     if params["pool_type"] == "avg" and params["pooling_convention"] == "full" and not params["global_pool"]:
-        raise ParamError(f"Pooling_v1 {node_name!r}: pool_type='avg' with pooling_convention='full' is not "
-                         "supported: MXNet's legacy kernel divides the windows that overhang the input by the whole "
-                         "kernel area, which no other pooling does; use Pooling")
+        raise ParamError(
+            f"Pooling_v1 {node_name!r}: pool_type='avg' with pooling_convention='full' is not "
+            "supported: MXNet's legacy kernel divides the windows that overhang the input by the whole "
+            "kernel area, which no other pooling does; use Pooling"
+        )
     return params
 
 
@@ -45,7 +47,11 @@ def _like(name: str, current: str, *, keep_params=None, check=None, doc: str, **
 
 
 _like("Convolution_v1", "Convolution", doc="MXNet's legacy Convolution (the same math as Convolution).")
-_like("Pooling_v1", "Pooling",
-      keep_params=("kernel", "pool_type", "global_pool", "pooling_convention", "stride", "pad"), check=_no_full_avg,
-      **pool.SINGLE_OUTPUT_RULES,  # MXNet's legacy max pooling has no hidden workspace output
-      doc="MXNet's legacy Pooling: Pooling without p_value, count_include_pad (padding counted), layout.")
+_like(
+    "Pooling_v1",
+    "Pooling",
+    keep_params=("kernel", "pool_type", "global_pool", "pooling_convention", "stride", "pad"),
+    check=_no_full_avg,
+    **pool.SINGLE_OUTPUT_RULES,  # MXNet's legacy max pooling has no hidden workspace output
+    doc="MXNet's legacy Pooling: Pooling without p_value, count_include_pad (padding counted), layout.",
+)

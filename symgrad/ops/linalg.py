@@ -341,8 +341,9 @@ def _trmm_grad(F, n, g):
         if p["alpha"] != 1.0:
             da = da * p["alpha"]
     if n.needs[1]:
-        db = F._linalg_trmm(a, g[0], transpose=not p["transpose"], rightside=p["rightside"], lower=p["lower"],
-                            alpha=p["alpha"])
+        db = F._linalg_trmm(
+            a, g[0], transpose=not p["transpose"], rightside=p["rightside"], lower=p["lower"], alpha=p["alpha"]
+        )
     return [da, db]
 
 
@@ -548,8 +549,9 @@ def _sumlogdiag_fwd(xp, a):
 def _sumlogdiag_grad(F, n, g):
     # y = sum_i log A_ii  ->  dA = diag(g / A_ii)
     a = n.inputs[0]
-    return [F.reshape_like(F._linalg_makediag(F.broadcast_div(F.expand_dims(g[0], axis=-1),
-                                                               F._linalg_extractdiag(a))), a)]
+    return [
+        F.reshape_like(F._linalg_makediag(F.broadcast_div(F.expand_dims(g[0], axis=-1), F._linalg_extractdiag(a))), a)
+    ]
 
 
 register(
@@ -584,8 +586,9 @@ def _diag_trian_shape(diag, extract):
         else:
             m = int(np.floor(0.5 + (np.sqrt(8 * a[-1] + 1) - 1.0) * 0.5))
             if m * (m + 1) // 2 != a[-1]:
-                raise ShapeError(f"{where}: input 'A' {a}: the last axis ({a[-1]}) is not a triangular number "
-                                 f"m (m + 1) / 2")
+                raise ShapeError(
+                    f"{where}: input 'A' {a}: the last axis ({a[-1]}) is not a triangular number m (m + 1) / 2"
+                )
             n = m + abs(k)
         return [a], [a[:-1] + (n, n)]
 

@@ -50,8 +50,9 @@ _SOFTMAX_OUT_PARAMS = {
 
 def _so_prepare(params, name):
     if not 0.0 <= params["smooth_alpha"] <= 1.0:
-        raise ParamError(f"SoftmaxOutput {name!r}: parameter 'smooth_alpha' must be in [0, 1], "
-                         f"got {params['smooth_alpha']}")
+        raise ParamError(
+            f"SoftmaxOutput {name!r}: parameter 'smooth_alpha' must be in [0, 1], got {params['smooth_alpha']}"
+        )
     return params
 
 
@@ -89,10 +90,6 @@ def _so_fwd_specialize(xp, in_types, *, multi_output, preserve_shape, **_):
     return kernel, (), ()
 
 
-
-
-
-
 def _so_shape(params, in_shapes, out_shapes, where):
     """MXNet's label shapes: data's shape (probability labels); with multi_output
     (n, prod(rest)) (the default), (n, *rest) or (n, 1, *rest) for data (n, k, *rest);
@@ -120,8 +117,20 @@ def _so_shape(params, in_shapes, out_shapes, where):
     return [data, tuple(label)], [data]
 
 
-def _so_bwd(xp, out, label, *, grad_scale, ignore_label, multi_output, use_ignore, preserve_shape,
-            normalization, out_grad, smooth_alpha):
+def _so_bwd(
+    xp,
+    out,
+    label,
+    *,
+    grad_scale,
+    ignore_label,
+    multi_output,
+    use_ignore,
+    preserve_shape,
+    normalization,
+    out_grad,
+    smooth_alpha,
+):
     """d loss / d data = softmax - target, masked, smoothed and normalised as MXNet 1.9 does.
 
     * probability labels (label.shape == data.shape): (out - label) * grad_scale, nothing else;
@@ -186,8 +195,9 @@ def _so_bwd_specialize(xp, in_types, **params):
 
     def kernel(out, label):
         # an empty out takes the general path, whose reshape with -1 rejects it
-        if not (out.ndim == 2 and out.size and label.ndim == 1 and label.shape[0] == out.shape[0]
-                and out.dtype in _SO_FAST):
+        if not (
+            out.ndim == 2 and out.size and label.ndim == 1 and label.shape[0] == out.shape[0] and out.dtype in _SO_FAST
+        ):
             return _so_bwd(xp, out, label, **params)
         onehot = (xp.arange(out.shape[1]) == label.astype(np.int64)[:, None]).astype(out.dtype)
         grad = out - onehot
@@ -197,8 +207,6 @@ def _so_bwd_specialize(xp, in_types, **params):
         return grad
 
     return kernel, (), ()
-
-
 
 
 def _so_grad(F, n, g):
@@ -368,7 +376,6 @@ register(
 )
 
 
-
 # ----------------------------------------------------------------------------
 # SVMOutput
 # ----------------------------------------------------------------------------
@@ -534,11 +541,13 @@ def _ctc_shape(params, in_shapes, out_shapes, where):
     if label is not None:
         label = tuple(label)
         if len(label) != 2 or label[0] != data[1]:
-            raise ShapeError(f"{where}: input 'label' has shape {label}, expected ({data[1]}, label_length) "
-                             f"for data {data}")
+            raise ShapeError(
+                f"{where}: input 'label' has shape {label}, expected ({data[1]}, label_length) for data {data}"
+            )
         if label[1] > data[0]:
-            raise ShapeError(f"{where}: the label length {label[1]} exceeds the sequence length {data[0]} of data "
-                             f"{data}")
+            raise ShapeError(
+                f"{where}: the label length {label[1]} exceeds the sequence length {data[0]} of data {data}"
+            )
     for k, name in enumerate(_ctc_inputs(params)[2:], start=2):
         if ins[k] is not None and tuple(ins[k]) != (data[1],):
             raise ShapeError(f"{where}: input {name!r} has shape {tuple(ins[k])}, expected ({data[1]},)")
@@ -555,8 +564,9 @@ def _ctc_type(params, in_types, out_types, where):
 def _ctc_lengths(xp, values, low, high, op, name):
     lengths = values.astype(np.int64)
     if bool(((lengths < low) | (lengths > high)).any()):
-        raise ValueError(f"{op}: input {name!r} must hold lengths in [{low}, {high}], "
-                         f"got {values.reshape(-1).tolist()}")
+        raise ValueError(
+            f"{op}: input {name!r} must hold lengths in [{low}, {high}], got {values.reshape(-1).tolist()}"
+        )
     return lengths
 
 
@@ -611,9 +621,11 @@ def _ctc_fwd(xp, data, label, *lengths, use_data_lengths, use_label_lengths, bla
     if bool((valid & ((lab < 0) | (lab >= alphabet) | (lab == blank))).any()):
         # MXNet reads out of bounds for classes outside the alphabet, and warp-ctc's gradient is inconsistent
         # with its loss when a label is the blank itself (MXNet's docs: the blank "should not be passed")
-        raise ValueError(f"{op}: input 'label' must hold classes in [0, {alphabet}) other than the blank "
-                         f"{blank} (blank_label={blank_label!r}) within each label's length, "
-                         f"got {label.tolist()}")
+        raise ValueError(
+            f"{op}: input 'label' must hold classes in [0, {alphabet}) other than the blank "
+            f"{blank} (blank_label={blank_label!r}) within each label's length, "
+            f"got {label.tolist()}"
+        )
     n_ext = 2 * lmax + 1
     ext = xp.full((batch, n_ext), blank, dtype=np.int64)
     ext[:, 1::2] = xp.where(valid, lab, blank)

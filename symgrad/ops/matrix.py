@@ -90,8 +90,12 @@ def _dot_fwd(xp, a, b, transpose_a, transpose_b, forward_stype=None, out=None):
             return y
     _, _, _, shape = dot_shapes(a.shape, b.shape, transpose_a, transpose_b)
     a2, b2 = _mat(a, transpose_a, True), _mat(b, transpose_b, False)
-    if (out is not None and out.shape == shape and out.flags.c_contiguous
-            and out.dtype == a.dtype == b.dtype != np.float16):
+    if (
+        out is not None
+        and out.shape == shape
+        and out.flags.c_contiguous
+        and out.dtype == a.dtype == b.dtype != np.float16
+    ):
         xp.matmul(a2, b2, out=out.reshape(a2.shape[0], b2.shape[1]))
         return out
     return _mm(xp, a2, b2).reshape(shape)
@@ -105,8 +109,12 @@ def _dot2(xp, a, b, ta, tb, out):
     b2 = b.T if tb else b
     if a2.shape[1] != b2.shape[0]:
         return None
-    if (out is not None and out.shape == (a2.shape[0], b2.shape[1]) and out.flags.c_contiguous
-            and out.dtype == a.dtype == b.dtype):
+    if (
+        out is not None
+        and out.shape == (a2.shape[0], b2.shape[1])
+        and out.flags.c_contiguous
+        and out.dtype == a.dtype == b.dtype
+    ):
         return xp.matmul(a2, b2, out=out)
     return a2 @ b2
 
@@ -435,8 +443,6 @@ def _fc_specialize(xp, in_types, num_hidden, no_bias, flatten):
     return kernel, (), ()
 
 
-
-
 def _fc_grad(F, n, g):
     # y = x2 W^T + b  ->  dx2 = g W,  dW = g^T x2,  db = sum of g over every axis but the last
     x, w = n.inputs[0], n.inputs[1]
@@ -504,8 +510,9 @@ def _khatri_rao_shape(params, in_shapes, out_shapes, where):
         if len(s) != 2:
             raise ShapeError(f"{where}: input 'arg{k}' must be a matrix, got shape {tuple(s)}")
         if s[1] != in_shapes[0][1]:
-            raise ShapeError(f"{where}: every input needs {in_shapes[0][1]} columns (those of 'arg0'), "
-                             f"'arg{k}' has shape {tuple(s)}")
+            raise ShapeError(
+                f"{where}: every input needs {in_shapes[0][1]} columns (those of 'arg0'), 'arg{k}' has shape {tuple(s)}"
+            )
     return in_shapes, [(int(np.prod([s[0] for s in in_shapes])), in_shapes[0][1])]
 
 
@@ -536,9 +543,11 @@ def _kr_adjoint_fwd(xp, g, *mats, index, num_args):
 
 def _kr_adjoint_grad(F, n, g):
     grad_out, mats, k = n.inputs[0], list(n.inputs[1:]), n.params["index"]
-    swapped = mats[:k] + [g[0]] + mats[k + 1:]
-    d_mats = [None if m == k else F._khatri_rao_adjoint(grad_out, *swapped, index=m, num_args=len(mats))
-              for m in range(len(mats))]
+    swapped = mats[:k] + [g[0]] + mats[k + 1 :]
+    d_mats = [
+        None if m == k else F._khatri_rao_adjoint(grad_out, *swapped, index=m, num_args=len(mats))
+        for m in range(len(mats))
+    ]
     return [F.khatri_rao(*swapped, num_args=len(mats))] + d_mats
 
 

@@ -22,10 +22,11 @@ import numpy as np
 from ..base import ParamError, ShapeError, SymgradError
 from ..opdef import Param, float_inputs, host_array, register
 
-_NO_GRAD = ("MXNet 1.9.1 defines its gradient as zero, which is not its derivative (its outputs move "
-            "continuously with the box coordinates); wrap its inputs in BlockGrad to use it inside a "
-            "differentiated graph")
-
+_NO_GRAD = (
+    "MXNet 1.9.1 defines its gradient as zero, which is not its derivative (its outputs move "
+    "continuously with the box coordinates); wrap its inputs in BlockGrad to use it inside a "
+    "differentiated graph"
+)
 
 
 def _work_dtype(dtype) -> np.dtype:
@@ -67,8 +68,10 @@ def _target_prepare(params, node):
     p = dict(params)
     p["variances"] = _variances(params, where)
     if p["negative_mining_ratio"] > 0 and not p["negative_mining_thresh"] > 0:
-        raise ParamError(f"{where}: parameter 'negative_mining_thresh' must be > 0 when negative mining is on "
-                         f"(negative_mining_ratio={p['negative_mining_ratio']}), got {p['negative_mining_thresh']}")
+        raise ParamError(
+            f"{where}: parameter 'negative_mining_thresh' must be > 0 when negative mining is on "
+            f"(negative_mining_ratio={p['negative_mining_ratio']}), got {p['negative_mining_thresh']}"
+        )
     return p
 
 
@@ -78,17 +81,23 @@ def _target_shape(params, in_shapes, out_shapes, where):
         return in_shapes, out_shapes
     _check_ndim(where, "anchor", anchor, 3, "(1, num_anchors, 4)")
     if anchor[0] != 1 or anchor[1] < 1 or anchor[2] != 4:
-        raise ShapeError(f"{where}: input 'anchor' must be (1, num_anchors, 4) corner boxes shared by the batch "
-                         f"(num_anchors >= 1), got {tuple(anchor)}")
+        raise ShapeError(
+            f"{where}: input 'anchor' must be (1, num_anchors, 4) corner boxes shared by the batch "
+            f"(num_anchors >= 1), got {tuple(anchor)}"
+        )
     _check_ndim(where, "label", label, 3, "(batch, num_labels, label_width)")
     if label[1] < 1 or label[2] < 5:
-        raise ShapeError(f"{where}: input 'label' must be (batch, num_labels >= 1, label_width >= 5) rows "
-                         f"[class, xmin, ymin, xmax, ymax, ...], got {tuple(label)}")
+        raise ShapeError(
+            f"{where}: input 'label' must be (batch, num_labels >= 1, label_width >= 5) rows "
+            f"[class, xmin, ymin, xmax, ymax, ...], got {tuple(label)}"
+        )
     _check_ndim(where, "cls_pred", cls_pred, 3, "(batch, num_classes, num_anchors)")
     want = (label[0], max(cls_pred[1], 1), anchor[1])
     if cls_pred[1] < 1 or cls_pred[0] != label[0] or cls_pred[2] != anchor[1]:
-        raise ShapeError(f"{where}: input 'cls_pred' must be (batch, num_classes, num_anchors) = "
-                         f"({want[0]}, num_classes >= 1, {want[2]}), got {tuple(cls_pred)}")
+        raise ShapeError(
+            f"{where}: input 'cls_pred' must be (batch, num_classes, num_anchors) = "
+            f"({want[0]}, num_classes >= 1, {want[2]}), got {tuple(cls_pred)}"
+        )
     b, n = label[0], anchor[1]
     return in_shapes, [(b, n * 4), (b, n * 4), (b, n)]
 
@@ -99,8 +108,10 @@ def _valid_labels(rows, where, batch):
     for i, row in enumerate(rows):
         if row[0] == -1:
             if not np.all(row[1:5] == -1):
-                raise SymgradError(f"{where}: input 'label' batch {batch} row {i} is padding (class -1) but its "
-                                   f"coordinates are {row[1:5].tolist()}, expected all -1")
+                raise SymgradError(
+                    f"{where}: input 'label' batch {batch} row {i} is padding (class -1) but its "
+                    f"coordinates are {row[1:5].tolist()}, expected all -1"
+                )
             return rows[:i]
     return rows
 
@@ -111,8 +122,9 @@ def _overlaps(anchors, boxes):
     al, at, ar, ab = (anchors[:, None, k] for k in range(4))
     gl, gt, gr, gb = (boxes[None, :, k] for k in range(4))
     zero = anchors.dtype.type(0)
-    inter = np.maximum(zero, np.minimum(ar, gr) - np.maximum(al, gl)) * \
-        np.maximum(zero, np.minimum(ab, gb) - np.maximum(at, gt))
+    inter = np.maximum(zero, np.minimum(ar, gr) - np.maximum(al, gl)) * np.maximum(
+        zero, np.minimum(ab, gb) - np.maximum(at, gt)
+    )
     union = (ar - al) * (ab - at) + (gr - gl) * (gb - gt) - inter
     with np.errstate(divide="ignore", invalid="ignore"):
         return np.where(union == 0, zero, inter / np.where(union == 0, 1, union))
@@ -136,8 +148,15 @@ def _encode(anchor, box, var, dt):
     gw, gh = box[2] - box[0], box[3] - box[1]
     gx, gy = (box[0] + box[2]) * half, (box[1] + box[3]) * half
     with np.errstate(divide="ignore", invalid="ignore"):
-        return np.array([(gx - ax) / aw / var[0], (gy - ay) / ah / var[1],
-                         _log(np.asarray(gw / aw), dt) / var[2], _log(np.asarray(gh / ah), dt) / var[3]], dtype=dt)
+        return np.array(
+            [
+                (gx - ax) / aw / var[0],
+                (gy - ay) / ah / var[1],
+                _log(np.asarray(gw / aw), dt) / var[2],
+                _log(np.asarray(gh / ah), dt) / var[3],
+            ],
+            dtype=dt,
+        )
 
 
 def _background_prob(pred, dt):
@@ -190,9 +209,11 @@ def _target_batch(anchors, gt, pred, p, dt, where):
                 match_iou[todo], match_gt[todo] = best_iou, best
             cand = np.flatnonzero((flags == -1) & (match_iou < _f32(dt, p["negative_mining_thresh"])))
             if len(cand) < num_neg:
-                raise SymgradError(f"{where}: negative mining wants {num_neg} negatives but only {len(cand)} anchors "
-                                   f"overlap every ground truth by less than negative_mining_thresh="
-                                   f"{p['negative_mining_thresh']} (MXNet fails the same check)")
+                raise SymgradError(
+                    f"{where}: negative mining wants {num_neg} negatives but only {len(cand)} anchors "
+                    f"overlap every ground truth by less than negative_mining_thresh="
+                    f"{p['negative_mining_thresh']} (MXNet fails the same check)"
+                )
             prob = _background_prob(pred, dt)[cand]
             flags[cand[np.argsort(prob, kind="stable")[:num_neg]]] = 0
     else:
@@ -222,16 +243,24 @@ def _target_fwd(xp, anchor, label, cls_pred, **p):
             loc[i, j] = _encode(anchors[j], row[1:5], var, dt)
         cls[i, flags == 0] = 0
     out_dt = anchor.dtype
-    return (xp.asarray(loc.reshape(b, n * 4).astype(out_dt)), xp.asarray(mask.reshape(b, n * 4).astype(out_dt)),
-            xp.asarray(cls.astype(out_dt)))
+    return (
+        xp.asarray(loc.reshape(b, n * 4).astype(out_dt)),
+        xp.asarray(mask.reshape(b, n * 4).astype(out_dt)),
+        xp.asarray(cls.astype(out_dt)),
+    )
 
 
 register(
     "_contrib_MultiBoxTarget",
     inputs=("anchor", "label", "cls_pred"),
-    params={"overlap_threshold": Param("float", 0.5), "ignore_label": Param("float", -1.0),
-            "negative_mining_ratio": Param("float", -1.0), "negative_mining_thresh": Param("float", 0.5),
-            "minimum_negative_samples": Param("int", 0), "variances": Param("floats", (0.1, 0.1, 0.2, 0.2))},
+    params={
+        "overlap_threshold": Param("float", 0.5),
+        "ignore_label": Param("float", -1.0),
+        "negative_mining_ratio": Param("float", -1.0),
+        "negative_mining_thresh": Param("float", 0.5),
+        "minimum_negative_samples": Param("int", 0),
+        "variances": Param("floats", (0.1, 0.1, 0.2, 0.2)),
+    },
     num_outputs=3,
     output_names=("loc_target", "loc_mask", "cls_target"),
     prepare=_target_prepare,
@@ -264,11 +293,15 @@ def _detection_shape(params, in_shapes, out_shapes, where):
     if anchor[1] < 1 or anchor[2] != 4:
         raise ShapeError(f"{where}: input 'anchor' must be (1, num_anchors >= 1, 4), got {tuple(anchor)}")
     if cls_prob[2] != anchor[1]:
-        raise ShapeError(f"{where}: input 'cls_prob' must be (batch, num_classes, {anchor[1]}) for {anchor[1]} "
-                         f"anchors, got {tuple(cls_prob)}")
+        raise ShapeError(
+            f"{where}: input 'cls_prob' must be (batch, num_classes, {anchor[1]}) for {anchor[1]} "
+            f"anchors, got {tuple(cls_prob)}"
+        )
     if tuple(loc_pred) != (cls_prob[0], anchor[1] * 4):
-        raise ShapeError(f"{where}: input 'loc_pred' must be (batch, num_anchors * 4) = "
-                         f"({cls_prob[0]}, {anchor[1] * 4}), got {tuple(loc_pred)}")
+        raise ShapeError(
+            f"{where}: input 'loc_pred' must be (batch, num_anchors * 4) = "
+            f"({cls_prob[0]}, {anchor[1] * 4}), got {tuple(loc_pred)}"
+        )
     return in_shapes, [(cls_prob[0], anchor[1], 6)]
 
 
@@ -297,8 +330,9 @@ def _iou_row(box, boxes):
         return np.where(union <= 0, zero, inter / np.where(union <= 0, 1, union))
 
 
-def _detection_fwd(xp, cls_prob, loc_pred, anchor, clip, threshold, background_id, nms_threshold,
-                   force_suppress, variances, nms_topk):
+def _detection_fwd(
+    xp, cls_prob, loc_pred, anchor, clip, threshold, background_id, nms_threshold, force_suppress, variances, nms_topk
+):
     """Per batch: decode every anchor's box; its class is the first most probable of classes 1.. (class 0 is
     the background whatever ``background_id`` says, as in MXNet), dropped below ``threshold``; the kept rows
     [class - 1, score, box] move to the front in anchor order, the rest are -1. Unless nms_threshold is
@@ -308,7 +342,7 @@ def _detection_fwd(xp, cls_prob, loc_pred, anchor, clip, threshold, background_i
     dt = _work_dtype(cls_prob.dtype)
     probs, locs = host_array(cls_prob).astype(dt), host_array(loc_pred).astype(dt)
     b, c, n = probs.shape
-    anchors = host_array(anchor).astype(dt).reshape(-1)[:n * 4].reshape(n, 4)
+    anchors = host_array(anchor).astype(dt).reshape(-1)[: n * 4].reshape(n, 4)
     var = [_f32(dt, v) for v in variances]
     thresh, nms = _f32(dt, threshold), _f32(dt, nms_threshold)
     out = np.full((b, n, 6), -1, dtype=dt)
@@ -322,8 +356,11 @@ def _detection_fwd(xp, cls_prob, loc_pred, anchor, clip, threshold, background_i
             keep = (cls_id > 0) & ~(score < thresh)
         else:
             keep = np.zeros(n, dtype=bool)
-        rows = np.concatenate([(cls_id - 1)[keep, None].astype(dt), score[keep, None], boxes[keep]], axis=1) \
-            if keep.any() else np.zeros((0, 6), dtype=dt)
+        rows = (
+            np.concatenate([(cls_id - 1)[keep, None].astype(dt), score[keep, None], boxes[keep]], axis=1)
+            if keep.any()
+            else np.zeros((0, 6), dtype=dt)
+        )
         valid = len(rows)
         out[i, :valid] = rows
         if valid < 1 or not 0 < nms <= 1:
@@ -338,7 +375,7 @@ def _detection_fwd(xp, cls_prob, loc_pred, anchor, clip, threshold, background_i
         for j in range(nkeep):
             if det[j, 0] < 0:
                 continue
-            later = det[j + 1:]
+            later = det[j + 1 :]
             hit = (later[:, 0] >= 0) & (_iou_row(det[j, 2:6], later[:, 2:6]) >= nms)
             if not force_suppress:
                 hit &= later[:, 0] == det[j, 0]
@@ -349,14 +386,20 @@ def _detection_fwd(xp, cls_prob, loc_pred, anchor, clip, threshold, background_i
 register(
     "_contrib_MultiBoxDetection",
     inputs=("cls_prob", "loc_pred", "anchor"),
-    params={"clip": Param("bool", True), "threshold": Param("float", 0.01), "background_id": Param("int", 0),
-            "nms_threshold": Param("float", 0.5), "force_suppress": Param("bool", False),
-            "variances": Param("floats", (0.1, 0.1, 0.2, 0.2)), "nms_topk": Param("int", -1)},
+    params={
+        "clip": Param("bool", True),
+        "threshold": Param("float", 0.01),
+        "background_id": Param("int", 0),
+        "nms_threshold": Param("float", 0.5),
+        "force_suppress": Param("bool", False),
+        "variances": Param("floats", (0.1, 0.1, 0.2, 0.2)),
+        "nms_topk": Param("int", -1),
+    },
     prepare=_detection_prepare,
     forward=_detection_fwd,
     infer_shape=_detection_shape,
     infer_type=float_inputs("cls_prob", "loc_pred", "anchor"),
     grad_undefined_reason=_NO_GRAD,
     doc="SSD detections [class_id, score, xmin, ymin, xmax, ymax] per anchor after thresholding and NMS; "
-        "-1 rows for none.",
+    "-1 rows for none.",
 )

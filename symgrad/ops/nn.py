@@ -328,7 +328,7 @@ def _bn_view(x, axis):
     """``x`` as ``(before, C, after)``: per-channel sums become a sum over a contiguous last axis
     then over the first (numpy's fast pairwise loops), and per-channel vectors broadcast as ``(C, 1)``."""
     ax = normalize_axis(axis, x.ndim, "BatchNorm")
-    return x.reshape(math.prod(x.shape[:ax]), x.shape[ax], math.prod(x.shape[ax + 1:]))
+    return x.reshape(math.prod(x.shape[:ax]), x.shape[ax], math.prod(x.shape[ax + 1 :]))
 
 
 def _channel_sum(a3):
@@ -344,8 +344,9 @@ def _invstd(xp, var, eps):
     return xp.where(ok, 1.0 / xp.sqrt(xp.where(ok, ve, 1.0)), 0.0).astype(var.dtype, copy=False)
 
 
-def _bn_fwd(xp, x, gamma, beta, mmean, mvar, *, is_train, eps, momentum, fix_gamma, use_global_stats,
-            output_mean_var, axis, **_):
+def _bn_fwd(
+    xp, x, gamma, beta, mmean, mvar, *, is_train, eps, momentum, fix_gamma, use_global_stats, output_mean_var, axis, **_
+):
     """Outputs (y, mean, invstd): like MXNet, the third output ('var') holds 1/sqrt(var + eps).
 
     In training (and not use_global_stats) the moving statistics are updated here, with the
@@ -379,8 +380,11 @@ def _bn_fwd(xp, x, gamma, beta, mmean, mvar, *, is_train, eps, momentum, fix_gam
     scale = invstd if fix_gamma else gamma.astype(acc, copy=False) * invstd
     d *= scale[:, None]
     d += beta.astype(acc, copy=False)[:, None]
-    outs = (d.reshape(x.shape).astype(x.dtype, copy=False), mean.astype(acc, copy=False),
-            invstd.astype(acc, copy=False))
+    outs = (
+        d.reshape(x.shape).astype(x.dtype, copy=False),
+        mean.astype(acc, copy=False),
+        invstd.astype(acc, copy=False),
+    )
     return outs, updates
 
 
@@ -478,15 +482,19 @@ register(
 
 def _sync_bn_prepare(params, name):
     if params["ndev"] != 1:
-        raise ParamError(f"_contrib_SyncBatchNorm {name!r}: parameter 'ndev'={params['ndev']}: symgrad runs one "
-                         "device per executor, so statistics can only be synchronised over ndev=1 (plain BatchNorm)")
+        raise ParamError(
+            f"_contrib_SyncBatchNorm {name!r}: parameter 'ndev'={params['ndev']}: symgrad runs one "
+            "device per executor, so statistics can only be synchronised over ndev=1 (plain BatchNorm)"
+        )
     return params
 
 
 def _with_channel_axis(rule):
     """A BatchNorm rule for SyncBatchNorm, whose channels are always on axis 1."""
+
     def wrapped(params, *args, **kwargs):
         return rule({**params, "axis": 1}, *args, **kwargs)
+
     return wrapped
 
 
@@ -540,8 +548,11 @@ def _bn_backward_fwd(xp, gy, x, gamma, mean, invstd, *, is_train, eps, fix_gamma
         dx += d
         dx += (-a * dbeta / count)[:, None]
     dgamma = xp.zeros_like(s_gd) if fix_gamma else r * s_gd
-    return (dx.reshape(x.shape).astype(x.dtype, copy=False), dgamma.astype(gamma.dtype, copy=False),
-            dbeta.astype(gamma.dtype, copy=False))
+    return (
+        dx.reshape(x.shape).astype(x.dtype, copy=False),
+        dgamma.astype(gamma.dtype, copy=False),
+        dbeta.astype(gamma.dtype, copy=False),
+    )
 
 
 register(
@@ -635,8 +646,7 @@ register(
     infer_shape=_ln_shape,
     infer_type=float_inputs("data"),
     # no gradient flows through the mean/std outputs (MXNet); the statistics are recomputed from data
-    gradient=lambda F, n, g: _affine_norm_grad(F, n, g, {"axis": n.params["axis"]}, n.params["axis"],
-                                               n.params["eps"]),
+    gradient=lambda F, n, g: _affine_norm_grad(F, n, g, {"axis": n.params["axis"]}, n.params["axis"], n.params["eps"]),
     doc="Layer normalisation over ``axis``; outputs (y, mean, std) with output_mean_var, std = sqrt(var + eps).",
 )
 
@@ -821,9 +831,7 @@ def _embedding_shape(params, in_shapes, out_shapes, where):
     data, w = in_shapes
     want = (params["input_dim"], params["output_dim"])
     if w is not None and tuple(w) != want:
-        raise ShapeError(
-            f"{where}: input 'weight' has shape {tuple(w)}, expected {want} (input_dim, output_dim)"
-        )
+        raise ShapeError(f"{where}: input 'weight' has shape {tuple(w)}, expected {want} (input_dim, output_dim)")
     if data is None:
         return [data, want], out_shapes
     return [data, want], [tuple(data) + (params["output_dim"],)]
@@ -858,8 +866,10 @@ register(
     infer_shape=_embedding_shape,
     infer_type=_embedding_type,
     # out[i] = weight[idx[i]]:  dweight[k] = sum of g[i] over i with idx[i] = k (a scatter-add)
-    gradient=lambda F, n, g: [None, F._embedding_scatter(g[0], n.inputs[0], input_dim=n.params["input_dim"],
-                                                         output_dim=n.params["output_dim"])],
+    gradient=lambda F, n, g: [
+        None,
+        F._embedding_scatter(g[0], n.inputs[0], input_dim=n.params["input_dim"], output_dim=n.params["output_dim"]),
+    ],
     no_grad_inputs=("data",),
     prepare=_embedding_prepare,
     doc="Look up rows of ``weight`` (input_dim, output_dim) at the (clipped) indices in ``data``.",
@@ -950,11 +960,14 @@ register(
     infer_shape=_seqmask_shape,
     infer_type=lambda p, i, o, w: ([i[0]] + [t if t is not None else i[0] for t in i[1:]], [i[0]]),
     # masked steps are constants: dx = g with the same steps set to 0
-    gradient=lambda F, n, g: [
-        F.SequenceMask(g[0], n.inputs[1], use_sequence_length=True, value=0.0, axis=n.params["axis"])
-        if n.params["use_sequence_length"]
-        else g[0]
-    ] + [None] * (len(n.inputs) - 1),
+    gradient=lambda F, n, g: (
+        [
+            F.SequenceMask(g[0], n.inputs[1], use_sequence_length=True, value=0.0, axis=n.params["axis"])
+            if n.params["use_sequence_length"]
+            else g[0]
+        ]
+        + [None] * (len(n.inputs) - 1)
+    ),
     no_grad_inputs=("sequence_length",),
     prepare=_seqmask_prepare,
     doc="Set the steps at and beyond each sequence's length to ``value`` (sequence axis 0 or 1).",

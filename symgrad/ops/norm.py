@@ -56,7 +56,7 @@ def _window_sum(xp, x, nsize):
     xpd = xp.pad(x, pad)
     out = xpd[:, 0:c].copy()
     for k in range(1, nsize):
-        out += xpd[:, k:k + c]
+        out += xpd[:, k : k + c]
     return out
 
 
@@ -67,7 +67,7 @@ def _lrn_norm(xp, xa, alpha, knorm, nsize):
 def _lrn_fwd(xp, x, *, alpha, beta, knorm, nsize):
     xa = x.astype(acc_dtype(x.dtype), copy=False)
     norm = _lrn_norm(xp, xa, alpha, knorm, nsize)
-    y = xa * norm ** -beta
+    y = xa * norm**-beta
     return y.astype(x.dtype, copy=False), norm.astype(x.dtype, copy=False)
 
 
@@ -137,15 +137,19 @@ def _gn_shape(params, in_shapes, out_shapes, where):
         return in_shapes, out_shapes
     ng = params["num_groups"]
     if len(x) < 3:
-        raise ShapeError(f"{where}: input 'data' has shape {tuple(x)}; GroupNorm needs data of rank >= 3 "
-                         f"(batch, channel, spatial...)")
+        raise ShapeError(
+            f"{where}: input 'data' has shape {tuple(x)}; GroupNorm needs data of rank >= 3 "
+            f"(batch, channel, spatial...)"
+        )
     if x[1] % ng:
         raise ShapeError(f"{where}: the {x[1]} channels of data {tuple(x)} are not divisible by num_groups={ng}")
     c = (ng,)
     for i, name in ((1, "gamma"), (2, "beta")):
         if in_shapes[i] is not None and tuple(in_shapes[i]) != c:
-            raise ShapeError(f"{where}: input {name!r} has shape {tuple(in_shapes[i])}, expected {c} "
-                             f"(one per group: MXNet 1.9.1's GroupNorm scales groups, not channels)")
+            raise ShapeError(
+                f"{where}: input {name!r} has shape {tuple(in_shapes[i])}, expected {c} "
+                f"(one per group: MXNet 1.9.1's GroupNorm scales groups, not channels)"
+            )
     return [tuple(x), c, c], [tuple(x), (x[0], ng), (x[0], ng)]
 
 
@@ -220,18 +224,20 @@ def _bn1_shape(params, in_shapes, out_shapes, where):
     if x is None:
         return in_shapes, out_shapes
     if len(x) not in (2, 4):
-        raise ShapeError(f"{where}: input 'data' has shape {tuple(x)}; BatchNorm_v1 needs 2-d (N, C) or 4-d "
-                         f"(N, C, H, W) data (as MXNet; BatchNorm takes any rank)")
+        raise ShapeError(
+            f"{where}: input 'data' has shape {tuple(x)}; BatchNorm_v1 needs 2-d (N, C) or 4-d "
+            f"(N, C, H, W) data (as MXNet; BatchNorm takes any rank)"
+        )
     c = (x[1],)
     for i, name in zip(range(1, 5), ("gamma", "beta", "moving_mean", "moving_var")):
         if in_shapes[i] is not None and tuple(in_shapes[i]) != c:
-            raise ShapeError(f"{where}: input {name!r} has shape {tuple(in_shapes[i])}, expected {c} (channels on "
-                             f"axis 1)")
+            raise ShapeError(
+                f"{where}: input {name!r} has shape {tuple(in_shapes[i])}, expected {c} (channels on axis 1)"
+            )
     return [tuple(x), c, c, c, c], [tuple(x), c, c]
 
 
-def _bn1_fwd(xp, x, gamma, beta, mmean, mvar, *, is_train, eps, momentum, fix_gamma, use_global_stats,
-             output_mean_var):
+def _bn1_fwd(xp, x, gamma, beta, mmean, mvar, *, is_train, eps, momentum, fix_gamma, use_global_stats, output_mean_var):
     """Outputs (y, mean, var) and the moving-statistics updates (None: unchanged)."""
     acc = acc_dtype(x.dtype)
     red = tuple(i for i in range(x.ndim) if i != 1)
@@ -241,8 +247,10 @@ def _bn1_fwd(xp, x, gamma, beta, mmean, mvar, *, is_train, eps, momentum, fix_ga
     if batch:
         mean = xa.mean(axis=red)
         var = ((xa - mean.reshape(bshape)) ** 2).mean(axis=red)  # biased
-        updates = (mmean * momentum + mean.astype(mmean.dtype) * (1 - momentum),
-                   mvar * momentum + var.astype(mvar.dtype) * (1 - momentum))
+        updates = (
+            mmean * momentum + mean.astype(mmean.dtype) * (1 - momentum),
+            mvar * momentum + var.astype(mvar.dtype) * (1 - momentum),
+        )
     else:
         mean, var = mmean.astype(acc, copy=False), mvar.astype(acc, copy=False)
         updates = (None, None)
@@ -263,8 +271,9 @@ def _bn1_grad(F, n, g):
         # y = gamma (x - mm) r + beta with the moving statistics (the mean/var outputs, constants in x):
         #   dx = gy gamma r,  dgamma = sum(gy (x - mm) r)
         r = F._power_scalar(n.outputs[2] + p["eps"], scalar=-0.5)
-        xhat = F.broadcast_mul(F.broadcast_sub(x, F._unreduce_like(n.outputs[1], x, **per_channel)),
-                               F._unreduce_like(r, x, **per_channel))
+        xhat = F.broadcast_mul(
+            F.broadcast_sub(x, F._unreduce_like(n.outputs[1], x, **per_channel)), F._unreduce_like(r, x, **per_channel)
+        )
         scale = F._unreduce_like(r if p["fix_gamma"] else r * gamma, x, **per_channel)
         dx = gy * scale
     else:

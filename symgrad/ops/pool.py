@@ -88,15 +88,17 @@ def pool_geometry(params, X, where="Pooling"):
     conv = params["pooling_convention"]
     if conv == "same":
         if nd != 1:
-            raise ShapeError(f"{where}: pooling_convention='same' supports 1-D pooling only (3-d data), got "
-                             f"{nd + 2}-d data")
+            raise ShapeError(
+                f"{where}: pooling_convention='same' supports 1-D pooling only (3-d data), got {nd + 2}-d data"
+            )
         if any(p):
             raise ShapeError(f"{where}: pooling_convention='same' does not take a pad, got pad={p}")
     Y = []
     for i, (x, ki, si, pi) in enumerate(zip(X, k, s, p)):
         if ki > x + 2 * pi:
-            raise ShapeError(f"{where}: kernel size {ki} exceeds input size {x} padded to {x + 2 * pi} on "
-                             f"spatial axis {i}")
+            raise ShapeError(
+                f"{where}: kernel size {ki} exceeds input size {x} padded to {x + 2 * pi} on spatial axis {i}"
+            )
         if conv == "valid":
             Y.append((x + 2 * pi - ki) // si + 1)
         elif conv == "full":
@@ -206,7 +208,7 @@ def _flat_index(xp, idx, x_shape, k, s, p, Y):
     """
     X = tuple(x_shape[2:])
     nd = len(X)
-    axis_stride = [int(np.prod(X[a + 1:])) for a in range(nd)]
+    axis_stride = [int(np.prod(X[a + 1 :])) for a in range(nd)]
     taps = np.array(list(np.ndindex(*k)), dtype=np.int64).reshape(-1, nd)
     tap_offset = xp.asarray(taps @ np.array(axis_stride, dtype=np.int64))
     base = 0
@@ -214,8 +216,7 @@ def _flat_index(xp, idx, x_shape, k, s, p, Y):
         start = (np.arange(Y[a], dtype=np.int64) * s[a] - p[a]) * axis_stride[a]
         base = base + start.reshape((Y[a],) + (1,) * (nd - 1 - a))
     base = xp.asarray(base)
-    nc = (xp.arange(idx.shape[0] * idx.shape[1], dtype=np.int64) * int(np.prod(X))).reshape(
-        idx.shape[:2] + (1,) * nd)
+    nc = (xp.arange(idx.shape[0] * idx.shape[1], dtype=np.int64) * int(np.prod(X))).reshape(idx.shape[:2] + (1,) * nd)
     flat = xp.take(tap_offset, idx)
     flat += base
     flat += nc
@@ -348,8 +349,10 @@ def _pool_shape(params, in_shapes, out_shapes, where):
     if x is None:
         return in_shapes, out_shapes
     if not 3 <= len(x) <= 5:
-        raise ShapeError(f"{where}: input 'data' has shape {tuple(x)}; Pooling needs 3-d (N, C, x), 4-d (N, C, y, x) "
-                         f"or 5-d (N, C, d, y, x) input")
+        raise ShapeError(
+            f"{where}: input 'data' has shape {tuple(x)}; Pooling needs 3-d (N, C, x), 4-d (N, C, y, x) "
+            f"or 5-d (N, C, d, y, x) input"
+        )
     if params["global_pool"]:
         check_layout(where, params["layout"], len(x) - 2, "input")
     _, _, _, Y = pool_geometry(params, x[2:], where)
@@ -403,8 +406,9 @@ def _window_support(X, k, s, p):
 
     def support(site):
         n, c, *o = (int(i) for i in site)
-        spans = tuple(slice(max(oi * si - pi, 0), min(oi * si - pi + ki, xi)) for oi, si, pi, ki, xi in
-                      zip(o, s, p, k, X))
+        spans = tuple(
+            slice(max(oi * si - pi, 0), min(oi * si - pi + ki, xi)) for oi, si, pi, ki, xi in zip(o, s, p, k, X)
+        )
         return ((n, c) + spans,)
 
     return support
@@ -443,8 +447,15 @@ def _pinned_max(xp, idx, x, params):
 
 
 #: Pooling's rules with a single output (no workspace): ``Pooling_v1``'s, as MXNet's legacy op has none
-SINGLE_OUTPUT_RULES = dict(num_outputs=1, num_visible=None, output_names=None, forward=_pool_fwd,
-                           infer_shape=_pool_shape, infer_type=float_inputs("data"), pinned=_pool_pinned_single)
+SINGLE_OUTPUT_RULES = dict(
+    num_outputs=1,
+    num_visible=None,
+    output_names=None,
+    forward=_pool_fwd,
+    infer_shape=_pool_shape,
+    infer_type=float_inputs("data"),
+    pinned=_pool_pinned_single,
+)
 
 register(
     "Pooling",
@@ -587,8 +598,7 @@ register(
     infer_type=lambda p, i, o, w: (i, [i[0]]),
     no_grad_inputs=("workspace",),
     gradient=lambda F, n, g: [F._pool_max_scatter_at(g[0], n.inputs[1], n.inputs[0]), None],
-    doc="``value`` read at max pooling's workspace indices (0 where -1): adjoint of _pool_max_scatter_at "
-    "(hidden).",
+    doc="``value`` read at max pooling's workspace indices (0 where -1): adjoint of _pool_max_scatter_at (hidden).",
 )
 
 
@@ -672,18 +682,22 @@ def _pad_shape(params, in_shapes, out_shapes, where):
     if len(x) not in (4, 5):
         raise ShapeError(f"{where}: input 'data' has shape {tuple(x)}; Pad supports 4-d or 5-d input only (as MXNet)")
     if len(pw) != 2 * len(x):
-        raise ShapeError(f"{where}: parameter 'pad_width' has {len(pw)} entries, expected {2 * len(x)} "
-                         f"(before/after for each of the {len(x)} axes of data {tuple(x)})")
+        raise ShapeError(
+            f"{where}: parameter 'pad_width' has {len(pw)} entries, expected {2 * len(x)} "
+            f"(before/after for each of the {len(x)} axes of data {tuple(x)})"
+        )
     if any(pw[:4]):
-        raise ShapeError(f"{where}: parameter 'pad_width'={pw} must be 0 for the first two axes (N and C), got "
-                         f"{pw[:4]}")
+        raise ShapeError(
+            f"{where}: parameter 'pad_width'={pw} must be 0 for the first two axes (N and C), got {pw[:4]}"
+        )
     if any(v < 0 for v in pw):
         raise ShapeError(f"{where}: parameter 'pad_width'={pw} must not be negative")
     if params["mode"] == "reflect":
         for i, (a, b) in enumerate(_pairs(pw)[2:], start=2):
             if a >= x[i] or b >= x[i]:
-                raise ShapeError(f"{where}: reflect padding {(a, b)} on axis {i} must be smaller than the input size "
-                                 f"{x[i]}")
+                raise ShapeError(
+                    f"{where}: reflect padding {(a, b)} on axis {i} must be smaller than the input size {x[i]}"
+                )
     return in_shapes, [tuple(n + a + b for n, (a, b) in zip(x, _pairs(pw)))]
 
 

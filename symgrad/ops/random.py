@@ -153,8 +153,11 @@ _DISTRIBUTIONS: dict[str, tuple[Callable, list[tuple[str, float, Any]], tuple[st
     "exponential": (_sample_exponential, [("lam", 1.0, _POSITIVE)], ("lam",)),
     "poisson": (_sample_poisson, [("lam", 1.0, _NONNEG)], ("lam",)),
     "negative_binomial": (_sample_negative_binomial, [("k", 1, _NONNEG), ("p", 1.0, _PROB)], ("k", "p")),
-    "generalized_negative_binomial": (_sample_generalized_negative_binomial,
-                                      [("mu", 1.0, _NONNEG), ("alpha", 1.0, _NONNEG)], ("mu", "alpha")),
+    "generalized_negative_binomial": (
+        _sample_generalized_negative_binomial,
+        [("mu", 1.0, _NONNEG), ("alpha", 1.0, _NONNEG)],
+        ("mu", "alpha"),
+    ),
 }
 
 _FLOAT_OUT = ("float16", "float32", "float64")
@@ -173,11 +176,14 @@ def _check_values(where, dist, values: dict):
     """ParamError for distribution parameters outside their domain (MXNet checks them at run time)."""
     for pname, _, check in _DISTRIBUTIONS[dist][1]:
         if check is not None and not check[0](values[pname]):
-            raise ParamError(f"{where}: parameter {pname!r} of the {dist} distribution must be {check[1]}, got "
-                             f"{values[pname]!r}")
+            raise ParamError(
+                f"{where}: parameter {pname!r} of the {dist} distribution must be {check[1]}, got {values[pname]!r}"
+            )
     if dist == "uniform" and values["high"] < values["low"]:
-        raise ParamError(f"{where}: parameter 'high' must be >= 'low' (MXNet: low must be less or equal to high), "
-                         f"got low={values['low']!r}, high={values['high']!r}")
+        raise ParamError(
+            f"{where}: parameter 'high' must be >= 'low' (MXNet: low must be less or equal to high), "
+            f"got low={values['low']!r}, high={values['high']!r}"
+        )
 
 
 def _out_dtype(params, default="float32"):
@@ -215,8 +221,7 @@ def _register_random(dist):
     sampler, pspec, _ = _DISTRIBUTIONS[dist]
     name = f"_random_{dist}"
     params = {p: Param("int" if p == "k" else "float", d) for p, d, _ in pspec}
-    params.update(shape=Param("shape", ()), ctx=Param("str", ""),
-                  dtype=Param("dtype", None))
+    params.update(shape=Param("shape", ()), ctx=Param("str", ""), dtype=Param("dtype", None))
 
     def prepare(p, node_name):
         _check_values(f"{name} {node_name!r}", dist, p)
@@ -228,10 +233,20 @@ def _register_random(dist):
         return sampler(generator(xp), tuple(shape), *args).astype(_out_dtype({"dtype": dtype}))
 
     aliases = {"uniform": ("uniform", "random_uniform"), "normal": ("normal", "random_normal")}.get(
-        dist, (f"random_{dist}",))
-    register(name, aliases=aliases, inputs=(), params=params, prepare=prepare, forward=forward,
-             infer_shape=_random_shape, infer_type=_fixed_type(_out_dtype), is_random=True,
-             doc=f"Draws from the {dist} distribution with scalar parameters ({', '.join(params)}).")
+        dist, (f"random_{dist}",)
+    )
+    register(
+        name,
+        aliases=aliases,
+        inputs=(),
+        params=params,
+        prepare=prepare,
+        forward=forward,
+        infer_shape=_random_shape,
+        infer_type=_fixed_type(_out_dtype),
+        is_random=True,
+        doc=f"Draws from the {dist} distribution with scalar parameters ({', '.join(params)}).",
+    )
 
     like = f"_random_{dist}_like"
     like_params = {p: Param("int" if p == "k" else "float", d) for p, d, _ in pspec}
@@ -249,10 +264,18 @@ def _register_random(dist):
         check_float(where, "data", t)
         return [t], [t]
 
-    register(like, inputs=("data",), params=like_params, prepare=like_prepare, forward=like_forward,
-             infer_shape=lambda p, i, o, w: (i, [i[0]]) if i[0] is not None else ([o[0]], o),
-             infer_type=like_type, gradient=_zero_grads, is_random=True,
-             doc=f"Draws from the {dist} distribution in the shape and dtype of ``data``.")
+    register(
+        like,
+        inputs=("data",),
+        params=like_params,
+        prepare=like_prepare,
+        forward=like_forward,
+        infer_shape=lambda p, i, o, w: (i, [i[0]]) if i[0] is not None else ([o[0]], o),
+        infer_type=like_type,
+        gradient=_zero_grads,
+        is_random=True,
+        doc=f"Draws from the {dist} distribution in the shape and dtype of ``data``.",
+    )
 
 
 def _random_shape(params, in_shapes, out_shapes, where):
@@ -261,9 +284,11 @@ def _random_shape(params, in_shapes, out_shapes, where):
         return in_shapes, [shape]
     if out_shapes[0] is not None:
         # MXNet infers an unset shape from the consumers; symgrad's forward draws from its parameters only
-        raise ShapeError(f"{where}: parameter 'shape' is not set; MXNet would take the output shape "
-                         f"{tuple(out_shapes[0])} from the consumers, symgrad needs it given: pass "
-                         f"shape={tuple(out_shapes[0])}")
+        raise ShapeError(
+            f"{where}: parameter 'shape' is not set; MXNet would take the output shape "
+            f"{tuple(out_shapes[0])} from the consumers, symgrad needs it given: pass "
+            f"shape={tuple(out_shapes[0])}"
+        )
     return in_shapes, out_shapes
 
 
@@ -278,8 +303,10 @@ def _randint_prepare(p, node_name):
     where = f"_random_randint {node_name!r}"
     _check_dtype(where, p, ("int32", "int64"))
     if p["high"] <= p["low"]:
-        raise ParamError(f"{where}: parameter 'high' must be > 'low' (the interval [low, high) must hold an "
-                         f"integer), got low={p['low']}, high={p['high']}")
+        raise ParamError(
+            f"{where}: parameter 'high' must be > 'low' (the interval [low, high) must hold an "
+            f"integer), got low={p['low']}, high={p['high']}"
+        )
     return _shape_param_prepare(p, node_name, "_random_randint")
 
 
@@ -287,11 +314,17 @@ register(
     "_random_randint",
     aliases=("random_randint", "_npi_random_randint"),
     inputs=(),
-    params={"low": Param("int"), "high": Param("int"), "shape": Param("shape", ()), "ctx": Param("str", ""),
-            "dtype": Param("dtype", None)},
+    params={
+        "low": Param("int"),
+        "high": Param("int"),
+        "shape": Param("shape", ()),
+        "ctx": Param("str", ""),
+        "dtype": Param("dtype", None),
+    },
     prepare=_randint_prepare,
-    forward=lambda xp, low, high, shape, ctx, dtype: generator(xp).integers(low, high, tuple(shape)).astype(
-        _out_dtype({"dtype": dtype}, "int32")),
+    forward=lambda xp, low, high, shape, ctx, dtype: (
+        generator(xp).integers(low, high, tuple(shape)).astype(_out_dtype({"dtype": dtype}, "int32"))
+    ),
     infer_shape=_random_shape,
     infer_type=_fixed_type(lambda p: _out_dtype(p, "int32")),
     is_random=True,
@@ -310,12 +343,11 @@ def _multi_shape(params, in_shapes, out_shapes, where):
     for s in in_shapes:
         if s is not None:
             if known is not None and tuple(s) != known:
-                raise ShapeError(f"{where}: the parameter inputs must have the same shape, got {known} and "
-                                 f"{tuple(s)}")
+                raise ShapeError(f"{where}: the parameter inputs must have the same shape, got {known} and {tuple(s)}")
             known = tuple(s)
     out = out_shapes[0]
     if known is None and out is not None and len(out) >= len(sshape):
-        known = tuple(out[:len(out) - len(sshape)])
+        known = tuple(out[: len(out) - len(sshape)])
     if known is None:
         return in_shapes, out_shapes
     return [known] * len(in_shapes), [known + sshape]
@@ -330,8 +362,9 @@ def _multi_type(params, in_types, out_types, where="op"):
         if t is not None:
             check_float(where, n, t)
             if np.dtype(t) != np.dtype(known):
-                raise TypeError(f"{where}: the parameter inputs must have the same dtype, got {np.dtype(known)} "
-                                f"and {np.dtype(t)}")
+                raise TypeError(
+                    f"{where}: the parameter inputs must have the same dtype, got {np.dtype(known)} and {np.dtype(t)}"
+                )
     return [known] * len(in_types), [_out_dtype(params)]
 
 
@@ -350,14 +383,21 @@ def _register_sample(dist):
             raise ValueError(f"{name}: invalid distribution parameters in ({', '.join(inames)}): {exc}") from None
         return draws.astype(_out_dtype({"dtype": dtype}))
 
-    register(name, aliases=(f"sample_{dist}",), inputs=inames,
-             params={"shape": Param("shape", ()), "dtype": Param("dtype", None)},
-             prepare=lambda p, node_name: _shape_param_prepare(_check_dtype(f"{name} {node_name!r}", p, _FLOAT_OUT),
-                                                               node_name, name),
-             forward=forward, infer_shape=_multi_shape, infer_type=_multi_type, gradient=_zero_grads,
-             is_random=True,
-             doc=f"Draws ``shape`` samples from the {dist} distribution of each element of "
-             f"({', '.join(inames)}).")
+    register(
+        name,
+        aliases=(f"sample_{dist}",),
+        inputs=inames,
+        params={"shape": Param("shape", ()), "dtype": Param("dtype", None)},
+        prepare=lambda p, node_name: _shape_param_prepare(
+            _check_dtype(f"{name} {node_name!r}", p, _FLOAT_OUT), node_name, name
+        ),
+        forward=forward,
+        infer_shape=_multi_shape,
+        infer_type=_multi_type,
+        gradient=_zero_grads,
+        is_random=True,
+        doc=f"Draws ``shape`` samples from the {dist} distribution of each element of ({', '.join(inames)}).",
+    )
 
 
 for _dist in _DISTRIBUTIONS:
@@ -423,10 +463,10 @@ register(
     "_sample_multinomial",
     aliases=("sample_multinomial",),
     inputs=("data",),
-    params={"shape": Param("shape", ()), "get_prob": Param("bool", False),
-            "dtype": Param("dtype", np.dtype(np.int32))},
+    params={"shape": Param("shape", ()), "get_prob": Param("bool", False), "dtype": Param("dtype", np.dtype(np.int32))},
     prepare=lambda p, node_name: _shape_param_prepare(
-        _check_dtype(f"_sample_multinomial {node_name!r}", p, _MULTINOMIAL_OUT), node_name, "_sample_multinomial"),
+        _check_dtype(f"_sample_multinomial {node_name!r}", p, _MULTINOMIAL_OUT), node_name, "_sample_multinomial"
+    ),
     num_outputs=lambda p: 2 if p["get_prob"] else 1,
     forward=_multinomial_fwd,
     infer_shape=_multinomial_shape,
@@ -453,8 +493,7 @@ def _multinomial_bwd(xp, g, data, sample, shape, get_prob, dtype):
 register(
     "_backward_sample_multinomial",
     inputs=("ograd", "data", "sample"),
-    params={"shape": Param("shape", ()), "get_prob": Param("bool", False),
-            "dtype": Param("dtype", np.dtype(np.int32))},
+    params={"shape": Param("shape", ()), "get_prob": Param("bool", False), "dtype": Param("dtype", np.dtype(np.int32))},
     forward=_multinomial_bwd,
     infer_shape=lambda p, i, o, w: (i, [i[1]]),
     infer_type=lambda p, i, o, w: (i, [i[1]]),
@@ -498,8 +537,10 @@ def _zipfian_prepare(p, node_name):
     if p["range_max"] < 1:
         raise ParamError(f"{where}: parameter 'range_max' must be >= 1, got {p['range_max']}")
     if shape[1] > p["range_max"]:
-        raise ParamError(f"{where}: cannot draw {shape[1]} distinct samples from range_max={p['range_max']} "
-                         "classes (MXNet: number of samples cannot exceed the number of possible classes)")
+        raise ParamError(
+            f"{where}: cannot draw {shape[1]} distinct samples from range_max={p['range_max']} "
+            "classes (MXNet: number of samples cannot exceed the number of possible classes)"
+        )
     return p
 
 
@@ -554,15 +595,17 @@ def _pdf_shape(params, in_shapes, out_shapes, where):
     known = next((tuple(s) for s in pars if s is not None), None)
     for s in pars:
         if s is not None and tuple(s) != known:
-            raise ShapeError(f"{where}: the distribution parameters must have the same shape, got {known} and "
-                             f"{tuple(s)}")
+            raise ShapeError(
+                f"{where}: the distribution parameters must have the same shape, got {known} and {tuple(s)}"
+            )
     if sample is None:
         return in_shapes, out_shapes
     sample = tuple(sample)
     if known is not None:
-        if len(known) > len(sample) or sample[:len(known)] != known:
-            raise ShapeError(f"{where}: the parameters' shape {known} must be the leading part of the shape of "
-                             f"'sample' {sample}")
+        if len(known) > len(sample) or sample[: len(known)] != known:
+            raise ShapeError(
+                f"{where}: the parameters' shape {known} must be the leading part of the shape of 'sample' {sample}"
+            )
         return [sample] + [known] * len(pars), [sample]
     return in_shapes, [sample]
 
@@ -708,8 +751,12 @@ _PDFS = {
     "exponential": (_logpdf_exponential, _grad_exponential, ("lam",), ()),
     "poisson": (_logpdf_poisson, _grad_poisson, ("lam",), ("sample",)),
     "negative_binomial": (_logpdf_negative_binomial, _grad_negative_binomial, ("k", "p"), ("sample",)),
-    "generalized_negative_binomial": (_logpdf_generalized_negative_binomial, _grad_generalized_negative_binomial,
-                                      ("mu", "alpha"), ("sample",)),
+    "generalized_negative_binomial": (
+        _logpdf_generalized_negative_binomial,
+        _grad_generalized_negative_binomial,
+        ("mu", "alpha"),
+        ("sample",),
+    ),
 }
 
 for _dist, (_lp, _rule, _names, _nograd) in _PDFS.items():
@@ -772,10 +819,16 @@ register(
 
 
 def _dirichlet_check(alpha, sample, where):
-    if len(alpha) < 1 or len(sample) < len(alpha) or tuple(sample[:len(alpha) - 1]) != tuple(alpha[:-1]) \
-            or sample[-1] != alpha[-1]:
-        raise ShapeError(f"{where}: 'alpha' {tuple(alpha)} must be (S..., k) and 'sample' (S..., N..., k) with the "
-                         f"same S and k, got sample {tuple(sample)}")
+    if (
+        len(alpha) < 1
+        or len(sample) < len(alpha)
+        or tuple(sample[: len(alpha) - 1]) != tuple(alpha[:-1])
+        or sample[-1] != alpha[-1]
+    ):
+        raise ShapeError(
+            f"{where}: 'alpha' {tuple(alpha)} must be (S..., k) and 'sample' (S..., N..., k) with the "
+            f"same S and k, got sample {tuple(sample)}"
+        )
 
 
 def _dirichlet_shape(params, in_shapes, out_shapes, where):

@@ -77,8 +77,9 @@ def _finish(out, x):
     return out.astype(x.dtype, copy=False) if out.dtype != x.dtype else out
 
 
-def _reducer(name, compute, gradient, aliases=(), infer_shape=_reduce_shape, doc="", choice=None, piece=None,
-             specialize=None):
+def _reducer(
+    name, compute, gradient, aliases=(), infer_shape=_reduce_shape, doc="", choice=None, piece=None, specialize=None
+):
     """Register a ReduceAxesParam reduction: ``compute(xp, x, axes, keepdims)``; ``choice(xp, x, axes)``
     returns the decision list of a reduction that picks elements (max, min), ``piece(xp, choices, x, axes,
     keepdims)`` its value on the elements the recorded ``choices`` picked (``OpDef.pinned``), ``specialize`` its
@@ -326,8 +327,9 @@ def _norm_prepare(params, node_name):
         raise ParamError(f"{where}: parameter 'ord' must be 1 or 2, got {params['ord']}")
     dt = params["out_dtype"]
     if dt is not None and dt.name not in _NORM_OUT_DTYPES:
-        raise ParamError(f"{where}: parameter 'out_dtype' must be one of {list(_NORM_OUT_DTYPES)} or None, "
-                         f"got {dt.name!r}")
+        raise ParamError(
+            f"{where}: parameter 'out_dtype' must be one of {list(_NORM_OUT_DTYPES)} or None, got {dt.name!r}"
+        )
     return params
 
 

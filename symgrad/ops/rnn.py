@@ -75,19 +75,25 @@ def _prepare(params, node_name):
     proj = params["projection_size"]
     if proj is not None:
         if mode != "lstm":
-            raise ParamError(f"{where}: parameter 'projection_size' is only supported for mode='lstm', got "
-                             f"mode={mode!r}")
+            raise ParamError(
+                f"{where}: parameter 'projection_size' is only supported for mode='lstm', got mode={mode!r}"
+            )
         if not 1 <= proj <= params["state_size"]:
-            raise ParamError(f"{where}: parameter 'projection_size' must be in [1, state_size="
-                             f"{params['state_size']}], got {proj}")
+            raise ParamError(
+                f"{where}: parameter 'projection_size' must be in [1, state_size={params['state_size']}], got {proj}"
+            )
     lo, hi = params["lstm_state_clip_min"], params["lstm_state_clip_max"]
     if lo is not None or hi is not None:
         if mode != "lstm":
-            raise ParamError(f"{where}: parameters 'lstm_state_clip_min'/'lstm_state_clip_max' are only supported "
-                             f"for mode='lstm', got mode={mode!r}")
+            raise ParamError(
+                f"{where}: parameters 'lstm_state_clip_min'/'lstm_state_clip_max' are only supported "
+                f"for mode='lstm', got mode={mode!r}"
+            )
         if lo is None or hi is None:
-            raise ParamError(f"{where}: parameters 'lstm_state_clip_min' and 'lstm_state_clip_max' must be given "
-                             f"together, got min={lo} and max={hi}")
+            raise ParamError(
+                f"{where}: parameters 'lstm_state_clip_min' and 'lstm_state_clip_max' must be given "
+                f"together, got min={lo} and max={hi}"
+            )
         if hi < lo:
             raise ParamError(f"{where}: parameter 'lstm_state_clip_max'={hi} must be >= 'lstm_state_clip_min'={lo}")
     return params
@@ -142,18 +148,18 @@ def _unpack(w, params, input_size):
     for layer in range(L):
         i_l = input_size if layer == 0 else D * O
         for _ in range(D):
-            cell = {"wx": w[off:off + G * H * i_l].reshape(G * H, i_l)}
+            cell = {"wx": w[off : off + G * H * i_l].reshape(G * H, i_l)}
             off += G * H * i_l
-            cell["wh"] = w[off:off + G * H * O].reshape(G * H, O)
+            cell["wh"] = w[off : off + G * H * O].reshape(G * H, O)
             off += G * H * O
             cell["wr"] = None
             if P:
-                cell["wr"] = w[off:off + P * H].reshape(P, H)
+                cell["wr"] = w[off : off + P * H].reshape(P, H)
                 off += P * H
             cells.append(cell)
     for cell in cells:
-        cell["bx"] = w[off:off + G * H]
-        cell["bh"] = w[off + G * H:off + 2 * G * H]
+        cell["bx"] = w[off : off + G * H]
+        cell["bh"] = w[off + G * H : off + 2 * G * H]
         off += 2 * G * H
     return cells
 
@@ -164,12 +170,18 @@ def _rnn_shape(params, in_shapes, out_shapes, where):
     if x is None:
         return in_shapes, out_shapes
     if len(x) != 3:
-        raise ShapeError(f"{where}: input 'data' has shape {tuple(x)}; RNN needs 3-d data (sequence length, batch, "
-                         f"input size)")
+        raise ShapeError(
+            f"{where}: input 'data' has shape {tuple(x)}; RNN needs 3-d data (sequence length, batch, input size)"
+        )
     T, N, I = x  # noqa: E741
     L, D, H, O, G = _dims(params)
-    want = {"data": tuple(x), "parameters": (_param_size(params, I),), "state": (L * D, N, O),
-            "state_cell": (L * D, N, H), "sequence_length": (N,)}
+    want = {
+        "data": tuple(x),
+        "parameters": (_param_size(params, I),),
+        "state": (L * D, N, O),
+        "state_cell": (L * D, N, H),
+        "sequence_length": (N,),
+    }
     last = "projection_size" if params["projection_size"] else "state_size"
     ins = []
     for name, s in zip(names, in_shapes):
@@ -181,8 +193,10 @@ def _rnn_shape(params, in_shapes, out_shapes, where):
                 "state_cell": "(num_layers*directions, batch, state_size)",
                 "sequence_length": "(batch,)",
             }.get(name, "")
-            raise ShapeError(f"{where}: input {name!r} has shape {tuple(s)}, expected {want[name]}"
-                             + (f" ({detail})" if detail else ""))
+            raise ShapeError(
+                f"{where}: input {name!r} has shape {tuple(s)}, expected {want[name]}"
+                + (f" ({detail})" if detail else "")
+            )
         ins.append(want[name])
     outs = [(T, N, D * O)]
     if params["state_outputs"]:
@@ -230,12 +244,12 @@ def _step(xp, mode, ax, h, c, cell, clip):
     H = b.shape[1] // _GATES[mode]
     if mode == "gru":
         r = _sigmoid(xp, ax[:, :H] + b[:, :H])
-        z = _sigmoid(xp, ax[:, H:2 * H] + b[:, H:2 * H])
-        n = xp.tanh(ax[:, 2 * H:] + r * b[:, 2 * H:])
-        return (1 - z) * n + z * h, None, (h, r, z, n, b[:, 2 * H:])
+        z = _sigmoid(xp, ax[:, H : 2 * H] + b[:, H : 2 * H])
+        n = xp.tanh(ax[:, 2 * H :] + r * b[:, 2 * H :])
+        return (1 - z) * n + z * h, None, (h, r, z, n, b[:, 2 * H :])
     pre = ax + b
-    i, f, o = (_sigmoid(xp, pre[:, k * H:(k + 1) * H]) for k in (0, 1, 3))
-    g = xp.tanh(pre[:, 2 * H:3 * H])
+    i, f, o = (_sigmoid(xp, pre[:, k * H : (k + 1) * H]) for k in (0, 1, 3))
+    g = xp.tanh(pre[:, 2 * H : 3 * H])
     craw = f * c + i * g
     cn = craw
     if clip is not None:
@@ -283,8 +297,9 @@ def _step_back(xp, mode, dhn, dcn, cache, cell, grads, clip):
         dc_ = dcn + dhc * o * (1 - tc * tc)
         if clip is not None:
             dc_ = dc_ * ((craw >= clip[0]) & (craw <= clip[1]))
-        dax = xp.concatenate([dc_ * g * i * (1 - i), dc_ * c * f * (1 - f), dc_ * i * (1 - g * g),
-                              do * o * (1 - o)], axis=1)
+        dax = xp.concatenate(
+            [dc_ * g * i * (1 - i), dc_ * c * f * (1 - f), dc_ * i * (1 - g * g), do * o * (1 - o)], axis=1
+        )
         dab = dax
         dh, dc = 0, dc_ * f
     # b = W_h h + b_h  ->  dW_h += db h^T, db_h += db, dh += W_h^T db
@@ -304,8 +319,10 @@ def _lengths_mask(xp, lens, T, N):
         return None
     lens_i = lens.astype(np.int64) if lens.dtype.kind != "f" else xp.floor(lens).astype(np.int64)
     if bool(((lens_i < 0) | (lens_i > T)).any()):
-        raise ValueError(f"RNN: every entry of input 'sequence_length' must be in [0, {T}] (the sequence length of "
-                         f"'data'), got {lens.tolist() if hasattr(lens, 'tolist') else lens}")
+        raise ValueError(
+            f"RNN: every entry of input 'sequence_length' must be in [0, {T}] (the sequence length of "
+            f"'data'), got {lens.tolist() if hasattr(lens, 'tolist') else lens}"
+        )
     return (xp.arange(T).reshape(T, 1) < lens_i.reshape(1, N)).reshape(T, N, 1)
 
 
@@ -349,14 +366,14 @@ def _run(xp, params, data, w, hx, cx, lens, drop, keep):
             h = hx[k].astype(acc, copy=False)
             c = cx[k].astype(acc, copy=False) if cx is not None else None
             caches = [None] * T
-            for t in (range(T - 1, -1, -1) if d else range(T)):
+            for t in range(T - 1, -1, -1) if d else range(T):
                 hn, cn, cache = _step(xp, mode, ax[t], h, c, cell, clip)
                 if valid is None:
-                    y[t, :, d * O:(d + 1) * O] = hn
+                    y[t, :, d * O : (d + 1) * O] = hn
                     h, c = hn, cn
                 else:  # steps past a sequence's length leave its state as it was and output 0
                     m = valid[t]
-                    y[t, :, d * O:(d + 1) * O] = xp.where(m, hn, 0)
+                    y[t, :, d * O : (d + 1) * O] = xp.where(m, hn, 0)
                     h = xp.where(m, hn, h)
                     c = None if c is None else xp.where(m, cn, c)
                 caches[t] = cache
@@ -389,11 +406,14 @@ def _backprop(xp, params, w, dy, dhy, dcy, drop, saved, in_shape):
             k = layer * D + d
             cell, grads, caches = cells[k], dcells[k], tape[layer]["dirs"][d]
             dh = dhy[k] if dhy is not None else xp.zeros((N, O), dtype=acc)
-            dc = dcy[k] if (dcy is not None and mode == "lstm") else (xp.zeros((N, H), dtype=acc)
-                                                                         if mode == "lstm" else None)
+            dc = (
+                dcy[k]
+                if (dcy is not None and mode == "lstm")
+                else (xp.zeros((N, H), dtype=acc) if mode == "lstm" else None)
+            )
             dax = xp.zeros((T, N, G * H), dtype=acc)
-            for t in (range(T) if d else range(T - 1, -1, -1)):
-                dyt = dy[t, :, d * O:(d + 1) * O]
+            for t in range(T) if d else range(T - 1, -1, -1):
+                dyt = dy[t, :, d * O : (d + 1) * O]
                 if valid is None:
                     dhn, dcn, dh_skip, dc_skip = dh + dyt, dc, 0, 0
                 else:  # h_t = where(m, h', h_{t-1}), y_t = where(m, h', 0)
@@ -520,7 +540,7 @@ register(
     inputs=_backward_inputs,
     params=dict(_RNN_PARAMS),
     num_outputs=lambda p: 4 if p["mode"] == "lstm" else 3,
-    output_names=lambda p: ["data", "parameters", "state", "state_cell"][:4 if p["mode"] == "lstm" else 3],
+    output_names=lambda p: ["data", "parameters", "state", "state_cell"][: 4 if p["mode"] == "lstm" else 3],
     forward=_rnn_backward_fwd,
     infer_shape=_backward_shape,
     infer_type=_backward_type,

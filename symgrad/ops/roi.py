@@ -88,8 +88,10 @@ def _roi_types(*out_int):
         check_float(where, "data", in_types[0])
         check_float(where, "rois", in_types[1])
         if in_types[0] is not None and in_types[1] is not None and np.dtype(in_types[0]) != np.dtype(in_types[1]):
-            raise TypeError(f"{where}: input 'rois' has dtype {np.dtype(in_types[1])}, expected the data's dtype "
-                            f"{np.dtype(in_types[0])} (as MXNet)")
+            raise TypeError(
+                f"{where}: input 'rois' has dtype {np.dtype(in_types[1])}, expected the data's dtype "
+                f"{np.dtype(in_types[0])} (as MXNet)"
+            )
         outs = [np.dtype(np.int32) if i in out_int else np.dtype(t) for i in range(len(out_types))]
         return [t, t], outs
 
@@ -257,8 +259,10 @@ def _align_shape(params, in_shapes, out_shapes, where):
     ph, pw = params["pooled_size"]
     if params["position_sensitive"]:
         if c % (ph * pw):
-            raise ShapeError(f"{where}: with position_sensitive=True the {c} channels of data must be divisible by "
-                             f"pooled_size[0] * pooled_size[1] = {ph * pw}")
+            raise ShapeError(
+                f"{where}: with position_sensitive=True the {c} channels of data must be divisible by "
+                f"pooled_size[0] * pooled_size[1] = {ph * pw}"
+            )
         c //= ph * pw
     return in_shapes, [(r, c, ph, pw)]
 
@@ -308,8 +312,10 @@ def _align_weights(rois, H, W, params, T):
         rw, rh = ew - sw, eh - sh
         if params["aligned"]:
             if not (rw > 0 and rh > 0):
-                raise ValueError(f"_contrib_ROIAlign: with aligned=True every ROI needs positive width and height "
-                                 f"after scaling, got {rw} x {rh} for ROI {roi.tolist()} (MXNet aborts here)")
+                raise ValueError(
+                    f"_contrib_ROIAlign: with aligned=True every ROI needs positive width and height "
+                    f"after scaling, got {rw} x {rh} for ROI {roi.tolist()} (MXNet aborts here)"
+                )
         else:
             rw, rh = max(rw, T.type(1)), max(rh, T.type(1))
         bh, bw = T.type(rh / T.type(PH)), T.type(rw / T.type(PW))
@@ -328,8 +334,9 @@ def _align_weights(rois, H, W, params, T):
 
 def _check_batch(where, b, n):
     if b >= n:
-        raise ValueError(f"{where}: an ROI has batch index {b}, but data has only {n} images (MXNet reads out of "
-                         f"bounds here)")
+        raise ValueError(
+            f"{where}: an ROI has batch index {b}, but data has only {n} images (MXNet reads out of bounds here)"
+        )
 
 
 def _align_fwd(xp, data, rois, **params):
@@ -433,8 +440,9 @@ def _psroi_shape(params, in_shapes, out_shapes, where):
     (_, c, _, _), (r, _) = known
     gs, od, p = _group(params), params["output_dim"], params["pooled_size"]
     if c < od * gs * gs:
-        raise ShapeError(f"{where}: data has {c} channels; output_dim * group_size^2 = {od} * {gs}^2 = "
-                         f"{od * gs * gs} are needed")
+        raise ShapeError(
+            f"{where}: data has {c} channels; output_dim * group_size^2 = {od} * {gs}^2 = {od * gs * gs} are needed"
+        )
     return in_shapes, [(r, od, p, p)]
 
 
@@ -478,8 +486,9 @@ def _psroi_fwd(xp, data, rois, **params):
     out = xp.zeros((rois.shape[0], od, P, P), dtype=T)
     for r, (b, ay, ax) in enumerate(_psroi_weights(host_array(rois), H, W, params, T)):
         if not 0 <= b < N:
-            raise ValueError(f"_contrib_PSROIPooling: an ROI has batch index {b}, outside [0, {N}) (MXNet reads out "
-                             f"of bounds here)")
+            raise ValueError(
+                f"_contrib_PSROIPooling: an ROI has batch index {b}, outside [0, {N}) (MXNet reads out of bounds here)"
+            )
         x = data[b].astype(T, copy=False)[chan]  # (od, P, P, H, W)
         out[r] = xp.einsum("ph,cpqhw,qw->cpq", xp.asarray(ay), x, xp.asarray(ax))
     return out.astype(data.dtype, copy=False)
@@ -584,8 +593,9 @@ def _rroi_fwd(xp, data, rois, **params):
     for r, roi in enumerate(host_array(rois).astype(T)):
         b = _batch_index(roi[0])
         if not 0 <= b < N:
-            raise ValueError(f"_contrib_RROIAlign: an ROI has batch index {b}, outside [0, {N}) (MXNet reads out of "
-                             f"bounds here)")
+            raise ValueError(
+                f"_contrib_RROIAlign: an ROI has batch index {b}, outside [0, {N}) (MXNet reads out of bounds here)"
+            )
         m = xp.asarray(_rroi_matrix(roi, H, W, params, T))
         out[r] = (data[b].astype(T, copy=False).reshape(C, H * W) @ m.T).reshape(C, PH, PW)
     return out.astype(data.dtype, copy=False)
@@ -630,8 +640,9 @@ def _proposal_prepare(opname):
         where = f"{opname} {name!r}"
         out = dict(params)
         if params["rpn_post_nms_top_n"] < 1:
-            raise ParamError(f"{where}: parameter 'rpn_post_nms_top_n' must be >= 1, got "
-                             f"{params['rpn_post_nms_top_n']}")
+            raise ParamError(
+                f"{where}: parameter 'rpn_post_nms_top_n' must be >= 1, got {params['rpn_post_nms_top_n']}"
+            )
         if params["feature_stride"] < 1:
             raise ParamError(f"{where}: parameter 'feature_stride' must be >= 1, got {params['feature_stride']}")
         return out
@@ -649,11 +660,15 @@ def _proposal_shape(single):
         n, a2, h, w = cls
         a = len(params["scales"]) * len(params["ratios"])
         if a2 // 2 != a:
-            raise ShapeError(f"{where}: input 'cls_prob' has {a2} channels = 2 * {a2 // 2} anchors, but "
-                             f"len(scales) * len(ratios) = {a} anchors are generated")
+            raise ShapeError(
+                f"{where}: input 'cls_prob' has {a2} channels = 2 * {a2 // 2} anchors, but "
+                f"len(scales) * len(ratios) = {a} anchors are generated"
+            )
         if single and n != 1:
-            raise ShapeError(f"{where}: _contrib_Proposal takes one image (cls_prob batch size 1, as MXNet), got "
-                             f"{n}; use _contrib_MultiProposal")
+            raise ShapeError(
+                f"{where}: _contrib_Proposal takes one image (cls_prob batch size 1, as MXNet), got "
+                f"{n}; use _contrib_MultiProposal"
+            )
         want = [tuple(cls), (n, 2 * a2, h, w), (n, 3)]
         for i, name in ((1, "bbox_pred"), (2, "im_info")):
             if in_shapes[i] is not None and tuple(in_shapes[i]) != want[i]:
@@ -671,8 +686,9 @@ def _proposal_type(params, in_types, out_types, where):
     for name, x in zip(("cls_prob", "bbox_pred", "im_info"), in_types):
         check_float(where, name, x)
         if x is not None and np.dtype(x) != np.dtype(t):
-            raise TypeError(f"{where}: input {name!r} has dtype {np.dtype(x)}, expected {np.dtype(t)} (all inputs "
-                            f"share one dtype)")
+            raise TypeError(
+                f"{where}: input {name!r} has dtype {np.dtype(x)}, expected {np.dtype(t)} (all inputs share one dtype)"
+            )
     return [t] * 3, [t, t]
 
 
@@ -689,8 +705,14 @@ def _anchors(params):
             size_ratios = np.floor(w * h / ratio)
             nw = np.floor(np.sqrt(size_ratios) + f(0.5)) * scale
             nh = np.floor(nw / scale * ratio + f(0.5)) * scale
-            out.append([xc - f(0.5) * (nw - f(1)), yc - f(0.5) * (nh - f(1)),
-                        xc + f(0.5) * (nw - f(1)), yc + f(0.5) * (nh - f(1))])
+            out.append(
+                [
+                    xc - f(0.5) * (nw - f(1)),
+                    yc - f(0.5) * (nh - f(1)),
+                    xc + f(0.5) * (nw - f(1)),
+                    yc + f(0.5) * (nh - f(1)),
+                ]
+            )
     return np.array(out, dtype=np.float32)
 
 
@@ -732,8 +754,10 @@ def _proposals_one(fg, deltas, info, params, T):
     im_h, im_w, im_scale = (T.type(v) for v in info)
     real_h, real_w = int(im_h / T.type(fs)), int(im_w / T.type(fs))
     if real_h > H or real_w > W:
-        raise ValueError(f"Proposal: im_info {info.tolist()} needs a {real_h} x {real_w} feature map at stride {fs}, "
-                         f"larger than the {H} x {W} given")
+        raise ValueError(
+            f"Proposal: im_info {info.tolist()} needs a {real_h} x {real_w} feature map at stride {fs}, "
+            f"larger than the {H} x {W} given"
+        )
     half = T.type(0.5)
     if params["iou_loss"]:
         px1, py1, px2, py2 = x1 + d[..., 0], y1 + d[..., 1], x2 + d[..., 2], y2 + d[..., 3]
@@ -802,8 +826,12 @@ for _name, _single in (("_contrib_Proposal", True), ("_contrib_MultiProposal", F
         infer_shape=_proposal_shape(_single),
         infer_type=_proposal_type,
         gradient=_proposal_grad,
-        doc=("Region proposals of an RPN for one image" if _single else "Region proposals of an RPN, per image of "
-             "a batch") + ": anchors regressed by bbox_pred, clipped, small ones filtered, sorted by foreground "
+        doc=(
+            "Region proposals of an RPN for one image"
+            if _single
+            else "Region proposals of an RPN, per image of a batch"
+        )
+        + ": anchors regressed by bbox_pred, clipped, small ones filtered, sorted by foreground "
         "score, NMS; rows [batch, x1, y1, x2, y2] (and scores with output_score). Gradient: zeros, as MXNet.",
     )
 
@@ -880,17 +908,21 @@ def _dpsroi_shape(params, in_shapes, out_shapes, where):
     od, gs, P, part = params["output_dim"], params["group_size"], params["pooled_size"], _part(params)
     if trans is not None:
         if len(trans) != 4 or trans[1] % 2 or trans[1] == 0 or tuple(trans[2:]) != (part, part):
-            raise ShapeError(f"{where}: input 'trans' has shape {tuple(trans)}; expected (num_rois, 2 * num_classes, "
-                             f"part_size, part_size) with part_size {part}")
+            raise ShapeError(
+                f"{where}: input 'trans' has shape {tuple(trans)}; expected (num_rois, 2 * num_classes, "
+                f"part_size, part_size) with part_size {part}"
+            )
         if od % (trans[1] // 2):
-            raise ShapeError(f"{where}: input 'trans' {tuple(trans)} has {trans[1] // 2} classes, which must divide "
-                             f"output_dim={od}")
+            raise ShapeError(
+                f"{where}: input 'trans' {tuple(trans)} has {trans[1] // 2} classes, which must divide output_dim={od}"
+            )
     if known is None:
         return in_shapes, out_shapes
     (_, c, _, _), (r, _) = known
     if c < od * gs * gs:
-        raise ShapeError(f"{where}: data has {c} channels; output_dim * group_size^2 = {od} * {gs}^2 = "
-                         f"{od * gs * gs} are needed")
+        raise ShapeError(
+            f"{where}: data has {c} channels; output_dim * group_size^2 = {od} * {gs}^2 = {od * gs * gs} are needed"
+        )
     if trans is not None and trans[0] != r:
         raise ShapeError(f"{where}: input 'trans' has shape {tuple(trans)}; its first axis must be the {r} ROIs")
     return in_shapes, [(r, od, P, P), (r, od, P, P)]
@@ -904,8 +936,9 @@ def _dpsroi_types(params, in_types, out_types, where="op"):
     if len(in_types) > 2:
         check_float(where, "trans", in_types[2])
         if in_types[2] is not None and np.dtype(in_types[2]) != np.dtype(t):
-            raise TypeError(f"{where}: input 'trans' has dtype {np.dtype(in_types[2])}, expected the data's dtype "
-                            f"{np.dtype(t)}")
+            raise TypeError(
+                f"{where}: input 'trans' has dtype {np.dtype(in_types[2])}, expected the data's dtype {np.dtype(t)}"
+            )
         ins = ins + [t]
     return ins, [outs[0]] * len(out_types)
 
@@ -983,8 +1016,10 @@ def _dpsroi_channels(params, T):
 
 def _dpsroi_check_batch(b, N):
     if not 0 <= b < N:
-        raise ValueError(f"_contrib_DeformablePSROIPooling: an ROI has batch index {b}, outside [0, {N}) (MXNet "
-                         f"reads out of bounds here)")
+        raise ValueError(
+            f"_contrib_DeformablePSROIPooling: an ROI has batch index {b}, outside [0, {N}) (MXNet "
+            f"reads out of bounds here)"
+        )
 
 
 def _dpsroi_split(args, params):
@@ -1048,8 +1083,7 @@ def _dpsroi_grad(F, n, g):
     data, rois = n.inputs[:2]
     trans = None if p["no_trans"] else n.inputs[2]
     tin = () if trans is None else (trans,)
-    out = [F._deformable_psroi_scatter(g[0], rois, *tin, data, order_y=0, order_x=0, **p) if n.needs[0] else None,
-           None]
+    out = [F._deformable_psroi_scatter(g[0], rois, *tin, data, order_y=0, order_x=0, **p) if n.needs[0] else None, None]
     if trans is not None:
         out.append(_dpsroi_trans_gradient(F, g[0], data, rois, trans, 0, 0, p) if n.needs[2] else None)
     return out
@@ -1094,8 +1128,7 @@ def _dpsroi_sample_grad(F, n, g):
     data, rois = n.inputs[:2]
     trans = None if p["no_trans"] else n.inputs[2]
     tin = () if trans is None else (trans,)
-    out = [F._deformable_psroi_scatter(g[0], rois, *tin, data, order_y=a, order_x=b, **p) if n.needs[0] else None,
-           None]
+    out = [F._deformable_psroi_scatter(g[0], rois, *tin, data, order_y=a, order_x=b, **p) if n.needs[0] else None, None]
     if trans is not None:
         out.append(_dpsroi_trans_gradient(F, g[0], data, rois, trans, a, b, p) if n.needs[2] else None)
     return out

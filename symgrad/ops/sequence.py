@@ -78,8 +78,9 @@ def _lengths(xp, seq, batch, steps, low, op):
 
 def _rev_prepare(params, name):
     if params["axis"] != 0:
-        raise ParamError(f"SequenceReverse {name!r}: parameter 'axis' must be 0 (MXNet 1.9 supports no other), "
-                         f"got {params['axis']}")
+        raise ParamError(
+            f"SequenceReverse {name!r}: parameter 'axis' must be 0 (MXNet 1.9 supports no other), got {params['axis']}"
+        )
     return params
 
 
@@ -173,8 +174,9 @@ register(
     infer_shape=_last_shape,
     infer_type=_type,
     # y[b] = x[L_b - 1, b] (a selection S x):  dx = S^T g, g placed at each sequence's last step, zeros elsewhere
-    gradient=lambda F, n, g: [F._sequence_last_scatter(g[0], n.inputs[0], *n.inputs[1:], **n.params)]
-    + [None] * (len(n.inputs) - 1),
+    gradient=lambda F, n, g: (
+        [F._sequence_last_scatter(g[0], n.inputs[0], *n.inputs[1:], **n.params)] + [None] * (len(n.inputs) - 1)
+    ),
     no_grad_inputs=("sequence_length",),
     doc="The last valid step of each sequence (step ``sequence_length - 1``, or the last step without it).",
 )

@@ -107,8 +107,9 @@ class _ReshapeReader:
 
     def take(self):
         if self.src_idx >= len(self.src):
-            raise ShapeError(f"{self.where}: shape={tuple(self.shape)} uses more input dimensions than "
-                             f"{tuple(self.dshape)} has")
+            raise ShapeError(
+                f"{self.where}: shape={tuple(self.shape)} uses more input dimensions than {tuple(self.dshape)} has"
+            )
         self.src_idx += 1
         return self.src[self.src_idx - 1]
 
@@ -125,7 +126,7 @@ class _ReshapeReader:
             self.out.append(1)
             self.src_idx += 1
         elif d == -2:
-            rest = self.src[self.src_idx:]
+            rest = self.src[self.src_idx :]
             self.copied_zeros += rest.count(0)
             self.out.extend(rest)
             self.src_idx = len(self.src)
@@ -412,7 +413,7 @@ def _expand_dims_shape(params, in_shapes, out_shapes, where):
         return in_shapes, [tuple(x[:axis]) + (1,) + tuple(x[axis:])]
     if y is not None and len(y) >= 1:
         axis = normalize_axis(params["axis"], len(y), where)
-        return [tuple(y[:axis]) + tuple(y[axis + 1:])], out_shapes
+        return [tuple(y[:axis]) + tuple(y[axis + 1 :])], out_shapes
     return in_shapes, out_shapes
 
 
@@ -668,7 +669,7 @@ def _stack_shape(params, in_shapes, out_shapes, where):
         out = tuple(s0[:axis]) + (n,) + tuple(s0[axis:])
         return [tuple(s0)] * len(in_shapes), [out]
     axis = normalize_axis(params["axis"], len(y), where)
-    s0 = tuple(y[:axis]) + tuple(y[axis + 1:])
+    s0 = tuple(y[:axis]) + tuple(y[axis + 1 :])
     return [s0] * len(in_shapes), out_shapes
 
 
@@ -1047,7 +1048,7 @@ def _repeat_sum_fwd(xp, g, like, repeats, axis):
         s = g.reshape(like.size, repeats).sum(axis=1, dtype=_acc(g.dtype))
     else:
         a = normalize_axis(axis, like.ndim, "_repeat_sum")
-        s = g.reshape(like.shape[: a + 1] + (repeats,) + like.shape[a + 1:]).sum(axis=a + 1, dtype=_acc(g.dtype))
+        s = g.reshape(like.shape[: a + 1] + (repeats,) + like.shape[a + 1 :]).sum(axis=a + 1, dtype=_acc(g.dtype))
     return s.astype(g.dtype, copy=False).reshape(like.shape)
 
 
@@ -1093,9 +1094,7 @@ def _broadcast_check(x, out, where, what):
 def _broadcast_to_out(params, x, where):
     shape = params["shape"]
     if len(shape) != len(x):
-        raise ShapeError(
-            f"{where}: parameter 'shape'={tuple(shape)} must have as many dims as the input {tuple(x)}"
-        )
+        raise ShapeError(f"{where}: parameter 'shape'={tuple(shape)} must have as many dims as the input {tuple(x)}")
     out = tuple(d if s == 0 else s for d, s in zip(x, shape))
     return _broadcast_check(x, out, where, f"shape={tuple(shape)}")
 
@@ -1316,8 +1315,10 @@ register(
     "_slice_assign_scalar",
     aliases=("_crop_assign_scalar",),
     params={"scalar": Param("float", 0.0), **_ASSIGN_PARAMS},
-    prepare=lambda params, name: {"scalar": params["scalar"], **_slice_prepare(
-        {k: v for k, v in params.items() if k != "scalar"}, name)},
+    prepare=lambda params, name: {
+        "scalar": params["scalar"],
+        **_slice_prepare({k: v for k, v in params.items() if k != "scalar"}, name),
+    },
     forward=_slice_assign_scalar_fwd,
     infer_shape=same_shape,
     infer_type=_keep_first_type,
@@ -1366,14 +1367,14 @@ def _crop_legacy_fwd(xp, data, *like, num_args, offset, h_w, center_crop):
     p = {"offset": offset, "center_crop": center_crop}
     oh, ow = like[0].shape[2:4] if like else h_w[:2]
     oy, ox = _crop_offset(p, data.shape, oh, ow, "Crop")
-    return data[:, :, oy:oy + oh, ox:ox + ow].copy()
+    return data[:, :, oy : oy + oh, ox : ox + ow].copy()
 
 
 def _crop_scatter_fwd(xp, g, data, offset, center_crop):
     oh, ow = g.shape[2:4]
     oy, ox = _crop_offset({"offset": offset, "center_crop": center_crop}, data.shape, oh, ow, "Crop")
     out = xp.zeros(data.shape, dtype=g.dtype)
-    out[:, :, oy:oy + oh, ox:ox + ow] = g
+    out[:, :, oy : oy + oh, ox : ox + ow] = g
     return out
 
 
@@ -1387,9 +1388,13 @@ def _crop_legacy_grad(F, n, g):
 register(
     "Crop",
     variadic="num_args",
-    inputs=lambda p: ["data", "crop_like"][:p["num_args"]],
-    params={"num_args": Param("int"), "offset": Param("shape", (0, 0)), "h_w": Param("shape", (0, 0)),
-            "center_crop": Param("bool", False)},
+    inputs=lambda p: ["data", "crop_like"][: p["num_args"]],
+    params={
+        "num_args": Param("int"),
+        "offset": Param("shape", (0, 0)),
+        "h_w": Param("shape", (0, 0)),
+        "center_crop": Param("bool", False),
+    },
     forward=_crop_legacy_fwd,
     infer_shape=_crop_legacy_shape,
     infer_type=_keep_first_type,

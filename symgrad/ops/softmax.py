@@ -65,8 +65,10 @@ def _shape(params, in_shapes, out_shapes, where):
     if params["use_length"]:
         want = _length_shape(x, ax)
         if ins[1] is not None and tuple(ins[1]) != want:
-            raise ShapeError(f"{where}: input 'length' has shape {tuple(ins[1])}, expected {want} (data {tuple(x)} "
-                             f"without axis {ax})")
+            raise ShapeError(
+                f"{where}: input 'length' has shape {tuple(ins[1])}, expected {want} (data {tuple(x)} "
+                f"without axis {ax})"
+            )
         ins[1] = want
     return ins, [x]
 
@@ -83,8 +85,9 @@ def _type(params, in_types, out_types, where):
 def _valid_mask(xp, x, length, axis):
     """Boolean mask of the positions before each row's length, shaped to broadcast against x."""
     steps = xp.arange(x.shape[axis]).reshape(_channel(x.ndim, axis, x.shape[axis]))
-    return steps < xp.expand_dims(length.astype(np.int64).reshape([d for i, d in enumerate(x.shape) if i != axis]),
-                                  axis)
+    return steps < xp.expand_dims(
+        length.astype(np.int64).reshape([d for i, d in enumerate(x.shape) if i != axis]), axis
+    )
 
 
 def _channel(ndim, axis, size):

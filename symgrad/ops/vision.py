@@ -158,8 +158,13 @@ def _affine_dst(xp, H, W, dtype):
     with np.errstate(divide="ignore", invalid="ignore"):
         j = np.tile(np.arange(W, dtype=np.float64), H)
         i = np.repeat(np.arange(H, dtype=np.float64), W)
-        dst = np.stack([-1.0 + j * (2.0 / (W - 1) if W > 1 else np.inf),
-                        -1.0 + i * (2.0 / (H - 1) if H > 1 else np.inf), np.ones(H * W)])
+        dst = np.stack(
+            [
+                -1.0 + j * (2.0 / (W - 1) if W > 1 else np.inf),
+                -1.0 + i * (2.0 / (H - 1) if H > 1 else np.inf),
+                np.ones(H * W),
+            ]
+        )
     return xp.asarray(dst.astype(dtype))
 
 
@@ -179,14 +184,18 @@ def _grid_shape(params, in_shapes, out_shapes, where):
         return in_shapes, out_shapes
     if params["transform_type"] == "affine":
         if len(x) != 2 or x[1] != 6:
-            raise ShapeError(f"{where}: input 'data' has shape {tuple(x)}; transform_type='affine' expects "
-                             f"(batch, 6) affine matrices")
+            raise ShapeError(
+                f"{where}: input 'data' has shape {tuple(x)}; transform_type='affine' expects "
+                f"(batch, 6) affine matrices"
+            )
         ts = tuple(params["target_shape"])
         _check_target(where, ts)
         return in_shapes, [(x[0], 2) + ts, (3, ts[0] * ts[1])]
     if len(x) != 4 or x[1] != 2:
-        raise ShapeError(f"{where}: input 'data' has shape {tuple(x)}; transform_type='warp' expects an optical "
-                         f"flow (batch, 2, H, W)")
+        raise ShapeError(
+            f"{where}: input 'data' has shape {tuple(x)}; transform_type='warp' expects an optical "
+            f"flow (batch, 2, H, W)"
+        )
     return in_shapes, [tuple(x), (2,) + tuple(x[2:])]
 
 
@@ -335,8 +344,9 @@ def _grid_gradient(F, g, data, grid, a, b):
         if oy > 1 or ox > 1:  # k'' = 0 away from the kinks
             chans.append(F.zeros_like(F.slice_axis(grid, axis=1, begin=0, end=1)))
         else:
-            chans.append(F.sum(g * F._bilinear_sampler_sample(data, grid, order_y=oy, order_x=ox), axis=1,
-                               keepdims=True))
+            chans.append(
+                F.sum(g * F._bilinear_sampler_sample(data, grid, order_y=oy, order_x=ox), axis=1, keepdims=True)
+            )
     return F.Concat(*chans, dim=1)
 
 
@@ -461,8 +471,9 @@ def _st_grad(F, n, g):
     grid = F.GridGenerator(loc, transform_type="affine", target_shape=ts)
     out = [F._bilinear_sampler_scatter(gy, grid, data, order_y=0, order_x=0) if n.needs[0] else None, None]
     if n.needs[1]:
-        out[1] = F._grid_generator_adjoint(_grid_gradient(F, gy, data, grid, 0, 0), transform_type="affine",
-                                           target_shape=ts)
+        out[1] = F._grid_generator_adjoint(
+            _grid_gradient(F, gy, data, grid, 0, 0), transform_type="affine", target_shape=ts
+        )
     return out
 
 
@@ -521,8 +532,10 @@ def _corr_geom(p, H, W, where="Correlation"):
     th = -(-(H + 2 * pad - 2 * border) // s1)
     tw = -(-(W + 2 * pad - 2 * border) // s1)
     if th < 1 or tw < 1:
-        raise ShapeError(f"{where}: the neighbourhood (max_displacement={md}) and kernel (kernel_size={k}) do not "
-                         f"fit in the input {H}x{W} padded by {pad}")
+        raise ShapeError(
+            f"{where}: the neighbourhood (max_displacement={md}) and kernel (kernel_size={k}) do not "
+            f"fit in the input {H}x{W} padded by {pad}"
+        )
     r = md // s2
     gw = 2 * r + 1
     disps = [((q // gw - r) * s2, (q % gw - r) * s2) for q in range(gw * gw)]
@@ -572,10 +585,10 @@ def _corr_fwd(xp, d1, d2, **p):
     md, k = p["max_displacement"], p["kernel_size"]
     P1, P2 = _corr_padded(xp, d1, p["pad_size"], acc), _corr_padded(xp, d2, p["pad_size"], acc)
     sy, sx = _corr_spans(p, th, tw)
-    a = P1[:, :, md:md + sy, md:md + sx]
+    a = P1[:, :, md : md + sy, md : md + sx]
     out = xp.zeros((N, len(disps), th, tw), dtype=acc)
     for q, (dy, dx) in enumerate(disps):
-        b = P2[:, :, md + dy:md + dy + sy, md + dx:md + dx + sx]
+        b = P2[:, :, md + dy : md + dy + sy, md + dx : md + dx + sx]
         m = (a * b).sum(axis=1) if p["is_multiply"] else xp.abs(a - b).sum(axis=1)
         for ys, xs in _box_taps(p, th, tw):
             out[:, q] += m[:, ys, xs]
@@ -610,7 +623,7 @@ def _corr_adjoint_fwd(xp, g, other, *, which, **p):
             G[s1] += B * Po[s2]
         else:
             G[s2] += B * Po[s1]
-    G = G[:, :, pad:pad + H, pad:pad + W] / (k * k * C)
+    G = G[:, :, pad : pad + H, pad : pad + W] / (k * k * C)
     return xp.ascontiguousarray(G).astype(g.dtype, copy=False)
 
 
@@ -619,8 +632,10 @@ def _corr_grad(F, n, g):
     p = dict(n.params)
     if p["is_multiply"]:
         # out = corr(d1, d2) is bilinear:  d d1 = A1(g; d2),  d d2 = A2(g; d1)
-        return [F._correlation_adjoint(g[0], d2, which=1, **p) if n.needs[0] else None,
-                F._correlation_adjoint(g[0], d1, which=2, **p) if n.needs[1] else None]
+        return [
+            F._correlation_adjoint(g[0], d2, which=1, **p) if n.needs[0] else None,
+            F._correlation_adjoint(g[0], d1, which=2, **p) if n.needs[1] else None,
+        ]
     # out = sum |P1 - P2| / S:  d P1 = g sign(P1 - P2) / S (sign(0) = +1 as MXNet), d P2 = -that
     b = F._backward_Correlation(g[0], d1, d2, **p)
     return [b[0] if n.needs[0] else None, b[1] if n.needs[1] else None]
@@ -654,10 +669,14 @@ def _corr_adj_grad(F, n, g):
     gin, other = n.inputs
     p = {k: v for k, v in n.params.items() if k != "which"}
     if n.params["which"] == 1:
-        return [F.Correlation(g[0], other, **p) if n.needs[0] else None,
-                F._correlation_adjoint(gin, g[0], which=2, **p) if n.needs[1] else None]
-    return [F.Correlation(other, g[0], **p) if n.needs[0] else None,
-            F._correlation_adjoint(gin, g[0], which=1, **p) if n.needs[1] else None]
+        return [
+            F.Correlation(g[0], other, **p) if n.needs[0] else None,
+            F._correlation_adjoint(gin, g[0], which=2, **p) if n.needs[1] else None,
+        ]
+    return [
+        F.Correlation(other, g[0], **p) if n.needs[0] else None,
+        F._correlation_adjoint(gin, g[0], which=1, **p) if n.needs[1] else None,
+    ]
 
 
 def _corr_adj_prepare(params, node_name):
@@ -693,11 +712,19 @@ def _corr_abs_bwd(xp, g, d1, d2, **p):
     for q, (dy, dx) in enumerate(disps):
         for ys, xs in _box_taps(p, th, tw):
             y0, x0 = ys.start + md, xs.start + md
-            s1 = (slice(None), slice(None), slice(y0, y0 + ys.stop - ys.start, ys.step),
-                  slice(x0, x0 + xs.stop - xs.start, xs.step))
-            s2 = (slice(None), slice(None), slice(y0 + dy, y0 + dy + ys.stop - ys.start, ys.step),
-                  slice(x0 + dx, x0 + dx + xs.stop - xs.start, xs.step))
-            t = xp.where(P1[s1] >= P2[s2], one, -one) * ga[:, q:q + 1]
+            s1 = (
+                slice(None),
+                slice(None),
+                slice(y0, y0 + ys.stop - ys.start, ys.step),
+                slice(x0, x0 + xs.stop - xs.start, xs.step),
+            )
+            s2 = (
+                slice(None),
+                slice(None),
+                slice(y0 + dy, y0 + dy + ys.stop - ys.start, ys.step),
+                slice(x0 + dx, x0 + dx + xs.stop - xs.start, xs.step),
+            )
+            t = xp.where(P1[s1] >= P2[s2], one, -one) * ga[:, q : q + 1]
             G1[s1] += t
             G2[s2] -= t
     crop = (slice(None), slice(None), slice(pad, pad + H), slice(pad, pad + W))
@@ -747,8 +774,9 @@ def _slide_prepare(opname):
         if "output_size" in params:
             osz = tuple(params["output_size"])
             if len(osz) != nd or any(v < 1 for v in osz):
-                raise ParamError(f"{where}: parameter 'output_size'={osz} must have {nd} positive entries like "
-                                 f"kernel={k}")
+                raise ParamError(
+                    f"{where}: parameter 'output_size'={osz} must have {nd} positive entries like kernel={k}"
+                )
         return out
 
     return prepare
@@ -760,8 +788,10 @@ def _slide_out(params, X, where):
     for i, (x, ki, si, di, pi) in enumerate(zip(X, k, s, d, p)):
         span = (ki - 1) * di + 1
         if span > x + 2 * pi:
-            raise ShapeError(f"{where}: kernel {ki} (dilate {di}: spans {span}) exceeds size {x} padded to "
-                             f"{x + 2 * pi} on spatial axis {i}")
+            raise ShapeError(
+                f"{where}: kernel {ki} (dilate {di}: spans {span}) exceeds size {x} padded to "
+                f"{x + 2 * pi} on spatial axis {i}"
+            )
         Y.append((x + 2 * pi - span) // si + 1)
     return tuple(Y)
 
@@ -772,8 +802,10 @@ def _im2col_shape(params, in_shapes, out_shapes, where):
         return in_shapes, out_shapes
     nd = len(params["kernel"])
     if len(x) != nd + 2:
-        raise ShapeError(f"{where}: input 'data' has shape {tuple(x)} ({len(x)}-d), but kernel="
-                         f"{tuple(params['kernel'])} needs a {nd + 2}-d input")
+        raise ShapeError(
+            f"{where}: input 'data' has shape {tuple(x)} ({len(x)}-d), but kernel="
+            f"{tuple(params['kernel'])} needs a {nd + 2}-d input"
+        )
     Y = _slide_out(params, x[2:], where)
     return in_shapes, [(x[0], x[1] * math.prod(params["kernel"]), math.prod(Y))]
 
@@ -819,12 +851,15 @@ def _col2im_shape(params, in_shapes, out_shapes, where, X=None):
     k = params["kernel"]
     X = tuple(params["output_size"]) if X is None else X
     if len(c) != 3:
-        raise ShapeError(f"{where}: input 'data' has shape {tuple(c)}; col2im expects 3-d columns (N, C*prod(kernel),"
-                         f" blocks)")
+        raise ShapeError(
+            f"{where}: input 'data' has shape {tuple(c)}; col2im expects 3-d columns (N, C*prod(kernel), blocks)"
+        )
     Y = _slide_out(params, X, where)
     if c[2] != math.prod(Y):
-        raise ShapeError(f"{where}: input 'data' has {c[2]} blocks (axis 2), but output_size={X} with these "
-                         f"kernel/stride/dilate/pad gives {math.prod(Y)}")
+        raise ShapeError(
+            f"{where}: input 'data' has {c[2]} blocks (axis 2), but output_size={X} with these "
+            f"kernel/stride/dilate/pad gives {math.prod(Y)}"
+        )
     if c[1] % math.prod(k):
         raise ShapeError(f"{where}: input 'data' axis 1 ({c[1]}) must be a multiple of prod(kernel)={math.prod(k)}")
     return in_shapes, [(c[0], c[1] // math.prod(k)) + tuple(X)]
@@ -976,8 +1011,10 @@ def _resize_size(p, x, like):
             return _scaled(p["scale_height"], H), _scaled(p["scale_width"], W)
         return p["height"], p["width"]
     if mode == "odd_scale":
-        return tuple(_scaled(s, n) if n % 2 == 0 else _scaled(s, n - 1) + 1
-                     for s, n in ((p["scale_height"], H), (p["scale_width"], W)))
+        return tuple(
+            _scaled(s, n) if n % 2 == 0 else _scaled(s, n - 1) + 1
+            for s, n in ((p["scale_height"], H), (p["scale_width"], W))
+        )
     if mode == "like":
         return like[2], like[3]
     step = 1 if mode.endswith("_up") else -1
@@ -1071,13 +1108,16 @@ register(
     "_bilinear_resize_adjoint",
     inputs=("ograd", "like"),
     params={"align_corners": Param("bool", True)},
-    forward=lambda xp, g, like, *, align_corners: _resize(xp, g, g.shape[2], g.shape[3], align_corners,
-                                                          adjoint=True, isize=like.shape[2:]),
+    forward=lambda xp, g, like, *, align_corners: _resize(
+        xp, g, g.shape[2], g.shape[3], align_corners, adjoint=True, isize=like.shape[2:]
+    ),
     infer_shape=lambda p, i, o, w: (i, [i[1]] if i[1] is not None else o),
     no_grad_inputs=("like",),
     # <H, R^T G> = <R H, G>: R H is BilinearResize2D of H to G's size (mode='like')
-    gradient=lambda F, n, g: [F._contrib_BilinearResize2D(g[0], n.inputs[0], mode="like",
-                                                          align_corners=n.params["align_corners"]), None],
+    gradient=lambda F, n, g: [
+        F._contrib_BilinearResize2D(g[0], n.inputs[0], mode="like", align_corners=n.params["align_corners"]),
+        None,
+    ],
     doc="Adjoint of BilinearResize2D (hidden; ``like`` gives the input size).",
 )
 
@@ -1094,8 +1134,9 @@ def _deform_prepare(opname):
         where = f"{opname} {node_name!r}"
         k = tuple(params["kernel"])
         if len(k) != 2:
-            raise ParamError(f"{where}: parameter 'kernel' must be (h, w): MXNet implements 2-D deformable "
-                             f"convolution only, got {k}")
+            raise ParamError(
+                f"{where}: parameter 'kernel' must be (h, w): MXNet implements 2-D deformable convolution only, got {k}"
+            )
         if any(v < 1 for v in k):
             raise ParamError(f"{where}: every entry of parameter 'kernel' must be >= 1, got {k}")
         out = dict(params)
@@ -1106,8 +1147,10 @@ def _deform_prepare(opname):
             if name in params and params[name] < 1:
                 raise ParamError(f"{where}: parameter {name!r} must be >= 1, got {params[name]}")
         if "num_filter" in params and params["num_filter"] % params["num_group"]:
-            raise ParamError(f"{where}: parameter 'num_filter'={params['num_filter']} must be divisible by "
-                             f"'num_group'={params['num_group']}")
+            raise ParamError(
+                f"{where}: parameter 'num_filter'={params['num_filter']} must be divisible by "
+                f"'num_group'={params['num_group']}"
+            )
         if "layout" in params:
             check_layout(where, params["layout"], 2)
         if "order_y" in params:
@@ -1153,8 +1196,7 @@ def _deform_im2col_fwd(xp, data, offset, *, order_y=0, order_x=0, **p):
     Ho, Wo = offset.shape[2:]
     K = math.prod(p["kernel"])
     py, px = _deform_positions(xp, offset, p, acc)
-    cols = _sample(xp, data.astype(acc, copy=False).reshape(N, dg, C // dg, H, W), py, px, order_y, order_x,
-                   "deform")
+    cols = _sample(xp, data.astype(acc, copy=False).reshape(N, dg, C // dg, H, W), py, px, order_y, order_x, "deform")
     return cols.reshape(N, C * K, Ho, Wo).astype(data.dtype, copy=False)
 
 
@@ -1228,8 +1270,7 @@ register(
     forward=_deform_im2col_fwd,
     infer_shape=_dcol_shape,
     gradient=_dcol_grad,
-    doc="Deformable im2col (N, C*K, Ho, Wo), or its derivative of order (order_y, order_x) in the offsets "
-    "(hidden).",
+    doc="Deformable im2col (N, C*K, Ho, Wo), or its derivative of order (order_y, order_x) in the offsets (hidden).",
 )
 
 
@@ -1325,8 +1366,10 @@ def _dconv_shape(params, in_shapes, out_shapes, where):
     Y = _deform_out(params, x[2], x[3], where)
     want_off = (x[0], 2 * K * dg) + Y
     if off is not None and tuple(off) != want_off:
-        raise ShapeError(f"{where}: input 'offset' has shape {tuple(off)}, expected {want_off} (batch, "
-                         f"2*kernel_h*kernel_w*num_deformable_group, output H, output W)")
+        raise ShapeError(
+            f"{where}: input 'offset' has shape {tuple(off)}, expected {want_off} (batch, "
+            f"2*kernel_h*kernel_w*num_deformable_group, output H, output W)"
+        )
     ins[1] = want_off
     return ins, [(x[0], f) + Y]
 
@@ -1336,8 +1379,10 @@ def _dconv_fwd(xp, data, offset, weight, bias=None, *, num_filter, num_group, **
     acc = acc_dtype(data.dtype)
     N, CK, Ho, Wo = cols.shape
     g = num_group
-    out = xp.matmul(weight.astype(acc, copy=False).reshape(g, num_filter // g, CK // g),
-                    cols.astype(acc, copy=False).reshape(N, g, CK // g, Ho * Wo))
+    out = xp.matmul(
+        weight.astype(acc, copy=False).reshape(g, num_filter // g, CK // g),
+        cols.astype(acc, copy=False).reshape(N, g, CK // g, Ho * Wo),
+    )
     out = out.reshape(N, num_filter, Ho, Wo)
     if bias is not None:
         out = out + bias.astype(acc, copy=False).reshape(1, -1, 1, 1)
@@ -1352,8 +1397,14 @@ def _dconv_grad(F, n, g):
     data, offset, weight = n.inputs[:3]
     gy = g[0]
     p = _geom_of(n.params)
-    hp = {"kernel": (1, 1), "stride": (1, 1), "dilate": (1, 1), "pad": (0, 0), "num_group": n.params["num_group"],
-          "target_shape": ()}
+    hp = {
+        "kernel": (1, 1),
+        "stride": (1, 1),
+        "dilate": (1, 1),
+        "pad": (0, 0),
+        "num_group": n.params["num_group"],
+        "target_shape": (),
+    }
     cols = F._deformable_im2col(data, offset, order_y=0, order_x=0, **p)
     out = [None, None, None]
     if n.needs[0] or n.needs[1]:
@@ -1423,8 +1474,7 @@ def _mdeform_im2col_fwd(xp, data, offset, mask, *, order_y=0, order_x=0, **p):
     Ho, Wo = offset.shape[2:]
     K = math.prod(p["kernel"])
     py, px = _deform_positions(xp, offset, p, acc)
-    cols = _sample(xp, data.astype(acc, copy=False).reshape(N, dg, C // dg, H, W), py, px, order_y, order_x,
-                   "zero")
+    cols = _sample(xp, data.astype(acc, copy=False).reshape(N, dg, C // dg, H, W), py, px, order_y, order_x, "zero")
     cols = cols * mask.astype(acc, copy=False).reshape(N, dg, 1, K * Ho * Wo)
     return cols.reshape(N, C * K, Ho, Wo).astype(data.dtype, copy=False)
 
@@ -1565,8 +1615,10 @@ def _mdconv_inputs(params):
 def _mdconv_prepare(params, node_name):
     out = _deform_prepare("_contrib_ModulatedDeformableConvolution")(params, node_name)
     if params["im2col_step"] < 1:
-        raise ParamError(f"_contrib_ModulatedDeformableConvolution {node_name!r}: parameter 'im2col_step' must be "
-                         f">= 1, got {params['im2col_step']}")
+        raise ParamError(
+            f"_contrib_ModulatedDeformableConvolution {node_name!r}: parameter 'im2col_step' must be "
+            f">= 1, got {params['im2col_step']}"
+        )
     return out
 
 
@@ -1582,12 +1634,16 @@ def _mdconv_shape(params, in_shapes, out_shapes, where):
     if f % dg:
         raise ShapeError(f"{where}: num_deformable_group={dg} must divide num_filter={f} (as MXNet checks)")
     if x[0] > step and x[0] % step:
-        raise ShapeError(f"{where}: batch size {x[0]} of data {tuple(x)} must be at most or a multiple of "
-                         f"im2col_step={step} (as MXNet)")
+        raise ShapeError(
+            f"{where}: batch size {x[0]} of data {tuple(x)} must be at most or a multiple of "
+            f"im2col_step={step} (as MXNet)"
+        )
     want = (x[0], math.prod(params["kernel"]) * dg) + tuple(outs[0][2:])
     if mask is not None and tuple(mask) != want:
-        raise ShapeError(f"{where}: input 'mask' has shape {tuple(mask)}, expected {want} (batch, "
-                         f"kernel_h*kernel_w*num_deformable_group, output H, output W)")
+        raise ShapeError(
+            f"{where}: input 'mask' has shape {tuple(mask)}, expected {want} (batch, "
+            f"kernel_h*kernel_w*num_deformable_group, output H, output W)"
+        )
     ins[2] = want
     return ins, outs
 
@@ -1597,8 +1653,10 @@ def _mdconv_fwd(xp, data, offset, mask, weight, bias=None, *, num_filter, num_gr
     acc = acc_dtype(data.dtype)
     N, CK, Ho, Wo = cols.shape
     g = num_group
-    out = xp.matmul(weight.astype(acc, copy=False).reshape(g, num_filter // g, CK // g),
-                    cols.astype(acc, copy=False).reshape(N, g, CK // g, Ho * Wo))
+    out = xp.matmul(
+        weight.astype(acc, copy=False).reshape(g, num_filter // g, CK // g),
+        cols.astype(acc, copy=False).reshape(N, g, CK // g, Ho * Wo),
+    )
     out = out.reshape(N, num_filter, Ho, Wo)
     if bias is not None:
         out = out + bias.astype(acc, copy=False).reshape(1, -1, 1, 1)
@@ -1612,8 +1670,14 @@ def _mdconv_grad(F, n, g):
     data, offset, mask, weight = n.inputs[:4]
     gy = g[0]
     p = _geom_of(n.params)
-    hp = {"kernel": (1, 1), "stride": (1, 1), "dilate": (1, 1), "pad": (0, 0), "num_group": n.params["num_group"],
-          "target_shape": ()}
+    hp = {
+        "kernel": (1, 1),
+        "stride": (1, 1),
+        "dilate": (1, 1),
+        "pad": (0, 0),
+        "num_group": n.params["num_group"],
+        "target_shape": (),
+    }
     cols = F._modulated_deformable_im2col(data, offset, mask, order_y=0, order_x=0, **p)
     out = [None, None, None, None]
     if n.needs[0] or n.needs[1] or n.needs[2]:
