@@ -18,7 +18,7 @@ from .context import to_numpy
 from .diagnose import Diagnosis, analyze
 from .frames import hide_from_pytest as _hide_from_pytest
 from .report import GradientCheckError, Report
-from .tolerance import Real, Tolerance, get_tols
+from .tolerance import Real, Tolerance, get_tols, violations
 
 if TYPE_CHECKING:
     from numpy.typing import ArrayLike, DTypeLike
@@ -34,21 +34,6 @@ def _as_float64(x):
     if x.dtype.kind == "c":
         return x.astype(np.complex128)
     return x.astype(np.float64)
-
-
-def _violations(a, e, rtol, atol, equal_nan, noise=None):
-    """(bad mask, |a - e|, allowed) for broadcast float64 arrays."""
-    with np.errstate(invalid="ignore", over="ignore"):
-        equal = a == e  # equal infinities count as equal (as np.isclose)
-        if equal_nan:
-            equal |= np.isnan(a) & np.isnan(e)
-        err = np.where(equal, 0.0, np.abs(a - e))
-        allowed = atol + rtol * np.abs(e)
-        if noise is not None:
-            allowed = allowed + noise
-        allowed = np.where(np.isfinite(allowed), allowed, 0.0)
-        bad = ~(err <= allowed)  # NaN errors are mismatches
-    return bad, err, allowed
 
 
 def compare(
@@ -115,7 +100,7 @@ def compare(
     total_noise = noise
     if analytic_noise is not None:
         total_noise = analytic_noise if noise is None else np.asarray(noise) + np.asarray(analytic_noise)
-    bad, err, allowed = _violations(a_b, e_b, rtol, atol, equal_nan, total_noise)
+    bad, err, allowed = violations(a_b, e_b, rtol, atol, equal_nan, total_noise)
     n_excluded = 0
     if exclude is not None:
         exclude = np.broadcast_to(np.asarray(exclude, bool), bad.shape)
@@ -305,7 +290,7 @@ def almost_equal(
         a64, b64 = np.broadcast_arrays(_as_float64(a_np), _as_float64(b_np))
     except ValueError:
         return False
-    bad, _, _ = _violations(a64, b64, rtol, atol, equal_nan)
+    bad, _, _ = violations(a64, b64, rtol, atol, equal_nan)
     return not bool(bad.any())
 
 

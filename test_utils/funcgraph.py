@@ -20,7 +20,7 @@ from symgrad.context import array_context
 from symgrad.symbol import Group, Symbol
 
 from ._inputs import check_finite, check_kind, check_shapes
-from .compare import _violations, compare
+from .compare import compare
 from .context import default_context, to_device, to_numpy
 from .differencer import default_steps, directional, gradient, jacobian
 from .frames import hide_from_pytest as _hide_from_pytest
@@ -30,6 +30,7 @@ from .numeric import MAX_REDRAWS, element_kinks, kink_warning, move_off_kink
 from .objectives import projected_objective
 from .report import GradientCheckError
 from .scaleout import Recipe, Spread
+from .tolerance import violations
 
 __tracebackhide__ = _hide_from_pytest  # a failed check shows its report, not these frames
 
@@ -446,7 +447,7 @@ class Reference:
         )
         f_noise = self.evaluation_noise(weights)
         n_noise = f_noise / widths[name]
-        bad, _, allowed = _violations(a, numeric[name], rtol, atol, False, n_noise + a_noise[name])
+        bad, _, allowed = violations(a, numeric[name], rtol, atol, False, n_noise + a_noise[name])
         if not bad.any():
             return None, []
         kinks = element_kinks(self.harness, name, scalar, np.argwhere(bad), steps[name], a, allowed, f_noise=f_noise)

@@ -38,7 +38,7 @@ from ._inputs import (
     parse_location,
 )
 from .buffers import probe
-from .compare import _violations, compare
+from .compare import compare
 from .context import default_context, synchronize, to_device, to_numpy
 from .differencer import COMPLEX_STEP, METHODS, default_steps, gradient
 from .frames import hide_from_pytest as _hide_from_pytest
@@ -56,7 +56,7 @@ from .objectives import complex_objective, projected_objective
 from .report import GradientCheckError, NondifferentiablePointWarning
 from .scaleout import Recipe, Spread, check_pool
 from .seed import seeded_check
-from .tolerance import Tolerance, get_tols, scaled_atol
+from .tolerance import Tolerance, get_tols, scaled_atol, violations
 
 if TYPE_CHECKING:
     from concurrent.futures import Executor
@@ -1023,7 +1023,7 @@ class _NumericRun:
             atol = {k: self._atol(numeric[k]) for k in s.checked}
             found = {}
             for k in s.checked:
-                bad, _, allowed = _violations(analytic[k], numeric[k], s.rtol, atol[k], False, n_noise[k] + a_noise[k])
+                bad, _, allowed = violations(analytic[k], numeric[k], s.rtol, atol[k], False, n_noise[k] + a_noise[k])
                 if bad.any():
                     ks = element_kinks(
                         self.ref, k, scalar, np.argwhere(bad), steps[k], analytic[k], allowed, f_noise=f_noise

@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from numpy.typing import DTypeLike
 
 __all__ = [
+    "violations",
     "default_dtype",
     "default_rtols",
     "default_atols",
@@ -180,3 +181,23 @@ def scaled_atol(rtol, reference) -> float:
     argument. An error below that share of the gradient's own scale is at rounding level in the dtype under test;
     a fixed atol (MXNet's 1e-3 for float32) hides 1% errors of gradients smaller than 0.1."""
     return float(rtol) * float(np.max(np.abs(np.asarray(reference, np.float64)), initial=0.0))
+
+
+def violations(
+    a: np.ndarray, e: np.ndarray, rtol: Real, atol: Any, equal_nan: bool, noise: Any = None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The tolerance model's test, element by element: ``(bad mask, |a - e|, allowed)`` for broadcast float64
+    arrays, where ``allowed = atol + rtol |e| + noise`` (0 where that is not finite) and an element is bad unless
+    ``|a - e| <= allowed`` (equal values, equal infinities and, with ``equal_nan``, two NaNs have error 0; a NaN
+    error is bad). Every checker's comparison is this test."""
+    with np.errstate(invalid="ignore", over="ignore"):
+        equal = a == e  # equal infinities count as equal (as np.isclose)
+        if equal_nan:
+            equal |= np.isnan(a) & np.isnan(e)
+        err = np.where(equal, 0.0, np.abs(a - e))
+        allowed = atol + rtol * np.abs(e)
+        if noise is not None:
+            allowed = allowed + noise
+        allowed = np.where(np.isfinite(allowed), allowed, 0.0)
+        bad = ~(err <= allowed)  # NaN errors are mismatches
+    return bad, err, allowed
