@@ -54,7 +54,6 @@ from .frames import hide_from_pytest as _hide_from_pytest
 from .funcgraph import (
     MAX_LOCALISE,
     FuncGraph,
-    KinkRedraws,
     OnlyKinks,
     Reference,
     as_tuple,
@@ -64,7 +63,7 @@ from .funcgraph import (
     variable_in,
 )
 from .harness import analytic_noise
-from .numeric import check_step
+from .numeric import KinkRedraws, check_step, relative_step
 from .report import GradientCheckError, NondifferentiableError, NondifferentiablePointWarning, Report, format_index
 from .seed import seeded_check
 from .tolerance import NOISE_FACTOR
@@ -475,7 +474,7 @@ class _Directional:
         self.progress, self.wrap = progress, wrap
         self.weights = graph.weights(heads)
         self._rebuild()
-        self.kinks = KinkRedraws(who, graph, self.ref.dtype)
+        self.kinks = KinkRedraws(who, graph.values, relative_step(self.ref.dtype, graph.values))
 
     def _rebuild(self):
         self.ref = Reference(self.graph, self.ndtype, self.weights, self.progress)

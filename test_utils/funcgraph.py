@@ -26,7 +26,7 @@ from .differencer import default_steps, directional, gradient, jacobian
 from .frames import hide_from_pytest as _hide_from_pytest
 from .harness import Harness, analytic_noise, refuse_random_ops
 from .mxnet_checks import diagnosis_context
-from .numeric import MAX_REDRAWS, element_kinks, kink_warning, move_off_kink
+from .numeric import element_kinks
 from .objectives import projected_objective
 from .report import GradientCheckError
 from .scaleout import Recipe, Spread
@@ -42,7 +42,6 @@ __all__ = [
     "param_dict",
     "as_tuple",
     "MAX_LOCALISE",
-    "KinkRedraws",
     "OnlyKinks",
     "only_kinks",
 ]
@@ -526,58 +525,3 @@ def only_kinks(element_errors) -> list | None:
             return None
         found += kinks
     return found
-
-
-class KinkRedraws:
-    """Moves elements at kinks of ``graph`` off them (``KINK_NUDGE + 3 j`` steps to the side their analytic value
-    belongs to, ``numeric.kink_side``, so elements sharing one kink -- the inputs of one ReLU -- all push it the
-    same way), or, after ``MAX_REDRAWS`` rounds, records them as excluded; ``warn`` says what was done, naming
-    the elements (``NondifferentiablePointWarning``)."""
-
-    def __init__(self, who, graph, ref_dtype):
-        self.who, self.graph, self.ref_dtype = who, graph, np.dtype(ref_dtype)
-        self.rounds, self.first, self.redrawn, self.excluded = 0, [], {}, {}
-
-    def handle(self, kinks, excursion=None):
-        """Move ``kinks`` off (or exclude them after MAX_REDRAWS rounds). ``excursion(arg, index)``: how far the
-        check itself moves that element (a directional check: ``eps |r_i|``); the move is measured in the larger
-        of it and the element's finite-difference step, so no later difference straddles the kink again."""
-        self.first = self.first or list(kinks)
-        self.rounds += 1
-        kinks = self.new(kinks)
-        if self.rounds > MAX_REDRAWS:
-            for k in kinks:
-                self.excluded.setdefault(k.arg, []).append(k.index)
-            return
-        for j, k in enumerate(kinks):
-            values = self.graph.values[k.arg]
-            step = float(np.cbrt(np.finfo(self.ref_dtype).eps)) * max(abs(float(values[k.index])), 1.0)
-            if excursion is not None:
-                step = max(step, float(excursion(k.arg, k.index)))
-            move_off_kink(values, k, j, step)
-            self.redrawn.setdefault(k.arg, []).append(k.index)
-
-    def new(self, kinks) -> list:
-        """The kinks not left out already (an element left out cannot explain a mismatch any more)."""
-        return [k for k in kinks if k.index not in self.excluded.get(k.arg, ())]
-
-    @property
-    def exhausted(self) -> bool:
-        """No more rounds: every kink has had its re-draws and its exclusion."""
-        return self.rounds > 2 * MAX_REDRAWS + 2
-
-    def exclude_redrawn(self):
-        """Leave every element moved so far out of the check (the check's own excursion still meets a kink)."""
-        for arg, indices in self.redrawn.items():
-            self.excluded.setdefault(arg, []).extend(i for i in indices if i not in self.excluded.get(arg, []))
-        self.redrawn = {}
-
-    def warn(self, stacklevel=4):
-        if not (self.redrawn or self.excluded):
-            return
-        import warnings
-
-        from .report import NondifferentiablePointWarning
-
-        text = kink_warning(self.who, self.first, self.redrawn, self.excluded, excluded_as="the check")
-        warnings.warn(NondifferentiablePointWarning(text), stacklevel=stacklevel)

@@ -46,10 +46,10 @@ from .harness import Harness, as_array_like, assert_deterministic, refuse_random
 from .harness import analytic_noise as harness_analytic_noise
 from .numeric import (
     MAX_REDRAWS,
+    KinkRedraws,
     check_complex_support,
     element_kinks,
     kink_warning,
-    move_off_kink,
     resolve_numeric_eps,
 )
 from .objectives import complex_objective, projected_objective
@@ -807,12 +807,12 @@ def check_numeric_gradient(
         check_pool(executor, setup.who)
     run = _NumericRun(setup, check_flag(progress, setup.who, "progress"), executor)
     rounds = run.until_no_kinks()
-    if run.redrawn or run.excluded:
+    if run.kinks.redrawn or run.kinks.excluded:
         text = kink_warning(
             setup.who,
             run.first_kinks,
-            run.redrawn,
-            run.excluded,
+            run.kinks.redrawn,
+            run.kinks.excluded,
             redrawn_note=" (result.redrawn, result.location)",
             excluded_note="; result.excluded",
         )
@@ -922,7 +922,7 @@ class _NumericRun:
         ref_sym, self.loss_heads, self.make_objective = projected_objective(s.sym, self.weights64, s.who)
         self.heads = [None if loss else w for w, loss in zip(self.weights, self.loss_heads)]
         self._bind(ref_sym)
-        self.redrawn, self.excluded, self.first_kinks = {}, {}, None
+        self.first_kinks = None
 
     # -- phase 2: bind ------------------------------------------------------------------------------------
     def _bind(self, ref_sym):
@@ -1017,9 +1017,12 @@ class _NumericRun:
         """Evaluate both sides; elements at kinks are re-drawn (up to MAX_REDRAWS rounds) or excluded."""
         s = self.s
         self.point = {k: v.copy() for k, v in s.loc.items()}
+        taken: dict = {}  # the steps of the latest numeric pass: a kink moves by its own step
+        self.kinks = KinkRedraws(s.who, self.point, lambda arg, index: taken[arg][index])
         for round_ in range(MAX_REDRAWS + 1):
             got, analytic, a_noise = self.analytic_at(self.point)
             numeric, n_noise, f_noise, scalar, steps = self.numeric_at(self.point)
+            taken.update(steps)
             atol = {k: self._atol(numeric[k]) for k in s.checked}
             found = {}
             for k in s.checked:
@@ -1036,11 +1039,13 @@ class _NumericRun:
             valid = {k: ks for k, ks in valid.items() if ks}
             if not valid or s.kinks == "error":
                 break
-            if s.kinks == "exclude" or round_ == MAX_REDRAWS:
-                for k, ks in valid.items():
-                    self.excluded[k] = [kk.index for kk in ks]
+            flat = [kk for ks in valid.values() for kk in ks]
+            if s.kinks == "exclude":
+                self.kinks.exclude(flat)
                 break
-            self._redraw(valid, steps)
+            self.kinks.handle(flat)  # its MAX_REDRAWS + 1st round (the last here) excludes them
+            if round_ == MAX_REDRAWS:
+                break
         return dict(
             got=got, analytic=analytic, numeric=numeric, n_noise=n_noise, a_noise=a_noise, found=found, atol=atol
         )
@@ -1088,19 +1093,15 @@ class _NumericRun:
         s = self.s
         return s.atol if s.atol is not None else scaled_atol(s.rtol, numeric)
 
-    def _redraw(self, valid, steps):
-        j = 0
-        for k, ks in valid.items():
-            for kk in ks:
-                move_off_kink(self.point[k], kk, j, steps[k][kk.index])
-                self.redrawn.setdefault(k, []).append(kk.index)
-                j += 1
-
     # -- phase 5: compare and report -------------------------------------------------------------------
     def compare(self, r):
         s = self.s
         results = NumericGradientResult()
-        results.kinks, results.redrawn, results.excluded = self.first_kinks or [], self.redrawn, self.excluded
+        results.kinks, results.redrawn, results.excluded = (
+            self.first_kinks or [],
+            self.kinks.redrawn,
+            self.kinks.excluded,
+        )
         results.location, results.method = self.point, s.method
         context_line = (
             f"dtype under test {s.dtype.name}, numeric reference in {np.dtype(s.ndtype).name} "
@@ -1141,24 +1142,24 @@ class _NumericRun:
         return {
             "grad_req": self.s.reqs[name],
             "dtype": self.s.dtype,
-            "redrawn": self.redrawn,
-            "excluded": self.excluded,
+            "redrawn": self.kinks.redrawn,
+            "excluded": self.kinks.excluded,
         }
 
     def _compare_one(self, name, r, context_line):
         s = self.s
         extra = [context_line]
-        if self.redrawn:
+        if self.kinks.redrawn:
             extra.append(
-                f"checked after re-drawing {sum(len(v) for v in self.redrawn.values())} element(s) off "
+                f"checked after re-drawing {sum(len(v) for v in self.kinks.redrawn.values())} element(s) off "
                 "non-differentiable points (see .redrawn)"
             )
         exclude = None
-        if name in self.excluded:
+        if name in self.kinks.excluded:
             exclude = np.zeros(r["analytic"][name].shape, bool)
-            for i in self.excluded[name]:
+            for i in self.kinks.excluded[name]:
                 exclude[i] = True
-        left = [kk for kk in r["found"].get(name, []) if kk.index not in set(self.excluded.get(name, ()))]
+        left = [kk for kk in r["found"].get(name, []) if kk.index not in set(self.kinks.excluded.get(name, ()))]
 
         def context(name=name, left=left):
             found = diagnosis_context(

@@ -55,6 +55,8 @@ __tracebackhide__ = _hide_from_pytest  # a failed check shows its report, not th
 
 __all__ = [
     "numeric_grad",
+    "KinkRedraws",
+    "relative_step",
     "element_kinks",
     "kink_side",
     "move_off_kink",
@@ -417,6 +419,80 @@ def kink_warning(
         f"{who}: {kinks[0]}{more}: not a gradient error -- the one-sided derivatives differ there and the "
         f"analytic value lies between them, so finite differences cannot check it; {' and '.join(done)}"
     )
+
+
+class KinkRedraws:
+    """The one kink re-draw of every checker: moves elements at kinks off them (``move_off_kink``: ``KINK_NUDGE +
+    3 j`` steps to the side their analytic value belongs to, so elements sharing one kink -- the inputs of one ReLU
+    -- all push it the same way), or, after ``MAX_REDRAWS`` rounds, records them as excluded; ``warn`` says what
+    was done, naming the elements (``NondifferentiablePointWarning``).
+
+    ``values``: ``{argument: array}``, moved in place; ``step(arg, index)``: that element's finite-difference
+    step (``relative_step``: ``eps^(1/3) max(|x|, 1)`` of a reference dtype; MXNet's checker: the steps it took).
+    """
+
+    def __init__(self, who: str, values: dict, step: Callable[[str, tuple], float]):
+        self.who, self.values, self.step = who, values, step
+        self.rounds = 0
+        self.first: list = []
+        self.redrawn: dict[str, list] = {}
+        self.excluded: dict[str, list] = {}
+
+    def handle(self, kinks, excursion=None):
+        """Move ``kinks`` off (or exclude them after MAX_REDRAWS rounds). ``excursion(arg, index)``: how far the
+        check itself moves that element (a directional check: ``eps |r_i|``); the move is measured in the larger
+        of it and the element's finite-difference step, so no later difference straddles the kink again."""
+        self.first = self.first or list(kinks)
+        self.rounds += 1
+        kinks = self.new(kinks)
+        if self.rounds > MAX_REDRAWS:
+            for k in kinks:
+                self.excluded.setdefault(k.arg, []).append(k.index)
+            return
+        for j, k in enumerate(kinks):
+            values = self.values[k.arg]
+            step = self.step(k.arg, k.index)
+            if excursion is not None:
+                step = max(step, float(excursion(k.arg, k.index)))
+            move_off_kink(values, k, j, step)
+            self.redrawn.setdefault(k.arg, []).append(k.index)
+
+    def exclude(self, kinks) -> None:
+        """Leave ``kinks`` out of the check without moving them (MXNet's ``kinks='exclude'``)."""
+        for k in self.new(kinks):
+            self.excluded.setdefault(k.arg, []).append(k.index)
+
+    def new(self, kinks) -> list:
+        """The kinks not left out already (an element left out cannot explain a mismatch any more)."""
+        return [k for k in kinks if k.index not in self.excluded.get(k.arg, ())]
+
+    @property
+    def exhausted(self) -> bool:
+        """No more rounds: every kink has had its re-draws and its exclusion."""
+        return self.rounds > 2 * MAX_REDRAWS + 2
+
+    def exclude_redrawn(self):
+        """Leave every element moved so far out of the check (the check's own excursion still meets a kink)."""
+        for arg, indices in self.redrawn.items():
+            self.excluded.setdefault(arg, []).extend(i for i in indices if i not in self.excluded.get(arg, []))
+        self.redrawn = {}
+
+    def warn(self, stacklevel=4):
+        if not (self.redrawn or self.excluded):
+            return
+        import warnings
+
+        from .report import NondifferentiablePointWarning
+
+        text = kink_warning(self.who, self.first, self.redrawn, self.excluded, excluded_as="the check")
+        warnings.warn(NondifferentiablePointWarning(text), stacklevel=stacklevel)
+
+
+def relative_step(ref_dtype, values: dict) -> Callable[[str, tuple], float]:
+    """``step(arg, index) = eps^(1/3) max(|x|, 1)`` of ``values[arg][index]``: the central-difference step of that
+    element in ``ref_dtype`` (``KinkRedraws`` of the Chainer- and PyTorch-style checkers)."""
+    h = float(np.cbrt(np.finfo(np.dtype(ref_dtype)).eps))
+    return lambda arg, index: h * max(abs(float(values[arg][index])), 1.0)
 
 
 # -- complex steps ----------------------------------------------------------------------------------------

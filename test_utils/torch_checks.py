@@ -51,9 +51,9 @@ from ._inputs import check_callable, check_flag, check_number
 from .compare import compare
 from .differencer import default_steps
 from .frames import hide_from_pytest as _hide_from_pytest
-from .funcgraph import MAX_LOCALISE, FuncGraph, KinkRedraws, OnlyKinks, Reference, as_tuple, only_kinks, symbols_of
+from .funcgraph import MAX_LOCALISE, FuncGraph, OnlyKinks, Reference, as_tuple, only_kinks, symbols_of
 from .harness import RoundingEmulator, analytic_noise, with_measured
-from .numeric import check_step
+from .numeric import KinkRedraws, check_step, relative_step
 from .report import GradientCheckError, Report
 from .scaleout import check_pool
 from .seed import seeded_check
@@ -371,7 +371,7 @@ def _gradcheck(
             "keep float64_reference=True (the default), or give a larger eps (or eps=None for a step per "
             "element).",
         )
-        kinks = kinks or KinkRedraws(who, graph, ref.dtype)
+        kinks = kinks or KinkRedraws(who, graph.values, relative_step(ref.dtype, graph.values))
         under_test = ", ".join(sorted({np.dtype(graph.values[n].dtype).name for n in used} or {"-"}))
         eps_desc = f"{eps:g} (x +- eps)" if eps is not None else f"per element, {ref.step_description}"
         context = [
