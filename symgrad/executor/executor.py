@@ -9,6 +9,7 @@ call that raises leaves every bound and user array as it was.
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import functools
 import gc
@@ -201,6 +202,83 @@ class _naming_bound_inputs:
         return False
 
 
+@dataclasses.dataclass
+class Binding:
+    """What an Executor runs, built once by ``bind`` (``bind_arrays``) or ``simple_bind``: the symbol's nodes, the
+    arrays (the caller's, by reference; a gradient array is None where none is computed), the gradient requests
+    normalised once, and the shape and dtype of every forward value."""
+
+    symbol: Symbol
+    ctx: Context
+    nodes: list[Node]
+    arg_nodes: list[Node]
+    aux_nodes: list[Node]
+    args: list[Array]
+    grads: list[Array | None]
+    aux: list[Array]
+    reqs: dict[str, str]
+    shapes: dict[tuple[int, int], Shape | None]
+    types: dict[tuple[int, int], np.dtype]
+
+
+def bind_arrays(symbol, ctx, args, args_grad=None, grad_req="write", aux_states=None) -> Binding:
+    """``bind``'s Binding: the given arrays validated against each other and the graph, then every forward value's
+    shape and dtype inferred from them."""
+    if not isinstance(symbol, Symbol):
+        raise TypeError(f"bind: expected a Symbol, got {type(symbol).__name__}")
+    ctx = current_context() if ctx is None else ctx
+    if not isinstance(ctx, Context):
+        raise TypeError(f"bind: ctx must be a Context such as sg.cpu(), got {ctx!r}")
+    nodes, arg_nodes, aux_nodes = symbol._arg_and_aux_nodes()
+    arg_names, aux_names = [n.name for n in arg_nodes], [n.name for n in aux_nodes]
+    arg_arrays = _arrays(args, arg_names, "bind args", ctx, required=True)
+    grad_arrays = _arrays(args_grad, arg_names, "bind args_grad", ctx, required=False)
+    aux_arrays = _arrays(aux_states, aux_names, "bind aux_states", ctx, required=True)
+    reqs = normalize_grad_req(grad_req, arg_names)
+    _check_grad_arrays(arg_names, arg_arrays, grad_arrays, reqs, isinstance(grad_req, dict) and args_grad is not None)
+    for n, a in zip(aux_names, aux_arrays):  # training forwards write the auxiliary states
+        _check_writable(a, n, "bind aux_states")
+    known, types = _infer_bound(nodes, arg_nodes + aux_nodes, arg_arrays + aux_arrays)
+    return Binding(symbol, ctx, nodes, arg_nodes, aux_nodes, arg_arrays, grad_arrays, aux_arrays, reqs, known, types)
+
+
+def _infer_bound(nodes, inputs, arrays):
+    """Every forward value's shape and dtype from the arrays bound to ``inputs``; an error names the bound arrays
+    that feed the op it names."""
+    known: dict[tuple[int, int], Shape | None] = {(n.id, 0): tuple(a.shape) for n, a in zip(inputs, arrays)}
+    bound = dict(zip(inputs, arrays))
+    with _naming_bound_inputs(nodes, bound):
+        infer_shapes(nodes, known)
+        # and dtypes: an op that only computes in floating point names itself when bound to integer arrays
+        types = infer_types(nodes, {(n.id, 0): np.dtype(a.dtype) for n, a in bound.items()})
+    return known, types
+
+
+def _check_grad_arrays(names, arg_arrays, grad_arrays, reqs, strict) -> None:
+    """Gradient arrays against the requests (in place: None where the request is 'null', 'null' where no array is
+    given; with ``strict``, a grad_req dict next to args_grad, a missing array is an error) and their arguments."""
+    for i, n in enumerate(names):
+        if reqs[n] == "null":
+            grad_arrays[i] = None
+        elif grad_arrays[i] is None:
+            if strict:
+                raise BindError(f"bind: grad_req[{n!r}] is {reqs[n]!r} but args_grad has no array for {n!r}")
+            reqs[n] = "null"
+        elif grad_arrays[i].shape != arg_arrays[i].shape:
+            raise ShapeError(
+                f"bind: gradient array for {n!r} has shape {grad_arrays[i].shape}, "
+                f"argument has shape {arg_arrays[i].shape}"
+            )
+        elif grad_arrays[i].dtype != arg_arrays[i].dtype:
+            # a float gradient would be truncated into an int buffer, a complex one lose its imaginary part
+            raise DTypeError(
+                f"bind: gradient array for {n!r} has dtype {grad_arrays[i].dtype}, "
+                f"argument has dtype {arg_arrays[i].dtype}"
+            )
+        else:
+            _check_writable(grad_arrays[i], n, "bind args_grad")
+
+
 class Executor:
     """Runs a bound symbol. Create it with ``Symbol.bind`` or ``Symbol.simple_bind``."""
 
@@ -223,70 +301,33 @@ class Executor:
         args_grad: BindArrays | None = None,
         grad_req: GradReq = "write",
         aux_states: BindArrays | None = None,
-        _inferred: tuple[Mapping[tuple[int, int], Shape | None], Mapping[tuple[int, int], np.dtype]] | None = None,
-        _nodes: tuple[list[Node], list[Node], list[Node]] | None = None,
     ) -> None:
-        """``_inferred``: ``(shapes, dtypes)`` maps of every forward value, as ``simple_bind`` inferred them for
-        exactly these arrays (then not inferred again here); ``_nodes``: ``symbol._arg_and_aux_nodes()``, as
-        ``simple_bind`` already walked them (then not walked again here)."""
-        if not isinstance(symbol, Symbol):
-            raise TypeError(f"bind: expected a Symbol, got {type(symbol).__name__}")
-        ctx = current_context() if ctx is None else ctx
-        if not isinstance(ctx, Context):
-            raise TypeError(f"bind: ctx must be a Context such as sg.cpu(), got {ctx!r}")
+        self._start(bind_arrays(symbol, ctx, args, args_grad, grad_req, aux_states))
+
+    @classmethod
+    def from_binding(cls, binding: Binding) -> Executor:
+        """The executor of a Binding already made (``simple_bind``'s)."""
+        exe = cls.__new__(cls)
+        exe._start(binding)
+        return exe
+
+    def _start(self, b: Binding) -> None:
+        """Compile the plan of ``b`` and allocate the outputs."""
+        symbol, ctx, nodes, arg_nodes, aux_nodes = b.symbol, b.ctx, b.nodes, b.arg_nodes, b.aux_nodes
         self._symbol = symbol
         self._ctx = ctx
         self._xp = ctx.xp  # imports CuPy only for gpu contexts
-        nodes, arg_nodes, aux_nodes = symbol._arg_and_aux_nodes() if _nodes is None else _nodes
         self._arg_names = [n.name for n in arg_nodes]
         self._arg_positions = {n: k for k, n in enumerate(self._arg_names)}
         self._rerun_memo: dict = {}  # argument names -> (plan, positions, runner) of rerun_downstream
         self._aux_names = [n.name for n in aux_nodes]
         self._output_names = symbol.list_outputs()
-        arg_arrays = _arrays(args, self._arg_names, "bind args", ctx, required=True)
-        grad_arrays = _arrays(args_grad, self._arg_names, "bind args_grad", ctx, required=False)
-        aux_arrays = _arrays(aux_states, self._aux_names, "bind aux_states", ctx, required=True)
-        reqs = normalize_grad_req(grad_req, self._arg_names)
-        for i, n in enumerate(self._arg_names):
-            if reqs[n] == "null":
-                grad_arrays[i] = None
-            elif grad_arrays[i] is None:
-                if isinstance(grad_req, dict) and args_grad is not None:
-                    raise BindError(f"bind: grad_req[{n!r}] is {reqs[n]!r} but args_grad has no array for {n!r}")
-                reqs[n] = "null"
-            elif grad_arrays[i].shape != arg_arrays[i].shape:
-                raise ShapeError(
-                    f"bind: gradient array for {n!r} has shape {grad_arrays[i].shape}, "
-                    f"argument has shape {arg_arrays[i].shape}"
-                )
-            elif grad_arrays[i].dtype != arg_arrays[i].dtype:
-                # a float gradient would be truncated into an int buffer, a complex one lose its imaginary part
-                raise DTypeError(
-                    f"bind: gradient array for {n!r} has dtype {grad_arrays[i].dtype}, "
-                    f"argument has dtype {arg_arrays[i].dtype}"
-                )
-            else:
-                _check_writable(grad_arrays[i], n, "bind args_grad")
-        for n, a in zip(self._aux_names, aux_arrays):  # training forwards write the auxiliary states
-            _check_writable(a, n, "bind aux_states")
+        reqs, grad_arrays = b.reqs, b.grads
         self._reqs = reqs
-        self.arg_arrays = arg_arrays
+        self.arg_arrays = b.args
         self.grad_arrays = grad_arrays
-        self.aux_arrays = aux_arrays
-
-        # validate shapes over the forward graph before compiling
-        known: dict[tuple[int, int], Shape | None] = {
-            (n.id, 0): tuple(a.shape) for n, a in zip(arg_nodes + aux_nodes, arg_arrays + aux_arrays)
-        }
-        bound = dict(zip(arg_nodes + aux_nodes, arg_arrays + aux_arrays))
-        if _inferred is not None:
-            known, types = dict(_inferred[0]), _inferred[1]
-        else:
-            with _naming_bound_inputs(nodes, bound):
-                infer_shapes(nodes, known)
-                # and dtypes: an op that only computes in floating point names itself when bound to integer
-                # arrays
-                types = infer_types(nodes, {(n.id, 0): np.dtype(a.dtype) for n, a in bound.items()})
+        self.aux_arrays = b.aux
+        known, types = dict(b.shapes), b.types
         heads = list(symbol._outputs)
         self._head_shapes = [known.get((n.id, i)) for n, i in heads]
         self._head_types = [types.get((n.id, i)) for n, i in heads]
@@ -845,19 +886,25 @@ def simple_bind(
     arrays = _allocate(ctx, wanted)
     n_arg, n_grad = len(arg_nodes), len(grad_nodes)
     grads = dict(zip([n.name for n in grad_nodes], arrays[n_arg : n_arg + n_grad]))
+    args, aux = arrays[:n_arg], arrays[n_arg + n_grad :]
     # every shape known and none with a 0 (an unknown dimension to inference here, a zero-size one to bind):
-    # these are the maps the executor would infer again for these arrays
-    inferred = (shape_map, known) if all(0 not in v for v in shape_map.values()) else None
-    return Executor(
+    # these are the maps inference from the arrays would give; else infer again from the arrays, as bind does
+    if not all(0 not in v for v in shape_map.values()):
+        shape_map, known = _infer_bound(nodes, arg_nodes + aux_nodes, args + aux)
+    binding = Binding(
         symbol,
         ctx,
-        arrays[:n_arg],
-        grads,
+        nodes,
+        arg_nodes,
+        aux_nodes,
+        args,
+        [grads.get(n.name) for n in arg_nodes],
+        aux,
         reqs,
-        arrays[n_arg + n_grad :],
-        _inferred=inferred,
-        _nodes=(nodes, arg_nodes, aux_nodes),
+        dict(shape_map),
+        known,
     )
+    return Executor.from_binding(binding)
 
 
 def _simple_bind_shapes(symbol, shapes, arg_nodes, aux_nodes):
