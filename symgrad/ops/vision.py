@@ -1374,9 +1374,10 @@ def _dconv_shape(params, in_shapes, out_shapes, where):
     return ins, [(x[0], f) + Y]
 
 
-def _dconv_fwd(xp, data, offset, weight, bias=None, *, num_filter, num_group, **p):
-    cols = _deform_im2col_fwd(xp, data, offset, **_geom_of(p))
-    acc = acc_dtype(data.dtype)
+def _grouped_conv(xp, cols, weight, bias, num_filter, num_group, dtype):
+    """The convolution of (deformable) im2col columns ``(N, C*K, Ho, Wo)``: one matmul per group over the batch,
+    plus the bias, computed in the accumulation dtype and returned in ``dtype``."""
+    acc = acc_dtype(dtype)
     N, CK, Ho, Wo = cols.shape
     g = num_group
     out = xp.matmul(
@@ -1386,7 +1387,12 @@ def _dconv_fwd(xp, data, offset, weight, bias=None, *, num_filter, num_group, **
     out = out.reshape(N, num_filter, Ho, Wo)
     if bias is not None:
         out = out + bias.astype(acc, copy=False).reshape(1, -1, 1, 1)
-    return out.astype(data.dtype, copy=False)
+    return out.astype(dtype, copy=False)
+
+
+def _dconv_fwd(xp, data, offset, weight, bias=None, *, num_filter, num_group, **p):
+    cols = _deform_im2col_fwd(xp, data, offset, **_geom_of(p))
+    return _grouped_conv(xp, cols, weight, bias, num_filter, num_group, data.dtype)
 
 
 def _dconv_grad(F, n, g):
@@ -1650,17 +1656,7 @@ def _mdconv_shape(params, in_shapes, out_shapes, where):
 
 def _mdconv_fwd(xp, data, offset, mask, weight, bias=None, *, num_filter, num_group, **p):
     cols = _mdeform_im2col_fwd(xp, data, offset, mask, **_geom_of(p))
-    acc = acc_dtype(data.dtype)
-    N, CK, Ho, Wo = cols.shape
-    g = num_group
-    out = xp.matmul(
-        weight.astype(acc, copy=False).reshape(g, num_filter // g, CK // g),
-        cols.astype(acc, copy=False).reshape(N, g, CK // g, Ho * Wo),
-    )
-    out = out.reshape(N, num_filter, Ho, Wo)
-    if bias is not None:
-        out = out + bias.astype(acc, copy=False).reshape(1, -1, 1, 1)
-    return out.astype(data.dtype, copy=False)
+    return _grouped_conv(xp, cols, weight, bias, num_filter, num_group, data.dtype)
 
 
 def _mdconv_grad(F, n, g):
