@@ -39,6 +39,7 @@ Differences from PyTorch (trustworthy numbers):
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -126,22 +127,8 @@ def gradcheck(
     """
     check_flag(raise_exception, "gradcheck", "raise_exception")
     try:
-        return _gradcheck(
-            "gradcheck",
-            func,
-            inputs,
-            None,
-            eps,
-            atol,
-            rtol,
-            nondet_tol,
-            check_undefined_grad,
-            fast_mode,
-            float64_reference,
-            progress,
-            executor=executor,
-            probes=probes,
-        )
+        opts = _Options(eps, atol, rtol, nondet_tol, check_undefined_grad, fast_mode, float64_reference, progress)
+        return _gradcheck("gradcheck", func, inputs, None, opts, executor=executor, probes=probes)
     except GradientCheckError:
         if raise_exception:
             raise
@@ -223,19 +210,13 @@ def gradgradcheck(
             return tuple(gs)
 
         go_names = [f"grad_output{k}" for k in range(len(gos))]
+        opts = _Options(eps, atol, rtol, nondet_tol, check_undefined_grad, fast_mode, float64_reference, progress)
         return _gradcheck(
             who,
             vjp,
             tupled + tuple(gos),
             names + go_names,
-            eps,
-            atol,
-            rtol,
-            nondet_tol,
-            check_undefined_grad,
-            fast_mode,
-            float64_reference,
-            progress,
+            opts,
             executor=executor,
             wrap="second order: the backward of the vector-Jacobian product (inputs, grad_outputs) -> "
             "grad(outputs, inputs, grad_outputs) disagrees with its finite differences",
@@ -328,23 +309,24 @@ def _validate(who, func, inputs, names, eps, atol, rtol, nondet_tol, flags=None)
     return graph, diff
 
 
-def _gradcheck(
-    who,
-    func,
-    inputs,
-    names,
-    eps,
-    atol,
-    rtol,
-    nondet_tol,
-    check_undefined_grad,
-    fast_mode,
-    float64_reference,
-    progress=True,
-    wrap=None,
-    executor=None,
-    probes=False,
-):
+@dataclasses.dataclass(frozen=True)
+class _Options:
+    """The settings gradcheck and gradgradcheck share, as the user gave them (``_validate`` checks them)."""
+
+    eps: Any
+    atol: Any
+    rtol: Any
+    nondet_tol: Any
+    check_undefined_grad: Any
+    fast_mode: Any
+    float64_reference: Any
+    progress: Any
+
+
+def _gradcheck(who, func, inputs, names, opts: _Options, wrap=None, executor=None, probes=False):
+    eps, atol, rtol, nondet_tol = opts.eps, opts.atol, opts.rtol, opts.nondet_tol
+    check_undefined_grad, fast_mode = opts.check_undefined_grad, opts.fast_mode
+    float64_reference, progress = opts.float64_reference, opts.progress
     flags = {
         "check_undefined_grad": check_undefined_grad,
         "fast_mode": fast_mode,
