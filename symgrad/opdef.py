@@ -407,6 +407,14 @@ class OpDef:
     # the input dtypes inferred at bind, ``forward(xp, *inputs, **params) == fn(*pre, *inputs, *post)`` (``fn``
     # None: the first input itself); the executor's plan calls it (``executor.plan._kernel``). None: none.
     specialize: Callable | None = None
+    # implied_loss(params, inputs, output) -> loss(inputs, output) -> (value, magnitude): for a loss head
+    # (``is_loss``), the scalar whose gradient its backward returns whatever the head gradient (SoftmaxOutput's
+    # cross-entropy). The numeric checkers differentiate it in place of a projection of the head's output
+    # (``test_utils.objectives``). The factory gets the node's parsed params and its inputs and output at the
+    # base point (float64 numpy) and freezes there what the loss holds constant (targets, counts, active
+    # hinge terms); ``loss`` gets the perturbed inputs and output, ``magnitude`` is the sum of the absolute
+    # terms (the rounding scale). None: the checkers refuse to differentiate through the head.
+    implied_loss: Callable | None = None
     # a sampling op (its output is a fresh random draw): the numeric gradient checkers refuse symbols holding one
     is_random: bool = False
     doc: str = ""

@@ -17,8 +17,10 @@ from fd_oracle import central_gradient
 
 import symgrad as sg
 import symgrad.test_utils as tu
+from symgrad.opdef import get_op
 from symgrad.test_utils.compare import compare
 from symgrad.test_utils.diagnose import diagnose
+from symgrad.test_utils.objectives import LOSS_OBJECTIVES
 from symgrad.test_utils.report import GradientCheckError
 
 S = sg.sym
@@ -512,6 +514,43 @@ def test_numeric_gradient_multi_output_and_loss_heads():
     unknown = S.Custom(d, op_type="tu_unknown_loss")
     with pytest.raises(NotImplementedError, match="register_loss_objective"):
         tu.check_numeric_gradient(unknown, [x])
+
+
+@pytest.mark.parametrize(
+    "head",
+    [
+        lambda d, lab: S.LinearRegressionOutput(S.tanh(d), lab, grad_scale=2.0),
+        lambda d, lab: S.LogisticRegressionOutput(d, lab),
+        lambda d, lab: S.MAERegressionOutput(S.sin(d), lab, grad_scale=0.5),
+        lambda d, lab: S.SVMOutput(d, S.sum(lab, axis=1), margin=0.7, regularization_coefficient=1.5),
+        lambda d, lab: S.SVMOutput(d, S.sum(lab, axis=1), margin=0.3, use_linear=True),
+        lambda d, lab: S.make_loss(S.square(d) + lab),
+    ],
+    ids=["linear", "logistic", "mae", "svm_l2", "svm_l1", "make_loss"],
+)
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_numeric_gradient_through_every_loss_head(head, dtype):
+    """Each built-in loss head's implied loss (OpDef.implied_loss) is what its backward differentiates: the
+    numeric check of a correct head passes; an implied loss twice too large is caught (so it is the one used)."""
+    r = _rng(29)
+    d, lab = S.Variable("data"), S.Variable("label")
+    sym = head(d, lab)
+    # the SVM heads sum two label columns of {0, 1} into a class index in {0, 1, 2}; hinge and MAE kinks are
+    # kept away from the base point by the draw, as the regression labels are continuous
+    x, y = r.standard_normal((4, 3)), r.integers(0, 2, (4, 3)).astype(np.float64)
+    tu.check_numeric_gradient(sym, [x, y], grad_nodes=["data"], dtype=dtype)
+    op_name = sym.heads()[0].op_name
+    double = lambda params, inputs, output: _doubled(get_op(op_name).implied_loss(params, inputs, output))
+    tu.register_loss_objective(op_name, double)
+    try:
+        with pytest.raises(GradientCheckError):
+            tu.check_numeric_gradient(sym, [x, y], grad_nodes=["data"], dtype=dtype)
+    finally:
+        del LOSS_OBJECTIVES[op_name]
+
+
+def _doubled(loss):
+    return lambda ins, out: tuple(2 * v for v in loss(ins, out))
 
 
 @pytest.mark.parametrize(

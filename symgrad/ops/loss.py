@@ -209,6 +209,58 @@ def _so_bwd_specialize(xp, in_types, **params):
     return kernel, (), ()
 
 
+def _rows3(x, params):
+    """Softmax layout of SoftmaxOutput as (A, classes, B), softmax over axis 1."""
+    if params.get("multi_output"):
+        return x.reshape(x.shape[0], x.shape[1], -1)
+    if params.get("preserve_shape"):
+        return x.reshape(-1, x.shape[-1])[:, :, None]
+    return x.reshape(x.shape[0], -1)[:, :, None]
+
+
+def _so_loss(params, inputs, output):
+    """L = sum_rows c * (logsumexp(z) - t . z), so dL/dz = c * (softmax(z) - t) (MXNet's backward).
+
+    t is the (smoothed) one-hot label or the probability label, c folds grad_scale, use_ignore and
+    normalization exactly as MXNet's SoftmaxOutput backward.
+    """
+    z, label = inputs[0], inputs[1]
+    gs = float(params.get("grad_scale", 1.0))
+    z3 = _rows3(z, params)
+    if label.shape == z.shape:  # probability labels: grad = (p - label) * grad_scale
+        t = _rows3(label, params)
+        c = np.full((z3.shape[0], 1, z3.shape[2]), gs)
+    else:
+        multi = bool(params.get("multi_output"))
+        k = z3.shape[1]
+        lab = label.reshape(z.shape[0], -1) if multi else label.reshape(-1, 1)
+        lab_int = lab.astype(np.int64)
+        t = (np.arange(k).reshape(1, k, 1) == lab_int[:, None, :]).astype(np.float64)
+        alpha = float(params.get("smooth_alpha", 0.0))
+        if alpha:
+            t = t * (1.0 - alpha - alpha / (k - 1)) + alpha / (k - 1)
+        ignored = lab_int == int(params.get("ignore_label", -1.0))
+        spatial = z3.shape[2] if multi else 1
+        norm = params.get("normalization", "null")
+        if norm == "batch":
+            scale = gs / lab.shape[0] / spatial
+        elif norm == "valid":
+            scale = gs / max(int(lab.size - int(ignored.sum())), 1)
+        else:
+            scale = gs / spatial
+        mask = (~ignored).astype(np.float64) if params.get("use_ignore") else np.ones(lab.shape)
+        c = scale * mask[:, None, :]
+
+    def loss(ins, out):
+        zz = _rows3(np.asarray(ins[0], np.float64), params)
+        m = zz.max(axis=1, keepdims=True)
+        lse = m + np.log(np.exp(zz - m).sum(axis=1, keepdims=True))
+        terms = c * (lse - (t * zz).sum(axis=1, keepdims=True))
+        return float(terms.sum()), float(np.abs(c * lse).sum() + np.abs(c * t * zz).sum())
+
+    return loss
+
+
 def _so_grad(F, n, g):
     out, label = n.outputs[0], n.inputs[1]
     return [F._backward_SoftmaxOutput(out, label, **n.params), None]
@@ -225,6 +277,7 @@ register(
     infer_type=_label_type,
     gradient=_so_grad,
     is_loss=True,
+    implied_loss=_so_loss,
     no_grad_inputs=("label",),
     prepare=_so_prepare,
     doc="Softmax forward; backward is the cross-entropy gradient (head gradient ignored; out_grad "
@@ -267,9 +320,38 @@ def _reg_shape(params, in_shapes, out_shapes, where):
     return [data, tuple(label)], [data]
 
 
-def _regression(name, forward, residual, doc):
+def _frozen_loss(scale, terms):
+    """``loss(inputs, output)`` of an ``implied_loss``: ``scale * sum(value)``, magnitude ``|scale| * sum(mag)``,
+    ``(value, mag) = terms(data)`` with data the first input in float64."""
+
+    def loss(ins, out):
+        value, mag = terms(np.asarray(ins[0], np.float64))
+        return float(scale * value.sum()), float(abs(scale) * mag.sum())
+
+    return loss
+
+
+def _regression_loss(piece):
+    """The ``implied_loss`` of a regression head: L = grad_scale / m * sum(piece), m outputs per sample, with
+    ``piece(data0, label) -> terms(data) -> (value, magnitude)`` (data0, the base point, freezes MAE's sign)."""
+
+    def factory(params, inputs, output):
+        data, label = inputs
+        num_output = label.size // label.shape[0] if label.ndim else 1
+        lab = label.reshape(data.shape).astype(np.float64)
+        return _frozen_loss(float(params["grad_scale"]) / num_output, piece(data, lab))
+
+    return factory
+
+
+def _signed_distance(sign, lab):
+    return lambda d: (sign * (d - lab), np.abs(d) + np.abs(lab))
+
+
+def _regression(name, forward, residual, piece, doc):
     """Register ``name`` and its fused ``_backward_*``: d/d data = residual(out, label) * grad_scale / m,
-    m = label.size / label.shape[0] (outputs per sample), as MXNet's RegressionBackward."""
+    m = label.size / label.shape[0] (outputs per sample), as MXNet's RegressionBackward; ``piece`` is the
+    loss term whose derivative in data is the residual (``_regression_loss``)."""
     bwd_name = {
         "LinearRegressionOutput": "_backward_linear_reg_out",
         "LogisticRegressionOutput": "_backward_logistic_reg_out",
@@ -290,6 +372,7 @@ def _regression(name, forward, residual, doc):
         infer_type=_label_type,
         gradient=lambda F, n, g: [getattr(F, bwd_name)(n.outputs[0], n.inputs[1], **n.params), None],
         is_loss=True,
+        implied_loss=_regression_loss(piece),
         no_grad_inputs=("label",),
         doc=doc,
     )
@@ -316,12 +399,16 @@ _regression(
     "LinearRegressionOutput",
     lambda xp, x: x,
     lambda xp, out, lab: out - lab,
+    # L = (d - label)^2 / 2: dL/dd = d - label; its rounding scale |d - label| (|d| + |label|)
+    lambda d0, lab: lambda d: (0.5 * (d - lab) ** 2, np.abs(d - lab) * (np.abs(d) + np.abs(lab))),
     "Identity forward; backward (out - label) * grad_scale / outputs-per-sample (L2 loss).",
 )
 _regression(
     "LogisticRegressionOutput",
     _sigmoid_fwd,
     lambda xp, out, lab: out - lab,
+    # L = softplus(d) - label d: dL/dd = sigmoid(d) - label
+    lambda d0, lab: lambda d: (np.logaddexp(0.0, d) - lab * d, np.logaddexp(0.0, d) + np.abs(lab * d)),
     "Sigmoid forward; backward (sigmoid(x) - label) * grad_scale / outputs-per-sample (logistic loss).",
 )
 _regression(
@@ -329,6 +416,8 @@ _regression(
     lambda xp, x: x,
     # MXNet's minus_sign: 1 where out - label > 0, else -1 (also at 0)
     lambda xp, out, lab: xp.where(out - lab > 0, 1.0, -1.0).astype(out.dtype),
+    # L = s (d - label) with s that sign frozen at the base point: the piece of |d - label| backward chose
+    lambda d0, lab: _signed_distance(np.where(d0 - lab > 0, 1.0, -1.0), lab),
     "Identity forward; backward sign(out - label) * grad_scale / outputs-per-sample (L1 loss; -1 at ties).",
 )
 
@@ -355,6 +444,25 @@ def _make_loss_grad_fwd(xp, data, *, grad_scale, valid_thresh, normalization):
     return xp.full(data.shape, scale, dtype=data.dtype)
 
 
+def _make_loss_loss(params, inputs, output):
+    """L = scale * sum(data), scale = grad_scale (/ batch size, / count(data > valid_thresh) at the base point)."""
+    data = inputs[0]
+    gs = float(params.get("grad_scale", 1.0))
+    norm = params.get("normalization", "null")
+    if norm == "batch":
+        scale = gs / data.shape[0]
+    elif norm == "valid":
+        scale = gs / max(int((data > float(params.get("valid_thresh", 0.0))).sum()), 1)
+    else:
+        scale = gs
+
+    def loss(ins, out):
+        d = np.asarray(ins[0], np.float64)
+        return float(scale * d.sum()), float(abs(scale) * np.abs(d).sum())
+
+    return loss
+
+
 register(
     "MakeLoss",
     params=_MAKE_LOSS_PARAMS,
@@ -363,6 +471,7 @@ register(
     infer_type=float_inputs("data"),
     gradient=lambda F, n, g: [F._backward_MakeLoss(n.inputs[0], **n.params)],
     is_loss=True,
+    implied_loss=_make_loss_loss,
     doc="Marks ``data`` as a loss: forward is the identity, backward is a constant (head gradient ignored).",
 )
 
@@ -426,6 +535,31 @@ def _svm_bwd(xp, out, label, *, margin, regularization_coefficient, use_linear):
     return xp.where(is_k, g_k, g_j).reshape(out.shape).astype(out.dtype, copy=False)
 
 
+def _svm_loss(params, inputs, output):
+    """The hinge loss whose gradient ``_svm_bwd`` is, on the piece of the base point: with the active sets
+    A_k = [m > o_k] (label class) and A_j = [m > -o_j] (others) frozen there,
+    L1: c (sum_j A_j (m + o_j) + A_k (m - o_k));  L2: c (sum_j A_j (m + o_j)^2 + A_k (m - o_k)^2)."""
+    o0, label = inputs[0], inputs[1]
+    classes = o0.shape[-1]
+    k = label.reshape(-1).astype(np.int64)
+    is_k = np.arange(classes).reshape(1, -1) == k.reshape(-1, 1)
+    # margin and coefficient are C++ floats in MXNet (as in _svm_bwd)
+    m, c = float(np.float32(params["margin"])), float(np.float32(params["regularization_coefficient"]))
+    o0 = o0.reshape(-1, classes).astype(np.float64)
+    hinge0 = np.where(is_k, m - o0, m + o0)  # > 0 exactly where the term is active
+    active = hinge0 > 0
+    power = 1 if params["use_linear"] else 2
+
+    def terms(d):
+        hinge = np.where(is_k, m - d.reshape(-1, classes), m + d.reshape(-1, classes))
+        value = np.where(active, hinge**power, 0.0)
+        return value, np.where(
+            active, power * np.abs(hinge) ** (power - 1) * (abs(m) + np.abs(d.reshape(hinge.shape))), 0.0
+        )
+
+    return _frozen_loss(c, terms)
+
+
 register(
     "SVMOutput",
     inputs=("data", "label"),
@@ -435,6 +569,7 @@ register(
     infer_type=_label_type,
     gradient=lambda F, n, g: [F._backward_SVMOutput(n.outputs[0], n.inputs[1], **n.params), None],
     is_loss=True,
+    implied_loss=_svm_loss,
     no_grad_inputs=("label",),
     doc="Identity forward; backward the L2 (default) or L1 (use_linear) multi-class hinge-loss gradient "
     "(head gradient ignored).",
