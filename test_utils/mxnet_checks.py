@@ -10,6 +10,7 @@ restores it (``seed.check_seed``), so every report ends with the seed that repro
 
 from __future__ import annotations
 
+import dataclasses
 import time
 import warnings
 from collections.abc import Mapping, Sequence
@@ -56,7 +57,7 @@ from .objectives import complex_objective, projected_objective
 from .report import GradientCheckError, NondifferentiablePointWarning
 from .scaleout import Recipe, Spread, check_pool
 from .seed import seeded_check
-from .tolerance import Tolerance, get_tols, scaled_atol, violations
+from .tolerance import Real, Tolerance, get_tols, scaled_atol, violations
 
 if TYPE_CHECKING:
     from concurrent.futures import Executor
@@ -787,22 +788,20 @@ def check_numeric_gradient(
     >>> x = sg.sym.Variable("x")
     >>> res = check_numeric_gradient(sg.sym.tanh(x), [np.array([0.1, -0.5, 2.0])])
     """
-    setup = _NumericSetup.validate(
-        sym,
-        location,
-        aux_states,
-        numeric_eps,
-        rtol,
-        atol,
-        grad_nodes,
-        use_forward_train,
-        ctx,
-        grad_stype_dict,
-        dtype,
-        numeric_dtype,
-        method,
-        kinks,
+    opts = _NumericOptions(
+        numeric_eps=numeric_eps,
+        rtol=rtol,
+        atol=atol,
+        grad_nodes=grad_nodes,
+        use_forward_train=use_forward_train,
+        ctx=ctx,
+        grad_stype_dict=grad_stype_dict,
+        dtype=dtype,
+        numeric_dtype=numeric_dtype,
+        method=method,
+        kinks=kinks,
     )
+    setup = _NumericSetup.validate(sym, location, aux_states, opts)
     if executor is not None:
         check_pool(executor, setup.who)
     run = _NumericRun(setup, check_flag(progress, setup.who, "progress"), executor)
@@ -823,6 +822,24 @@ def check_numeric_gradient(
     return result
 
 
+@dataclasses.dataclass(frozen=True)
+class _NumericOptions:
+    """How ``check_numeric_gradient`` was asked to check, as the user gave them (``_NumericSetup.validate``
+    checks them): MXNet's positional settings and symgrad's keyword-only ones that shape the comparison."""
+
+    numeric_eps: Tolerance
+    rtol: Tolerance
+    atol: Tolerance
+    grad_nodes: GradReqLike | None
+    use_forward_train: bool
+    ctx: Context | None
+    grad_stype_dict: Mapping[str, str | None] | None
+    dtype: DTypeLike
+    numeric_dtype: DTypeLike
+    method: str
+    kinks: str
+
+
 class _NumericSetup:
     """The validated arguments of one ``check_numeric_gradient`` call (phase 1: validate)."""
 
@@ -840,60 +857,46 @@ class _NumericSetup:
     reqs: dict[str, str]
     complex_step: bool
     eps: float | None
-    rtol: float
-    atol: float | None
+    rtol: Real
+    atol: Real | None
     is_train: bool
     checked: list[str]
 
     @classmethod
-    def validate(
-        cls,
-        sym,
-        location,
-        aux_states,
-        numeric_eps,
-        rtol,
-        atol,
-        grad_nodes,
-        use_forward_train,
-        ctx,
-        grad_stype_dict,
-        dtype,
-        numeric_dtype,
-        method,
-        kinks,
-    ):
+    def validate(cls, sym, location, aux_states, opts: _NumericOptions):
         s = cls()
         s.who = who = "check_numeric_gradient"
         check_symbol(sym, who)
         refuse_random_ops(sym, who)
         s.sym = sym
-        s.dtype = check_dtype(dtype, who)
-        s.ndtype = s.dtype if numeric_dtype is None else check_dtype(numeric_dtype, who, name="numeric_dtype")
-        s.method = check_choice(method, METHODS, who, "method")
-        s.kinks = check_choice(kinks, KINK_MODES, who, "kinks")
-        s.ctx = check_context(default_context() if ctx is None else ctx, who)
+        s.dtype = check_dtype(opts.dtype, who)
+        ndt = opts.numeric_dtype
+        s.ndtype = s.dtype if ndt is None else check_dtype(ndt, who, name="numeric_dtype")
+        s.method = check_choice(opts.method, METHODS, who, "method")
+        s.kinks = check_choice(opts.kinks, KINK_MODES, who, "kinks")
+        s.ctx = check_context(default_context() if opts.ctx is None else opts.ctx, who)
+        rtol, atol = opts.rtol, opts.atol
         check_tolerances(rtol, atol, who)
-        check_flag(use_forward_train, who, "use_forward_train")
-        check_stypes(grad_stype_dict, who, "grad_stype_dict")
+        check_flag(opts.use_forward_train, who, "use_forward_train")
+        check_stypes(opts.grad_stype_dict, who, "grad_stype_dict")
         s.arg_names = sym.list_arguments()
         raw_loc = parse_location(sym, location, who)
         check_finite(raw_loc, who)
         if aux_states is not None:
             check_finite(parse_aux(sym, aux_states, who), who, "auxiliary state")
         s.loc, s.aux, s.out_shapes = _prepare(sym, raw_loc, aux_states, s.ctx, s.dtype, who)
-        s.reqs = _grad_nodes(grad_nodes, s.arg_names, who)
+        s.reqs = _grad_nodes(opts.grad_nodes, s.arg_names, who)
         s.complex_step = s.method == "complex_step"
+        numeric_eps = opts.numeric_eps
         if s.complex_step and numeric_eps is not None:
             raise ValueError(
                 f"{who}: numeric_eps does not apply to method='complex_step' (its step is "
                 f"{COMPLEX_STEP:g} * max(|x|, 1)); leave numeric_eps=None"
             )
         s.eps = None if s.complex_step else resolve_numeric_eps(numeric_eps, s.dtype, s.ndtype, who)
-        check_tolerances(rtol, atol, who)
         s.rtol, s.atol = get_tols(np.empty(0, s.dtype), np.empty(0, s.dtype), rtol, atol if atol is not None else 0.0)
         s.atol = None if atol is None else s.atol  # None: scaled to each argument's gradient (_NumericRun._atol)
-        s.is_train = bool(use_forward_train)
+        s.is_train = bool(opts.use_forward_train)
         s.checked = [k for k in s.arg_names if s.reqs.get(k, "null") != "null"]
         return s
 
