@@ -568,6 +568,12 @@ def same_shape(params, in_shapes, out_shapes, where="op"):
     return [s] * len(in_shapes), [s] * len(out_shapes)
 
 
+def like_input1(params, in_shapes, out_shapes, where):
+    """The output has the shape of input 1 (a hidden gradient op's ``like`` or ``data``), once that is known."""
+    like = in_shapes[1]
+    return in_shapes, [like] if like is not None else out_shapes
+
+
 def same_type(params, in_types, out_types, where="op"):
     """All inputs and outputs share one dtype."""
     known = None
@@ -628,6 +634,13 @@ def normalize_axis(axis, ndim: int, where: str, pname: str = "axis") -> int:
     if not -ndim <= axis < max(ndim, 1):
         raise ShapeError(f"{where}: parameter {pname!r}={axis} is out of range for a {ndim}-d input")
     return axis % max(ndim, 1)
+
+
+def data_axis(x, axis, where: str) -> int:
+    """Parameter ``axis`` normalised against the shape ``x`` of input 'data', which must be at least 1-d."""
+    if len(x) == 0:
+        raise ShapeError(f"{where}: input 'data' must be at least 1-d")
+    return normalize_axis(axis, len(x), where)
 
 
 # -- shape and dtype attributes (``__shape__``, ``__dtype__``) -------------------------------------------

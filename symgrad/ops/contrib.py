@@ -450,14 +450,19 @@ def _selfatt_qk_grad(F, n, g):
 
 
 # O = merge(A V)  ->  dA = G' V^T, dV = A^T G' with G' = split(G) (the (B*H, L, D) view of the output gradient)
-def _selfatt_valatt_grad(F, n, g):
-    H = n.params["heads"]
-    qkv, att = n.inputs
-    v = _split_sym(F, qkv, H, 3, 2)
-    gy = _split_sym(F, g[0], H, 1, 0)
-    dqkv = _merge_sym(F, F.batch_dot(att, gy, transpose_a=True), H, 3, 2) if n.needs[0] else None
-    datt = F.batch_dot(gy, v, transpose_b=True) if n.needs[1] else None
-    return [dqkv, datt]
+def _valatt_grad(parts):
+    """Gradient rule of valatt whose V is the last of ``parts`` interleaved projections (3: Q, K, V; 2: K, V)."""
+
+    def rule(F, n, g):
+        H = n.params["heads"]
+        proj, att = n.inputs
+        v = _split_sym(F, proj, H, parts, parts - 1)
+        gy = _split_sym(F, g[0], H, 1, 0)
+        dproj = _merge_sym(F, F.batch_dot(att, gy, transpose_a=True), H, parts, parts - 1) if n.needs[0] else None
+        datt = F.batch_dot(gy, v, transpose_b=True) if n.needs[1] else None
+        return [dproj, datt]
+
+    return rule
 
 
 def _encdec_qk_grad(F, n, g):
@@ -467,16 +472,6 @@ def _encdec_qk_grad(F, n, g):
     dq = _merge_sym(F, F._contrib_div_sqrt_dim(F.batch_dot(g[0], k)), H, 1, 0) if n.needs[0] else None
     dk = _merge_sym(F, F._contrib_div_sqrt_dim(F.batch_dot(g[0], q, transpose_a=True)), H, 2, 0) if n.needs[1] else None
     return [dq, dk]
-
-
-def _encdec_valatt_grad(F, n, g):
-    H = n.params["heads"]
-    kv, att = n.inputs
-    v = _split_sym(F, kv, H, 2, 1)
-    gy = _split_sym(F, g[0], H, 1, 0)
-    dkv = _merge_sym(F, F.batch_dot(att, gy, transpose_a=True), H, 2, 1) if n.needs[0] else None
-    datt = F.batch_dot(gy, v, transpose_b=True) if n.needs[1] else None
-    return [dkv, datt]
 
 
 def _float_same(*names):
@@ -511,7 +506,7 @@ for _name, _inputs, _fwd, _shape, _grad, _doc in (
         ("queries_keys_values", "attention"),
         _selfatt_valatt_fwd,
         _selfatt_valatt_shape,
-        _selfatt_valatt_grad,
+        _valatt_grad(3),
         "attention @ V per head, V from interleaved projections; output (L, B, heads*head_dim).",
     ),
     (
@@ -527,7 +522,7 @@ for _name, _inputs, _fwd, _shape, _grad, _doc in (
         ("keys_values", "attention"),
         _encdec_valatt_fwd,
         _encdec_valatt_shape,
-        _encdec_valatt_grad,
+        _valatt_grad(2),
         "attention @ V per head, V from interleaved keys/values; output (Lq, B, heads*head_dim).",
     ),
 ):

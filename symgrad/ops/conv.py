@@ -184,19 +184,24 @@ def _check_input(where, ins, i, name, want, why):
     ins[i] = tuple(want)
 
 
-def _conv_out(params, X, where):
-    k, s, d = _geom(params)
-    p = params["pad"]
+def sliding_out(X, k, s, d, p, where, size="input size"):
+    """Output sizes of a kernel ``k`` (stride ``s``, dilate ``d``) sliding over the sizes ``X`` padded by ``p``;
+    ``size`` names the input's sizes in the error."""
     Y = []
     for i, (x, ki, si, di, pi) in enumerate(zip(X, k, s, d, p)):
         span = (ki - 1) * di + 1
         if span > x + 2 * pi:
             raise ShapeError(
-                f"{where}: kernel {ki} (dilate {di}: spans {span}) exceeds input size {x} padded to "
+                f"{where}: kernel {ki} (dilate {di}: spans {span}) exceeds {size} {x} padded to "
                 f"{x + 2 * pi} on spatial axis {i}"
             )
         Y.append((x + 2 * pi - span) // si + 1)
     return tuple(Y)
+
+
+def _conv_out(params, X, where):
+    k, s, d = _geom(params)
+    return sliding_out(X, k, s, d, params["pad"], where)
 
 
 def _grouped_data(params, ins, where):

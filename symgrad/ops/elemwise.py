@@ -829,9 +829,11 @@ register(
     is_loss=True,
     gradient=lambda F, n, g: [F.ones_like(n.inputs[0])],  # d loss / d data := 1 (head ignored)
     # the loss is sum(data)
-    implied_loss=lambda params, inputs, output: lambda ins, out: (
-        float(np.asarray(ins[0], np.float64).sum()),
-        float(np.abs(np.asarray(ins[0], np.float64)).sum()),
+    implied_loss=lambda params, inputs, output: (
+        lambda ins, out: (
+            float(np.asarray(ins[0], np.float64).sum()),
+            float(np.abs(np.asarray(ins[0], np.float64)).sum()),
+        )
     ),
     doc="Marks ``data`` as a loss: identity forward, gradient ones (the head gradient is ignored).",
 )
@@ -1164,30 +1166,22 @@ def _binary(names, fwd, grad, aliases=((), ()), choice=None, fast=None, piece=No
 
     dec = decisions if choice else None
     pin = pinned if piece else None
-    if same_name:
-        register(
-            same_name,
-            aliases=aliases[0],
-            inputs=("lhs", "rhs"),
-            forward=forward,
-            specialize=specialize,
-            infer_shape=_same_shape_binary,
-            gradient=same_rule if grad else _zero_grad,
-            decisions=dec,
-            pinned=pin,
-        )
-    if bcast_name:
-        register(
-            bcast_name,
-            aliases=aliases[1],
-            inputs=("lhs", "rhs"),
-            forward=forward,
-            specialize=specialize,
-            infer_shape=_broadcast_shape,
-            gradient=bcast_rule if grad else _zero_grad,
-            decisions=dec,
-            pinned=pin,
-        )
+    for name, alias, shape_rule, rule in (
+        (same_name, aliases[0], _same_shape_binary, same_rule),
+        (bcast_name, aliases[1], _broadcast_shape, bcast_rule),
+    ):
+        if name:
+            register(
+                name,
+                aliases=alias,
+                inputs=("lhs", "rhs"),
+                forward=forward,
+                specialize=specialize,
+                infer_shape=shape_rule,
+                gradient=rule if grad else _zero_grad,
+                decisions=dec,
+                pinned=pin,
+            )
 
 
 _binary(

@@ -566,6 +566,11 @@ register(
 )
 
 
+def _trian_side(length):
+    """The side m of the triangle that packs into ``length`` = m (m + 1) / 2 entries (rounded)."""
+    return int(np.floor(0.5 + (np.sqrt(8 * length + 1) - 1.0) * 0.5))
+
+
 def _diag_trian_shape(diag, extract):
     def rule(params, in_shapes, out_shapes, where):
         (a,) = in_shapes
@@ -584,7 +589,7 @@ def _diag_trian_shape(diag, extract):
         if diag:
             n = a[-1] + abs(k)
         else:
-            m = int(np.floor(0.5 + (np.sqrt(8 * a[-1] + 1) - 1.0) * 0.5))
+            m = _trian_side(a[-1])
             if m * (m + 1) // 2 != a[-1]:
                 raise ShapeError(
                     f"{where}: input 'A' {a}: the last axis ({a[-1]}) is not a triangular number m (m + 1) / 2"
@@ -616,59 +621,48 @@ def _extracttrian_fwd(xp, a, offset, lower):
 
 
 def _maketrian_fwd(xp, a, offset, lower):
-    m = int(np.floor(0.5 + (np.sqrt(8 * a.shape[-1] + 1) - 1.0) * 0.5))
+    m = _trian_side(a.shape[-1])
     n = m + abs(offset)
     return _scatter(xp, a, n, _trian_index(n, offset, lower))
 
 
 # extract and make are adjoint linear maps (a gather and the scatter into zeros): each one's gradient is
 # the other with the same parameters
-_DIAG_PARAMS = {"offset": Param("int", 0)}
-_TRIAN_PARAMS = {"offset": Param("int", 0), "lower": Param("bool", True)}
+def _register_extract_make(kind, params, extract_fwd, make_fwd, extract_doc, make_doc):
+    """Register ``_linalg_extract<kind>`` and ``_linalg_make<kind>``, each the other's gradient."""
+    for verb, other, fwd, doc in (
+        ("extract", "make", extract_fwd, extract_doc),
+        ("make", "extract", make_fwd, make_doc),
+    ):
+        adjoint = f"_linalg_{other}{kind}"
+        register(
+            f"_linalg_{verb}{kind}",
+            aliases=(f"linalg_{verb}{kind}",),
+            inputs=("A",),
+            params=dict(params),
+            forward=fwd,
+            infer_shape=_diag_trian_shape(kind == "diag", verb == "extract"),
+            infer_type=_la_type,
+            gradient=lambda F, n, g, adjoint=adjoint: [getattr(F, adjoint)(g[0], **n.params)],
+            doc=doc,
+        )
 
-register(
-    "_linalg_extractdiag",
-    aliases=("linalg_extractdiag",),
-    inputs=("A",),
-    params=dict(_DIAG_PARAMS),
-    forward=_extractdiag_fwd,
-    infer_shape=_diag_trian_shape(True, True),
-    infer_type=_la_type,
-    gradient=lambda F, n, g: [F._linalg_makediag(g[0], offset=n.params["offset"])],
-    doc="The ``offset``-th diagonal of square matrices.",
+
+_register_extract_make(
+    "diag",
+    {"offset": Param("int", 0)},
+    _extractdiag_fwd,
+    _makediag_fwd,
+    "The ``offset``-th diagonal of square matrices.",
+    "Square matrices with the input on the ``offset``-th diagonal, zeros elsewhere.",
 )
-register(
-    "_linalg_makediag",
-    aliases=("linalg_makediag",),
-    inputs=("A",),
-    params=dict(_DIAG_PARAMS),
-    forward=_makediag_fwd,
-    infer_shape=_diag_trian_shape(True, False),
-    infer_type=_la_type,
-    gradient=lambda F, n, g: [F._linalg_extractdiag(g[0], offset=n.params["offset"])],
-    doc="Square matrices with the input on the ``offset``-th diagonal, zeros elsewhere.",
-)
-register(
-    "_linalg_extracttrian",
-    aliases=("linalg_extracttrian",),
-    inputs=("A",),
-    params=dict(_TRIAN_PARAMS),
-    forward=_extracttrian_fwd,
-    infer_shape=_diag_trian_shape(False, True),
-    infer_type=_la_type,
-    gradient=lambda F, n, g: [F._linalg_maketrian(g[0], **n.params)],
-    doc="A triangle of square matrices packed into a vector (lower: row by row; upper: column by column).",
-)
-register(
-    "_linalg_maketrian",
-    aliases=("linalg_maketrian",),
-    inputs=("A",),
-    params=dict(_TRIAN_PARAMS),
-    forward=_maketrian_fwd,
-    infer_shape=_diag_trian_shape(False, False),
-    infer_type=_la_type,
-    gradient=lambda F, n, g: [F._linalg_extracttrian(g[0], **n.params)],
-    doc="Square matrices from packed triangles (the inverse of extracttrian), zeros elsewhere.",
+_register_extract_make(
+    "trian",
+    {"offset": Param("int", 0), "lower": Param("bool", True)},
+    _extracttrian_fwd,
+    _maketrian_fwd,
+    "A triangle of square matrices packed into a vector (lower: row by row; upper: column by column).",
+    "Square matrices from packed triangles (the inverse of extracttrian), zeros elsewhere.",
 )
 
 

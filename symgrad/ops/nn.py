@@ -24,6 +24,7 @@ from ..opdef import (
     Param,
     acc_dtype,
     check_float,
+    data_axis,
     elementwise,
     float_inputs,
     masked,
@@ -392,9 +393,7 @@ def _bn_shape(params, in_shapes, out_shapes, where):
     x = in_shapes[0]
     if x is None:
         return in_shapes, out_shapes
-    if len(x) == 0:
-        raise ShapeError(f"{where}: input 'data' must be at least 1-d")
-    ax = normalize_axis(params["axis"], len(x), where)
+    ax = data_axis(x, params["axis"], where)
     c = (x[ax],)
     for i, name in zip(range(1, 5), ("gamma", "beta", "moving_mean", "moving_var")):
         if in_shapes[i] is not None and tuple(in_shapes[i]) != c:

@@ -24,7 +24,7 @@ import numpy as np
 
 from ..base import ParamError, ShapeError
 from ..kernels.conv import hi_pad, padded, tap_ranges, tap_slices
-from ..opdef import Decision, Param, acc_dtype, float_inputs, register
+from ..opdef import Decision, Param, acc_dtype, float_inputs, like_input1, register
 from .conv import check_layout, spatial_param
 
 _POOL_PARAMS = {
@@ -481,11 +481,6 @@ register(
 # ----------------------------------------------------------------------------
 
 
-def _like_data(params, in_shapes, out_shapes, where):
-    like = in_shapes[1]
-    return in_shapes, [like] if like is not None else out_shapes
-
-
 def _max_scatter_fwd(xp, g, x, **params):
     idx, (k, s, p, Y) = _argmax(xp, x, params)
     acc = acc_dtype(g.dtype)
@@ -533,7 +528,7 @@ register(
     inputs=("ograd", "data"),
     params=dict(_POOL_PARAMS),
     forward=_max_scatter_fwd,
-    infer_shape=_like_data,
+    infer_shape=like_input1,
     no_grad_inputs=("data",),
     gradient=lambda F, n, g: [F._pool_max_gather(g[0], n.inputs[1], **n.params), None],
     doc="Max pooling's gradient: each output gradient added at its window's first maximum of ``data`` (hidden).",
@@ -623,7 +618,7 @@ register(
     inputs=("ograd", "like"),
     params=dict(_POOL_PARAMS),
     forward=_sum_adjoint_fwd,
-    infer_shape=_like_data,
+    infer_shape=like_input1,
     no_grad_inputs=("like",),
     gradient=lambda F, n, g: [F.Pooling(g[0], **n.params), None],
     doc="Adjoint of avg/sum pooling (hidden).",

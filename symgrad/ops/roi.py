@@ -65,6 +65,18 @@ def _check_scale(where, params):
         raise ParamError(f"{where}: parameter 'spatial_scale' must be in [0, 1] (as MXNet), got {s}")
 
 
+def _pooled_prepare(op):
+    """``prepare`` of the ROI op ``op``: checks its ``pooled_size`` and ``spatial_scale``."""
+
+    def prepare(params, name):
+        where = f"{op} {name!r}"
+        _check_pooled(where, params)
+        _check_scale(where, params)
+        return params
+
+    return prepare
+
+
 def _roi_shapes(where, in_shapes, cols=5):
     """(data, rois) shapes checked: data 4-d, rois (R, cols); None when either is unknown."""
     data, rois = in_shapes[0], in_shapes[1]
@@ -106,13 +118,6 @@ def _scale(params, T):
 # ----------------------------------------------------------------------------
 # ROIPooling
 # ----------------------------------------------------------------------------
-
-
-def _roi_pool_prepare(params, name):
-    where = f"ROIPooling {name!r}"
-    _check_pooled(where, params)
-    _check_scale(where, params)
-    return params
 
 
 def _roi_pool_shape(params, in_shapes, out_shapes, where):
@@ -183,7 +188,7 @@ register(
     "ROIPooling",
     inputs=("data", "rois"),
     params={"pooled_size": Param("shape"), "spatial_scale": Param("float")},
-    prepare=_roi_pool_prepare,
+    prepare=_pooled_prepare("ROIPooling"),
     num_outputs=2,
     num_visible=1,
     output_names=("output", "maxidx"),
@@ -242,13 +247,6 @@ _ALIGN_PARAMS = {
     "position_sensitive": Param("bool", False),
     "aligned": Param("bool", False),
 }
-
-
-def _align_prepare(params, name):
-    where = f"_contrib_ROIAlign {name!r}"
-    _check_pooled(where, params)
-    _check_scale(where, params)
-    return params
 
 
 def _align_shape(params, in_shapes, out_shapes, where):
@@ -378,31 +376,45 @@ def _align_adjoint_fwd(xp, g, rois, like, **params):
     return dx.astype(g.dtype, copy=False)
 
 
-register(
+def _register_linear_in_data(name, adjoint, params, prepare, forward, adjoint_forward, infer_shape, doc):
+    """Register an ROI op linear in ``data`` and its hidden adjoint in data, each the other's gradient."""
+    register(
+        name,
+        inputs=("data", "rois"),
+        params=dict(params),
+        prepare=prepare,
+        forward=forward,
+        infer_shape=infer_shape,
+        infer_type=_roi_types(),
+        # linear in data: y = A(rois) x  ->  dx = A^T g
+        gradient=lambda F, n, g: [getattr(F, adjoint)(g[0], n.inputs[1], n.inputs[0], **n.params), None],
+        no_grad_inputs=("rois",),
+        doc=doc,
+    )
+    register(
+        adjoint,
+        inputs=("ograd", "rois", "like"),
+        params=dict(params),
+        forward=adjoint_forward,
+        infer_shape=lambda p, i, o, w: (i, [i[2]]),
+        infer_type=lambda p, i, o, w: (i, [i[0]]),
+        # A^T is linear; its adjoint is A, i.e. the op itself
+        gradient=lambda F, n, g: [getattr(F, name)(g[0], n.inputs[1], **n.params), None, None],
+        no_grad_inputs=("rois", "like"),
+        doc=f"Adjoint of {name.removeprefix('_contrib_')} in data (hidden).",
+    )
+
+
+_register_linear_in_data(
     "_contrib_ROIAlign",
-    inputs=("data", "rois"),
-    params=dict(_ALIGN_PARAMS),
-    prepare=_align_prepare,
-    forward=_align_fwd,
-    infer_shape=_align_shape,
-    infer_type=_roi_types(),
-    # linear in data: y = A(rois) x  ->  dx = A^T g
-    gradient=lambda F, n, g: [F._roi_align_adjoint(g[0], n.inputs[1], n.inputs[0], **n.params), None],
-    no_grad_inputs=("rois",),
-    doc="ROI Align (Mask R-CNN): bilinear sampling of each ROI bin, averaged; optional position-sensitive "
-    "channels and Detectron2's aligned (-0.5 pixel) coordinates.",
-)
-register(
     "_roi_align_adjoint",
-    inputs=("ograd", "rois", "like"),
-    params=dict(_ALIGN_PARAMS),
-    forward=_align_adjoint_fwd,
-    infer_shape=lambda p, i, o, w: (i, [i[2]]),
-    infer_type=lambda p, i, o, w: (i, [i[0]]),
-    # A^T is linear; its adjoint is A, i.e. ROIAlign itself
-    gradient=lambda F, n, g: [F._contrib_ROIAlign(g[0], n.inputs[1], **n.params), None, None],
-    no_grad_inputs=("rois", "like"),
-    doc="Adjoint of ROIAlign in data (hidden).",
+    _ALIGN_PARAMS,
+    _pooled_prepare("_contrib_ROIAlign"),
+    _align_fwd,
+    _align_adjoint_fwd,
+    _align_shape,
+    "ROI Align (Mask R-CNN): bilinear sampling of each ROI bin, averaged; optional position-sensitive "
+    "channels and Detectron2's aligned (-0.5 pixel) coordinates.",
 )
 
 
@@ -507,44 +519,22 @@ def _psroi_adjoint_fwd(xp, g, rois, like, **params):
     return dx.astype(g.dtype, copy=False)
 
 
-register(
+_register_linear_in_data(
     "_contrib_PSROIPooling",
-    inputs=("data", "rois"),
-    params=dict(_PSROI_PARAMS),
-    prepare=_psroi_prepare,
-    forward=_psroi_fwd,
-    infer_shape=_psroi_shape,
-    infer_type=_roi_types(),
-    # linear in data: y = A(rois) x  ->  dx = A^T g
-    gradient=lambda F, n, g: [F._psroi_pool_adjoint(g[0], n.inputs[1], n.inputs[0], **n.params), None],
-    no_grad_inputs=("rois",),
-    doc="Position-sensitive ROI pooling (R-FCN): the average of each bin of output channel ctop read from "
-    "data channel (ctop * group_size + gh) * group_size + gw.",
-)
-register(
     "_psroi_pool_adjoint",
-    inputs=("ograd", "rois", "like"),
-    params=dict(_PSROI_PARAMS),
-    forward=_psroi_adjoint_fwd,
-    infer_shape=lambda p, i, o, w: (i, [i[2]]),
-    infer_type=lambda p, i, o, w: (i, [i[0]]),
-    # A^T is linear; its adjoint is A, i.e. PSROIPooling itself
-    gradient=lambda F, n, g: [F._contrib_PSROIPooling(g[0], n.inputs[1], **n.params), None, None],
-    no_grad_inputs=("rois", "like"),
-    doc="Adjoint of PSROIPooling in data (hidden).",
+    _PSROI_PARAMS,
+    _psroi_prepare,
+    _psroi_fwd,
+    _psroi_adjoint_fwd,
+    _psroi_shape,
+    "Position-sensitive ROI pooling (R-FCN): the average of each bin of output channel ctop read from "
+    "data channel (ctop * group_size + gh) * group_size + gw.",
 )
 
 
 # ----------------------------------------------------------------------------
 # RROIAlign (rotated; forward only, as MXNet)
 # ----------------------------------------------------------------------------
-
-
-def _rroi_prepare(params, name):
-    where = f"_contrib_RROIAlign {name!r}"
-    _check_pooled(where, params)
-    _check_scale(where, params)
-    return params
 
 
 def _rroi_shape(params, in_shapes, out_shapes, where):
@@ -605,7 +595,7 @@ register(
     "_contrib_RROIAlign",
     inputs=("data", "rois"),
     params={"pooled_size": Param("shape"), "spatial_scale": Param("float"), "sampling_ratio": Param("int", -1)},
-    prepare=_rroi_prepare,
+    prepare=_pooled_prepare("_contrib_RROIAlign"),
     forward=_rroi_fwd,
     infer_shape=_rroi_shape,
     infer_type=_roi_types(),

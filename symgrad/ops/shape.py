@@ -20,7 +20,7 @@ import math
 import numpy as np
 
 from ..base import ParamError, ShapeError
-from ..opdef import Param, normalize_axis, register, same_shape
+from ..opdef import Param, like_input1, normalize_axis, register, same_shape
 
 
 def _prod(dims):
@@ -779,11 +779,19 @@ register(
 )
 
 
-def _scatter_shape(params, in_shapes, out_shapes, where):
-    like = in_shapes[1]
-    if like is None:
-        return in_shapes, out_shapes
-    return in_shapes, [like]
+def _register_scatter(name, *, params, forward, gradient, doc):
+    """Register a hidden gradient op from (``ograd``, ``data``) to an array shaped and typed like ``data``."""
+    register(
+        name,
+        inputs=("ograd", "data"),
+        params=params,
+        forward=forward,
+        infer_shape=like_input1,
+        infer_type=_keep_first_type,
+        no_grad_inputs=("data",),
+        gradient=gradient,
+        doc=doc,
+    )
 
 
 def _slice_scatter_fwd(xp, g, like, begin, end, step):
@@ -792,14 +800,10 @@ def _slice_scatter_fwd(xp, g, like, begin, end, step):
     return out
 
 
-register(
+_register_scatter(
     "_slice_scatter",
-    inputs=("ograd", "data"),
     params={"begin": Param("any"), "end": Param("any"), "step": Param("any", ())},
     forward=_slice_scatter_fwd,
-    infer_shape=_scatter_shape,
-    infer_type=_keep_first_type,
-    no_grad_inputs=("data",),
     # writing g into a zero array at [b:e:s] is linear in g; its adjoint reads [b:e:s] back
     gradient=lambda F, n, g: [F.slice(g[0], **n.params), None],
     doc="slice's gradient: zeros shaped like ``data`` with ``ograd`` at the slice (hidden).",
@@ -864,14 +868,10 @@ def _slice_axis_scatter_fwd(xp, g, like, axis, begin, end):
     return out
 
 
-register(
+_register_scatter(
     "_slice_axis_scatter",
-    inputs=("ograd", "data"),
     params=dict(_SLICE_AXIS_PARAMS),
     forward=_slice_axis_scatter_fwd,
-    infer_shape=_scatter_shape,
-    infer_type=_keep_first_type,
-    no_grad_inputs=("data",),
     # linear in g; the adjoint of writing into [b:e] is reading [b:e]
     gradient=lambda F, n, g: [F.slice_axis(g[0], **n.params), None],
     doc="slice_axis's gradient (hidden).",
@@ -931,13 +931,10 @@ def _corner_fwd(xp, g, like):
     return out
 
 
-register(
+_register_scatter(
     "_corner_scatter",
-    inputs=("ograd", "data"),
+    params={},
     forward=_corner_fwd,
-    infer_shape=_scatter_shape,
-    infer_type=_keep_first_type,
-    no_grad_inputs=("data",),
     # linear in g; the adjoint reads the leading corner of g's size back: slice_like(h, g)
     gradient=lambda F, n, g: [F.slice_like(g[0], n.inputs[0]), None],
     doc="slice_like's gradient: zeros shaped like ``data`` with ``ograd`` in the leading corner (hidden).",
@@ -996,14 +993,10 @@ register(
     doc="Repeat the whole array ``reps`` times per axis (numpy.tile).",
 )
 
-register(
+_register_scatter(
     "_tile_sum",
-    inputs=("ograd", "data"),
     params={"reps": Param("shape")},
     forward=_tile_sum_fwd,
-    infer_shape=_scatter_shape,
-    infer_type=_keep_first_type,
-    no_grad_inputs=("data",),
     # summing copies is linear; its adjoint copies again: tile(h, reps) has the tiled shape
     gradient=lambda F, n, g: [F.tile(g[0], reps=n.params["reps"]), None],
     doc="tile's gradient: the sum of the tiled copies of ``ograd`` (hidden).",
@@ -1065,14 +1058,10 @@ register(
     doc="Repeat each element ``repeats`` times along ``axis`` (None: of the flattened input).",
 )
 
-register(
+_register_scatter(
     "_repeat_sum",
-    inputs=("ograd", "data"),
     params=dict(_REPEAT_PARAMS),
     forward=_repeat_sum_fwd,
-    infer_shape=_scatter_shape,
-    infer_type=_keep_first_type,
-    no_grad_inputs=("data",),
     # linear; the adjoint of summing the copies is repeating again
     gradient=lambda F, n, g: [F.repeat(g[0], **n.params), None],
     doc="repeat's gradient: the sum of each element's copies (hidden).",
@@ -1403,14 +1392,10 @@ register(
     doc="Legacy NCHW crop: to ``h_w`` (one input) or to ``crop_like``'s spatial size, at ``offset`` or centred.",
 )
 
-register(
+_register_scatter(
     "_crop_scatter",
-    inputs=("ograd", "data"),
     params={"offset": Param("shape", (0, 0)), "center_crop": Param("bool", False)},
     forward=_crop_scatter_fwd,
-    infer_shape=_scatter_shape,
-    infer_type=_keep_first_type,
-    no_grad_inputs=("data",),
     # linear in g; its adjoint crops the window back out, to g's own spatial size
     gradient=lambda F, n, g: [F.Crop(g[0], n.inputs[0], num_args=2, **n.params), None],
     doc="Crop's gradient: zeros shaped like ``data`` with ``ograd`` in the crop window (hidden).",

@@ -19,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..base import ParamError, ShapeError
-from ..opdef import Param, acc_dtype, check_float, float_inputs, normalize_axis, register
+from ..opdef import Param, acc_dtype, check_float, data_axis, float_inputs, normalize_axis, register
 
 _FLOAT_NAMES = ("float16", "float32", "float64")
 
@@ -58,9 +58,7 @@ def _shape(params, in_shapes, out_shapes, where):
     x = in_shapes[0]
     if x is None:
         return in_shapes, out_shapes
-    if len(x) == 0:
-        raise ShapeError(f"{where}: input 'data' must be at least 1-d")
-    ax = normalize_axis(params["axis"], len(x), where)
+    ax = data_axis(x, params["axis"], where)
     ins = list(in_shapes)
     if params["use_length"]:
         want = _length_shape(x, ax)

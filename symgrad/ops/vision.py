@@ -39,8 +39,8 @@ import numpy as np
 
 from ..base import ParamError, ShapeError
 from ..kernels.conv import hi_pad, im2col_columns, tap_slices
-from ..opdef import Param, acc_dtype, float_inputs, register
-from .conv import check_layout, spatial_param
+from ..opdef import Param, acc_dtype, float_inputs, like_input1, register
+from .conv import check_layout, sliding_out, spatial_param
 
 # ----------------------------------------------------------------------------
 # Sampling kernels (xp = numpy or cupy)
@@ -658,11 +658,6 @@ register(
 )
 
 
-def _corr_adj_shape(params, in_shapes, out_shapes, where):
-    other = in_shapes[1]
-    return in_shapes, [other] if other is not None else out_shapes
-
-
 def _corr_adj_grad(F, n, g):
     # A1(G; d2) = d/d d1 <G, corr(d1, d2)>:  <H, A1(G; d2)> = <G, corr(H, d2)>, linear in G and in d2:
     #   d G = corr(H, d2),  d d2 = A2(G; H).  Symmetrically for A2(G; d1): d G = corr(d1, H), d d1 = A1(G; H).
@@ -693,7 +688,7 @@ register(
     params={**_CORR_PARAMS, "which": Param("int", 1)},
     prepare=_corr_adj_prepare,
     forward=_corr_adjoint_fwd,
-    infer_shape=_corr_adj_shape,
+    infer_shape=like_input1,
     gradient=_corr_adj_grad,
     doc="Adjoint of the multiplicative Correlation in data1 (which=1, other=data2) or data2 (which=2) (hidden).",
 )
@@ -784,16 +779,7 @@ def _slide_prepare(opname):
 
 def _slide_out(params, X, where):
     k, s, d, p = params["kernel"], params["stride"], params["dilate"], params["pad"]
-    Y = []
-    for i, (x, ki, si, di, pi) in enumerate(zip(X, k, s, d, p)):
-        span = (ki - 1) * di + 1
-        if span > x + 2 * pi:
-            raise ShapeError(
-                f"{where}: kernel {ki} (dilate {di}: spans {span}) exceeds size {x} padded to "
-                f"{x + 2 * pi} on spatial axis {i}"
-            )
-        Y.append((x + 2 * pi - span) // si + 1)
-    return tuple(Y)
+    return sliding_out(X, k, s, d, p, where, "size")
 
 
 def _im2col_shape(params, in_shapes, out_shapes, where):
@@ -1188,16 +1174,23 @@ def _deform_positions(xp, offset, p, acc):
     return py, px
 
 
-def _deform_im2col_fwd(xp, data, offset, *, order_y=0, order_x=0, **p):
-    """Deformable columns (N, C*K, Ho, Wo), channel-major like im2col."""
+def _deform_columns(xp, data, offset, mask, order_y, order_x, border, p):
+    """Deformable columns (N, C*K, Ho, Wo), channel-major like im2col, each tap times ``mask`` unless None."""
     acc = acc_dtype(data.dtype)
     N, C, H, W = data.shape
     dg = p["num_deformable_group"]
     Ho, Wo = offset.shape[2:]
     K = math.prod(p["kernel"])
     py, px = _deform_positions(xp, offset, p, acc)
-    cols = _sample(xp, data.astype(acc, copy=False).reshape(N, dg, C // dg, H, W), py, px, order_y, order_x, "deform")
+    cols = _sample(xp, data.astype(acc, copy=False).reshape(N, dg, C // dg, H, W), py, px, order_y, order_x, border)
+    if mask is not None:
+        cols = cols * mask.astype(acc, copy=False).reshape(N, dg, 1, K * Ho * Wo)
     return cols.reshape(N, C * K, Ho, Wo).astype(data.dtype, copy=False)
+
+
+def _deform_im2col_fwd(xp, data, offset, *, order_y=0, order_x=0, **p):
+    """Deformable columns (N, C*K, Ho, Wo), channel-major like im2col."""
+    return _deform_columns(xp, data, offset, None, order_y, order_x, "deform", p)
 
 
 def _deform_col2im_fwd(xp, cols, offset, like, *, order_y=0, order_x=0, **p):
@@ -1395,6 +1388,18 @@ def _dconv_fwd(xp, data, offset, weight, bias=None, *, num_filter, num_group, **
     return _grouped_conv(xp, cols, weight, bias, num_filter, num_group, data.dtype)
 
 
+def _pointwise_geom(num_group):
+    """The hidden convolution ops' parameters for the grouped 1x1 convolution of the deformable columns."""
+    return {
+        "kernel": (1, 1),
+        "stride": (1, 1),
+        "dilate": (1, 1),
+        "pad": (0, 0),
+        "num_group": num_group,
+        "target_shape": (),
+    }
+
+
 def _dconv_grad(F, n, g):
     # out = conv1x1(cols(data; offset), W') + b, with cols the deformable columns (N, C*K, Ho, Wo) and
     # W' = W reshaped (F, C/g*K, 1, 1): a grouped 1x1 convolution. So (Convolution's hidden ops):
@@ -1403,14 +1408,7 @@ def _dconv_grad(F, n, g):
     data, offset, weight = n.inputs[:3]
     gy = g[0]
     p = _geom_of(n.params)
-    hp = {
-        "kernel": (1, 1),
-        "stride": (1, 1),
-        "dilate": (1, 1),
-        "pad": (0, 0),
-        "num_group": n.params["num_group"],
-        "target_shape": (),
-    }
+    hp = _pointwise_geom(n.params["num_group"])
     cols = F._deformable_im2col(data, offset, order_y=0, order_x=0, **p)
     out = [None, None, None]
     if n.needs[0] or n.needs[1]:
@@ -1474,15 +1472,7 @@ register(
 
 
 def _mdeform_im2col_fwd(xp, data, offset, mask, *, order_y=0, order_x=0, **p):
-    acc = acc_dtype(data.dtype)
-    N, C, H, W = data.shape
-    dg = p["num_deformable_group"]
-    Ho, Wo = offset.shape[2:]
-    K = math.prod(p["kernel"])
-    py, px = _deform_positions(xp, offset, p, acc)
-    cols = _sample(xp, data.astype(acc, copy=False).reshape(N, dg, C // dg, H, W), py, px, order_y, order_x, "zero")
-    cols = cols * mask.astype(acc, copy=False).reshape(N, dg, 1, K * Ho * Wo)
-    return cols.reshape(N, C * K, Ho, Wo).astype(data.dtype, copy=False)
+    return _deform_columns(xp, data, offset, mask, order_y, order_x, "zero", p)
 
 
 def _mdeform_col2im_fwd(xp, cols, offset, mask, like, *, order_y=0, order_x=0, **p):
@@ -1666,14 +1656,7 @@ def _mdconv_grad(F, n, g):
     data, offset, mask, weight = n.inputs[:4]
     gy = g[0]
     p = _geom_of(n.params)
-    hp = {
-        "kernel": (1, 1),
-        "stride": (1, 1),
-        "dilate": (1, 1),
-        "pad": (0, 0),
-        "num_group": n.params["num_group"],
-        "target_shape": (),
-    }
+    hp = _pointwise_geom(n.params["num_group"])
     cols = F._modulated_deformable_im2col(data, offset, mask, order_y=0, order_x=0, **p)
     out = [None, None, None, None]
     if n.needs[0] or n.needs[1] or n.needs[2]:
