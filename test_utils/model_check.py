@@ -1590,22 +1590,17 @@ def check_model(
         # (measured: +560 MB per ResNet-18 check in a loop; VGG-11's 8.5 GB each was OOM-killed on the third)
         del check
         gc.collect()
-    imprecise = [r["name"] for r in result.rows if r["verdict"] == "imprecise"]
-    if imprecise:
-        warnings.warn(
-            f"{WHO}: {len(imprecise)} argument(s) imprecise in {result.dtype}, no verdict (off beyond the "
-            f"tolerance where the rule holds in float64; check in float64): {few(imprecise)}",
-            RuntimeWarning,
-            stacklevel=2,
-        )
-    unsettled = [r["name"] for r in result.rows if r["verdict"] == "unsettled"]
-    if unsettled:
-        warnings.warn(
-            f"{WHO}: {len(unsettled)} argument(s) unsettled, no verdict (the numeric derivative did not "
-            f"settle as the step shrank): {few(unsettled)}",
-            RuntimeWarning,
-            stacklevel=2,
-        )
+    for verdict, why in (
+        (
+            "imprecise",
+            f"imprecise in {result.dtype}, no verdict (off beyond the tolerance where the rule holds in "
+            "float64; check in float64)",
+        ),
+        ("unsettled", "unsettled, no verdict (the numeric derivative did not settle as the step shrank)"),
+    ):
+        names = [r["name"] for r in result.rows if r["verdict"] == verdict]
+        if names:
+            warnings.warn(f"{WHO}: {len(names)} argument(s) {why}: {few(names)}", RuntimeWarning, stacklevel=2)
     if raise_on_failure and not result.ok and not result.partial:
         from .report import GradientCheckError
 

@@ -51,26 +51,24 @@ def default_dtype() -> type[np.float32]:
     return np.float32
 
 
-def default_rtols() -> dict[np.dtype[Any], float]:
-    """Relative tolerance per dtype (MXNet 1.9): float16 1e-2, float32 1e-4, float64 1e-5, integers 0."""
-    table: dict[np.dtype[Any], float] = {
-        np.dtype(np.float16): 1e-2,
-        np.dtype(np.float32): 1e-4,
-        np.dtype(np.float64): 1e-5,
-    }
+# MXNet 1.9's default (rtol, atol) per float dtype; integers compare exactly
+_DEFAULT_TOLS = {np.float16: (1e-2, 1e-1), np.float32: (1e-4, 1e-3), np.float64: (1e-5, 1e-20)}
+
+
+def _tolerance_table(which: int) -> dict[np.dtype[Any], float]:
+    table: dict[np.dtype[Any], float] = {np.dtype(t): tols[which] for t, tols in _DEFAULT_TOLS.items()}
     table.update({np.dtype(t): 0 for t in _INT_TYPES})
     return table
+
+
+def default_rtols() -> dict[np.dtype[Any], float]:
+    """Relative tolerance per dtype (MXNet 1.9): float16 1e-2, float32 1e-4, float64 1e-5, integers 0."""
+    return _tolerance_table(0)
 
 
 def default_atols() -> dict[np.dtype[Any], float]:
     """Absolute tolerance per dtype (MXNet 1.9): float16 1e-1, float32 1e-3, float64 1e-20, integers 0."""
-    table: dict[np.dtype[Any], float] = {
-        np.dtype(np.float16): 1e-1,
-        np.dtype(np.float32): 1e-3,
-        np.dtype(np.float64): 1e-20,
-    }
-    table.update({np.dtype(t): 0 for t in _INT_TYPES})
-    return table
+    return _tolerance_table(1)
 
 
 def default_numeric_eps() -> dict[np.dtype[Any], float]:
