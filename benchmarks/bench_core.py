@@ -343,9 +343,9 @@ def build_small_chain(layers):
     return y
 
 
-def numpy_small_chain(x, head, layers):
-    """The same forward+backward by hand: keep each tanh, then g <- g * 1.01 * (1 - t^2) backwards."""
-    c, one = np.float32(1.01), np.float32(1.0)
+def numpy_small_chain(x, head, layers, scale=1.01):
+    """The same forward+backward by hand: keep each tanh, then g <- g * scale * (1 - t^2) backwards (float32)."""
+    c, one = np.float32(scale), np.float32(1.0)
     ts = []
     y = x
     for _ in range(layers):

@@ -67,6 +67,20 @@ def workload(name, contender):
     return register
 
 
+BIND_NODES = {"bind1k": 1000, "bind10k": 10000}
+
+
+def bind_workloads(contender):
+    """Register ``bind_chain(n_nodes) -> Case`` as ``contender``'s bind1k and bind10k workloads."""
+
+    def register(bind_chain):
+        for name, n_nodes in BIND_NODES.items():
+            workload(name, contender)(lambda seed, n_nodes=n_nodes: bind_chain(n_nodes))
+        return bind_chain
+
+    return register
+
+
 # ----------------------------------------------------------------------------
 # shared inputs (plain numpy: the same in every environment)
 # ----------------------------------------------------------------------------
@@ -209,6 +223,7 @@ def resnet18_symgrad(seed):
     )
 
 
+@bind_workloads("symgrad")
 def _bind_chain_symgrad(n_nodes):
     sg, bc = _symgrad(), _bench_core()
 
@@ -218,16 +233,6 @@ def _bind_chain_symgrad(n_nodes):
 
     exe = step()
     return Case(step, {"n_args": len(exe.arg_dict)})
-
-
-@workload("bind1k", "symgrad")
-def bind1k_symgrad(seed):
-    return _bind_chain_symgrad(1000)
-
-
-@workload("bind10k", "symgrad")
-def bind10k_symgrad(seed):
-    return _bind_chain_symgrad(10000)
 
 
 @workload("densenet", "symgrad")
@@ -281,20 +286,10 @@ def mlp_numpy(seed):
 def chain_numpy(seed):
     x = chain_input(seed)
     head = np.ones(CHAIN_SIZE, np.float32)
-    scale = np.float32(CHAIN_SCALE)
+    numpy_small_chain = _bench_core().numpy_small_chain  # keeps every tanh, then g <- g * s * (1 - t^2) backwards
 
     def step():
-        # forward: keep every tanh output; backward: d/dt (s * tanh t) = s * (1 - tanh^2 t)
-        ys, y = [], x
-        for _ in range(CHAIN_LINKS):
-            y = np.tanh(y)
-            ys.append(y)
-            y = y * scale
-        g = head
-        for t in reversed(ys):
-            g = g * scale
-            g = g * (1 - t * t)
-        return y, g
+        return numpy_small_chain(x, head, CHAIN_LINKS, CHAIN_SCALE)
 
     _, g = step()
     return Case(step, grad_norms(["x"], [g]))
@@ -384,6 +379,7 @@ def resnet18_mxnet(seed):
     )
 
 
+@bind_workloads("mxnet")
 def _bind_chain_mxnet(n_nodes):
     mx = _mx()
 
@@ -397,16 +393,6 @@ def _bind_chain_mxnet(n_nodes):
 
     exe = step()
     return Case(step, {"n_args": len(exe.arg_dict)})
-
-
-@workload("bind1k", "mxnet")
-def bind1k_mxnet(seed):
-    return _bind_chain_mxnet(1000)
-
-
-@workload("bind10k", "mxnet")
-def bind10k_mxnet(seed):
-    return _bind_chain_mxnet(10000)
 
 
 @workload("densenet", "mxnet")

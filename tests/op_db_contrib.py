@@ -31,40 +31,46 @@ def _head(x, b, h, parts, index):
     return x[:, b, start : start + d]
 
 
-def _selfatt_qk(qkv):
-    out = np.zeros((B * H, qkv.shape[0], qkv.shape[0]))
+def _att_qk(q_src, q_parts, k_src, k_parts, k_index):
+    """Scaled q @ k.T per (batch, head): queries are part 0 of ``q_src``, keys part ``k_index`` of ``k_src``."""
+    out = np.zeros((B * H, q_src.shape[0], k_src.shape[0]))
     for b in range(B):
         for h in range(H):
-            q, k = _head(qkv, b, h, 3, 0), _head(qkv, b, h, 3, 1)
+            q, k = _head(q_src, b, h, q_parts, 0), _head(k_src, b, h, k_parts, k_index)
             out[b * H + h] = q @ k.T / math.sqrt(q.shape[1])
     return out
 
 
-def _selfatt_valatt(qkv, att):
-    d = qkv.shape[2] // (3 * H)
-    out = np.zeros((qkv.shape[0], B, H * d))
-    for b in range(B):
-        for h in range(H):
-            out[:, b, h * d : (h + 1) * d] = att[b * H + h] @ _head(qkv, b, h, 3, 2)
-    return out
-
-
-def _encdec_qk(q_in, kv):
-    out = np.zeros((B * H, q_in.shape[0], kv.shape[0]))
-    for b in range(B):
-        for h in range(H):
-            q, k = _head(q_in, b, h, 1, 0), _head(kv, b, h, 2, 0)
-            out[b * H + h] = q @ k.T / math.sqrt(q.shape[1])
-    return out
-
-
-def _encdec_valatt(kv, att):
-    d = kv.shape[2] // (2 * H)
+def _att_valatt(v_src, parts, att):
+    """att @ v per (batch, head); the values are the last of the ``parts`` of ``v_src``."""
+    d = v_src.shape[2] // (parts * H)
     out = np.zeros((att.shape[1], B, H * d))
     for b in range(B):
         for h in range(H):
-            out[:, b, h * d : (h + 1) * d] = att[b * H + h] @ _head(kv, b, h, 2, 1)
+            out[:, b, h * d : (h + 1) * d] = att[b * H + h] @ _head(v_src, b, h, parts, parts - 1)
     return out
+
+
+def _selfatt_qk(qkv):
+    return _att_qk(qkv, 3, qkv, 3, 1)
+
+
+def _selfatt_valatt(qkv, att):
+    return _att_valatt(qkv, 3, att)
+
+
+def _encdec_qk(q_in, kv):
+    return _att_qk(q_in, 1, kv, 2, 0)
+
+
+def _encdec_valatt(kv, att):
+    return _att_valatt(kv, 2, att)
+
+
+def _att_row(kind, inputs, ref):
+    """The row of ``_contrib_interleaved_matmul_<kind>`` with H heads."""
+    op = getattr(S, f"_contrib_interleaved_matmul_{kind}")
+    return OpInfo(f"_contrib_interleaved_matmul_{kind}", lambda *xs: op(*xs, heads=H), inputs, ref, fwd_tol=F16)
 
 
 # -- quantize (MXNet's reference kernels, float32) ----------------------------------------------------------------
@@ -94,34 +100,10 @@ OPS = [
     ),
     OpInfo("_contrib_div_sqrt_dim", S._contrib_div_sqrt_dim, {"x": In((2, 3, 5))}, lambda x: x / math.sqrt(5)),
     # -- interleaved attention matmuls ---------------------------------------------------------------------------
-    OpInfo(
-        "_contrib_interleaved_matmul_selfatt_qk",
-        lambda x: S._contrib_interleaved_matmul_selfatt_qk(x, heads=H),
-        {"qkv": In((L, B, 3 * H * D))},
-        _selfatt_qk,
-        fwd_tol=F16,
-    ),
-    OpInfo(
-        "_contrib_interleaved_matmul_selfatt_valatt",
-        lambda x, a: S._contrib_interleaved_matmul_selfatt_valatt(x, a, heads=H),
-        {"qkv": In((L, B, 3 * H * D)), "att": In((B * H, L, L), low=0.0)},
-        _selfatt_valatt,
-        fwd_tol=F16,
-    ),
-    OpInfo(
-        "_contrib_interleaved_matmul_encdec_qk",
-        lambda q, kv: S._contrib_interleaved_matmul_encdec_qk(q, kv, heads=H),
-        {"q": In((L, B, H * D)), "kv": In((LK, B, 2 * H * D))},
-        _encdec_qk,
-        fwd_tol=F16,
-    ),
-    OpInfo(
-        "_contrib_interleaved_matmul_encdec_valatt",
-        lambda kv, a: S._contrib_interleaved_matmul_encdec_valatt(kv, a, heads=H),
-        {"kv": In((LK, B, 2 * H * D)), "att": In((B * H, L, LK), low=0.0)},
-        _encdec_valatt,
-        fwd_tol=F16,
-    ),
+    _att_row("selfatt_qk", {"qkv": In((L, B, 3 * H * D))}, _selfatt_qk),
+    _att_row("selfatt_valatt", {"qkv": In((L, B, 3 * H * D)), "att": In((B * H, L, L), low=0.0)}, _selfatt_valatt),
+    _att_row("encdec_qk", {"q": In((L, B, H * D)), "kv": In((LK, B, 2 * H * D))}, _encdec_qk),
+    _att_row("encdec_valatt", {"kv": In((LK, B, 2 * H * D)), "att": In((B * H, L, LK), low=0.0)}, _encdec_valatt),
     # an attention block: softmax(Q K^T / sqrt(D)) V, the two self-attention ops composed
     OpInfo(
         "_contrib_interleaved_matmul_selfatt_block",

@@ -9,7 +9,7 @@ clamped to the border; nearest: floor(i * in / out)). MXNet's own outputs are re
 import math
 
 import numpy as np
-from op_info import In, OpInfo
+from op_info import In, OpInfo, unary_row
 
 import symgrad as sg
 
@@ -58,6 +58,13 @@ def _resize(x, oh, ow, interp=1):
                 for q, wq in _sample_1d(j, w, ow, interp):
                     out[..., i, j, :] += wp * wq * x[..., p, q, :]
     return out
+
+
+def _resize_row(name, shape, ref_args, fwd_tol=F16, **params):
+    """_image_resize of one image (batch) of ``shape`` with ``params``; reference ``_resize(x, *ref_args)``."""
+    return unary_row(
+        f"_image_resize_{name}", S._image_resize, shape, lambda x: _resize(x, *ref_args), fwd_tol, **params
+    )
 
 
 _EIG = np.array(
@@ -120,31 +127,8 @@ OPS = [
         lambda x: _lighting(x, (0.01, -0.02, 0.03)),
         fwd_tol=F16,
     ),
-    OpInfo(
-        "_image_resize_up_bilinear",
-        lambda x: S._image_resize(x, size=(5, 3)),
-        {"x": In((2, 3, 2))},
-        lambda x: _resize(x, 3, 5),
-        fwd_tol=F16,
-    ),
-    OpInfo(
-        "_image_resize_down_bilinear",
-        lambda x: S._image_resize(x, size=(2, 3)),
-        {"x": In((2, 5, 7, 1))},
-        lambda x: _resize(x, 3, 2),
-        fwd_tol=F16,
-    ),
-    OpInfo(
-        "_image_resize_keep_ratio",
-        lambda x: S._image_resize(x, size=3, keep_ratio=True),
-        {"x": In((4, 6, 1))},
-        lambda x: _resize(x, 3, 4),
-        fwd_tol=F16,
-    ),
-    OpInfo(
-        "_image_resize_nearest",
-        lambda x: S._image_resize(x, size=(5, 2), interp=0),
-        {"x": In((3, 3, 3))},
-        lambda x: _resize(x, 2, 5, 0),
-    ),
+    _resize_row("up_bilinear", (2, 3, 2), (3, 5), size=(5, 3)),
+    _resize_row("down_bilinear", (2, 5, 7, 1), (3, 2), size=(2, 3)),
+    _resize_row("keep_ratio", (4, 6, 1), (3, 4), size=3, keep_ratio=True),
+    _resize_row("nearest", (3, 3, 3), (2, 5, 0), fwd_tol={}, size=(5, 2), interp=0),
 ]

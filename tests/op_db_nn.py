@@ -11,7 +11,7 @@ import math
 
 import numpy as np
 from np_refs import sigmoid
-from op_info import In, OpInfo
+from op_info import In, OpInfo, norm_inputs
 
 import symgrad as sg
 
@@ -82,7 +82,17 @@ def _labels(low, high, shape):
 SH = (2, 3)
 X3 = (2, 3, 2)
 BN_AUX = {"bn_moving_mean": In((3,)), "bn_moving_var": In((3,), 0.5, 1.5)}
-_BN_IN = {"x": In((4, 3, 2)), "g": In((3,), 0.5, 1.5), "b": In((3,))}
+F16 = {np.float16: (2e-2, 2e-2)}
+
+
+_BN_IN = norm_inputs((4, 3, 2), 3)
+
+
+def _bn_row(name, make, inputs, ref, aux=BN_AUX, **kw):
+    """A BatchNorm row: moving statistics as aux, training mode, fused backward (no second order), F16."""
+    kw = {"is_train": True, "second_order": False, "fwd_tol": F16, **kw}
+    return OpInfo(name, make, inputs, ref, aux=aux, **kw)
+
 
 OPS = [
     # -- Activation ---------------------------------------------------------------------
@@ -163,92 +173,57 @@ OPS = [
         grad=False,
     ),
     # -- BatchNorm (fused backward: no second order) -------------------------------------
-    OpInfo(
-        "BatchNorm_train",
-        lambda x, g, b: S.BatchNorm(x, g, b, fix_gamma=False, name="bn"),
-        _BN_IN,
-        _bn_train,
-        aux=BN_AUX,
-        is_train=True,
-        second_order=False,
-        fwd_tol={np.float16: (2e-2, 2e-2)},
-    ),
-    OpInfo(
+    _bn_row("BatchNorm_train", lambda x, g, b: S.BatchNorm(x, g, b, fix_gamma=False, name="bn"), _BN_IN, _bn_train),
+    _bn_row(
         "_contrib_SyncBatchNorm",
         lambda x, g, b: S._contrib_SyncBatchNorm(x, g, b, key="k", fix_gamma=False, name="bn"),
         _BN_IN,
         _bn_train,
-        aux=BN_AUX,
-        is_train=True,
-        second_order=False,
-        fwd_tol={np.float16: (2e-2, 2e-2)},
     ),
     # relu at exact zeros cannot happen: the normalised values are continuous draws
-    OpInfo(
+    _bn_row(
         "_contrib_BatchNormWithReLU",
         lambda x, g, b: S._contrib_BatchNormWithReLU(x, g, b, fix_gamma=False, name="bn"),
         _BN_IN,
         lambda *a: np.maximum(_bn_train(*a), 0),
-        aux=BN_AUX,
-        is_train=True,
-        second_order=False,
-        fwd_tol={np.float16: (2e-2, 2e-2)},
     ),
-    OpInfo(
+    _bn_row(
         "BatchNorm_fix_gamma_default",
         lambda x, g, b: S.BatchNorm(x, g, b, name="bn"),
-        {"x": In((4, 3, 2)), "g": In((3,), 0.5, 1.5), "b": In((3,))},
+        _BN_IN,
         lambda x, g, b, mm, mv: _bn_ref(x, g, b, 1, 1e-3, fix_gamma=True)[0],
-        aux=BN_AUX,
-        is_train=True,
-        second_order=False,
-        fwd_tol={np.float16: (2e-2, 2e-2)},
     ),
-    OpInfo(
+    _bn_row(
         "BatchNorm_global_stats",
         lambda x, g, b: S.BatchNorm(x, g, b, fix_gamma=False, use_global_stats=True, name="bn"),
-        {"x": In((4, 3, 2)), "g": In((3,), 0.5, 1.5), "b": In((3,))},
+        _BN_IN,
         lambda x, g, b, mm, mv: _bn_ref(x, g, b, 1, 1e-3, mean=mm, var=mv)[0],
-        aux=BN_AUX,
-        is_train=True,
-        second_order=False,
-        fwd_tol={np.float16: (2e-2, 2e-2)},
     ),
-    OpInfo(
+    _bn_row(
         "BatchNorm_inference",
         lambda x, g, b: S.BatchNorm(x, g, b, fix_gamma="False", name="bn"),
-        {"x": In((4, 3, 2)), "g": In((3,), 0.5, 1.5), "b": In((3,))},
+        _BN_IN,
         lambda x, g, b, mm, mv: _bn_ref(x, g, b, 1, 1e-3, mean=mm, var=mv)[0],
-        aux=BN_AUX,
         is_train=False,
-        second_order=False,
-        fwd_tol={np.float16: (2e-2, 2e-2)},
     ),
-    OpInfo(
+    _bn_row(
         "BatchNorm_channels_last",
         lambda x, g, b: S.BatchNorm(x, g, b, fix_gamma=False, axis=-1, eps=1e-5, name="bn"),
-        {"x": In((3, 2, 4)), "g": In((4,), 0.5, 1.5), "b": In((4,))},
+        norm_inputs((3, 2, 4), 4),
         lambda x, g, b, mm, mv: _bn_ref(x, g, b, -1, 1e-5)[0],
         aux={"bn_moving_mean": In((4,)), "bn_moving_var": In((4,), 0.5, 1.5)},
-        is_train=True,
-        second_order=False,
-        fwd_tol={np.float16: (2e-2, 2e-2)},
     ),
-    OpInfo(
+    _bn_row(
         "BatchNorm_4d_momentum_string",
         lambda x, g, b: S.BatchNorm(x, g, b, fix_gamma=False, momentum="0.5", eps="1e-4", name="bn"),
-        {"x": In((2, 3, 2, 2)), "g": In((3,), 0.5, 1.5), "b": In((3,))},
+        norm_inputs((2, 3, 2, 2), 3),
         lambda x, g, b, mm, mv: _bn_ref(x, g, b, 1, 1e-4)[0],
-        aux=BN_AUX,
-        is_train=True,
-        second_order=False,
-        fwd_tol={np.float16: (2e-2, 2e-2)},
     ),
     # the 'var' output is 1/sqrt(var + eps), as MXNet's; gradients through mean/var are blocked (test_ops_nn)
     OpInfo(
         "BatchNorm_output_mean_var",
         lambda x, g, b: S.BatchNorm(x, g, b, fix_gamma=False, output_mean_var=True, name="bn"),
-        {"x": In((4, 3)), "g": In((3,), 0.5, 1.5), "b": In((3,))},
+        norm_inputs((4, 3), 3),
         lambda x, g, b, mm, mv: _bn_ref(x, g, b, 1, 1e-3),
         aux=BN_AUX,
         is_train=True,
@@ -259,38 +234,38 @@ OPS = [
     OpInfo(
         "LayerNorm",
         lambda x, g, b: S.LayerNorm(x, g, b),
-        {"x": In((2, 3, 4)), "g": In((4,), 0.5, 1.5), "b": In((4,))},
+        norm_inputs((2, 3, 4), 4),
         lambda x, g, b: _layer_norm(x, g, b, -1)[0],
-        fwd_tol={np.float16: (2e-2, 2e-2)},
+        fwd_tol=F16,
     ),
     OpInfo(
         "LayerNorm_axis1",
         lambda x, g, b: S.LayerNorm(x, g, b, axis=1, eps=1e-3),
-        {"x": In((2, 3, 2)), "g": In((3,), 0.5, 1.5), "b": In((3,))},
+        norm_inputs((2, 3, 2), 3),
         lambda x, g, b: _layer_norm(x, g, b, 1, 1e-3)[0],
-        fwd_tol={np.float16: (2e-2, 2e-2)},
+        fwd_tol=F16,
     ),
     OpInfo(
         "LayerNorm_output_mean_var",
         lambda x, g, b: S.LayerNorm(x, g, b, output_mean_var=True),
-        {"x": In((3, 4)), "g": In((4,), 0.5, 1.5), "b": In((4,))},
+        norm_inputs((3, 4), 4),
         lambda x, g, b: _layer_norm(x, g, b, -1),
         grad=False,
-        fwd_tol={np.float16: (2e-2, 2e-2)},
+        fwd_tol=F16,
     ),
     OpInfo(
         "InstanceNorm",
         lambda x, g, b: S.InstanceNorm(x, g, b),
-        {"x": In((2, 3, 4)), "g": In((3,), 0.5, 1.5), "b": In((3,))},
+        norm_inputs((2, 3, 4), 3),
         lambda x, g, b: _instance_norm(x, g, b, 1e-3),
-        fwd_tol={np.float16: (2e-2, 2e-2)},
+        fwd_tol=F16,
     ),
     OpInfo(
         "InstanceNorm_4d",
         lambda x, g, b: S.InstanceNorm(x, g, b, eps=1e-5),
-        {"x": In((2, 2, 2, 3)), "g": In((2,), 0.5, 1.5), "b": In((2,))},
+        norm_inputs((2, 2, 2, 3), 2),
         lambda x, g, b: _instance_norm(x, g, b, 1e-5),
-        fwd_tol={np.float16: (2e-2, 2e-2)},
+        fwd_tol=F16,
     ),
     OpInfo("L2Normalization_instance", lambda x: S.L2Normalization(x), {"x": In((2, 3, 2))}, lambda x: _l2(x, (1, 2))),
     OpInfo(

@@ -6,7 +6,7 @@ BatchNorm_v1's 'var' output is the biased variance itself.
 """
 
 import numpy as np
-from op_info import In, OpInfo
+from op_info import In, OpInfo, norm_inputs
 
 import symgrad as sg
 
@@ -46,6 +46,13 @@ def _bn_v1(x, gamma, beta, mm, mv, eps=1e-3, fix_gamma=True, batch=True):
 
 BN1_AUX = {"bn_moving_mean": In((3,)), "bn_moving_var": In((3,), 0.5, 1.5)}
 
+
+def _bn1_row(name, make, x_shape, ref, **kw):
+    """A BatchNorm_v1 row over 3 channels: moving statistics as aux, training mode, F16."""
+    kw = {"is_train": True, **kw}
+    return OpInfo(name, make, norm_inputs(x_shape, 3), ref, aux=BN1_AUX, fwd_tol=F16, **kw)
+
+
 OPS = [
     # -- LRN ------------------------------------------------------------------------------------------
     OpInfo(
@@ -70,76 +77,63 @@ OPS = [
     OpInfo(
         "GroupNorm_default",
         lambda x, g, b: S.GroupNorm(x, g, b),
-        {"x": In((2, 3, 2)), "g": In((1,), 0.5, 1.5), "b": In((1,))},
+        norm_inputs((2, 3, 2), 1),
         lambda x, g, b: _group_norm(x, g, b, 1)[0],
         fwd_tol=F16,
     ),
     OpInfo(
         "GroupNorm_groups",
         lambda x, g, b: S.GroupNorm(x, g, b, num_groups=2, eps=1e-3),
-        {"x": In((2, 4, 2, 2)), "g": In((2,), 0.5, 1.5), "b": In((2,))},
+        norm_inputs((2, 4, 2, 2), 2),
         lambda x, g, b: _group_norm(x, g, b, 2, 1e-3)[0],
         fwd_tol=F16,
     ),
     OpInfo(
         "GroupNorm_output_mean_var",
         lambda x, g, b: S.GroupNorm(x, g, b, num_groups=3, output_mean_var=True),
-        {"x": In((2, 3, 3)), "g": In((3,), 0.5, 1.5), "b": In((3,))},
+        norm_inputs((2, 3, 3), 3),
         lambda x, g, b: _group_norm(x, g, b, 3),
         grad=False,
         fwd_tol=F16,
     ),
     # -- BatchNorm_v1 ---------------------------------------------------------------------------------
-    OpInfo(
+    _bn1_row(
         "BatchNorm_v1_fix_gamma_default",
         lambda x, g, b: S.BatchNorm_v1(x, g, b, name="bn"),
-        {"x": In((4, 3)), "g": In((3,), 0.5, 1.5), "b": In((3,))},
+        (4, 3),
         lambda x, g, b, mm, mv: _bn_v1(x, g, b, mm, mv)[0],
-        aux=BN1_AUX,
-        is_train=True,
-        fwd_tol=F16,
     ),
-    OpInfo(
+    _bn1_row(
         "BatchNorm_v1_4d",
         lambda x, g, b: S.BatchNorm_v1(x, g, b, fix_gamma=False, eps=1e-4, momentum=0.5, name="bn"),
-        {"x": In((2, 3, 2, 2)), "g": In((3,), 0.5, 1.5), "b": In((3,))},
+        (2, 3, 2, 2),
         lambda x, g, b, mm, mv: _bn_v1(x, g, b, mm, mv, 1e-4, False)[0],
-        aux=BN1_AUX,
-        is_train=True,
-        fwd_tol=F16,
     ),
-    OpInfo(
+    _bn1_row(
         "BatchNorm_v1_global_stats",
         lambda x, g, b: S.BatchNorm_v1(x, g, b, fix_gamma=False, use_global_stats=True, name="bn"),
-        {"x": In((2, 3, 2, 2)), "g": In((3,), 0.5, 1.5), "b": In((3,))},
+        (2, 3, 2, 2),
         lambda x, g, b, mm, mv: _bn_v1(x, g, b, mm, mv, fix_gamma=False, batch=False)[0],
-        aux=BN1_AUX,
-        is_train=True,
-        fwd_tol=F16,
     ),
-    OpInfo(
+    _bn1_row(
         "BatchNorm_v1_global_stats_fix_gamma",
         lambda x, g, b: S.BatchNorm_v1(x, g, b, use_global_stats=True, name="bn"),
-        {"x": In((3, 3)), "g": In((3,), 0.5, 1.5), "b": In((3,))},
+        (3, 3),
         lambda x, g, b, mm, mv: _bn_v1(x, g, b, mm, mv, batch=False)[0],
-        aux=BN1_AUX,
-        is_train=True,
-        fwd_tol=F16,
     ),
-    OpInfo(
+    _bn1_row(
         "BatchNorm_v1_inference",
         lambda x, g, b: S.BatchNorm_v1(x, g, b, fix_gamma=False, name="bn"),
-        {"x": In((3, 3)), "g": In((3,), 0.5, 1.5), "b": In((3,))},
+        (3, 3),
         lambda x, g, b, mm, mv: _bn_v1(x, g, b, mm, mv, fix_gamma=False, batch=False)[0],
-        aux=BN1_AUX,
         grad=False,
-        fwd_tol=F16,
+        is_train=False,
     ),
     # the 'var' output is the biased batch variance (BatchNorm's is 1/sqrt(var + eps))
     OpInfo(
         "BatchNorm_v1_output_mean_var",
         lambda x, g, b: S.BatchNorm_v1(x, g, b, fix_gamma=False, output_mean_var=True, name="bn"),
-        {"x": In((4, 3)), "g": In((3,), 0.5, 1.5), "b": In((3,))},
+        norm_inputs((4, 3), 3),
         lambda x, g, b, mm, mv: _bn_v1(x, g, b, mm, mv, fix_gamma=False),
         aux=BN1_AUX,
         is_train=True,

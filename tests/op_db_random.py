@@ -38,6 +38,11 @@ def _range(lo, hi):
 _pos = _range(0.5, 2.0)
 
 
+def _counts(shape):
+    """The x of a discrete density: counts drawn in 0..5, no gradient."""
+    return In(shape, sample=lambda rng: rng.integers(0, 6, shape), grad=False)
+
+
 def _dirichlet_logpdf(x, a, is_log):
     """Direct: sum (a_j - 1) log x_j + lgamma(sum a) - sum lgamma(a_j), per vector (alpha per leading index)."""
     lead = a.shape[:-1]
@@ -111,53 +116,37 @@ OPS = [
     OpInfo(
         "_random_pdf_poisson",
         S._random_pdf_poisson,
-        {"x": In((2, 3), sample=lambda rng: rng.integers(0, 6, (2, 3)), grad=False), "lam": In((2,), low=0.5, high=4)},
+        {"x": _counts((2, 3)), "lam": In((2,), low=0.5, high=4)},
         lambda x, lam: np.exp(x * np.log(_bc(lam, x)) - _lgamma(x + 1) - _bc(lam, x)),
     ),
     OpInfo(
         "_random_pdf_poisson_log",
         lambda x, lam: S._random_pdf_poisson(x, lam, is_log=True),
-        {"x": In((4,), sample=lambda rng: rng.integers(0, 6, (4,)), grad=False), "lam": In((4,), low=0.5, high=4)},
+        {"x": _counts((4,)), "lam": In((4,), low=0.5, high=4)},
         lambda x, lam: x * np.log(lam) - _lgamma(x + 1) - lam,
     ),
     OpInfo(
         "_random_pdf_negative_binomial",
         S._random_pdf_negative_binomial,
-        {
-            "x": In((2, 3), sample=lambda rng: rng.integers(0, 6, (2, 3)), grad=False),
-            "k": In((2,), low=1, high=4),
-            "p": In((2,), low=0.2, high=0.8),
-        },
+        {"x": _counts((2, 3)), "k": In((2,), low=1, high=4), "p": In((2,), low=0.2, high=0.8)},
         lambda x, k, p: np.exp(_nb_log(x, _bc(k, x), _bc(p, x))),
     ),
     OpInfo(
         "_random_pdf_negative_binomial_log",
         lambda x, k, p: S._random_pdf_negative_binomial(x, k, p, is_log=True),
-        {
-            "x": In((4,), sample=lambda rng: rng.integers(0, 6, (4,)), grad=False),
-            "k": In((4,), low=0.5, high=4),
-            "p": In((4,), low=0.2, high=0.8),
-        },
+        {"x": _counts((4,)), "k": In((4,), low=0.5, high=4), "p": In((4,), low=0.2, high=0.8)},
         _nb_log,
     ),
     OpInfo(
         "_random_pdf_generalized_negative_binomial",
         S._random_pdf_generalized_negative_binomial,
-        {
-            "x": In((2, 3), sample=lambda rng: rng.integers(0, 6, (2, 3)), grad=False),
-            "mu": In((2,), low=0.5, high=3),
-            "alpha": In((2,), low=0.2, high=1.5),
-        },
+        {"x": _counts((2, 3)), "mu": In((2,), low=0.5, high=3), "alpha": In((2,), low=0.2, high=1.5)},
         lambda x, mu, a: np.exp(_nb_log(x, 1 / _bc(a, x), 1 / (_bc(mu, x) * _bc(a, x) + 1))),
     ),
     OpInfo(
         "_random_pdf_generalized_negative_binomial_log",
         lambda x, mu, a: S._random_pdf_generalized_negative_binomial(x, mu, a, is_log=True),
-        {
-            "x": In((4,), sample=lambda rng: rng.integers(0, 6, (4,)), grad=False),
-            "mu": In((4,), low=0.5, high=3),
-            "alpha": In((4,), low=0.2, high=1.5),
-        },
+        {"x": _counts((4,)), "mu": In((4,), low=0.5, high=3), "alpha": In((4,), low=0.2, high=1.5)},
         lambda x, mu, a: _nb_log(x, 1 / a, 1 / (mu * a + 1)),
     ),
     # -- Dirichlet: x on the simplex, one alpha vector per leading index ------------------------------------------

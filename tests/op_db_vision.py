@@ -10,7 +10,7 @@ integer pixel coordinate: the bilinear kernel has kinks there.
 import math
 
 import numpy as np
-from op_info import In, OpInfo
+from op_info import In, OpInfo, unary_row
 
 import symgrad as sg
 
@@ -220,6 +220,21 @@ def ref_bilinear_resize(x, oh, ow, align=True):
 
 
 # -- DeformableConvolution -----------------------------------------------------------------------------------
+
+
+def _adaptive_row(name, shape, out_hw, **params):
+    """AdaptiveAvgPooling2D of an input of ``shape`` with ``params``, to ``out_hw``."""
+    op = S._contrib_AdaptiveAvgPooling2D
+    return unary_row(f"AdaptiveAvgPooling2D_{name}", op, shape, lambda x: ref_adaptive_avg(x, *out_hw), F16, **params)
+
+
+def _resize_row(name, shape, out_hw, align=True, **params):
+    """BilinearResize2D of one input of ``shape`` with ``params``, to ``out_hw`` (``align``: align_corners)."""
+
+    def ref(x):
+        return ref_bilinear_resize(x, *out_hw, align=align)
+
+    return unary_row(f"BilinearResize2D_{name}", S._contrib_BilinearResize2D, shape, ref, F16, **params)
 
 
 def _deform_sample(img, y, x):
@@ -448,56 +463,14 @@ OPS = [
         lambda c: ref_col2im(c, (5,), (2,), (1,), (2,), (0,)),
     ),
     # -- AdaptiveAvgPooling2D ---------------------------------------------------------------------------------
-    OpInfo(
-        "AdaptiveAvgPooling2D_overlap",
-        lambda x: S._contrib_AdaptiveAvgPooling2D(x, output_size=(2, 3)),
-        {"x": In((2, 2, 5, 4))},
-        lambda x: ref_adaptive_avg(x, 2, 3),
-        fwd_tol=F16,
-    ),
-    OpInfo(
-        "AdaptiveAvgPooling2D_int_size",
-        lambda x: S._contrib_AdaptiveAvgPooling2D(x, output_size=3),
-        {"x": In((1, 2, 4, 7))},
-        lambda x: ref_adaptive_avg(x, 3, 3),
-        fwd_tol=F16,
-    ),
-    OpInfo(
-        "AdaptiveAvgPooling2D_global",
-        S._contrib_AdaptiveAvgPooling2D,
-        {"x": In((2, 3, 3, 2))},
-        lambda x: ref_adaptive_avg(x, 1, 1),
-        fwd_tol=F16,
-    ),
+    _adaptive_row("overlap", (2, 2, 5, 4), (2, 3), output_size=(2, 3)),
+    _adaptive_row("int_size", (1, 2, 4, 7), (3, 3), output_size=3),
+    _adaptive_row("global", (2, 3, 3, 2), (1, 1)),
     # -- BilinearResize2D -------------------------------------------------------------------------------------
-    OpInfo(
-        "BilinearResize2D_size",
-        lambda x: S._contrib_BilinearResize2D(x, height=5, width=3),
-        {"x": In((2, 2, 3, 4))},
-        lambda x: ref_bilinear_resize(x, 5, 3),
-        fwd_tol=F16,
-    ),
-    OpInfo(
-        "BilinearResize2D_no_align",
-        lambda x: S._contrib_BilinearResize2D(x, height=2, width=7, align_corners=False),
-        {"x": In((1, 2, 5, 3))},
-        lambda x: ref_bilinear_resize(x, 2, 7, align=False),
-        fwd_tol=F16,
-    ),
-    OpInfo(
-        "BilinearResize2D_scale",
-        lambda x: S._contrib_BilinearResize2D(x, scale_height=1.5, scale_width=0.5),
-        {"x": In((1, 2, 4, 6))},
-        lambda x: ref_bilinear_resize(x, 6, 3),
-        fwd_tol=F16,
-    ),
-    OpInfo(
-        "BilinearResize2D_odd_scale",
-        lambda x: S._contrib_BilinearResize2D(x, scale_height=2.0, scale_width=2.0, mode="odd_scale"),
-        {"x": In((1, 1, 3, 4))},
-        lambda x: ref_bilinear_resize(x, 5, 8),
-        fwd_tol=F16,
-    ),
+    _resize_row("size", (2, 2, 3, 4), (5, 3), height=5, width=3),
+    _resize_row("no_align", (1, 2, 5, 3), (2, 7), align=False, height=2, width=7, align_corners=False),
+    _resize_row("scale", (1, 2, 4, 6), (6, 3), scale_height=1.5, scale_width=0.5),
+    _resize_row("odd_scale", (1, 1, 3, 4), (5, 8), scale_height=2.0, scale_width=2.0, mode="odd_scale"),
     OpInfo(
         "BilinearResize2D_like",
         lambda x, like: S._contrib_BilinearResize2D(x, like, mode="like"),
@@ -505,13 +478,7 @@ OPS = [
         lambda x, like: ref_bilinear_resize(x, 4, 2),
         fwd_tol=F16,
     ),
-    OpInfo(
-        "BilinearResize2D_to_odd_up",
-        lambda x: S._contrib_BilinearResize2D(x, mode="to_odd_up", align_corners=False),
-        {"x": In((1, 1, 4, 3))},
-        lambda x: ref_bilinear_resize(x, 5, 3, align=False),
-        fwd_tol=F16,
-    ),
+    _resize_row("to_odd_up", (1, 1, 4, 3), (5, 3), align=False, mode="to_odd_up", align_corners=False),
     # -- DeformableConvolution --------------------------------------------------------------------------------
     OpInfo(
         "DeformableConvolution",

@@ -45,6 +45,16 @@ class In:
         return x
 
 
+def norm_inputs(x_shape, channels):
+    """The inputs of a normalisation layer: x, and per channel a gamma drawn in [0.5, 1.5] and a beta."""
+    return {"x": In(x_shape), "g": In((channels,), 0.5, 1.5), "b": In((channels,))}
+
+
+def unary_row(name, op, shape, ref, fwd_tol=None, **params):
+    """The row of ``op(x, **params)`` on one input of ``shape``."""
+    return OpInfo(name, lambda x: op(x, **params), {"x": In(shape)}, ref, fwd_tol=fwd_tol or {})
+
+
 @dataclass
 class OpInfo:
     """One row of the table. ``make(*variables) -> Symbol``; ``ref(*arrays) -> array or tuple``."""

@@ -144,6 +144,20 @@ class _BinaryProp(sg.operator.CustomOpProp):
         return _Binary(self.kind)
 
 
+#: the constant factors ``planted("scale", k)`` puts on a gradient, with the pattern and words that name each
+#: (shared with tests/test_torch_checks.py)
+PLANTED_FACTORS = pytest.mark.parametrize(
+    "k, pattern, words",
+    [
+        (1.5, "scaled", "scaled by 1.5"),
+        (2.0, "doubled", "counted twice"),
+        (-1.0, "sign", "sign flipped"),
+        (0.0, "missing", "gradient missing"),
+    ],
+    ids=["x1.5", "doubled", "sign", "zero"],
+)
+
+
 def planted_matmul(x, w):
     return S.Custom(x, w, op_type="tc_binary", kind="matmul")
 
@@ -436,16 +450,7 @@ def test_kink_without_detection_is_redrawn_and_named_not_failed():
 # == check_backward: planted bugs ===========================================================================
 
 
-@pytest.mark.parametrize(
-    "k, pattern, words",
-    [
-        (1.5, "scaled", "scaled by 1.5"),
-        (2.0, "doubled", "counted twice"),
-        (-1.0, "sign", "sign flipped"),
-        (0.0, "missing", "gradient missing"),
-    ],
-    ids=["x1.5", "doubled", "sign", "zero"],
-)
+@PLANTED_FACTORS
 @pytest.mark.parametrize("dtype", [F32, F64])
 def test_planted_constant_factors_are_caught_and_named(k, pattern, words, dtype):
     rng = _rng(9)

@@ -569,38 +569,46 @@ def _location_muts(container, names=("x", "y"), refuse_nonfinite=False, as_dict=
 
 _TOL = [_set("rtol", _bad_tol), _set("atol", _bad_tol)]
 _NUM_TOL = [_set("rtol", _bad_num_tol), _set("atol", _bad_num_tol)]
+#: the bad elements _element plants in a list of arrays
+_BAD_ELEMENTS = ("str", "object", "obj_array", "str_array", "complex", "shape")
+
+
+def _symbolic_muts():
+    """What check_symbolic_forward and check_symbolic_backward share: tolerances, location, dtype, ctx, sym,
+    equal_nan."""
+    return (
+        _TOL
+        + _location_muts("location")
+        + [_set("dtype", _bad_dtype), _set("ctx", _bad_ctx), _set("sym", _bad_sym), _set("equal_nan", _bad_flag)]
+    )
+
+
+def _chainer_muts():
+    """What Chainer's check_backward and check_double_backward share: tolerances, eps, dtype, func,
+    detect_nondifferentiable, progress."""
+    return _NUM_TOL + [
+        _set("eps", _bad_eps),
+        _set("dtype", _bad_dtype),
+        _set("func", _bad_func),
+        _set("detect_nondifferentiable", _bad_flag),
+        _set("progress", _bad_flag),
+    ]
+
 
 MUTATIONS = {
-    "check_symbolic_forward": _TOL
-    + _location_muts("location")
+    "check_symbolic_forward": _symbolic_muts()
     + [
-        _set("dtype", _bad_dtype),
-        _set("ctx", _bad_ctx),
-        _set("sym", _bad_sym),
-        _set("equal_nan", _bad_flag),
-        _element(
-            "expected", 0, ("str", "object", "obj_array", "str_array", "complex", "shape"), ["expected", "output"]
-        ),
+        _element("expected", 0, _BAD_ELEMENTS, ["expected", "output"]),
         _set(
             "expected", st.sampled_from([[np.ones(SHAPE)] * 2, {"nope": np.ones(SHAPE)}, "abc", object()]), ["expected"]
         ),
         _set("aux_states", st.sampled_from([[np.ones(SHAPE)], {"m": np.ones(SHAPE)}, 5]), ["aux_states"]),
     ],
-    "check_symbolic_backward": _TOL
-    + _location_muts("location")
+    "check_symbolic_backward": _symbolic_muts()
     + [
-        _set("dtype", _bad_dtype),
-        _set("ctx", _bad_ctx),
-        _set("sym", _bad_sym),
-        _set("equal_nan", _bad_flag),
         _set("grad_req", _bad_grad_req),
-        _element(
-            "expected",
-            1,
-            ("str", "object", "obj_array", "str_array", "complex", "shape"),
-            ["expected", "gradient", "'y'"],
-        ),
-        _element("out_grads", 0, ("str", "object", "obj_array", "str_array", "complex", "shape"), ["out_grads"]),
+        _element("expected", 1, _BAD_ELEMENTS, ["expected", "gradient", "'y'"]),
+        _element("out_grads", 0, _BAD_ELEMENTS, ["out_grads"]),
         _set("out_grads", st.sampled_from([[np.ones(SHAPE)] * 2, {"nope": np.ones(SHAPE)}]), ["out_grads"]),
         _set("grad_stypes", st.sampled_from([5, "row_sparse", {"x": "row_sparse"}]), ["grad_stypes", "sparse"]),
     ],
@@ -638,7 +646,7 @@ MUTATIONS = {
         _set("use_uniform", _bad_flag),
         _set("scale", st.one_of(st.floats(max_value=-1e-300, allow_nan=False), st.sampled_from([NAN, INF, "a"]))),
         _set("rand_type", _bad_dtype),
-        _element("arg_params", "y", ("str", "object", "obj_array", "str_array", "complex", "shape"), ["arg_params"]),
+        _element("arg_params", "y", _BAD_ELEMENTS, ["arg_params"]),
         _set("arg_params", st.sampled_from([5, "x", {"z": np.ones(SHAPE)}]), ["arg_params"]),
         _set("ground_truth", st.sampled_from([5, {"x": np.ones(SHAPE)}]), ["ground_truth"]),
         _set(
@@ -695,31 +703,19 @@ MUTATIONS = {
         _set("a", st.sampled_from(["abc", None, object(), np.array(["a", "b"])]), ["'a'"]),
         _read_only("b", None),
     ],
-    "check_backward": _NUM_TOL
+    "check_backward": _chainer_muts()
     + [
-        _set("eps", _bad_eps),
-        _set("dtype", _bad_dtype),
-        _set("func", _bad_func),
-        _set("detect_nondifferentiable", _bad_flag),
-        _set("progress", _bad_flag),
         _set("float64_reference", _bad_flag),
         _element("x_data", 1, _ARRAY_KINDS + _NONFINITE, ["x_data[1]", "'x1'"]),
-        _element("y_grad", 0, ("str", "object", "obj_array", "str_array", "complex", "shape", "nan"), ["y_grad"]),
+        _element("y_grad", 0, _BAD_ELEMENTS + ("nan",), ["y_grad"]),
         _set("params", st.sampled_from([5, "w", {"w": np.ones(2)}]), ["params"]),
         _set("no_grads", st.sampled_from([[True], [False, False, False]]), ["no_grads"]),
         _read_only("x_data", 0),
     ],
-    "check_double_backward": _NUM_TOL
+    "check_double_backward": _chainer_muts()
     + [
-        _set("eps", _bad_eps),
-        _set("dtype", _bad_dtype),
-        _set("func", _bad_func),
-        _set("detect_nondifferentiable", _bad_flag),
-        _set("progress", _bad_flag),
         _element("x_data", 1, _ARRAY_KINDS + _NONFINITE, ["x_data[1]", "'x1'"]),
-        _element(
-            "y_grad", 0, ("str", "object", "obj_array", "str_array", "complex", "shape", "nan"), ["'gy0'", "y_grad"]
-        ),
+        _element("y_grad", 0, _BAD_ELEMENTS + ("nan",), ["'gy0'", "y_grad"]),
         _set("x_grad_grad", st.sampled_from([(np.ones(SHAPE),), (np.ones(SHAPE),) * 3]), ["x_grad_grad"]),
         _read_only("x_data", 1),
     ],

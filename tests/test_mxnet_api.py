@@ -106,40 +106,14 @@ def test_get_operator_arguments_matches_mxnet(op, names, types):
 def test_get_operator_arguments_names_in_mxnet_order():
     # names only (MXNet's C type names -- double, long, int (non-negative) -- are not reproduced)
     want = {
-        "Convolution": [
-            "data",
-            "weight",
-            "bias",
-            "kernel",
-            "stride",
-            "dilate",
-            "pad",
-            "num_filter",
-            "num_group",
-            "workspace",
-            "no_bias",
-            "cudnn_tune",
-            "cudnn_off",
-            "layout",
-        ],
-        "Deconvolution": [
-            "data",
-            "weight",
-            "bias",
-            "kernel",
-            "stride",
-            "dilate",
-            "pad",
-            "adj",
-            "target_shape",
-            "num_filter",
-            "num_group",
-            "workspace",
-            "no_bias",
-            "cudnn_tune",
-            "cudnn_off",
-            "layout",
-        ],
+        "Convolution": (
+            "data weight bias kernel stride dilate pad "
+            "num_filter num_group workspace no_bias cudnn_tune cudnn_off layout"
+        ).split(),
+        "Deconvolution": (
+            "data weight bias kernel stride dilate pad adj target_shape "
+            "num_filter num_group workspace no_bias cudnn_tune cudnn_off layout"
+        ).split(),
         "Concat": ["data", "num_args", "dim"],
         "Cast": ["data", "dtype"],
         "FullyConnected": ["data", "weight", "bias", "num_hidden", "no_bias", "flatten"],

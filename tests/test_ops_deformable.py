@@ -128,24 +128,22 @@ def test_deformable_psroipooling_bad_input():
     d, r, t = V("d"), V("r"), V("t")
     p = dict(spatial_scale=1.0, output_dim=2, group_size=2, pooled_size=2)
     s = S._contrib_DeformablePSROIPooling(d, r, t, name="dp", **p)
-    with pytest.raises(ShapeError, match=r"'dp'.*data has 7 channels; output_dim \* group_size\^2 = 2 \* 2\^2 = 8"):
-        s.infer_shape(d=(1, 7, 4, 4), r=(2, 5), t=(2, 2, 2, 2))
-    with pytest.raises(
-        ShapeError,
-        match=r"'dp'.*'trans' has shape \(2, 2, 3, 3\); expected \(num_rois, 2 \* "
-        r"num_classes, part_size, part_size\) with part_size 2",
-    ):
-        s.infer_shape(d=(1, 8, 4, 4), r=(2, 5), t=(2, 2, 3, 3))
-    with pytest.raises(ShapeError, match=r"'dp'.*'trans' has shape \(3, 2, 2, 2\); its first axis must be the 2 ROIs"):
-        s.infer_shape(d=(1, 8, 4, 4), r=(2, 5), t=(3, 2, 2, 2))
-    with pytest.raises(
-        ShapeError,
-        match=r"'dp'.*'trans' \(2, 6, 2, 2\) has 3 classes, which must divide "
-        r"output_dim=2",
-    ):
-        s.infer_shape(d=(1, 8, 4, 4), r=(2, 5), t=(2, 6, 2, 2))
-    with pytest.raises(ShapeError, match=r"'dp'.*'rois' has shape \(2, 4\)"):
-        s.infer_shape(d=(1, 8, 4, 4), r=(2, 4), t=(2, 2, 2, 2))
+    bad_shapes = [  # (data, rois, trans) shapes -> the message
+        ((1, 7, 4, 4), (2, 5), (2, 2, 2, 2), r"data has 7 channels; output_dim \* group_size\^2 = 2 \* 2\^2 = 8"),
+        (
+            (1, 8, 4, 4),
+            (2, 5),
+            (2, 2, 3, 3),
+            r"'trans' has shape \(2, 2, 3, 3\); expected \(num_rois, 2 \* num_classes, part_size, part_size\) "
+            r"with part_size 2",
+        ),
+        ((1, 8, 4, 4), (2, 5), (3, 2, 2, 2), r"'trans' has shape \(3, 2, 2, 2\); its first axis must be the 2 ROIs"),
+        ((1, 8, 4, 4), (2, 5), (2, 6, 2, 2), r"'trans' \(2, 6, 2, 2\) has 3 classes, which must divide output_dim=2"),
+        ((1, 8, 4, 4), (2, 4), (2, 2, 2, 2), r"'rois' has shape \(2, 4\)"),
+    ]
+    for data, rois, trans, message in bad_shapes:
+        with pytest.raises(ShapeError, match=r"'dp'.*" + message):
+            s.infer_shape(d=data, r=rois, t=trans)
     with pytest.raises(ParamError, match=r"'trans_std' must be in \[0, 1\]"):
         S._contrib_DeformablePSROIPooling(d, r, t, trans_std=1.5, **p)
     with pytest.raises(ParamError, match=r"'sample_per_part' must be >= 1, got 0"):

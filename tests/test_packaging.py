@@ -31,6 +31,7 @@ JUNK_DIRS = {
     ".ruff_cache",
     ".mypy_cache",
     ".grimp_cache",
+    ".import_linter_cache",
     "build",
     "dist",
     ".git",

@@ -6,7 +6,7 @@ gradient is broken) live in tests/test_chainer_checks.py; expected values are pl
 
 import numpy as np
 import pytest
-from test_chainer_checks import planted, planted_bias, planted_cube, planted_matmul
+from test_chainer_checks import PLANTED_FACTORS, planted, planted_bias, planted_cube, planted_matmul
 
 import symgrad as sg
 import symgrad.test_utils as tu
@@ -124,16 +124,7 @@ def test_kinks_are_redrawn_and_named_not_failed(fast_mode):
 # == planted bugs =========================================================================================
 
 
-@pytest.mark.parametrize(
-    "k, pattern, words",
-    [
-        (1.5, "scaled", "scaled by 1.5"),
-        (2.0, "doubled", "counted twice"),
-        (-1.0, "sign", "sign flipped"),
-        (0.0, "missing", "gradient missing"),
-    ],
-    ids=["x1.5", "doubled", "sign", "zero"],
-)
+@PLANTED_FACTORS
 @pytest.mark.parametrize("fast_mode", [False, True], ids=["slow", "fast"])
 def test_planted_constant_factors_are_caught_and_named(k, pattern, words, fast_mode):
     x = _normal(np.random.default_rng(8), 3, 4, dtype=F32)
