@@ -859,6 +859,8 @@ def _create(op, args, kwargs, name=None, attr=None, hint=None):
     if simple is not None:
         return _create_simple(op, simple, kwargs, node_name, where)
     sym_kwargs, param_kwargs = _split_kwargs(kwargs)
+    for k in [k for k, v in param_kwargs.items() if v is None and k not in op.params and not op.extra_params]:
+        del param_kwargs[k]  # ``sequence_length=None``: an absent input, as MXNet's creators read it
     args, positional_params = _split_positional(op, args, param_kwargs, where)
     if positional_params:
         param_kwargs.update(positional_params)

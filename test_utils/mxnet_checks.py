@@ -622,12 +622,19 @@ def _head_list(out_grads, out_names, out_shapes, dtype, who):
             raise ValueError(f"{who}: out_grads names {unknown}, which are not outputs; outputs are {out_names}")
         given = [out_grads.get(k) for k in out_names]
     elif isinstance(out_grads, (list, tuple)):
-        if len(out_grads) != n:
+        if len(out_grads) < n:
             raise ValueError(
                 f"{who}: out_grads has {len(out_grads)} arrays for {n} outputs {out_names}; give one "
                 "per output in that order (None for a loss head), or a dict"
             )
-        given = list(out_grads)
+        if len(out_grads) > n:  # MXNet's executor ignores them (its test_prelu passes one per input)
+            warnings.warn(
+                f"{who}: out_grads has {len(out_grads)} arrays for {n} outputs {out_names}; the "
+                f"{len(out_grads) - n} extra ones are ignored, as MXNet does",
+                UserWarning,
+                stacklevel=5,  # past _head_list, validate, the check and seeded_check's wrapper
+            )
+        given = list(out_grads[:n])
     else:
         if n != 1:
             raise ValueError(f"{who}: one out_grads array for {n} outputs {out_names}; give a list or a dict")

@@ -502,7 +502,8 @@ def _nd_offsets(xp, indices, dims):
     """Flat positions into the leading ``len(dims)`` axes from an (M, ...) index array, as MXNet's
     gather_nd resolves them: ``static_cast<index_t>(index + dim) % dim`` per axis, so a negative index
     counts from the end and a float index is truncated *after* adding the dimension (-0.5 -> dim - 1).
-    Out-of-range values are wrapped rather than raised (symgrad never inspects index values)."""
+    gather_nd raises on out-of-range values first (``_gather_nd_check_bounds``); scatter_nd wraps them, as
+    MXNet's does not check."""
     m = len(dims)
     j = indices.reshape(m, -1)
     lin = xp.zeros(j.shape[1], dtype=np.int64)
@@ -530,9 +531,21 @@ def _gather_nd_shape(params, in_shapes, out_shapes, where):
     return in_shapes, [tuple(i[1:]) + tuple(d[i[0] :])]
 
 
+def _gather_nd_check_bounds(xp, indices, lead):
+    """MXNet's GatherNDCheckBound: every index of axis k must lie in [-dim_k, dim_k - 1] (compared before
+    truncation, so 2.5 is out of bounds for a size-3 axis); IndexError names the first bad one per axis."""
+    j = indices.reshape(len(lead), -1)
+    for k, d in enumerate(lead):
+        bad = (j[k] < -d) | (j[k] > d - 1)
+        if bool(bad.any()):
+            value = j[k][bad][0].item()
+            raise IndexError(f"gather_nd: index {value:g} is out of bounds for axis {k} with size {d}")
+
+
 def _gather_nd_fwd(xp, data, indices):
     m = indices.shape[0]
     lead = data.shape[:m]
+    _gather_nd_check_bounds(xp, indices, lead)
     flat = data.reshape((int(np.prod(lead, dtype=np.int64)),) + data.shape[m:])
     return flat[_nd_offsets(xp, indices, lead)].reshape(indices.shape[1:] + data.shape[m:])
 

@@ -1191,17 +1191,23 @@ def _block_prepare(opname):
     return prepare
 
 
-def _d2s_out(x, bs, where):
+def _check_block_input(x, where):
+    """4-d with no zero-size axis (MXNet's DepthToSpace/SpaceToDepth shape checks refuse one)."""
     if len(x) != 4:
         raise ShapeError(f"{where}: input must be 4-d (N, C, H, W), got {tuple(x)}")
+    if 0 in tuple(x):
+        raise ShapeError(f"{where}: input {tuple(x)} has a zero-size axis {tuple(x).index(0)}; MXNet refuses one")
+
+
+def _d2s_out(x, bs, where):
+    _check_block_input(x, where)
     if x[1] % (bs * bs):
         raise ShapeError(f"{where}: channels {x[1]} of input {tuple(x)} are not a multiple of block_size^2={bs * bs}")
     return (x[0], x[1] // (bs * bs), x[2] * bs, x[3] * bs)
 
 
 def _s2d_out(x, bs, where):
-    if len(x) != 4:
-        raise ShapeError(f"{where}: input must be 4-d (N, C, H, W), got {tuple(x)}")
+    _check_block_input(x, where)
     if x[2] % bs or x[3] % bs:
         raise ShapeError(f"{where}: height and width of input {tuple(x)} must be multiples of block_size={bs}")
     return (x[0], x[1] * bs * bs, x[2] // bs, x[3] // bs)
