@@ -108,6 +108,15 @@ def grad_norms(names, grads):
     return {f"|d {n}|": float(np.linalg.norm(np.asarray(g, dtype=np.float64))) for n, g in zip(names, grads)}
 
 
+def chain_net(S):
+    """The chain workload's graph from ``S`` (symgrad's or MXNet's ``sym``): CHAIN_LINKS times
+    y <- tanh(y) * CHAIN_SCALE, from the variable x."""
+    y = S.Variable("x")
+    for _ in range(CHAIN_LINKS):
+        y = S.tanh(y) * CHAIN_SCALE
+    return y
+
+
 def chain_input(seed):
     return np.random.default_rng(seed).standard_normal(CHAIN_SIZE, dtype=np.float32)
 
@@ -128,6 +137,13 @@ def fill_zoo_arrays(names, shapes, seed, head_shape):
             out[name] = np.zeros(shape, np.float32)
     head = rng.standard_normal(head_shape, dtype=np.float32)
     return out, head
+
+
+def numcheck_net(S):
+    """The numcheck network, conv 3x3 (4 filters) -> tanh -> fc 5, from ``S``: symgrad's or MXNet's ``sym``."""
+    return S.FullyConnected(
+        S.tanh(S.Convolution(S.Variable("data"), kernel=(3, 3), num_filter=4, name="conv")), num_hidden=5, name="fc"
+    )
 
 
 def numcheck_arrays(seed):
@@ -180,10 +196,7 @@ def mlp_symgrad(seed):
 @workload("chain", "symgrad")
 def chain_symgrad(seed):
     sg = _symgrad()
-    y = sg.sym.Variable("x")
-    for _ in range(CHAIN_LINKS):
-        y = sg.sym.tanh(y) * CHAIN_SCALE
-    exe = y.simple_bind(sg.cpu(), grad_req="write", x=(CHAIN_SIZE,))
+    exe = chain_net(sg.sym).simple_bind(sg.cpu(), grad_req="write", x=(CHAIN_SIZE,))
     exe.arg_dict["x"][...] = chain_input(seed)
     head = np.ones(CHAIN_SIZE, np.float32)
 
@@ -252,10 +265,7 @@ def numcheck_symgrad(seed):
     sg = _symgrad()
     from symgrad.test_utils import check_numeric_gradient
 
-    S = sg.sym
-    net = S.FullyConnected(
-        S.tanh(S.Convolution(S.Variable("data"), kernel=(3, 3), num_filter=4, name="conv")), num_hidden=5, name="fc"
-    )
+    net = numcheck_net(sg.sym)
     location = numcheck_arrays(seed)
     if sorted(net.list_arguments()) != sorted(location):
         raise AssertionError(f"arguments {net.list_arguments()}")
@@ -333,10 +343,7 @@ def mlp_mxnet(seed):
 @workload("chain", "mxnet")
 def chain_mxnet(seed):
     mx = _mx()
-    y = mx.sym.Variable("x")
-    for _ in range(CHAIN_LINKS):
-        y = mx.sym.tanh(y) * CHAIN_SCALE
-    exe = y.simple_bind(mx.cpu(), grad_req="write", x=(CHAIN_SIZE,))
+    exe = chain_net(mx.sym).simple_bind(mx.cpu(), grad_req="write", x=(CHAIN_SIZE,))
     exe.arg_dict["x"][:] = chain_input(seed)
     head = mx.nd.ones(CHAIN_SIZE)
 
@@ -415,10 +422,7 @@ def numcheck_mxnet(seed):
     mx = _mx()
     from mxnet.test_utils import check_numeric_gradient
 
-    S = mx.sym
-    net = S.FullyConnected(
-        S.tanh(S.Convolution(S.Variable("data"), kernel=(3, 3), num_filter=4, name="conv")), num_hidden=5, name="fc"
-    )
+    net = numcheck_net(mx.sym)
     location = numcheck_arrays(seed)
 
     def step():

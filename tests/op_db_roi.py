@@ -385,6 +385,16 @@ _ROIS_A = [[0, 1.0, 0.6, 7.0, 6.2], [0, 2.0, 2.0, 6.0, 7.0]]
 _ROIS_B = [[0, 0.0, 1.0, 3.0, 4.0], [0, 2.4, -1.0, 6.0, 2.0], [0, -2.0, 1.0, 1.0, 3.0]]
 
 
+def _roi_pool_row(name, d_shape, rois, pooled, scale):
+    """ROIPooling on distinct data values (a unique argmax per bin) and the fixed ``rois``."""
+    return OpInfo(
+        name,
+        lambda d, r: S.ROIPooling(d, r, pooled_size=pooled, spatial_scale=scale),
+        {"d": _distinct(d_shape), "r": _fixed(rois)},
+        lambda d, r: _roi_pool(d, r, pooled, scale),
+    )
+
+
 def _dpsroi(no_trans=False, **p):
     def make(d, r, t=None):
         args = (d, r) if no_trans else (d, r, t)
@@ -395,19 +405,9 @@ def _dpsroi(no_trans=False, **p):
 
 OPS = [
     # -- ROIPooling: max over rounded integer bins; gradient to the argmax (symbolic, second order) -----------
-    OpInfo(
-        "ROIPooling_basic",
-        lambda d, r: S.ROIPooling(d, r, pooled_size=(2, 2), spatial_scale=1.0),
-        {"d": _distinct((2, 2, 5, 6)), "r": _fixed(ROIS)},
-        lambda d, r: _roi_pool(d, r, (2, 2), 1.0),
-    ),
+    _roi_pool_row("ROIPooling_basic", (2, 2, 5, 6), ROIS, (2, 2), 1.0),
     # scale 0.5, a ROI past the map, batch indices 5 and -1 (outputs 0), a malformed ROI (1 x 1)
-    OpInfo(
-        "ROIPooling_scale_odd_rois",
-        lambda d, r: S.ROIPooling(d, r, pooled_size=(3, 2), spatial_scale=0.5),
-        {"d": _distinct((2, 2, 4, 5)), "r": _fixed(ROIS_ODD)},
-        lambda d, r: _roi_pool(d, r, (3, 2), 0.5),
-    ),
+    _roi_pool_row("ROIPooling_scale_odd_rois", (2, 2, 4, 5), ROIS_ODD, (3, 2), 0.5),
     # -- ROIAlign: linear in data; adjoint _roi_align_adjoint ---------------------------------------------------
     OpInfo(
         "ROIAlign_adaptive",

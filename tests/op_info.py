@@ -1,4 +1,5 @@
-"""``In`` and ``OpInfo``: the row types of the operator table (see ``tests/op_db.py``)."""
+"""``In`` and ``OpInfo``: the row types of the operator table (see ``tests/op_db.py``); ``bind_grads`` for the
+op-specific tests."""
 
 from __future__ import annotations
 
@@ -87,3 +88,14 @@ class OpInfo:
 
     def tol(self, dtype):
         return self.fwd_tol.get(dtype, FWD_TOL[dtype])
+
+
+def bind_grads(sym, head, **arrays):
+    """The gradients (grad_req write) of ``sym``'s arguments, taken from ``arrays`` by name, for the head
+    gradient ``head`` of its one output."""
+    args = {n: arrays[n] for n in sym.list_arguments()}
+    grads = {n: np.zeros_like(a) for n, a in args.items()}
+    exe = sym.bind(sg.cpu(), args, args_grad=grads)
+    exe.forward(is_train=True)
+    exe.backward([head])
+    return grads

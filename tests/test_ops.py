@@ -48,6 +48,12 @@ def _grad_names(op):
     return [n for n, spec in op.inputs.items() if spec.grad]
 
 
+def _float64_case(op):
+    """A row's sample for the float64 gradient tests: its symbol, float64 arguments, aux states, gradient names."""
+    values, aux = op.sample()
+    return op.symbol(), _cast(op, values, np.float64), aux, _grad_names(op)
+
+
 def _location(op, sym, args):
     names = sym.list_arguments()
     missing = [n for n in names if n not in args]
@@ -172,10 +178,7 @@ def test_inferred_shapes_and_types_match_the_forward(op):
 @pytest.mark.filterwarnings(NAN_INPUTS)
 @pytest.mark.parametrize("op", GRAD_OPS, ids=repr)
 def test_gradient_matches_finite_differences_float64(op):
-    values, aux = op.sample()
-    sym = op.symbol()
-    args = _cast(op, values, np.float64)
-    names = _grad_names(op)
+    sym, args, aux, names = _float64_case(op)
     if op.grad_ref is not None:  # a loss head: its gradient is defined, not the derivative of its output
         want = op.grad_ref(*[args[n] for n in op.inputs])
         check_symbolic_backward(
@@ -232,10 +235,7 @@ def test_gradient_float32_matches_float64(op):
 
 @pytest.mark.parametrize("op", GRAD_OPS, ids=repr)
 def test_grad_req_add_and_null_from_dirty_buffers(op):
-    values, aux = op.sample()
-    sym = op.symbol()
-    args = _cast(op, values, np.float64)
-    names = _grad_names(op)
+    sym, args, aux, names = _float64_case(op)
     heads = _heads(op, sym, args)
     ref = _write_gradients(op, sym, args, aux, heads)
     reqs = {n: ("null" if k == 1 else "add") for k, n in enumerate(names)}

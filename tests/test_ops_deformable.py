@@ -7,6 +7,7 @@ tests/op_db_roi.py."""
 import numpy as np
 import pytest
 from op_db_roi import ref_deformable_psroi
+from op_info import bind_grads
 
 import symgrad as sg
 from symgrad.base import ParamError, ShapeError
@@ -20,12 +21,10 @@ def _forward(sym, **args):
     return sym.bind(sg.cpu(), args).forward()
 
 
-def _grads(sym, head, **args):
-    grads = {n: np.zeros_like(a) for n, a in args.items()}
-    exe = sym.bind(sg.cpu(), args, args_grad=grads)
-    exe.forward(is_train=True)
-    exe.backward([head])
-    return grads
+def _params(sym, names):
+    """The parsed values of the parameters of ``sym``'s op named in ``names`` (space-separated), in that order."""
+    p = sym._outputs[0][0].params
+    return tuple(p[n] for n in names.split())
 
 
 # -- MXNet interface -------------------------------------------------------------------------------------------
@@ -57,31 +56,12 @@ def test_positional_parameters_follow_mxnet_order():
     m = S._contrib_ModulatedDeformableConvolution(
         V("d"), V("o"), V("m"), V("w"), V("b"), (3, 3), (2, 2), (1, 1), (1, 1), 4, 2, 2, 512, False, 8
     )
-    p = m._outputs[0][0].params
-    assert (
-        p["kernel"],
-        p["stride"],
-        p["pad"],
-        p["num_filter"],
-        p["num_group"],
-        p["num_deformable_group"],
-        p["workspace"],
-        p["no_bias"],
-        p["im2col_step"],
-    ) == ((3, 3), (2, 2), (1, 1), 4, 2, 2, 512, False, 8)
+    names = "kernel stride pad num_filter num_group num_deformable_group workspace no_bias im2col_step"
+    assert _params(m, names) == ((3, 3), (2, 2), (1, 1), 4, 2, 2, 512, False, 8)
     # spatial_scale, output_dim, group_size, pooled_size, part_size, sample_per_part, trans_std, no_trans
     q = S._contrib_DeformablePSROIPooling(V("d"), V("r"), V("t"), 0.5, 3, 2, 4, 2, 3, 0.1)
-    p = q._outputs[0][0].params
-    assert (
-        p["spatial_scale"],
-        p["output_dim"],
-        p["group_size"],
-        p["pooled_size"],
-        p["part_size"],
-        p["sample_per_part"],
-        p["trans_std"],
-        p["no_trans"],
-    ) == (0.5, 3, 2, 4, 2, 3, 0.1, False)
+    names = "spatial_scale output_dim group_size pooled_size part_size sample_per_part trans_std no_trans"
+    assert _params(q, names) == (0.5, 3, 2, 4, 2, 3, 0.1, False)
 
 
 def test_required_parameters_as_mxnet():
@@ -209,10 +189,14 @@ def test_deformable_psroipooling_gradients_rois_zero_and_trans_std_zero():
     t = rng.uniform(-1, 1, (2, 2, 2, 2))
     p = dict(spatial_scale=1.0, output_dim=1, group_size=2, pooled_size=2, sample_per_part=2)
     head = rng.standard_normal((2, 1, 2, 2))
-    g = _grads(S._contrib_DeformablePSROIPooling(V("x"), V("r"), V("t"), trans_std=0.2, **p), head, x=x, r=rois, t=t)
+    g = bind_grads(
+        S._contrib_DeformablePSROIPooling(V("x"), V("r"), V("t"), trans_std=0.2, **p), head, x=x, r=rois, t=t
+    )
     np.testing.assert_array_equal(g["r"], 0.0)  # MXNet writes zeros for rois
     assert np.abs(g["x"]).sum() > 0 and np.abs(g["t"]).sum() > 0
-    g0 = _grads(S._contrib_DeformablePSROIPooling(V("x"), V("r"), V("t"), trans_std=0.0, **p), head, x=x, r=rois, t=t)
+    g0 = bind_grads(
+        S._contrib_DeformablePSROIPooling(V("x"), V("r"), V("t"), trans_std=0.0, **p), head, x=x, r=rois, t=t
+    )
     np.testing.assert_array_equal(g0["t"], 0.0)  # trans is scaled by trans_std: no effect, no gradient
 
 
@@ -226,7 +210,7 @@ def test_inputs_are_not_modified():
     }
     before = {n: a.copy() for n, a in args.items()}
     s = S._contrib_ModulatedDeformableConvolution(*[V(n) for n in args], kernel=(2, 2), num_filter=2, no_bias=True)
-    _grads(s, rng.standard_normal((1, 2, 3, 3)), **args)
+    bind_grads(s, rng.standard_normal((1, 2, 3, 3)), **args)
     assert all(np.array_equal(args[n], before[n]) for n in args)
     pargs = {
         "x": rng.standard_normal((1, 4, 4, 4)),
@@ -237,7 +221,7 @@ def test_inputs_are_not_modified():
     s = S._contrib_DeformablePSROIPooling(
         *[V(n) for n in pargs], spatial_scale=1.0, output_dim=1, group_size=2, pooled_size=2, trans_std=0.1
     )
-    _grads(s, rng.standard_normal((1, 1, 2, 2)), **pargs)
+    bind_grads(s, rng.standard_normal((1, 1, 2, 2)), **pargs)
     assert all(np.array_equal(pargs[n], before[n]) for n in pargs)
 
 

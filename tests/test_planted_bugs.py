@@ -214,6 +214,19 @@ def _x34():
     return [_signed((3, 4), 1.0, 2.0)]
 
 
+def _addbias(bug_kind):
+    """x + b, b broadcast over the rows; planted: the bias gradient reduced the ``bug_kind`` way."""
+    return lambda bug: lambda x, b: S.Custom(x, b, op_type="pb_addbias", bug=bug_kind if bug else "none")
+
+
+def _addbias_expected(inputs, og):
+    return [og, og.sum(0)]
+
+
+def _x34_b4():
+    return [np.random.standard_normal((3, 4)), np.random.standard_normal(4)]
+
+
 BUGS = [
     Bug("scaled by 1.5", _square(k=1.5), _x34, _square_expected, 0, "scaled by 1.5", "scaled", 1.5),
     Bug(
@@ -249,9 +262,9 @@ BUGS = [
     ),
     Bug(
         "wrong broadcast reduction",
-        lambda bug: lambda x, b: S.Custom(x, b, op_type="pb_addbias", bug="row" if bug else "none"),
-        lambda: [np.random.standard_normal((3, 4)), np.random.standard_normal(4)],
-        lambda inputs, og: [og, og.sum(0)],
+        _addbias("row"),
+        _x34_b4,
+        _addbias_expected,
         1,
         "1 of 3 terms of the sum",
         "broadcast",
@@ -259,9 +272,9 @@ BUGS = [
     ),
     Bug(
         "broadcast mean instead of sum",
-        lambda bug: lambda x, b: S.Custom(x, b, op_type="pb_addbias", bug="mean" if bug else "none"),
-        lambda: [np.random.standard_normal((3, 4)), np.random.standard_normal(4)],
-        lambda inputs, og: [og, og.sum(0)],
+        _addbias("mean"),
+        _x34_b4,
+        _addbias_expected,
         1,
         "averaged over axis 0",
         "broadcast",
