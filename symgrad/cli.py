@@ -81,8 +81,23 @@ def parse_shapes(items) -> dict:
                 f"--shape {item!r}: expected NAME=D1,D2,... with non-negative integer dimensions "
                 "(e.g. --shape data=2,3,32,32)"
             )
+        if name in shapes:
+            raise CLIError(
+                f"--shape {item!r}: the shape of {name!r} is given twice ({name}={','.join(map(str, shapes[name]))})"
+            )
         shapes[name] = shape
     return shapes
+
+
+def _seed(text: str) -> int:
+    """``--seed``'s type: a non-negative integer (argparse names the option in its error)."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be a non-negative integer, got {text!r}")
+    return value
 
 
 def parse_grad_req(items, arg_names) -> dict:
@@ -447,7 +462,7 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"elements per argument in sample mode (default {DEFAULT_SAMPLES}; "
         f"{', '.join(f'{k}: {v}' for k, v in model_zoo.EXAMPLE_SAMPLES.items())})",
     )
-    check.add_argument("--seed", type=int, default=0, help="seed of the random values and draws (default 0)")
+    check.add_argument("--seed", type=_seed, default=0, help="seed of the random values and draws (default 0)")
     check.add_argument("--ctx", default="cpu", metavar="cpu|gpu:N", help="device (default cpu)")
     check.add_argument("--json", action="store_true", help="print the report as JSON (for CI)")
     check.add_argument(

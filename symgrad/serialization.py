@@ -221,11 +221,12 @@ def _version(doc, err) -> int:
 
 
 def _node_attrs(raw, where, err) -> dict:
-    attrs = {}
-    # NNVM reads all three spellings into one dictionary (0.x: "param" and "attr")
-    for key in ("param", "attr", "attrs"):
-        if key in raw:
-            attrs.update(_str_dict(raw[key], f"{where} {key!r}", err))
+    # NNVM's reader (MXNet 1.9.1, checked): "attr" (0.x) and "attrs" fill one field, so the one later in the
+    # file wins whole; "param" (0.x) is read apart and merged under it
+    attrs = _str_dict(raw["param"], f"{where} 'param'", err) if "param" in raw else {}
+    spelled = [key for key in raw if key in ("attr", "attrs")]
+    if spelled:
+        attrs.update(_str_dict(raw[spelled[-1]], f"{where} {spelled[-1]!r}", err))
     return attrs
 
 
@@ -351,7 +352,8 @@ def _parse_node(op, name, params_kw, n_inputs, where, err):
         names = op.list_inputs(params) + op.list_aux(params)
         n_out = op.n_outputs(params)
     except (ParamError, ShapeError, TypeError, ValueError, KeyError, IndexError) as exc:
-        raise err(f"{where}: {exc}") from exc
+        text = str(exc)  # the parameter parser names the entry itself
+        raise err(text if text.startswith(where) else f"{where}: {text}") from exc
     if not isinstance(n_out, int) or n_out < 1:
         raise err(f"{where}: operator {op.name} reports {n_out!r} outputs")
     return params, names, n_out

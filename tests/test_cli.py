@@ -343,6 +343,12 @@ def _bad_files(tmp_path):
         (["check", CONVNET, "--shape", "dta=2,3,6,6"], "'dta' is not an input of the model"),
         (["check", CONVNET, "--shape", "data=2,3,1,1"], "the shapes do not infer: Pooling 'pool1'"),
         (["check", CONVNET, "--shape", "data=2,x"], "--shape 'data=2,x': expected NAME=D1,D2,..."),
+        (
+            ["check", CONVNET, "--shape", "data=2,3,6,6", "--shape", "data=1,3,6,6"],
+            "--shape 'data=1,3,6,6': the shape of 'data' is given twice (data=2,3,6,6)",
+        ),
+        (["check", "--example", "mlp", "--seed", "-5"], "argument --seed: must be a non-negative integer, got '-5'"),
+        (["check", "--example", "mlp", "--seed", "x"], "argument --seed: must be a non-negative integer, got 'x'"),
         (["check", MLP, "--shape", "data=4,5", "--params", "{tmp}/missing.params"], "no such file"),
         (["check", MLP, "--shape", "data=4,5", "--params", "{tmp}/wrong.params"], "wrong.params"),
         (

@@ -6,6 +6,8 @@ expected behaviour was read off real MXNet 1.9.1 (run in its own virtual environ
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
@@ -141,3 +143,39 @@ def test_depth_space_invalid_shapes(op, shape, block, words):
 def test_depth_space_block_size_zero(op):
     with pytest.raises(sg.base.ParamError, match="'block_size' must be a positive integer, got 0"):
         getattr(S, op)(S.Variable("x"), block_size=0)
+
+
+# -- small defects found by fuzzing -------------------------------------------------------------------------
+
+
+def _activation_doc(*fields):
+    """Symbol JSON of x -> Activation whose node carries ``fields`` ((key, attributes) in file order)."""
+    node = {"op": "Activation", "name": "act", **dict(fields), "inputs": [[0, 0, 0]]}
+    variable = {"op": "null", "name": "x", "inputs": []}
+    return json.dumps(
+        {
+            "nodes": [variable, node],
+            "arg_nodes": [0],
+            "node_row_ptr": [0, 1, 2],
+            "heads": [[1, 0, 0]],
+            "attrs": {"mxnet_version": ["int", 10901]},
+        }
+    )
+
+
+@pytest.mark.parametrize("first, second", [("attr", "attrs"), ("attrs", "attr")])
+def test_attr_and_attrs_the_later_one_in_the_file_wins_whole(first, second):
+    """MXNet 1.9.1 reads "attr" and "attrs" into one field: the later key replaces the earlier one whole."""
+    doc = _activation_doc((first, {"act_type": "relu", "__lr_mult__": "2"}), (second, {"act_type": "tanh"}))
+    act = S.load_json(doc).attr_dict()["act"]
+    assert act["act_type"] == "tanh" and "__lr_mult__" not in act
+    with pytest.raises(sg.base.SerializationError, match="required parameter 'act_type' of Activation is missing"):
+        S.load_json(_activation_doc((first, {"act_type": "relu"}), (second, {"__wd_mult__": "3"})))
+
+
+@pytest.mark.parametrize("order", [("param", "attrs"), ("attrs", "param")])
+def test_param_is_merged_under_attrs(order):
+    """MXNet 0.x's "param" is read apart and merged under "attrs" (attrs wins a conflict, in either order)."""
+    fields = {"param": {"act_type": "relu", "__lr_mult__": "2"}, "attrs": {"act_type": "tanh", "__wd_mult__": "3"}}
+    act = S.load_json(_activation_doc(*[(k, fields[k]) for k in order])).attr_dict()["act"]
+    assert act["act_type"] == "tanh" and act["__lr_mult__"] == "2" and act["__wd_mult__"] == "3"
