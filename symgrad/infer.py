@@ -6,6 +6,12 @@ fill in, so knowledge flows forwards (data -> output) and backwards (output ->
 input, ``a + b`` given ``a`` infers ``b``, FullyConnected fills its weight).
 Passes repeat, alternating direction, until nothing changes: a chain settles
 in one O(n) pass.
+
+Unknown dimensions (MXNet's partial shapes). Inside the engine a negative dimension (-1) is unknown and
+0 a real size, as in MXNet's NumPy shape semantics; callers convert MXNet's legacy reading (0 unknown)
+at the edge (``Symbol.infer_shape``). Shape rules are written in the legacy convention: at a node where
+some shape holds an unknown dimension the rule is handed 0 in its place (``_legacy_call``), and every 0
+dimension of its answer is taken as unknown again -- where a real 0 was known before, merging keeps it.
 """
 
 from __future__ import annotations
@@ -14,11 +20,12 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from . import util
 from .base import ShapeError
 from .graph import Node
 from .opdef import same_type
 
-__all__ = ["infer_shapes", "infer_types", "where"]
+__all__ = ["infer_shapes", "infer_partial_shapes", "infer_types", "where"]
 
 
 def where(node: Node) -> str:
@@ -32,23 +39,49 @@ def _describe(value, kind):
     return str(tuple(value)) if kind == "shape" else str(np.dtype(value))
 
 
-def _retry(node, rule, ins, outs, kind, unknown_dims, first):
+def _unknown(shape) -> bool:
+    """A shape with an unknown (negative) dimension."""
+    return shape is not None and min(shape, default=0) < 0
+
+
+def _to_legacy(shape):
+    """``shape`` in the legacy reading the rules are written in: an unknown dimension is 0."""
+    return None if shape is None else tuple(0 if d < 0 else int(d) for d in shape)
+
+
+def _from_legacy(shape):
+    """A rule's answer at a node with unknown dimensions: each 0 dimension unknown again (-1)."""
+    return None if shape is None else tuple(-1 if d == 0 else int(d) for d in shape)
+
+
+def _call(rule, node, ins, outs, kind):
+    """``rule``'s ``(ins, outs)`` answer for ``node``. Where a shape holds an unknown dimension the rule sees it
+    as 0 (MXNet's legacy reading; ``util.unknown_zeros()`` says so while it runs) and a 0 in its answer is read
+    back as unknown."""
+    if kind != "shape" or not (any(map(_unknown, ins)) or any(map(_unknown, outs))):
+        return rule(node.params, ins, outs, where(node))
+    with util.unknown_zeros():
+        new_ins, new_outs = rule(node.params, [_to_legacy(v) for v in ins], [_to_legacy(v) for v in outs], where(node))
+    return [_from_legacy(v) for v in new_ins], [_from_legacy(v) for v in new_outs]
+
+
+def _retry(node, rule, ins, outs, kind, first):
     """``rule``'s answer for ``node`` after it raised ``first`` on the values known.
 
-    With unknown dimensions, a rule that fails on shapes holding a 0 (an unknown dimension: ``(0, 3) + (2, 0)``,
-    a Reshape of an unknown size) is asked again with those shapes unknown altogether, and once more with
-    each of them alone kept; the answers that do not fail are merged (dimension by dimension), so the rule
-    still fills in what the known parts determine. If every retry fails, the first error stands (a rule
-    crashing with anything but a ShapeError/TypeError/ValueError is reported as the op's inference failure).
+    A rule that fails on shapes with unknown dimensions (``(0, 3) + (2, 0)`` read as legacy shapes, a Reshape
+    of an unknown size) is asked again with those shapes unknown altogether, and once more with each of them
+    alone kept; the answers that do not fail are merged (dimension by dimension), so the rule still fills in
+    what the known parts determine. If every retry fails, the first error stands (a rule crashing with
+    anything but a ShapeError/TypeError/ValueError is reported as the op's inference failure).
     """
     try:
         values = list(ins) + list(outs)
-        partial = [j for j, v in enumerate(values) if _partial(v)] if unknown_dims else []
+        partial = [j for j, v in enumerate(values) if _unknown(v)] if kind == "shape" else []
         answers = []
         for keep in [None, *partial] if len(partial) > 1 else [None] if partial else []:
             trial = [None if j in partial and j != keep else v for j, v in enumerate(values)]
             try:
-                answers.append(rule(node.params, trial[: len(ins)], trial[len(ins) :], where(node)))
+                answers.append(_call(rule, node, trial[: len(ins)], trial[len(ins) :], kind))
             except Exception:
                 continue
             if keep is None and _determines_all(answers[0]):
@@ -63,8 +96,8 @@ def _retry(node, rule, ins, outs, kind, unknown_dims, first):
 
 
 def _determines_all(answer) -> bool:
-    """Every slot of a rule's ``(ins, outs)`` answer is a shape without an unknown (0) dimension."""
-    return all(v is not None and 0 not in tuple(v) for part in answer for v in part)
+    """Every slot of a rule's ``(ins, outs)`` answer is a shape without an unknown dimension."""
+    return all(v is not None and not _unknown(v) for part in answer for v in part)
 
 
 def _merge_answers(answers, n_in, n_out):
@@ -78,41 +111,27 @@ def _merge_answers(answers, n_in, n_out):
             if merged[j] is None:
                 merged[j] = v
             else:
-                m = _merge(merged[j], v, "shape", True)
+                m = _merge(merged[j], v, "shape")
                 if m is not None:
                     merged[j] = m
     return merged[:n_in], merged[n_in:]
 
 
-def _partial(shape) -> bool:
-    """A shape with an unknown dimension (a 0, in MXNet's legacy shape semantics)."""
-    return shape is not None and 0 in tuple(shape)
-
-
-def _merge(old, new, kind, unknown_dims):
-    """``new`` checked against the known ``old``: the value to keep, or None on a conflict. With unknown
-    dimensions two shapes of one rank whose dimensions agree wherever both are known merge into one."""
+def _merge(old, new, kind):
+    """``new`` checked against the known ``old``: the value to keep, or None on a conflict. Two shapes of one
+    rank whose dimensions agree wherever both are known (not negative) merge into one."""
     if not _differs(old, new, kind):
         return tuple(old) if kind == "shape" else old
-    if (
-        kind == "shape"
-        and unknown_dims
-        and len(old) == len(new)
-        and all(a == b or 0 in (a, b) for a, b in zip(old, new))
-    ):
-        return tuple(a or b for a, b in zip(old, new))
+    if kind == "shape" and len(old) == len(new) and all(a == b or a < 0 or b < 0 for a, b in zip(old, new)):
+        return tuple(b if a < 0 else a for a, b in zip(old, new))
     return None
 
 
-def _run(nodes: Sequence[Node], known: dict, kind: str, unknown_dims: bool = False) -> dict:
-    """Fill ``known`` ((node id, output index) -> value) in place and return it.
-
-    ``unknown_dims`` (shapes only): a 0 in a shape is an unknown dimension (MXNet's legacy shape mode, used by
-    ``infer_shape``/``infer_shape_partial``/``simple_bind``); otherwise it is a zero-size dimension (``bind``).
-    """
+def _run(nodes: Sequence[Node], known: dict, kind: str) -> dict:
+    """Fill ``known`` ((node id, output index) -> value) in place and return it; a negative dimension in a shape
+    is unknown."""
     done: set[int] = set()
     ops = [n for n in nodes if n.op is not None]
-    unknown_dims = unknown_dims and kind == "shape"
     shape = kind == "shape"
     get = known.get
     for pass_no in range(len(ops) + 2):
@@ -132,14 +151,14 @@ def _run(nodes: Sequence[Node], known: dict, kind: str, unknown_dims: bool = Fal
             op = node.op
             rule = op.infer_shape if shape else (op.infer_type or same_type)
             try:  # the rule gets copies: what it returns is compared with what was known
-                new_ins, new_outs = rule(node.params, ins[:], outs[:], where(node))
+                new_ins, new_outs = _call(rule, node, ins[:], outs[:], kind)
             except Exception as first:
-                new_ins, new_outs = _retry(node, rule, ins, outs, kind, unknown_dims, first)
+                new_ins, new_outs = _retry(node, rule, ins, outs, kind, first)
             if len(new_ins) < len(ins) or len(new_outs) < len(outs):  # a short answer says nothing of the rest
                 new_ins = [*new_ins, *[None] * (len(ins) - len(new_ins))]
                 new_outs = [*new_outs, *[None] * (len(outs) - len(new_outs))]
-            in_changed, in_complete = _store(node, in_keys, ins, new_ins, True, known, kind, unknown_dims)
-            out_changed, out_complete = _store(node, out_keys, outs, new_outs, False, known, kind, unknown_dims)
+            in_changed, in_complete = _store(node, in_keys, ins, new_ins, True, known, kind)
+            out_changed, out_complete = _store(node, out_keys, outs, new_outs, False, known, kind)
             changed = changed or in_changed or out_changed
             if in_complete and out_complete:
                 done.add(node.id)
@@ -148,7 +167,7 @@ def _run(nodes: Sequence[Node], known: dict, kind: str, unknown_dims: bool = Fal
     return known
 
 
-def _store(node, keys, olds, news, is_input, known, kind, unknown_dims):
+def _store(node, keys, olds, news, is_input, known, kind):
     """Store a rule's answers ``news`` for the inputs (or outputs) of ``node``, known so far as ``olds``:
     returns (anything changed, every value known).
 
@@ -165,11 +184,11 @@ def _store(node, keys, olds, news, is_input, known, kind, unknown_dims):
             known[keys[j]] = old = tuple(map(int, new)) if shape else new
             changed = True
         elif not (new is None or new is old or (shape and type(new) is tuple and new == old)):
-            new = _settle(node, old, new, kind, unknown_dims, j, is_input)
+            new = _settle(node, old, new, kind, j, is_input)
             if new is not _SAME:
                 known[keys[j]] = old = new
                 changed = True
-        if old is None or (unknown_dims and 0 in old):
+        if old is None or (shape and _unknown(old)):
             complete = False
     return changed, complete
 
@@ -178,7 +197,7 @@ def _store(node, keys, olds, news, is_input, known, kind, unknown_dims):
 _SAME = object()
 
 
-def _settle(node, old, new, kind, unknown_dims, index, is_input):
+def _settle(node, old, new, kind, index, is_input):
     """The value to store for one slot of ``node`` (input ``index`` or output ``index``) given the rule's
     ``new`` answer and the ``old`` known value, or ``_SAME`` when nothing changes; a conflict raises. The
     conflict's description (names of the input and its producer) is only built when one is raised."""
@@ -186,7 +205,7 @@ def _settle(node, old, new, kind, unknown_dims, index, is_input):
         new = tuple(map(int, new))
     if old is None:
         return new
-    merged = _merge(old, new, kind, unknown_dims)
+    merged = _merge(old, new, kind)
     if merged is None:
         raise _conflict(node, _slot_what(node, index, is_input), old, new, kind)
     if kind == "shape" and merged != tuple(old):
@@ -218,9 +237,28 @@ def _conflict(node, what, old, new, kind):
     )
 
 
+def infer_partial_shapes(nodes: Sequence[Node], known: dict) -> dict:
+    """Shape inference in MXNet's NumPy reading: a negative dimension (-1) is unknown, 0 a real size; what
+    stays unknown stays so in ``known`` (-1 dimensions, missing shapes)."""
+    return _run(nodes, known, "shape")
+
+
 def infer_shapes(nodes: Sequence[Node], known: dict, unknown_dims: bool = False) -> dict:
-    """Shape inference; ``unknown_dims=True``: a 0 dimension is unknown (MXNet's legacy mode), else zero-size."""
-    return _run(nodes, known, "shape", unknown_dims)
+    """Shape inference; ``unknown_dims=True``: a 0 dimension is unknown (MXNet's legacy mode) and stays 0 where
+    nothing determines it; else 0 is a zero size and a shape with a dimension nothing determines (a creation
+    op's ``shape=(-1, 3)`` no consumer fills) is left out of ``known``: it cannot be bound."""
+    if unknown_dims:
+        for key, v in known.items():
+            if v is not None and 0 in v:
+                known[key] = _from_legacy(v)
+    _run(nodes, known, "shape")
+    for key, v in list(known.items()):
+        if _unknown(v):
+            if unknown_dims:
+                known[key] = _to_legacy(v)
+            else:
+                del known[key]
+    return known
 
 
 def infer_types(nodes: Sequence[Node], known: dict) -> dict:

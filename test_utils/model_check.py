@@ -144,8 +144,9 @@ def infer_shapes(sym, shapes: dict, known: dict | None = None):
     except (SymgradError, ValueError) as exc:
         raise ModelInputError(f"the shapes do not infer: {_one_line(exc)}") from None
     args, aux = sym.list_arguments(), sym.list_auxiliary_states()
-    unknown = [n for n, s in zip(args + aux, list(arg_shapes) + list(aux_shapes)) if s is None or 0 in s]
-    if unknown or any(s is None for s in out_shapes):
+    # MXNet's legacy reading: () is an unknown shape, 0 an unknown dimension
+    unknown = [n for n, s in zip(args + aux, list(arg_shapes) + list(aux_shapes)) if not s or 0 in s]
+    if unknown or any(not s for s in out_shapes):
         missing = unknown or ["an output"]
         raise ModelInputError(
             f"the shapes do not infer: the shape of {few(missing, 4)} is unknown; give the input "

@@ -29,6 +29,7 @@ from __future__ import annotations
 import functools
 import math
 
+from .. import util
 from ..base import ParamError, ShapeError
 from ..kernels.conv import correlate, transpose, weight_grad
 from ..opdef import Param, acc_dtype, float_inputs, register
@@ -224,6 +225,8 @@ def _grouped_data(params, ins, where):
 
 def _conv_shape(params, in_shapes, out_shapes, where):
     ins = list(in_shapes)
+    if util.zeros_are_unknown():
+        return _conv_partial(params, ins, out_shapes, where)
     x = _grouped_data(params, ins, where)
     if x is None:
         return ins, out_shapes
@@ -237,6 +240,41 @@ def _conv_shape(params, in_shapes, out_shapes, where):
         f"num_filter={f}, {c} input channels / num_group={g}, kernel={tuple(k)}",
     )
     return ins, [(x[0], f) + _conv_out(params, x[2:], where)]
+
+
+def _conv_partial(params, ins, out_shapes, where):
+    """Convolution's rule where 0 dimensions may be unknown (MXNet's ConvolutionShape): the data's unknown
+    dimensions come from the weight (channels = weight channels * num_group) and from a known output (the
+    batch size; a spatial size where the stride is 1: x = y + span - 1 - 2 pad, inverting
+    y = (x + 2 pad - span) / 1 + 1); an output size stays unknown where the data's is."""
+    x, w, o = ins[0], ins[1], out_shapes[0]
+    k, s, d = _geom(params)
+    f, g, p = params["num_filter"], params["num_group"], params["pad"]
+    if x is None:
+        return ins, out_shapes
+    _check_data(where, x, k)
+    x = list(x)
+    if w is not None and len(w) == len(x) and not x[1]:
+        x[1] = w[1] * g
+    if o is not None and len(o) == len(x):
+        x[0] = x[0] or o[0]
+        for i, (yi, ki, si, di, pi) in enumerate(zip(o[2:], k, s, d, p)):
+            if not x[2 + i] and yi and si == 1:
+                x[2 + i] = yi + (ki - 1) * di - 2 * pi
+    ins[0] = x = tuple(x)
+    if x[1] % g:
+        raise ShapeError(f"{where}: parameter 'num_group'={g} must divide the input channels, data {x}")
+    want = (f, x[1] // g) + tuple(k)
+    if w is not None and any(a and b and a != b for a, b in zip(w, want)):
+        raise ShapeError(f"{where}: input 'weight' has shape {tuple(w)}, expected {want}")
+    ins[1] = want
+    if not params["no_bias"]:
+        _check_input(where, ins, 2, "bias", (f,), f"num_filter={f}")
+    spatial = tuple(
+        sliding_out((xi,), (ki,), (si,), (di,), (pi,), where)[0] if xi else 0
+        for xi, ki, si, di, pi in zip(x[2:], k, s, d, p)
+    )
+    return ins, [(x[0], f) + spatial]
 
 
 @functools.lru_cache(maxsize=256)

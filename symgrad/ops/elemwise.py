@@ -21,6 +21,7 @@ import operator
 
 import numpy as np
 
+from .. import util
 from ..base import ParamError, ShapeError
 from ..opdef import Param, broadcast_shapes, elementwise, float_inputs, get_op, masked, register, same_shape
 
@@ -1293,6 +1294,8 @@ def _where_fwd(xp, cond, x, y):
 def _where_shape(params, in_shapes, out_shapes, where):
     c, x, y = in_shapes
     (o,) = out_shapes
+    if c is None or (0 in c and util.zeros_are_unknown()):
+        return in_shapes, out_shapes  # MXNet infers nothing until the condition's shape is fully known
     t = None
     for name, s in (("x", x), ("y", y), ("output", o)):
         if s is None:
@@ -1517,7 +1520,7 @@ register(
     "_identity_with_attr_like_rhs",
     inputs=("lhs", "rhs"),
     forward=lambda xp, a, b: a.copy(),
-    infer_shape=lambda params, in_shapes, out_shapes, where: (in_shapes, [in_shapes[0]]),
+    infer_shape=same_shape,  # MXNet: lhs, rhs and the output share one shape (inference flows through rhs)
     infer_type=lambda params, in_types, out_types, where: (in_types, [in_types[0]]),
     no_grad_inputs=("rhs",),
     gradient=lambda F, n, g: [F.identity(g[0]), None],  # y = lhs; rhs only lends its attributes

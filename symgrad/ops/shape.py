@@ -19,6 +19,7 @@ import math
 
 import numpy as np
 
+from .. import util
 from ..base import ParamError, ShapeError
 from ..opdef import Param, like_input1, normalize_axis, register, same_shape
 
@@ -515,15 +516,38 @@ def _split_shape(params, in_shapes, out_shapes, where):
     if x is None:
         return in_shapes, out_shapes
     axis = normalize_axis(params["axis"], len(x), where)
+    partial = util.zeros_are_unknown()
+    if partial:
+        x = _split_back(params, x, axis, out_shapes)
     if x[axis] % n:
         raise ShapeError(f"{where}: axis {axis} of size {x[axis]} is not divisible by num_outputs={n}")
     part = list(x)
     part[axis] = x[axis] // n
     if params["squeeze_axis"]:
-        if part[axis] != 1:
+        if part[axis] != 1 and not (partial and x[axis] == 0):
             raise ShapeError(f"{where}: squeeze_axis needs num_outputs equal to the axis size {x[axis]}")
         del part[axis]
-    return in_shapes, [tuple(part)] * n
+    return [tuple(x)], [tuple(part)] * n
+
+
+def _split_back(params, x, axis, out_shapes):
+    """MXNet's backward step of SliceChannel: a known output gives the data's unknown (0) dimensions, the split
+    axis ``num_outputs`` times the output's (or ``num_outputs`` itself where ``squeeze_axis`` dropped it)."""
+    n = params["num_outputs"]
+    for o in out_shapes:
+        if o is None:
+            continue
+        o = list(o)
+        if params["squeeze_axis"]:
+            if len(o) != len(x) - 1:
+                continue
+            back = o[:axis] + [n] + o[axis:]
+        else:
+            if len(o) != len(x):
+                continue
+            back = o[:axis] + [o[axis] * n] + o[axis + 1 :]
+        x = tuple(b if a == 0 else a for a, b in zip(x, back))
+    return tuple(x)
 
 
 def _split_fwd(xp, x, num_outputs, axis, squeeze_axis):
@@ -561,7 +585,43 @@ register(
 )
 
 
+def _concat_partial(params, in_shapes, out_shapes, where):
+    """Concat's rule where 0 dimensions may be unknown (MXNet's ConcatShape): every shape shares all dimensions
+    but the concatenation axis, filled from whichever knows them (the output too); the output's axis is the
+    inputs' sum once all are known, and a known output axis gives the one input whose axis is unknown."""
+    shapes = [s for s in (*in_shapes, *out_shapes) if s is not None]
+    if not shapes:
+        return in_shapes, out_shapes
+    ndim = len(shapes[0])
+    axis = normalize_axis(params["dim"], ndim, where, "dim")
+    common = [0] * ndim
+    for s in shapes:
+        if len(s) != ndim:
+            raise ShapeError(f"{where}: shapes {tuple(shapes[0])} and {tuple(s)} differ in rank")
+        for k, d in enumerate(s):
+            if k != axis and d:
+                if common[k] and common[k] != d:
+                    raise ShapeError(f"{where}: dimension {k} is {common[k]} in one shape and {d} in another")
+                common[k] = d
+    sizes = [0 if s is None else s[axis] for s in in_shapes]
+    total = out_shapes[0][axis] if out_shapes[0] is not None else 0
+    if total and sizes.count(0) == 1:
+        rest = total - sum(sizes)
+        if rest < 1:
+            raise ShapeError(f"{where}: output size {total} along dim {axis} leaves no room for the unknown input")
+        sizes[sizes.index(0)] = rest
+    if all(sizes):
+        total = sum(sizes)
+
+    def with_axis(size):
+        return tuple(size if k == axis else d for k, d in enumerate(common))
+
+    return [with_axis(z) for z in sizes], [with_axis(total)]
+
+
 def _concat_shape(params, in_shapes, out_shapes, where):
+    if util.zeros_are_unknown():
+        return _concat_partial(params, in_shapes, out_shapes, where)
     dim = params["dim"]
     known = [(i, s) for i, s in enumerate(in_shapes) if s is not None]
     out = out_shapes[0]
@@ -833,6 +893,9 @@ def _slice_axis_shape(params, in_shapes, out_shapes, where):
     (x,) = in_shapes
     if x is None:
         return in_shapes, out_shapes
+    axis = normalize_axis(params["axis"], len(x), where)
+    if x[axis] == 0 and util.zeros_are_unknown():
+        return in_shapes, [tuple(x)]  # MXNet: a slice of an unknown axis has an unknown size
     axis, b, e = _slice_axis_range(params, x, where)
     out = list(x)
     out[axis] = e - b
