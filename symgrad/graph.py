@@ -17,9 +17,19 @@ from .base import SymgradError
 if TYPE_CHECKING:
     import networkx as nx
 
-__all__ = ["Node", "topo_order", "topo_order_split", "to_networkx", "check_unique_names"]
+__all__ = ["Node", "topo_order", "topo_order_split", "to_networkx", "check_unique_names", "SUBGRAPHS", "subgraphs"]
 
 _ids = itertools.count()
+
+#: The parameter key under which a control-flow node (``_foreach``, ``_while_loop``, ``_cond``) holds its subgraphs:
+#: a tuple of Symbols, MXNet's ``NodeAttrs::subgraphs`` (written to symbol JSON as the node's ``subgraphs``). The
+#: graph walks here never enter them: a subgraph's variables are bound to the node's inputs by its parameters.
+SUBGRAPHS = "__subgraphs__"
+
+
+def subgraphs(node) -> tuple:
+    """The subgraphs (Symbols) a node holds; empty for every node but a control-flow one."""
+    return node.params.get(SUBGRAPHS, ()) if node.op is not None else ()
 
 
 class Node:

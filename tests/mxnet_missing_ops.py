@@ -41,13 +41,6 @@ OPS = {
     "_Native": "the pre-1.0 native-callback custom op (superseded by Custom, which symgrad has)",
     "_NDArray": "the pre-1.0 NDArray-callback custom op (superseded by Custom, which symgrad has)",
     "_CustomFunction": "autograd.Function's imperative node (NDArray API); symgrad has Custom for symbols",
-    # -- control flow with subgraphs -----------------------------------------------------------------------
-    "_foreach": (
-        "control flow over subgraph attributes (mx.sym.contrib.foreach): symgrad's graphs have no "
-        "nested subgraphs yet; unroll the loop instead"
-    ),
-    "_while_loop": "control flow over subgraph attributes (mx.sym.contrib.while_loop); see _foreach",
-    "_cond": "control flow over subgraph attributes (mx.sym.contrib.cond); see _foreach",
     # -- imperative NDArray-only functions (no symbol form in MXNet) ------------------------------------
     "_copyto": "NDArray.copyto's in-place copy (imperative only)",
     "_set_value": "NDArray's fill-with-scalar (imperative only)",

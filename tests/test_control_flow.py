@@ -1,0 +1,264 @@
+"""Control flow (``sg.sym.contrib.foreach``, ``while_loop``, ``cond``) against MXNet 1.9.1.
+
+The cases live in ``tests/fixtures/control_flow_cases.py`` and are recorded in float64 by
+``tests/fixtures/make_control_flow_fixtures.py`` under ``tests/fixtures/control_flow/`` (MXNet's JSON, inputs,
+head gradients, outputs, gradients). Each test names the MXNet test of
+tests/python/unittest/test_contrib_control_flow.py whose behaviour it checks.
+"""
+
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import symgrad as sg
+from symgrad import control_flow
+from symgrad.base import SerializationError
+from symgrad.test_utils import check_numeric_gradient
+
+FIXTURES = Path(__file__).parent / "fixtures"
+sys.path.insert(0, str(FIXTURES))
+import control_flow_cases as cases  # noqa: E402
+
+RUNS = [(name, seed) for name in cases.CASES for seed in cases.SEEDS.get(name, (0,))]
+
+
+def _fixture(name, seed):
+    data = np.load(FIXTURES / "control_flow" / f"{name}_{seed}.npz")
+    pick = lambda prefix: {k[len(prefix) :]: data[k] for k in data.files if k.startswith(prefix)}  # noqa: E731
+    args, grads = pick("arg:"), pick("grad:")
+    heads = [data[f"head:{k}"] for k in range(len(pick("head:")))]
+    outs = [data[f"out:{k}"] for k in range(len(pick("out:")))]
+    return args, heads, outs, grads
+
+
+def _mxnet_json(name):
+    return (FIXTURES / "control_flow" / f"{name}.json").read_text()
+
+
+def _build(name):
+    """The case built with symgrad, names counted afresh as the fixture script does for MXNet."""
+    control_flow._subgraph_names.clear()
+    with sg.sym.NameManager():
+        return cases.CASES[name](sg.sym)
+
+
+def _run(sym, args, heads, backward=True):
+    grads = {k: np.zeros_like(v) for k, v in args.items()} if backward else None
+    ex = sym.bind(None, {k: v.copy() for k, v in args.items()}, args_grad=grads)
+    outs = [np.array(o) for o in ex.forward(is_train=backward)]
+    if backward:
+        ex.backward(heads)
+    return outs, {k: np.array(v) for k, v in ex.grad_dict.items() if v is not None}
+
+
+def _valid_rows(name, outs):
+    """MXNet leaves the step-output rows of a while_loop past its trip count uninitialised (symgrad zeros them):
+    compare the rows of the steps taken (the trip count is the loop counter output ``fi``)."""
+    if name != "while_loop_sum":
+        return outs
+    n = int(outs[1][0])
+    return [outs[0][:n], *outs[1:]]
+
+
+def _compare(name, got, want):
+    for k, (g, w) in enumerate(zip(_valid_rows(name, got), _valid_rows(name, want))):
+        assert g.shape == w.shape, f"{name} output {k}: shape {g.shape} vs MXNet's {w.shape}"
+        np.testing.assert_allclose(g, w, rtol=1e-10, atol=1e-12, err_msg=f"{name} output {k}")
+
+
+@pytest.mark.parametrize(("name", "seed"), RUNS)
+@pytest.mark.parametrize("source", ["mxnet_json", "symgrad_api"])
+def test_forward_and_gradients_match_mxnet(name, seed, source):
+    """test_foreach / test_foreach_nested / test_while_loop_for_foreach / test_cond: forward and backward of the
+    same network in MXNet and symgrad, from MXNet's own JSON and from symgrad's ``sym.contrib`` API."""
+    args, heads, want_outs, want_grads = _fixture(name, seed)
+    sym = sg.sym.load_json(_mxnet_json(name)) if source == "mxnet_json" else _build(name)
+    outs, grads = _run(sym, args, heads, backward=bool(want_grads))
+    _compare(name, outs, want_outs)
+    for k, want in want_grads.items():
+        np.testing.assert_allclose(grads[k], want, rtol=1e-10, atol=1e-12, err_msg=f"{name} gradient of {k}")
+
+
+@pytest.mark.parametrize("name", list(cases.CASES))
+def test_symgrad_json_is_mxnets(name):
+    """symgrad's ``sym.contrib`` builds the graph MXNet builds: the same nodes, attributes, subgraphs and
+    ``*_locs`` (so MXNet loads symgrad's JSON as its own)."""
+    ours = json.loads(_build(name).tojson())
+    theirs = json.loads(_mxnet_json(name))
+    assert ours == theirs
+
+
+@pytest.mark.parametrize("name", list(cases.CASES))
+def test_json_round_trip(name):
+    """test_foreach's ``js_1 == js_2``: loading MXNet's JSON and writing it again gives the same document."""
+    text = _mxnet_json(name)
+    again = sg.sym.load_json(text).tojson()
+    assert json.loads(again) == json.loads(text)
+    assert sg.sym.load_json(again).tojson() == again
+
+
+def test_foreach_with_unknown_dim():
+    """test_foreach_with_unkown_dim: a 0 (unknown) batch dimension flows through the loop body."""
+    data = sg.sym.var("data", shape=(0, 3, 32, 32))
+    outs, states = sg.sym.contrib.foreach(lambda d, s: (d + s[0], [s[0] * 2]), data, [sg.sym.var("state")])
+    _, out_shapes, _ = outs.infer_shape_partial()
+    assert out_shapes[0] == (0, 3, 32, 32)
+    # the state's shape is the slice's: given the length, everything is inferred
+    arg_shapes, out_shapes, _ = sg.sym.Group([outs, states[0]]).infer_shape(data=(5, 3, 32, 32))
+    assert arg_shapes == [(5, 3, 32, 32), (3, 32, 32)]
+    assert out_shapes == [(5, 3, 32, 32), (3, 32, 32)]
+
+
+def test_shape_and_type_inference_through_subgraphs():
+    """Shapes and dtypes flow through foreach (1-d data slices to (1,)), while_loop (outputs padded to
+    max_iterations rows) and cond, forwards and backwards (the RNN's weights from the data)."""
+    rnn = _build("foreach_rnn")
+    arg_shapes, out_shapes, _ = rnn.infer_shape(data=(3, 2, 5), h0=(2, 4))
+    assert dict(zip(rnn.list_arguments(), arg_shapes))["h2h_weight"] == (4, 4)
+    assert out_shapes == [(3, 2, 4), (2, 4)]
+    _, out_types, _ = rnn.infer_type(data=np.float64)
+    assert out_types == [np.float64, np.float64]
+    one_d = _build("foreach_1d")
+    assert one_d.infer_shape(v0=(3, 1), v1=(3,), v2=(1,))[1] == [(3, 1), (1,)]
+    loop = _build("while_loop_sum")
+    assert loop.infer_shape(i=(1,), s=(3,), f=(3,))[1] == [(8, 3), (1,), (3,)]
+    assert loop.infer_type(i=np.float32, s=np.float32, f=np.float32)[1] == [np.float32] * 3
+    branch = _build("cond_nested")
+    assert branch.infer_shape(a=(2, 3))[0] == [(2, 3), (2, 3)]
+    assert branch.infer_type(a=np.float16)[1] == [np.float16]
+
+
+def test_shape_conflict_in_a_body_names_the_loop():
+    w = sg.sym.var("w")
+    outs, _ = sg.sym.contrib.foreach(lambda x, s: (sg.sym.dot(x, w), s), sg.sym.var("x"), [sg.sym.var("s")])
+    with pytest.raises(sg.base.ShapeError, match=r"_foreach '_foreach\d+': in its subgraph: dot 'dot\d+'"):
+        outs.infer_shape(x=(4, 3), w=(2, 2))
+
+
+def test_while_loop_pads_with_zeros_and_reports_trip_count():
+    """test_while_loop_simple_forward: sum(1..5) with a data-dependent trip count; the stacked step outputs have
+    max_iterations rows, those past the trip count zero (MXNet leaves them uninitialised)."""
+    i, s = sg.sym.var("i"), sg.sym.var("s")
+    outs, (fi, fs) = sg.sym.contrib.while_loop(
+        lambda i, s: i <= 5, lambda i, s: (i, (i + 1, s + i)), [i, s], max_iterations=10
+    )
+    got = sg.sym.Group([outs, fi, fs]).eval(i=np.array([1], np.int64), s=np.array([0], np.int64))
+    np.testing.assert_array_equal(got[0][:, 0], [1, 2, 3, 4, 5, 0, 0, 0, 0, 0])
+    assert got[1].tolist() == [6] and got[2].tolist() == [15]
+    assert got[0].dtype == np.int64
+    never = sg.sym.Group([outs, fs]).eval(i=np.array([7], np.int64), s=np.array([3], np.int64))
+    assert never[0].shape == (10, 1) and not never[0].any() and never[1].tolist() == [3]
+
+
+def _rnn_location(seed=0):
+    rng = np.random.default_rng(seed)
+    return {k: rng.standard_normal(s) * 0.5 for k, s in cases.SHAPES["foreach_rnn"].items()}
+
+
+def test_check_numeric_gradient_foreach_rnn_cell():
+    check_numeric_gradient(_build("foreach_rnn"), _rnn_location(), dtype=np.float64, progress=False)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2, 3])
+def test_check_numeric_gradient_cond(seed):
+    args = cases.inputs("cond_simple", seed)
+    check_numeric_gradient(_build("cond_simple"), args, dtype=np.float64, progress=False)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2, 3, 4, 5])
+def test_nested_cond_gradient_against_finite_differences(seed):
+    """MXNet 1.9.1 cannot bind the backward of a nested cond (see control_flow_cases.FORWARD_ONLY)."""
+    check_numeric_gradient(_build("cond_nested"), cases.inputs("cond_nested", seed), dtype=np.float64, progress=False)
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_check_numeric_gradient_while_loop(seed):
+    check_numeric_gradient(
+        _build("while_loop_sum"), cases.inputs("while_loop_sum", seed), dtype=np.float64, progress=False
+    )
+
+
+def _second_order(sym, wrt_names, location):
+    """``sg.grad`` of a scalar of ``sym`` w.r.t. ``wrt_names``; the gradient symbols are then checked against
+    finite differences (their own gradients are second derivatives of ``sym``)."""
+    wrt = {n.name: n for n in _variables(sym)}
+    loss = sg.sym.add_n(*[sg.sym.sum(o * o) for o in sym])
+    grads = sg.grad(loss, [wrt[n] for n in wrt_names])
+    check_numeric_gradient(sg.sym.Group(grads), location, dtype=np.float64, progress=False)
+
+
+def _variables(sym):
+    return [s for s in sym.get_internals() if s.name in sym.list_arguments() and s.get_children() is None]
+
+
+def test_second_order_foreach():
+    sym = _build("foreach_rnn")
+    _second_order(sym, ["data", "h0", "h2h_weight"], _rnn_location(1))
+
+
+def test_second_order_cond_and_while_loop():
+    _second_order(_build("cond_simple"), ["a", "b", "c"], cases.inputs("cond_simple", 1))
+    _second_order(_build("while_loop_sum"), ["s", "f"], cases.inputs("while_loop_sum", 0))
+
+
+def test_second_order_foreach_gradient_is_a_foreach():
+    """The gradient of a loop is a loop (no unrolling: the trip count is only known at run time)."""
+    x, s = sg.sym.var("x"), sg.sym.var("s")
+    outs, _ = sg.sym.contrib.foreach(lambda d, st: (sg.sym.sin(d * st[0]), [st[0] + d]), x, [s])
+    (gx,) = sg.grad(sg.sym.sum(outs), [x])
+    ops = {n["op"] for n in json.loads(gx.tojson())["nodes"]}
+    assert "_foreach" in ops
+    for length in (1, 4, 7):
+        loc = {"x": np.linspace(-1, 1, length * 2).reshape(length, 2), "s": np.array([0.3, -0.2])}
+        check_numeric_gradient(gx, loc, dtype=np.float64, progress=False)
+
+
+def test_plan_and_executor_run_subgraph_nodes_repeatedly():
+    """The executor's plan calls control-flow nodes like any op (is_train passed down): forward/backward many
+    times (interpreted, then generated code) give the same answers."""
+    args, heads, want_outs, want_grads = _fixture("foreach_rnn", 0)
+    ex = _build("foreach_rnn").bind(None, dict(args), args_grad={k: np.zeros_like(v) for k, v in args.items()})
+    for _ in range(5):
+        outs = ex.forward(is_train=True)
+        ex.backward(heads)
+    _compare("foreach_rnn", [np.array(o) for o in outs], want_outs)
+    for k, want in want_grads.items():
+        np.testing.assert_allclose(ex.grad_dict[k], want, rtol=1e-10, atol=1e-12)
+
+
+def test_bad_json_subgraphs_are_reported():
+    doc = json.loads(_mxnet_json("foreach_free_op"))
+    node = next(n for n in doc["nodes"] if n["op"] == "_foreach")
+    del node["subgraphs"]
+    with pytest.raises(SerializationError, match="_foreach holds 1 subgraphs, the file gives 0"):
+        sg.sym.load_json(json.dumps(doc))
+    node["subgraphs"] = "nope"
+    with pytest.raises(SerializationError, match="'subgraphs' must be a list"):
+        sg.sym.load_json(json.dumps(doc))
+    doc = json.loads(_mxnet_json("foreach_free_op"))
+    doc["nodes"][0]["subgraphs"] = [json.loads(_mxnet_json("foreach_free_op"))]
+    with pytest.raises(SerializationError, match="holds 0 subgraphs, the file gives 1"):
+        sg.sym.load_json(json.dumps(doc))
+
+
+def test_api_errors():
+    x, s = sg.sym.var("x"), sg.sym.var("s")
+    with pytest.raises(ValueError, match="state input 's-0' is not used"):
+        sg.sym.contrib.foreach(lambda d, st: (d * 2, [d + 1]), x, [s])
+    with pytest.raises(ValueError, match="max_iterations should be specified"):
+        sg.sym.contrib.while_loop(lambda a: a < 1, lambda a: (a, a + 1), [x])
+    with pytest.raises(ValueError, match="number of outputs differs"):
+        sg.sym.contrib.cond(x < 1, lambda: [x, x], lambda: x)
+    with pytest.raises(TypeError, match="foreach input must be a Symbol"):
+        sg.sym.contrib.foreach(lambda d, st: (d, st), 3, [s])
+
+
+def test_condition_must_be_one_element():
+    x = sg.sym.var("x")
+    out = sg.sym.contrib.cond(x > 0, lambda: x * 2, lambda: x * 3)
+    with pytest.raises(sg.base.ShapeError, match="must hold one element"):
+        out.eval(x=np.ones(3))
+    np.testing.assert_array_equal(out.eval(x=np.array([-2.0]))[0], [-6.0])
