@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, TypeAlias
 
 import numpy as np
 
-from symgrad.base import SymgradError
+from symgrad.base import BindError, SymgradError
 from symgrad.executor import normalize_grad_req as _normalize_grad_req
 
 from .context import to_numpy
@@ -174,7 +174,13 @@ def check_finite(arrays: dict, who, what="argument"):
 
 
 def normalize_grad_req(grad_req, names, who):
-    """grad_req (str / list / dict) as ``{name: 'write'|'add'|'null'}``: the executor's rule."""
+    """grad_req (str / list / dict) as ``{name: 'write'|'add'|'null'}``: the executor's rule, but stricter on a
+    dict naming a non-argument: the executor ignores that request with a warning (as MXNet's bind), while a
+    checker asked for an argument the symbol does not have would silently check less -- an error here."""
+    names = list(names)
+    unknown = [k for k in grad_req if k not in names] if isinstance(grad_req, dict) else []
+    if unknown:
+        raise BindError(f"{who}: grad_req names {unknown[0]!r}, which is not an argument; arguments are {names}")
     return _normalize_grad_req(grad_req, names, who)
 
 

@@ -609,7 +609,8 @@ MUTATIONS = {
         _set("grad_req", _bad_grad_req),
         _element("expected", 1, _BAD_ELEMENTS, ["expected", "gradient", "'y'"]),
         _element("out_grads", 0, _BAD_ELEMENTS, ["out_grads"]),
-        _set("out_grads", st.sampled_from([[np.ones(SHAPE)] * 2, {"nope": np.ones(SHAPE)}]), ["out_grads"]),
+        # too few arrays (more than the outputs are ignored with a warning, as MXNet: test_mxnet_leniency.py)
+        _set("out_grads", st.sampled_from([[], {"nope": np.ones(SHAPE)}]), ["out_grads"]),
         _set("grad_stypes", st.sampled_from([5, "row_sparse", {"x": "row_sparse"}]), ["grad_stypes", "sparse"]),
     ],
     "check_numeric_gradient": _TOL

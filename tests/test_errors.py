@@ -68,8 +68,8 @@ def test_wrong_out_grad_shape_and_count_and_missing_head_gradient():
     snap = _snapshot(grads)
     with pytest.raises(ValueError, match=r"'fc_output' has shape \(2, 3\), expected \(3, 2\)"):
         exe.backward(np.ones((2, 3)))
-    with pytest.raises(ValueError, match="2 out_grads for 1 outputs"):
-        exe.backward([np.ones((3, 2)), np.ones((3, 2))])
+    with pytest.raises(ValueError, match="0 out_grads for 1 outputs"):
+        exe.backward([])  # (more than one per output are ignored with a warning, as MXNet: test_mxnet_leniency)
     with pytest.raises(ValueError, match="head gradient is required for output 'fc_output'"):
         exe.backward()
     with pytest.raises(ValueError, match="'nope'.*not an output"):
@@ -77,10 +77,12 @@ def test_wrong_out_grad_shape_and_count_and_missing_head_gradient():
     _unchanged(grads, snap)
 
 
-def test_backward_before_forward():
-    exe = _net().bind(sg.cpu(), _arrays())
+def test_backward_before_forward_that_reads_a_forward_value():
+    # (a backward that reads only arguments and head gradients runs, as in MXNet: test_executor_mxnet.py)
+    x = S.Variable("x")
+    exe = S.exp(x).bind(sg.cpu(), {"x": np.ones(3)}, args_grad={"x": np.zeros(3)})
     with pytest.raises(ValueError, match="forward"):
-        exe.backward(np.ones((3, 2)))
+        exe.backward(np.ones(3))
 
 
 def test_shape_conflict_names_node_input_and_both_shapes():
@@ -129,7 +131,8 @@ def test_unknown_grad_req(req):
 
 
 def test_grad_req_dict_with_unknown_name_and_list_of_wrong_length():
-    with pytest.raises(ValueError, match="'fc_wieght'.*not an argument"):
+    # MXNet ignores a request for a name that is no argument: a warning naming the nearest one
+    with pytest.warns(UserWarning, match=r"\['fc_wieght'\], which are not arguments \(did you mean 'fc_weight'\?\)"):
         _net().simple_bind(sg.cpu(), grad_req={"fc_wieght": "write"}, x=(3, 4))
     with pytest.raises(ValueError, match="grad_req has 2 entries"):
         _net().simple_bind(sg.cpu(), grad_req=["write", "null"], x=(3, 4))
@@ -321,8 +324,8 @@ BAD_INPUTS = [
     (
         "out_grads count mismatch",
         ValueError,
-        r"got 2 out_grads for 1 outputs \['bn_output'\]",
-        lambda w: w.exe.backward([np.ones((3, 2)), np.ones((3, 2))]),
+        r"got 0 out_grads for 1 outputs \['bn_output'\]",
+        lambda w: w.exe.backward([]),
     ),
     (
         "out_grads names an unknown output",
@@ -357,12 +360,6 @@ BAD_INPUTS = [
         lambda w: w.net.bind(
             sg.cpu(), w.args, args_grad=w.grads, grad_req={**_REQ, "fc_bias": "addd"}, aux_states=w.aux
         ),
-    ),
-    (
-        "grad_req names an unknown argument",
-        ValueError,
-        r"'fc_bais'.*not an argument",
-        lambda w: w.net.bind(sg.cpu(), w.args, args_grad=w.grads, grad_req={"fc_bais": "write"}, aux_states=w.aux),
     ),
     (
         "grad_dict key typo",

@@ -14,9 +14,12 @@ import difflib
 import functools
 import gc
 import math
+import os
+import sys
+import types
 import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, cast
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 import numpy as np
 
@@ -26,7 +29,9 @@ from ..graph import Node
 from ..infer import infer_shapes, infer_types, where
 from ..opdef import as_shape, parse_dtype_attr
 from ..symbol import BindArrays, GradReq, OutGrads, Shape, ShapeLike, Symbol
+from .placement import Placement, check_group2ctx, ctx_group, forward_owners, place
 from .plan import Plan, annotate, failing_instr, run_instrs
+from .report import cse_enabled, debug_listing, optimized_symbol, peak_bytes, slot_sizes
 
 if TYPE_CHECKING:
     import numpy.typing as npt
@@ -72,6 +77,18 @@ class _NamedDict(dict):
         raise KeyError(f"{key!r} is not {self._what}; valid names: {sorted(self)}{_nearest(key, self)}")
 
 
+_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _warn_user(text: str) -> None:
+    """A UserWarning attributed to the first caller outside symgrad (bind is reached by several paths)."""
+    frame: types.FrameType | None = sys._getframe(1)
+    level = 2  # stacklevel 1 is this function, 2 its caller
+    while frame is not None and frame.f_code.co_filename.startswith(_PACKAGE_DIR):
+        frame, level = frame.f_back, level + 1
+    warnings.warn(text, UserWarning, stacklevel=level)
+
+
 def normalize_grad_req(grad_req: GradReq, names: Iterable[str], who: str = "bind") -> dict[str, str]:
     """grad_req as str / list / dict -> ``{name: 'write'|'add'|'null'}`` ('inplace' counts as 'write').
 
@@ -88,8 +105,11 @@ def normalize_grad_req(grad_req: GradReq, names: Iterable[str], who: str = "bind
         reqs = dict(zip(names, grad_req))
     elif isinstance(grad_req, dict):
         unknown = [k for k in grad_req if k not in names]
-        if unknown:
-            raise BindError(f"{who}: grad_req names {unknown[0]!r}, which is not an argument; arguments are {names}")
+        if unknown:  # MXNet ignores them (its tests give a request for an absent bias)
+            _warn_user(
+                f"{who}: grad_req names {unknown}, which are not arguments{_nearest(unknown[0], names)}; ignored, "
+                f"as MXNet does (arguments: {names})"
+            )
         reqs = {n: grad_req.get(n, "null") for n in names}
     else:
         raise TypeError(f"{who}: grad_req must be a str, list or dict, got {type(grad_req).__name__}")
@@ -161,8 +181,10 @@ def _arrays(given, names, what, ctx, required):
             raise BindError(f"{what}: arrays are required for {names}")
         return [None] * len(names)
     if isinstance(given, dict):
-        for k in given:
-            if k not in names:
+        for k, v in given.items():
+            # ``{'b': None}`` for an input the symbol does not have (``Convolution(x, w, None, no_bias=True)``):
+            # absent, as MXNet reads it; an array for a name the symbol lacks stays an error (a misspelling)
+            if k not in names and v is not None:
                 raise _unknown_name_error(what, k, names, "an auxiliary state" if "aux" in what else "an argument")
         out = []
         for n in names:
@@ -219,9 +241,12 @@ class Binding:
     reqs: dict[str, str]
     shapes: dict[tuple[int, int], Shape | None]
     types: dict[tuple[int, int], np.dtype]
+    #: ``group2ctx`` validated (None: the whole graph on ``ctx``), and the contexts of inputs known beforehand
+    group2ctx: dict[str, Context] | None = None
+    input_contexts: dict[int, Context] | None = None
 
 
-def bind_arrays(symbol, ctx, args, args_grad=None, grad_req="write", aux_states=None) -> Binding:
+def bind_arrays(symbol, ctx, args, args_grad=None, grad_req="write", aux_states=None, group2ctx=None) -> Binding:
     """``bind``'s Binding: the given arrays validated against each other and the graph, then every forward value's
     shape and dtype inferred from them."""
     if not isinstance(symbol, Symbol):
@@ -229,6 +254,7 @@ def bind_arrays(symbol, ctx, args, args_grad=None, grad_req="write", aux_states=
     ctx = current_context() if ctx is None else ctx
     if not isinstance(ctx, Context):
         raise TypeError(f"bind: ctx must be a Context such as sg.cpu(), got {ctx!r}")
+    groups = check_group2ctx(group2ctx, ctx, "bind")
     nodes, arg_nodes, aux_nodes = symbol._arg_and_aux_nodes()
     arg_names, aux_names = [n.name for n in arg_nodes], [n.name for n in aux_nodes]
     arg_arrays = _arrays(args, arg_names, "bind args", ctx, required=True)
@@ -239,7 +265,9 @@ def bind_arrays(symbol, ctx, args, args_grad=None, grad_req="write", aux_states=
     for n, a in zip(aux_names, aux_arrays):  # training forwards write the auxiliary states
         _check_writable(a, n, "bind aux_states")
     known, types = _infer_bound(nodes, arg_nodes + aux_nodes, arg_arrays + aux_arrays)
-    return Binding(symbol, ctx, nodes, arg_nodes, aux_nodes, arg_arrays, grad_arrays, aux_arrays, reqs, known, types)
+    return Binding(
+        symbol, ctx, nodes, arg_nodes, aux_nodes, arg_arrays, grad_arrays, aux_arrays, reqs, known, types, groups
+    )
 
 
 def _infer_bound(nodes, inputs, arrays):
@@ -301,8 +329,9 @@ class Executor:
         args_grad: BindArrays | None = None,
         grad_req: GradReq = "write",
         aux_states: BindArrays | None = None,
+        group2ctx: Mapping[str, Context] | None = None,
     ) -> None:
-        self._start(bind_arrays(symbol, ctx, args, args_grad, grad_req, aux_states))
+        self._start(bind_arrays(symbol, ctx, args, args_grad, grad_req, aux_states, group2ctx))
 
     @classmethod
     def from_binding(cls, binding: Binding) -> Executor:
@@ -348,6 +377,11 @@ class Executor:
         for v, s in zip(self._plan.head_grad_nodes, self._head_shapes):
             known[(v.id, 0)] = s
         infer_shapes(self._plan.backward_nodes, known)  # forward nodes are already known
+        self._shapes, self._types = known, types  # (debug_str's memory summary)
+        self._arg_nodes, self._aux_nodes = arg_nodes, aux_nodes
+        self._cse = cse_enabled()  # MXNET_ELIMINATE_COMMON_EXPR when bound (get_optimized_symbol)
+        self._group2ctx = b.group2ctx
+        self._placement = None if b.group2ctx is None else self._place(b.input_contexts or {})
         self._head_losses = [n.op is not None and n.op.loss_head(n.params) for n, _ in heads]
         self._vals: list[Any] | None = None
         self._last_is_train = False
@@ -388,7 +422,64 @@ class Executor:
         return self._plan
 
     def debug_str(self) -> str:
-        return repr(self._plan)
+        """MXNet's listing of the bound graph: its outputs (forward outputs, then the gradients computed), every
+        node with its inputs and attributes (with its context and the copies between contexts when parts of the
+        graph are placed with ``group2ctx``), then ``Total <n> MB allocated``: the most memory the values the plan
+        computes hold at once in a forward followed by a backward (the bound arrays excluded), from the plan's
+        liveness. ``print(exe.plan)`` shows the instructions themselves."""
+        plan = self._plan
+        by_id = {n.id: n for n in plan.nodes}
+        slots = {s: key for key, s in plan.slot_of.items()}
+        grads = [None if s is None else (by_id[slots[s][0]], slots[s][1]) for s in plan.grad_slots]
+        total = peak_bytes(plan, slot_sizes(plan, self._shapes, plan.value_types or self._types))
+        return debug_listing(plan.heads, grads, plan.nodes, self._placement, total)
+
+    def get_optimized_symbol(self) -> Symbol:
+        """The forward graph as MXNet 1.9.1's executor runs it on CPU: common expressions merged unless
+        ``MXNET_ELIMINATE_COMMON_EXPR=0`` was set when this executor was bound (equal ops on equal inputs; random
+        and stateful ops never), an output merged into an earlier one isolated by a ``_copy`` node, and with
+        ``group2ctx`` a copy node wherever a value crosses contexts. (symgrad's own plan evaluates the graph as
+        given: merging changes no value. MXNet's oneDNN operator fusion is a kernel choice and not shown.)"""
+        plan = self._plan
+        forward = plan.nodes[: len(plan.nodes) - len(plan.backward_nodes)]
+        return optimized_symbol(plan.heads, forward, self._cse, self._placement)
+
+    # -- contexts (group2ctx) -------------------------------------------------------
+    def _place(self, input_contexts: Mapping[int, Context]) -> Placement:
+        """Every node's context under ``group2ctx`` (``placement.place``)."""
+        plan = self._plan
+        forward = plan.nodes[: len(plan.nodes) - len(plan.backward_nodes)]
+        owners = forward_owners(forward, plan.backward_nodes)
+        for (node, _), v in zip(plan.heads, plan.head_grad_nodes):
+            owners[v.id] = node  # a head gradient arrives where its output is
+        by_id = {n.id: n for n in plan.nodes}
+        slots = {s: key for key, s in plan.slot_of.items()}
+        targets = [
+            ((by_id[slots[s][0]], slots[s][1]), arg)
+            for s, arg in zip(plan.grad_slots, self._arg_nodes)
+            if s is not None
+        ]
+        assert self._group2ctx is not None
+        return place(plan.nodes, self._group2ctx, self._ctx, input_contexts, owners, targets)
+
+    def _context_of(self, node: Node) -> Context:
+        return self._ctx if self._placement is None else self._placement.of(node)
+
+    @property
+    def arg_contexts(self) -> list[Context]:
+        """The context of each argument (and of its gradient), in ``list_arguments()`` order: the executor's, or
+        with ``group2ctx`` its group's (MXNet's ``exe.arg_arrays[i].context``; a numpy array carries none)."""
+        return [self._context_of(n) for n in self._arg_nodes]
+
+    @property
+    def aux_contexts(self) -> list[Context]:
+        """The context of each auxiliary state, in ``list_auxiliary_states()`` order."""
+        return [self._context_of(n) for n in self._aux_nodes]
+
+    @property
+    def output_contexts(self) -> list[Context]:
+        """The context each output is computed on (MXNet's ``exe.outputs[i].context``)."""
+        return [self._context_of(n) for n, _ in self._plan.heads]
 
     # -- running ------------------------------------------------------------------
     def _initial_vals(self):
@@ -528,20 +619,26 @@ class Executor:
 
     def backward(self, out_grads: OutGrads = None, is_train: bool = True) -> None:
         """Back-propagate head gradients; write/add into the gradient arrays."""
-        if self._vals is None:
-            raise SymgradError("backward: call forward(is_train=True) first")
         plan = self._plan
+        base, was_train = self._vals, self._last_is_train
+        if base is None:
+            if plan.backward_reads_forward:
+                raise SymgradError(
+                    "backward: call forward(is_train=True) first (the gradient reads values the forward computes)"
+                )
+            # MXNet runs such a backward (repeat's, tile's: only the head gradient is read) before any forward
+            base, was_train = self._initial_vals(), bool(is_train)
         heads = self._normalize_out_grads(out_grads)
         for name, arr in zip(self._arg_names, self.grad_arrays):  # checked before anything is computed
             if arr is not None and self._reqs[name] != "null":
                 _check_writable(arr, name, "backward: gradient array")
-        vals = list(self._vals)
+        vals = list(base)
         for slot, g in zip(plan.head_grad_slots, heads):
             if slot is not None:
                 vals[slot] = g
         own = self._hand_buffers_to_custom_ops()
         try:
-            self._run("backward", vals, self._last_is_train, plan.run_backward_for(heads))
+            self._run("backward", vals, was_train, plan.run_backward_for(heads))
         finally:
             for state in own.values():
                 state.grad_targets = {}
@@ -592,9 +689,9 @@ class Executor:
                 )
             given = [out_grads.get(k) for k in names]
         elif isinstance(out_grads, (list, tuple)):
-            if len(out_grads) != n:
+            if len(out_grads) < n:
                 raise BindError(f"backward: got {len(out_grads)} out_grads for {n} outputs {names}")
-            given = list(out_grads)
+            given = list(out_grads[:n])  # more are ignored, as MXNet does (a warning once these are checked)
         else:
             if n != 1:
                 raise BindError(f"backward: got one out_grad array for {n} outputs {names}; pass a list or dict")
@@ -621,6 +718,13 @@ class Executor:
             if want is None:  # a data-dependent output shape (boolean_mask): known from the last forward
                 want = self.outputs[i].shape
             if tuple(g.shape) != tuple(want):
+                if not needed:  # MXNet's test_shape_array passes one shaped like the input: it is never read
+                    _warn_user(
+                        f"backward: out_grad for {names[i]!r} has shape {tuple(g.shape)}, expected "
+                        f"{tuple(want)}; ignored, as the backward does not read it (MXNet accepts it)"
+                    )
+                    result.append(None)
+                    continue
                 raise ShapeError(
                     f"backward: out_grad for {names[i]!r} has shape {tuple(g.shape)}, expected {tuple(want)}"
                 )
@@ -635,6 +739,11 @@ class Executor:
                 with self._ctx.device_scope():
                     g = g.astype(head_type)
             result.append(g if needed else None)
+        if isinstance(out_grads, (list, tuple)) and len(out_grads) > n:
+            _warn_user(
+                f"backward: got {len(out_grads)} out_grads for {n} outputs {names}; the extra "
+                f"{len(out_grads) - n} are ignored, as MXNet does"
+            )
         return result
 
     def _run(self, phase, vals, is_train, run=None):
@@ -813,49 +922,66 @@ class Executor:
     def reshape(self, partial_shaping: bool = False, allow_up_sizing: bool = False, **kwargs: ShapeLike) -> Executor:
         """A new executor for new input shapes, sharing memory with this one (MXNet semantics).
 
-        Arrays whose shape is unchanged are the same arrays; a smaller array is a view of the
-        front of the old one; a larger one is newly allocated (zeros) and needs
-        ``allow_up_sizing=True``. An argument not named in ``kwargs`` may change shape only
-        with ``partial_shaping=True``. The two executors share state: do not run them in parallel.
+        Arrays whose shape is unchanged are the same arrays; a smaller one (arguments, gradients, auxiliary
+        states and outputs alike) is a view of the front of the old one, so a forward of the new executor
+        writes into this one's outputs; a larger one is newly allocated (zeros) and needs
+        ``allow_up_sizing=True``. An argument not named in ``kwargs`` may change shape only with
+        ``partial_shaping=True``. A 0 in a new shape is a zero size, as in ``bind`` (MXNet's legacy shape
+        mode refuses it). The two executors share state: do not run them in parallel.
         """
         unknown = [k for k in kwargs if k not in self._arg_names]
         if unknown:
-            raise BindError(f"reshape: {unknown[0]!r} is not an argument; arguments are {self._arg_names}")
-        shapes = {k: as_shape(v, f"reshape: {k!r}") for k, v in kwargs.items()}
-        partial_shapes = self._symbol.infer_shape_partial(**shapes)[0]
-        for name, s, old in zip(self._arg_names, partial_shapes, self.arg_arrays):
-            if s is None:
-                shapes[name] = tuple(old.shape)  # not determined by the new shapes: keep it
-        # (every argument has a shape here; an unknown one -- a 0 dimension -- gives Nones, which zip refuses)
-        arg_shapes, _, aux_shapes = cast(
-            "tuple[list[Shape], list[Shape], list[Shape]]", self._symbol.infer_shape(**shapes)
-        )
-
-        def resized(old, shape, name, what):
-            shape = tuple(shape)
-            if old is None or tuple(old.shape) == shape:
-                return old
-            n = int(np.prod(shape))
-            if n > old.size and not allow_up_sizing:
-                raise ShapeError(
-                    f"reshape: {what} {name!r} grows from {tuple(old.shape)} to {shape}; pass allow_up_sizing=True"
-                )
-            if n <= old.size and old.flags.c_contiguous:
-                return old.reshape(-1)[:n].reshape(shape)  # a view: memory shared with this executor
-            with self._ctx.device_scope():
-                return self._xp.zeros(shape, old.dtype)
-
+            raise _unknown_name_error("reshape", unknown[0], self._arg_names)
+        given = {k: as_shape(v, f"reshape: {k!r}") for k, v in kwargs.items()}
+        arg_shapes, aux_shapes = self._reshaped(given)
         for name, old, shape in zip(self._arg_names, self.arg_arrays, arg_shapes):
-            if tuple(old.shape) != tuple(shape) and name not in kwargs and not partial_shaping:
+            if tuple(old.shape) != shape and name not in given and not partial_shaping:
                 raise ShapeError(
-                    f"reshape: argument {name!r} would change shape from {tuple(old.shape)} to {tuple(shape)}; "
+                    f"reshape: argument {name!r} would change shape from {tuple(old.shape)} to {shape}; "
                     "pass its new shape or partial_shaping=True"
                 )
+        resized = functools.partial(self._resized, allow_up_sizing=allow_up_sizing)
         new_args = [resized(a, s, n, "argument") for n, a, s in zip(self._arg_names, self.arg_arrays, arg_shapes)]
         new_grads = [resized(g, s, n, "gradient of") for n, g, s in zip(self._arg_names, self.grad_arrays, arg_shapes)]
         new_aux = [resized(a, s, n, "auxiliary state") for n, a, s in zip(self._aux_names, self.aux_arrays, aux_shapes)]
         args_grad = dict(zip(self._arg_names, new_grads))
-        return Executor(self._symbol, self._ctx, new_args, args_grad, dict(self._reqs), new_aux)
+        new = Executor(self._symbol, self._ctx, new_args, args_grad, dict(self._reqs), new_aux, self._group2ctx)
+        # the outputs too: MXNet's reshaped executor writes into the front of the old output arrays
+        new.outputs = [self._shared_front(old, out) for old, out in zip(self.outputs, new.outputs)]
+        return new
+
+    def _reshaped(self, given: Mapping[str, Shape]) -> tuple[list[Shape], list[Shape]]:
+        """The arguments' and auxiliary states' shapes after ``reshape(**given)``: given, inferred from the given
+        ones (a 0 is a zero size here: these are the shapes of arrays to bind), else as they are now."""
+        nodes, arg_nodes, aux_nodes = self._symbol._arg_and_aux_nodes()
+        known: dict = {(n.id, 0): given[n.name] for n in arg_nodes if n.name in given}
+        infer_shapes(nodes, known)
+        arg_shapes = [tuple(known.get((n.id, 0)) or a.shape) for n, a in zip(arg_nodes, self.arg_arrays)]
+        aux_shapes = [tuple(known.get((n.id, 0)) or a.shape) for n, a in zip(aux_nodes, self.aux_arrays)]
+        return arg_shapes, aux_shapes
+
+    def _resized(self, old, shape, name, what, allow_up_sizing):
+        """``old`` itself (same shape), a view of its front (fewer elements) or a new zeroed array (more elements,
+        only with ``allow_up_sizing``)."""
+        if old is None or tuple(old.shape) == shape:
+            return old
+        n = math.prod(shape)
+        if n > old.size and not allow_up_sizing:
+            raise ShapeError(
+                f"reshape: {what} {name!r} grows from {tuple(old.shape)} to {shape}; pass allow_up_sizing=True"
+            )
+        if n <= old.size and old.flags.c_contiguous:
+            return old.reshape(-1)[:n].reshape(shape)  # a view: memory shared with this executor
+        with self._ctx.device_scope():
+            return self._xp.zeros(shape, old.dtype)
+
+    @staticmethod
+    def _shared_front(old, new):
+        """A view of the front of ``old`` shaped like ``new`` where it fits (same dtype, no more elements), else
+        ``new``."""
+        if old is None or new is None or old.dtype != new.dtype or new.size > old.size or not old.flags.c_contiguous:
+            return new
+        return old.reshape(-1)[: new.size].reshape(new.shape)
 
 
 @_gc_paused
@@ -865,12 +991,18 @@ def simple_bind(
     grad_req: GradReq = "write",
     type_dict: Mapping[str, npt.DTypeLike] | None = None,
     shapes: Mapping[str, ShapeLike | None] | None = None,
+    group2ctx: Mapping[str, Context] | None = None,
     **_: object,
 ) -> Executor:
-    """Infer every shape from ``shapes``, allocate zeroed arrays on ``ctx`` and bind."""
+    """Infer every shape from ``shapes``, allocate zeroed arrays on ``ctx`` and bind.
+
+    With ``group2ctx``, an input created under ``AttrScope(ctx_group=g)`` is allocated on ``group2ctx[g]``, any
+    other on ``ctx`` (MXNet's rule); on cpu contexts that is the same host memory (``Executor.arg_contexts``).
+    """
     ctx = current_context() if ctx is None else ctx
     if not isinstance(ctx, Context):
         raise TypeError(f"simple_bind: ctx must be a Context such as sg.cpu(), got {ctx!r}")
+    groups = check_group2ctx(group2ctx, ctx, "simple_bind")
     nodes, arg_nodes, aux_nodes = symbol._arg_and_aux_nodes()
     shapes = _bind_shapes(shapes or {}, [n.name for n in arg_nodes + aux_nodes])  # (warns at the caller's line)
     arg_shapes, aux_shapes, shape_map = _simple_bind_shapes(symbol, shapes, arg_nodes, aux_nodes)
@@ -903,6 +1035,8 @@ def simple_bind(
         reqs,
         dict(shape_map),
         known,
+        groups,
+        None if groups is None else {n.id: groups.get(ctx_group(n) or "", ctx) for n in arg_nodes + aux_nodes},
     )
     return Executor.from_binding(binding)
 
@@ -1003,9 +1137,9 @@ def _bind_shapes(given: Mapping[str, object], names: list[str]) -> dict[str, Sha
         if key in names:
             shapes[key] = None if value is None else as_shape(value, f"simple_bind: shape of {key!r}")
             continue
-        looks_like_shape = (isinstance(value, (int, np.integer)) and not isinstance(value, bool)) or (
-            isinstance(value, (tuple, list)) and all(isinstance(d, (int, np.integer)) for d in value)
-        )
+        # a tuple of ints for a name that is no input is a misspelt shape; a lone int is a parameter-like
+        # keyword (MXNet's test_take passes the op's axis=0) and is ignored with the warning below
+        looks_like_shape = isinstance(value, (tuple, list)) and all(isinstance(d, (int, np.integer)) for d in value)
         if looks_like_shape:
             raise BindError(
                 f"simple_bind: a shape is given for {key!r}, which is not an input of this symbol"

@@ -32,6 +32,7 @@ from ..context import Array, ArrayModule
 from ..gradient import build_gradients
 from ..graph import Entry, Node, to_networkx, topo_order_split
 from ..infer import infer_types, where
+from .monitor_names import monitor_input_names
 
 if TYPE_CHECKING:
     import networkx as nx
@@ -196,6 +197,11 @@ class Plan:
         keep_fwd.update(s for s in self.grad_slots if s is not None)
         self.forward_frees = _frees(self.forward_instrs, keep_fwd)
         fwd_slots = {s for ins in self.forward_instrs for s in ins.outs}
+        # a backward that reads no value a forward computes may run before any forward (MXNet allows it:
+        # the gradient of repeat or tile needs only the head gradient)
+        bwd_reads = {s for ins in self.backward_instrs for s in ins.ins}
+        bwd_reads.update(s for s in self.grad_slots if s is not None)
+        self.backward_reads_forward = not fwd_slots.isdisjoint(bwd_reads)
         keep_bwd = var_slots | fwd_slots | {s for s in self.grad_slots if s is not None}
         self.backward_frees = _frees(self.backward_instrs, keep_bwd)
 
@@ -316,7 +322,7 @@ def run_instrs(
             args = hooked_inputs(input_hook, ins, args, vals)
         if callback is not None and monitor_all:
             # MXNet's names: a variable input under its own name too, then ``<node>_<input name>``
-            for (src, _), name, a in zip(node.inputs, node.input_names(), args):
+            for (src, _), name, a in zip(node.inputs, monitor_input_names(node), args):
                 if src.op is None:
                     callback(src.name, a)
                 callback(f"{node.name}_{name}", a)
