@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:  # the names below are imported on first use (PEP 562): `import symgrad` itself is cheap
     # (test_utils is the folder test_utils/, mapped by setuptools' package_dir: mypy does not find it there)
     from . import (  # type: ignore[attr-defined]
+        nd,
         operator,
         random,
         sym,
@@ -26,6 +27,7 @@ if TYPE_CHECKING:  # the names below are imported on first use (PEP 562): `impor
         BindError,
         MXNetError,
         NameManager,
+        NotImplementedForSymbol,
         ParamError,
         Prefix,
         SerializationError,
@@ -42,6 +44,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "sym",
+    "nd",
     "operator",
     "random",
     "Symbol",
@@ -60,6 +63,7 @@ __all__ = [
     "AttrScope",
     "SymgradError",
     "MXNetError",
+    "NotImplementedForSymbol",
     "ParamError",
     "ShapeError",
     "BindError",
@@ -76,6 +80,7 @@ __all__ = [
 # name -> the submodule that defines it; a submodule itself maps to None
 _EXPORTS = {
     "sym": None,
+    "nd": None,
     "operator": None,
     "random": None,
     "test_utils": None,
@@ -83,6 +88,7 @@ _EXPORTS = {
     "BindError": "base",
     "MXNetError": "base",
     "NameManager": "base",
+    "NotImplementedForSymbol": "base",
     "ParamError": "base",
     "Prefix": "base",
     "SerializationError": "base",

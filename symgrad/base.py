@@ -8,8 +8,8 @@ at fault (op instance, argument, expected vs got).
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any, ClassVar, TypeAlias, TypeVar
 
 if TYPE_CHECKING:
     import os
@@ -23,6 +23,8 @@ __all__ = [
     "DTypeError",
     "AllocationError",
     "SerializationError",
+    "NotImplementedForSymbol",
+    "HIDDEN_KEYS",
     "NameManager",
     "Prefix",
     "AttrScope",
@@ -62,44 +64,115 @@ class SerializationError(SymgradError):
     the message names the node or the byte offset at fault."""
 
 
+class NotImplementedForSymbol(SymgradError, TypeError):
+    """An NDArray-only operation was tried on a Symbol (MXNet's ``mx.base.NotImplementedForSymbol``): ``bool(sym)``.
+
+    Also a ``TypeError`` (Python's error for an unsupported operation) and a ``SymgradError``/``MXNetError``.
+    ``function`` is the name of the method, ``alias`` the operator it implements (``"bool"``).
+
+    >>> str(NotImplementedForSymbol("__bool__", "bool"))
+    'Function __bool__ (namely operator "bool") is not implemented for Symbol and only available in NDArray.'
+    """
+
+    def __init__(self, function: str | Callable[..., object], alias: str | None = None, *args: object) -> None:
+        self.function = function if isinstance(function, str) else getattr(function, "__name__", str(function))
+        self.alias = alias
+        self.arg_types = [str(type(a)) for a in args]
+        super().__init__(self._message())
+
+    def _message(self) -> str:
+        msg = f"Function {self.function}"
+        if self.alias:
+            msg += f' (namely operator "{self.alias}")'
+        if self.arg_types:
+            msg += f" with arguments ({', '.join(self.arg_types)})"
+        return msg + " is not implemented for Symbol and only available in NDArray."
+
+
 #: A file name: a ``str`` or a path object (``pathlib.Path``).
 StrPath: TypeAlias = "str | os.PathLike[str]"
+
+#: The attribute keys MXNet stores hidden, as ``__lr_mult__`` & co. (its ``kHiddenKeys``): given plainly to
+#: ``Variable``/``AttrScope``/an op creator/``_set_attr`` they are stored in the ``__key__`` form, and
+#: ``list_attr``/``attr_dict``/``attr`` answer for both spellings.
+HIDDEN_KEYS = ("ctx_group", "lr_mult", "wd_mult", "force_mirroring", "mirror_stage")
 
 _local = threading.local()
 _ScopeT = TypeVar("_ScopeT", bound="_Scope")
 
 
-class _Scope:
-    """A thread-local stack of scope objects used as context managers."""
+class _ScopeMeta(type):
+    """Gives the scope classes MXNet's class property ``current``: this thread's scope (a fresh default one
+    until set), assignable (``NameManager.current = NameManager()``) for this thread only."""
 
-    _attr = ""
+    @property
+    def current(cls: Any) -> Any:  # the instance of ``cls._root``, as the subclass's ``current`` says
+        return cls._current_scope()
+
+    @current.setter
+    def current(cls: Any, value: Any) -> None:
+        root = cls._root()
+        if not isinstance(value, root):
+            raise TypeError(f"{root.__name__}.current must be a {root.__name__}, got {type(value).__name__}")
+        setattr(_local, root._key, value)
+
+
+class _Scope(metaclass=_ScopeMeta):
+    """A thread-local current scope (``Cls.current``), replaced inside ``with scope:`` and restored after.
+
+    Each thread starts with its own default scope; entering a scope saves the one it replaces on a
+    per-thread stack, so a scope object can be entered again (nested or later).
+    """
+
+    _key = ""
+
+    @classmethod
+    def _root(cls) -> type[_Scope]:
+        """The class whose ``current`` this one shares (``Prefix`` is a ``NameManager``)."""
+        return next(c for c in cls.__mro__ if "_key" in vars(c))
+
+    @classmethod
+    def _current_scope(cls) -> Any:
+        root = cls._root()
+        value = getattr(_local, root._key, None)
+        if value is None:
+            value = root()
+            setattr(_local, root._key, value)
+        return value
 
     def __enter__(self: _ScopeT) -> _ScopeT:
-        stack = _stack(self._attr)
-        stack.append(self)
+        root = self._root()
+        _saved(root._key).append(root._current_scope())
+        setattr(_local, root._key, self)
         return self
 
     def __exit__(self, *exc: object) -> None:
-        _stack(self._attr).pop()
+        root = self._root()
+        setattr(_local, root._key, _saved(root._key).pop())
 
 
-def _stack(attr: str) -> list[Any]:
-    stack = getattr(_local, attr, None)
+def _saved(key: str) -> list[Any]:
+    """The scopes that ``with`` blocks of this thread replaced (innermost last)."""
+    stack = getattr(_local, key + "_saved", None)
     if stack is None:
         stack = []
-        setattr(_local, attr, stack)
+        setattr(_local, key + "_saved", stack)
     return stack
 
 
 class NameManager(_Scope):
     """Gives automatic names ``<hint><counter>`` (MXNet's ``mx.name.NameManager``).
 
+    ``NameManager.current`` is this thread's manager (assignable); ``with NameManager():`` counts afresh.
+
     >>> with NameManager():
-    ...     NameManager.current().get(None, "fullyconnected")
+    ...     NameManager.current.get(None, "fullyconnected")
     'fullyconnected0'
     """
 
-    _attr = "name_stack"
+    _key = "name_manager"
+    if TYPE_CHECKING:
+        current: ClassVar[NameManager]
 
     def __init__(self) -> None:
         self._counter: dict[str, int] = {}
@@ -110,13 +183,6 @@ class NameManager(_Scope):
         n = self._counter.get(hint, 0)
         self._counter[hint] = n + 1
         return f"{hint}{n}"
-
-    @staticmethod
-    def current() -> NameManager:
-        stack = _stack(NameManager._attr)
-        if not stack:
-            stack.append(NameManager())
-        return stack[-1]
 
 
 class Prefix(NameManager):
@@ -131,29 +197,36 @@ class Prefix(NameManager):
 
 
 class AttrScope(_Scope):
-    """Attaches string attributes to every symbol created inside it (``mx.AttrScope``)."""
+    """Attaches string attributes to every symbol created inside it (``mx.AttrScope``).
 
-    _attr = "attr_stack"
+    ``AttrScope.current`` is this thread's scope (assignable); ``_attr`` its attributes, which on entering a
+    ``with`` block become the enclosing scope's overridden by this one's (MXNet semantics).
+    """
+
+    _key = "attr_scope"
+    if TYPE_CHECKING:
+        current: ClassVar[AttrScope]
 
     def __init__(self, **kwargs: str) -> None:
         for k, v in kwargs.items():
             if not isinstance(v, str):
-                raise TypeError(f"AttrScope: attribute {k!r} must be a string, got {type(v).__name__}")
-        self._attr_values = kwargs
+                raise ParamError(f"AttrScope: attribute {k!r} must be a string, got {type(v).__name__}")
+        self._own = dict(kwargs)
+        self._attr = dict(kwargs)
 
     def __enter__(self) -> AttrScope:
         # Nested scopes inherit the outer attributes (MXNet semantics).
-        outer = AttrScope.current_attrs()
-        self._merged = {**outer, **self._attr_values}
+        self._attr = {**AttrScope._current_scope()._attr, **self._own}
         return super().__enter__()
 
     def get(self, attr: Mapping[str, str] | None) -> dict[str, str]:
-        merged = dict(getattr(self, "_merged", self._attr_values))
+        """This scope's attributes overridden by ``attr`` (a fresh dict)."""
+        merged = dict(self._attr)
         if attr:
             merged.update(attr)
         return merged
 
     @staticmethod
     def current_attrs() -> dict[str, str]:
-        stack = _stack(AttrScope._attr)
-        return dict(stack[-1]._merged) if stack else {}
+        """The attributes of this thread's current scope (a fresh dict)."""
+        return dict(AttrScope._current_scope()._attr)

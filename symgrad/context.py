@@ -23,8 +23,31 @@ ArrayModule = ModuleType
 _local = threading.local()
 
 
-class Context:
+class _ContextMeta(type):
+    """Gives ``Context`` MXNet's class property ``default_ctx``."""
+
+    @property
+    def default_ctx(cls) -> Context:
+        """This thread's current context (``current_context()``). Assigning it replaces the context of this
+        thread only: inside a ``with ctx:`` block until the block ends (MXNet restores the context the block
+        replaced), outside any block until ``set_default_context`` is called in this thread."""
+        return current_context()
+
+    @default_ctx.setter
+    def default_ctx(cls, ctx: Context) -> None:
+        if not isinstance(ctx, Context):
+            raise TypeError(f"Context.default_ctx must be a Context such as sg.cpu(), got {ctx!r}")
+        stack = _ctx_stack()
+        if stack:
+            stack[-1] = ctx
+        else:
+            _local.default = ctx
+
+
+class Context(metaclass=_ContextMeta):
     """A device: ``Context("cpu", 0)`` or ``Context("gpu", 1)``; usable as ``with`` scope.
+
+    ``Context.default_ctx`` is this thread's current context, assignable (MXNet's class property).
 
     >>> with gpu(1):
     ...     current_context()
@@ -169,9 +192,13 @@ def set_default_context(ctx: Context | None) -> None:
     if not isinstance(ctx, Context):
         raise TypeError(f"set_default_context: expected a Context such as sg.cpu(), got {ctx!r}")
     _default_ctx[0] = ctx
+    _local.default = None  # this thread's ``Context.default_ctx = ...`` gives way to the new default
 
 
 def current_context() -> Context:
-    """The innermost ``with ctx:`` context of this thread, else the default (``cpu(0)``)."""
+    """The innermost ``with ctx:`` context of this thread, else this thread's ``Context.default_ctx``
+    assignment, else the process-wide default (``cpu(0)``, ``set_default_context``)."""
     stack = _ctx_stack()
-    return stack[-1] if stack else _default_ctx[0]
+    if stack:
+        return stack[-1]
+    return getattr(_local, "default", None) or _default_ctx[0]

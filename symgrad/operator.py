@@ -34,7 +34,8 @@ from typing import TYPE_CHECKING, TypeAlias, TypeVar
 import numpy as np
 
 from .base import ParamError, ShapeError, SymgradError
-from .context import Array, Context, cpu, gpu
+from .context import Array, Context, array_context, cpu, gpu, to_numpy
+from .nd import HostArray as _HostArray
 from .opdef import REQUIRED, Param
 from .opdef import get_op as _get_op
 from .opdef import list_ops as _list_ops
@@ -235,14 +236,25 @@ class CustomOp:
 
     def assign(self, dst: Array, req: str, src: npt.ArrayLike) -> None:
         """Write ``src`` into ``dst`` as ``req`` says: 'write'/'inplace', 'add' or 'null'."""
+        if req not in ("write", "inplace", "add", "null"):
+            raise ValueError(f"assign: req must be 'write', 'inplace', 'add' or 'null', got {req!r}")
         if req == "null":
             return
-        if req in ("write", "inplace"):
-            dst[...] = src
-        elif req == "add":
+        src = _on_device_of(dst, src)
+        if req == "add":
             dst[...] += src
         else:
-            raise ValueError(f"assign: req must be 'write', 'inplace', 'add' or 'null', got {req!r}")
+            dst[...] = src
+
+
+def _on_device_of(dst: Array, src: npt.ArrayLike) -> Array:
+    """``src`` where ``dst`` lives: a host value (``sg.nd.array``'s on cpu, as MXNet's ``mx.nd.array`` makes it
+    on the default cpu context) copied to ``dst``'s GPU, or a GPU array copied to the host for a host ``dst``."""
+    where = array_context(dst)
+    if where is None or where.device_type == "cpu":
+        return to_numpy(src) if array_context(src) not in (None, cpu()) else src
+    with where.device_scope():
+        return where.xp.asarray(src)
 
 
 class CustomOpProp:
@@ -300,23 +312,6 @@ def get_registered(reg_name: str) -> type[CustomOpProp]:
             f"Custom: op_type {reg_name!r} is not registered; registered: {sorted(_PROPS)} "
             "(decorate a CustomOpProp with @symgrad.operator.register(name))"
         ) from None
-
-
-class _HostArray(np.ndarray):
-    """What a custom op's code gets on cpu: a view of symgrad's numpy array (writes go through) that also
-    answers MXNet's NDArray API a custom op typically uses: ``asnumpy()`` (a plain copy), ``stype``
-    (always ``'default'``: symgrad has dense storage only) and ``context`` (``cpu(0)``)."""
-
-    stype = "default"
-
-    @property
-    def context(self):
-        return cpu()
-
-    ctx = context
-
-    def asnumpy(self):
-        return np.array(self, copy=True)
 
 
 class _State:

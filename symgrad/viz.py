@@ -27,15 +27,19 @@ ________________________________________________________________________________
 from __future__ import annotations
 
 import re
+import warnings
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
 
+from . import util
 from .base import StrPath
+from .graph import Node, aux_variable_ids
 
 if TYPE_CHECKING:
     import graphviz
+    import numpy.typing as npt
 
     from .symbol import ShapeLike, Symbol
 
@@ -68,36 +72,72 @@ def _dims(text) -> list[str]:
     return re.findall(r"\d+", str(text))
 
 
-def _shapes(symbol, shape, who):
-    """``{output or variable name: shape}`` of every internal output, or None when unknown.
+def _repeated(nodes) -> list[str]:
+    """The names that several nodes have, in order of first appearance."""
+    counts: dict[str, int] = {}
+    for n in nodes:
+        counts[n.name] = counts.get(n.name, 0) + 1
+    return [name for name, c in counts.items() if c > 1]
 
-    With ``shape`` given every shape must infer (ValueError naming what does not); without it the symbol's
-    ``__shape__`` attributes are used when they determine everything, else None (no shapes shown)."""
-    internals = symbol.get_internals()
-    names = internals.list_outputs()
-    if shape is None:
-        try:
-            _, out_shapes, _ = internals.infer_shape()
-        except Exception:  # attributes that contradict each other: draw without shapes
-            return None
-        return None if out_shapes is None else dict(zip(names, out_shapes))
-    if not isinstance(shape, dict):
-        raise TypeError(f"{who}: shape must be a dict name -> shape tuple, got {type(shape).__name__}")
-    _, out_shapes, _ = internals.infer_shape_partial(**shape)
-    unknown = [n for n, s in zip(names, out_shapes) if s is None]
-    if unknown:
+
+def _distinct(symbol):
+    """``symbol`` with distinct variable names (inference refuses two Variables of one name; MXNet draws such a
+    graph), ``{new node id: original node}`` and ``{name: the names its variables now have}``."""
+    nodes = symbol._nodes()
+    repeated = set(_repeated(nodes))
+    if not repeated:
+        return symbol, {n.id: n for n in nodes}, {}
+    new: dict[int, Node] = {}
+    twins: dict[str, list[str]] = {}
+    for n in nodes:  # inputs first: each node is rebuilt on its rebuilt inputs
+        name = n.name
+        if n.op is None and name in repeated:
+            twins.setdefault(name, []).append(name if not twins.get(name) else f"{name}#{len(twins[name])}")
+            name = twins[name][-1]
+        inputs = [(new[src.id], i) for src, i in n.inputs]
+        new[n.id] = Node(n.op, name, n.params, n.attrs, inputs, n.num_outputs)
+    outputs = [(new[n.id], i) for n, i in symbol._outputs]
+    return type(symbol)(outputs), {new[n.id].id: n for n in nodes}, twins
+
+
+def _unknown_shape(s) -> bool:
+    # MXNet's legacy reading (the default) reports an unknown shape as (); NumPy-shape mode as None
+    return s is None or (s == () and not util.is_np_shape())
+
+
+def _infer(symbol, given, what, who):
+    """``{(original node id, output): shape or dtype}`` of every internal output, or None when not given and not
+    determined by the ``__shape__``/``__dtype__`` attributes; ``given`` that leaves some unknown: ValueError."""
+    if given is not None and not isinstance(given, dict):
+        raise TypeError(f"{who}: {what} must be a dict name -> {what}, got {type(given).__name__}")
+    distinct, original, twins = _distinct(symbol)
+    internals = distinct.get_internals()
+    keys = [(original[n.id].id, i) for n, i in internals._outputs]
+    infer = internals.infer_shape_partial if what == "shape" else internals.infer_type_partial
+    given = {new: v for name, v in (given or {}).items() for new in twins.get(name, [name])}
+    try:
+        _, found, _ = infer(**given)
+    except Exception:
+        if given:
+            raise
+        return None  # attributes that contradict each other: draw without them
+    missing = [name for name, v in zip(internals.list_outputs(), found) if v is None or _unknown_shape(v)]
+    if missing and not given:
+        return None
+    if missing:
         raise ValueError(
-            f"{who}: input shape is incomplete: the shape of {', '.join(unknown[:4])}"
-            f"{', ...' if len(unknown) > 4 else ''} is unknown; give the shapes of the inputs"
+            f"{who}: input {what} is incomplete: the {what} of {', '.join(missing[:4])}"
+            f"{', ...' if len(missing) > 4 else ''} is unknown; give the {what}s of the inputs"
         )
-    return dict(zip(names, out_shapes))
+    return dict(zip(keys, found))
 
 
 def _graph(symbol):
-    """The nodes in topological order, the variables fed into parameter slots, the auxiliary-state names and
-    the index inputs (labels, indices: variables that only feed inputs their op never differentiates)."""
+    """The nodes in topological order and the ids of the variables fed into parameter slots, of the auxiliary
+    states and of the index inputs (labels, indices: variables that only feed inputs their op never
+    differentiates)."""
     nodes = symbol._nodes()
-    params, aux = set(), set(symbol.list_auxiliary_states())
+    params, aux = set(), aux_variable_ids(nodes)
     uses: dict = {}
     for node in nodes:
         if node.op is None:
@@ -105,9 +145,9 @@ def _graph(symbol):
         for (src, _), slot in zip(node.inputs, node.input_names()):
             if src.op is None:
                 if slot in PARAM_SLOTS:
-                    params.add(src.name)
-                uses.setdefault(src.name, []).append(slot in tuple(node.op.no_grad_inputs))
-    labels = {name for name, index in uses.items() if all(index) and name not in aux}
+                    params.add(src.id)
+                uses.setdefault(src.id, []).append(slot in tuple(node.op.no_grad_inputs))
+    labels = {v for v, index in uses.items() if all(index) and v not in aux}
     return nodes, params, aux, labels
 
 
@@ -135,11 +175,12 @@ def print_summary(
         None (the table is printed), as MXNet.
     """
     _check_symbol(symbol, "print_summary")
-    shapes = _shapes(symbol, shape, "print_summary")
+    shapes = _infer(symbol, shape, "shape", "print_summary")
     nodes, params, aux, labels = _graph(symbol)
     line_length = int(line_length)
-    if positions[-1] <= 1:
-        positions = [int(line_length * p) for p in positions]
+    # fractions of the line, or absolute columns (ints or floats: a column is an int)
+    scale = line_length if positions[-1] <= 1 else 1
+    positions = [int(p * scale) for p in positions]
     hidden = params | aux | labels  # as MXNet: the rows are the data inputs and the ops
 
     def print_row(fields):
@@ -151,33 +192,27 @@ def print_summary(
         print(line.rstrip())
 
     def out_shape(node, k=0):
-        if shapes is None:
-            return None
-        key = node.name if node.op is None else node.output_name(k)
-        return shapes.get(key)
-
-    def var_shape(name):
-        return None if shapes is None else shapes.get(name)
+        return None if shapes is None else shapes.get((node.id, k))
 
     print("_" * line_length)
     print_row(["Layer (type)", "Output Shape", "Param #", "Previous Layer"])
     print("=" * line_length)
-    rows = [n for n in nodes if not (n.op is None and n.name in hidden)]
+    rows = [n for n in nodes if not (n.op is None and n.id in hidden)]
     total, unknown, n_aux = 0, False, 0
     for i, node in enumerate(rows):
         count, prev = 0, []
         if node.op is not None:
             for src, _ in node.inputs:
-                if src.op is None and src.name in params:
-                    s = var_shape(src.name)
+                if src.op is None and src.id in params:
+                    s = out_shape(src)
                     if s is None:
                         unknown = True
                     else:
                         count += int(np.prod(s))
-                elif src.op is None and src.name in aux:
-                    s = var_shape(src.name)
+                elif src.op is None and src.id in aux:
+                    s = out_shape(src)
                     n_aux += int(np.prod(s)) if s is not None else 0
-                elif src.name not in labels:
+                elif src.id not in labels:
                     prev.append(src.name)
         s = out_shape(node)
         fields = [
@@ -235,9 +270,10 @@ def _color(op) -> str:
 
 def plot_network(
     symbol: Symbol,
-    shape: dict[str, ShapeLike] | None = None,
     title: str = "plot",
     save_format: str = "pdf",
+    shape: dict[str, ShapeLike] | None = None,
+    dtype: dict[str, npt.DTypeLike] | None = None,
     node_attrs: Mapping[str, str] = {},  # noqa: B006 (MXNet's)
     hide_weights: bool = True,
 ) -> graphviz.Digraph:
@@ -247,12 +283,16 @@ def plot_network(
     the rest), inputs are ovals; an edge carries the shape (batch axis left out) of the value it carries when
     the shapes are known.
 
-    Args:
+    Two variables (or nodes) of one name are drawn as one node, with MXNet's RuntimeWarning naming them.
+
+    Args (MXNet's, in its order):
         symbol: the Symbol.
-        shape: ``{input name: shape tuple}``; None: the ``__shape__`` attributes when they determine every
-            shape, else no shapes on the edges. Shapes that do not infer: ValueError.
         title: the graph's name.
         save_format: the Digraph's format (``render``/``pipe`` use it): "pdf", "svg", "png", ...
+        shape: ``{input name: shape tuple}``; None: the ``__shape__`` attributes when they determine every
+            shape, else no shapes on the edges. Shapes that do not infer: ValueError.
+        dtype: ``{input name: dtype}``: each edge also carries its dtype (``3x6x6(float32)``); dtypes that do
+            not infer: ValueError.
         node_attrs: graphviz node attributes over the defaults (box, 1.3 x 0.8034, filled).
         hide_weights: leave parameter inputs (weights, biases, BatchNorm's gamma/beta and moving statistics) out.
 
@@ -267,10 +307,19 @@ def plot_network(
     except ImportError:
         raise ImportError(f"plot_network needs the graphviz Python package: {_INSTALL}") from None
     _check_symbol(symbol, "plot_network")
-    shapes = _shapes(symbol, shape, "plot_network")
+    repeated = _repeated(symbol._nodes())
+    if repeated:  # MXNet's warning (graphviz draws the namesakes as one node)
+        warnings.warn(
+            "There are multiple variables with the same name in your graph, this may result in cyclic graph. "
+            f"Repeated names: {','.join(repeated)}",
+            RuntimeWarning,
+            stacklevel=2,
+        )
+    shapes = _infer(symbol, shape, "shape", "plot_network")
+    dtypes = None if dtype is None else _infer(symbol, dtype, "dtype", "plot_network")
     nodes, params, aux, _ = _graph(symbol)
     hidden = {
-        n.name for n in nodes if n.op is None and (n.name in params or n.name in aux or n.name.endswith(_WEIGHT_LIKE))
+        n.name for n in nodes if n.op is None and (n.id in params or n.id in aux or n.name.endswith(_WEIGHT_LIKE))
     }
     node_attr = {"shape": "box", "fixedsize": "false", "width": "1.3", "height": "0.8034", "style": "filled"}
     node_attr.update(node_attrs)
@@ -299,10 +348,12 @@ def plot_network(
             if src.name not in drawn:
                 continue
             attr = {"dir": "back", "arrowtail": "open", "label": ""}
-            if shapes is not None:
-                s = shapes.get(src.name if src.op is None else src.output_name(k))
-                if s is not None:
-                    attr["label"] = _fmt_shape(s[1:])
+            s = None if shapes is None else shapes.get((src.id, k))
+            if s is not None:
+                attr["label"] = _fmt_shape(s[1:])
+            t = None if dtypes is None else dtypes.get((src.id, k))
+            if t is not None:  # MXNet: "3x6x6(float32)"
+                attr["label"] += f"({np.dtype(t).name})"
             dot.edge(tail_name=node.name, head_name=src.name, **attr)
     return dot
 

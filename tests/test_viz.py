@@ -4,7 +4,9 @@ import os
 import re
 import shutil
 import sys
+import warnings
 
+import numpy as np
 import pytest
 
 import symgrad as sg
@@ -117,3 +119,74 @@ def test_plot_network_without_the_graphviz_package(monkeypatch, convnet):
     monkeypatch.setitem(sys.modules, "graphviz", None)
     with pytest.raises(ImportError, match="pip install graphviz"):
         sg.viz.plot_network(convnet)
+
+
+def test_print_summary_with_attribute_keywords(capsys):
+    # MXNet: test_viz.py::test_print_summary (lr_mult/wd_mult on op creators and a Variable; with and without shapes)
+    data = S.Variable("data")
+    bias = S.Variable("fc1_bias", lr_mult=1.0)
+    emb1 = S.Embedding(data=data, name="emb1", input_dim=100, output_dim=28)
+    conv1 = S.Convolution(data=emb1, name="conv1", num_filter=32, kernel=(3, 3), stride=(2, 2))
+    bn1 = S.BatchNorm(data=conv1, name="bn1")
+    act1 = S.Activation(data=bn1, name="relu1", act_type="relu")
+    mp1 = S.Pooling(data=act1, name="mp1", kernel=(2, 2), stride=(2, 2), pool_type="max")
+    fc1 = S.FullyConnected(data=mp1, bias=bias, name="fc1", num_hidden=10, lr_mult=0)
+    fc2 = S.FullyConnected(data=fc1, name="fc2", num_hidden=10, wd_mult=0.5)
+    sc1 = S.SliceChannel(data=fc2, num_outputs=10, name="slice_1", squeeze_axis=0)
+    sg.viz.print_summary(sc1)
+    assert "fc2(FullyConnected)" in capsys.readouterr().out
+    sg.viz.print_summary(sc1, {"data": (1, 3, 28)})
+    out = capsys.readouterr().out
+    arg_shapes = dict(zip(sc1.list_arguments(), sc1.infer_shape(data=(1, 3, 28))[0]))
+    params = sum(int(np.prod(s)) for n, s in arg_shapes.items() if n != "data")
+    assert params == 2800 + (32 * 3 * 9 + 32) + 64 + (10 * 32 * 6 * 6 + 10) + 110 and f"Total params: {params}\n" in out
+    assert fc1.get_internals()["fc1_weight"].attr("lr_mult") == "0" and bias.attr("lr_mult") == "1.0"
+
+
+def test_print_summary_takes_float_positions(capsys, convnet):
+    # a known bug: absolute columns given as floats raised TypeError (slice indices must be integers)
+    sg.viz.print_summary(convnet, shape={"data": (2, 3, 6, 6)}, line_length=60, positions=[20.0, 35.0, 45.0, 60.0])
+    conv = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("conv1(Convolution)"))
+    assert conv[20:].startswith("4x6x6") and conv[35:].startswith("112") and conv[45:].startswith("data")
+
+
+def _twice_named_fc():
+    net = S.Variable("data")
+    net = S.FullyConnected(data=net, name="fc", num_hidden=128)
+    net = S.Activation(data=net, name="relu1", act_type="relu")
+    net = S.FullyConnected(data=net, name="fc", num_hidden=10)
+    return S.SoftmaxOutput(data=net, name="out")
+
+
+def test_plot_network_dtype_and_two_variables_of_one_name():
+    # MXNet: test_viz.py::test_plot_network -- one RuntimeWarning naming the repeated names, shapes and dtypes
+    pytest.importorskip("graphviz")
+    net = _twice_named_fc()
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        dot = sg.viz.plot_network(
+            net, shape={"data": (100, 200)}, dtype={"data": np.float32}, node_attrs={"fixedsize": "false"}
+        )
+    assert len(w) == 1 and w[0].category is RuntimeWarning
+    assert "There are multiple variables with the same name in your graph" in str(w[0].message)
+    assert "fc" in str(w[0].message) and "fc_weight" in str(w[0].message)
+    edges = re.findall(r"^\t(\w+) -> (\w+) \[label=\"([^\"]*)\"", dot.source, re.M)
+    # each edge: the shape (batch axis left out) and dtype of the output it carries
+    assert edges == [
+        ("fc", "data", "200(float32)"),
+        ("relu1", "fc", "128(float32)"),
+        ("fc", "relu1", "128(float32)"),
+        ("out", "fc", "10(float32)"),
+        ("out", "out_label", "(float32)"),
+    ]
+    # MXNet's argument order: plot_network(symbol, title, save_format, shape, dtype, node_attrs, hide_weights)
+    assert sg.viz.plot_network(S.exp(S.Variable("x")), "t", "svg").name == "t"
+    with pytest.raises(ValueError, match="input dtype is incomplete"):
+        sg.viz.plot_network(S.Group([S.Variable("a") + 1, S.exp(S.Variable("c"))]), dtype={"a": np.float32})
+
+
+def test_print_summary_of_two_variables_of_one_name(capsys):
+    sg.viz.print_summary(_twice_named_fc(), shape={"data": (100, 200)})
+    rows = [line.split() for line in capsys.readouterr().out.splitlines() if line.startswith("fc(")]
+    # each fc row: its own output shape and parameter count (200*128 + 128, 128*10 + 10)
+    assert rows == [["fc(FullyConnected)", "128", "25728", "data"], ["fc(FullyConnected)", "10", "1290", "relu1"]]
