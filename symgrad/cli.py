@@ -67,7 +67,7 @@ def load_model(path=None, example=None):
 
 def parse_shapes(items) -> dict:
     """``["data=2,3,4", ...]`` -> ``{"data": (2, 3, 4)}``."""
-    shapes = {}
+    shapes: dict[str, tuple[int, ...]] = {}
     for item in items or ():
         name, sep, dims = item.partition("=")
         name, dims = name.strip(), dims.strip().strip("()[]")

@@ -26,6 +26,7 @@ __all__ = [
     "Decision",
     "register",
     "get_op",
+    "adjoint_shape",
     "list_ops",
     "REQUIRED",
     "acc_dtype",
@@ -518,7 +519,7 @@ def register(name: str, *, aliases: Sequence[str] = (), **spec) -> OpDef:
 #: The modules whose import registers symgrad's own operators: the op families and ``Custom``. The registry
 #: sits below them (they import it), so it loads them by name on the first lookup, as a plugin table loads
 #: its entry points: ``Variable("x") + 1`` works however little of symgrad was imported before.
-BUILTIN_OPS = ("symgrad.ops", "symgrad.operator")
+BUILTIN_OPS = ("symgrad.ops", "symgrad.operator", "symgrad.control_flow")
 _builtins_loaded = False
 
 
@@ -572,6 +573,31 @@ def like_input1(params, in_shapes, out_shapes, where):
     """The output has the shape of input 1 (a hidden gradient op's ``like`` or ``data``), once that is known."""
     like = in_shapes[1]
     return in_shapes, [like] if like is not None else out_shapes
+
+
+def adjoint_shape(primal: str, primal_inputs: Sequence[int], like: int) -> Callable:
+    """Shape rule of a hidden adjoint op ``(ograd, ...) -> an array shaped like input ``like```` whose input 0,
+    ``ograd``, is a cotangent of ``primal``'s output at its inputs ``primal_inputs`` (taking the adjoint's own
+    parameters): ``ograd`` must have that output's shape (filled in when unknown), so a mis-shaped one is a
+    ShapeError naming the op, not a numpy error or a wrong result (``_take_scatter`` is take's adjoint)."""
+
+    def rule(params, in_shapes, out_shapes, where):
+        ins = list(in_shapes)
+        args = [ins[k] for k in primal_inputs]
+        if all(a is not None for a in args):
+            op = get_op(primal)
+            full = {k: spec.default for k, spec in op.params.items()} | dict(params)
+            want = op.infer_shape(full, args, [None] * op.n_outputs(full), where)[1][0]
+            if want is not None and ins[0] is None:
+                ins[0] = tuple(want)
+            elif want is not None and tuple(ins[0]) != tuple(want):
+                raise ShapeError(
+                    f"{where}: input 'ograd' has shape {tuple(ins[0])}, expected {tuple(want)} (the shape of "
+                    f"{primal}'s output for inputs {', '.join(str(tuple(a)) for a in args)})"
+                )
+        return ins, [ins[like]] if ins[like] is not None else out_shapes
+
+    return rule
 
 
 def same_type(params, in_types, out_types, where="op"):

@@ -37,10 +37,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from . import opdef
+from . import opdef, util
 from .base import ParamError, SerializationError, ShapeError, StrPath
 from .context import Array
-from .graph import Node, check_unique_names, topo_order
+from .graph import SUBGRAPHS, Node, check_unique_names, subgraphs, topo_order
 from .opdef import param_to_str, parse_dtype_attr
 from .symbol import Symbol
 
@@ -104,6 +104,8 @@ def _to_doc(sym: Symbol) -> dict[str, Any]:
         entry["inputs"] = [
             [index[src.id], j, int(slot >= k and src.op is None)] for slot, (src, j) in enumerate(node.inputs)
         ]
+        if subgraphs(node):  # a control-flow node's subgraphs, each a symbol document without graph attrs
+            entry["subgraphs"] = [{k: v for k, v in _to_doc(g).items() if k != "attrs"} for g in subgraphs(node)]
         out_nodes.append(entry)
         if node.op is None:
             arg_nodes.append(i)
@@ -114,8 +116,29 @@ def _to_doc(sym: Symbol) -> dict[str, Any]:
         "arg_nodes": arg_nodes,
         "node_row_ptr": row_ptr,
         "heads": heads,
-        "attrs": {"mxnet_version": ["int", MXNET_VERSION]},
+        "attrs": _graph_attrs(),
     }
+
+
+def _graph_attrs() -> dict:
+    """The document's graph attributes: MXNet's version, and ``is_np_shape`` when the symbol is saved with
+    NumPy shape semantics on (``symgrad.util``): then a 0 in a ``__shape__`` is a zero size, not unknown."""
+    np_mark = {"is_np_shape": ["int", 1]} if util.is_np_shape() else {}
+    return {**np_mark, "mxnet_version": ["int", MXNET_VERSION]}
+
+
+def _legacy_shapes_as_np(doc, built) -> None:
+    """Loading a file saved without the ``is_np_shape`` marker while NumPy shape semantics are on: its
+    variables' ``__shape__`` 0 dimensions meant unknown, which now reads -1 (as MXNet converts them)."""
+    attrs = doc.get("attrs")
+    if not util.is_np_shape() or (isinstance(attrs, dict) and "is_np_shape" in attrs):
+        return
+    for node in built.values():
+        raw = node.attrs.get("__shape__") if node.op is None else None
+        if raw is not None:
+            value = opdef._literal(raw.strip())
+            dims = (value,) if isinstance(value, int) else tuple(value)
+            node.attrs["__shape__"] = param_to_str(tuple(-1 if d == 0 else d for d in dims))
 
 
 def _dump_str(s: str, where: str) -> str:
@@ -137,6 +160,8 @@ def tojson(sym: Symbol) -> str:
             items = [f"        {_dump_str(k, where)}: {_dump_str(v, where)}" for k, v in entry["attrs"].items()]
             parts.append('      "attrs": {\n' + ",\n".join(items) + "\n      }")
         parts.append(f'      "inputs": {json.dumps(entry["inputs"])}')
+        if "subgraphs" in entry:
+            parts.append(f'      "subgraphs": {json.dumps(entry["subgraphs"], ensure_ascii=False)}')
         sep = "," if i + 1 < len(doc["nodes"]) else ""
         lines.append("    {\n" + ",\n".join(parts) + "\n    }" + sep)
     lines.append("  ],")
@@ -261,11 +286,11 @@ def _check_var_attrs(attrs: dict, where: str, err) -> None:
         if (
             not isinstance(value, (tuple, list))
             or len(value) > _MAX_NDIM
-            or not all(isinstance(d, int) and not isinstance(d, bool) and 0 <= d < 2**63 for d in value)
+            or not all(isinstance(d, int) and not isinstance(d, bool) and -1 <= d < 2**63 for d in value)
         ):
             raise err(
                 f"{where}: __shape__ attribute {_short(raw)} is not a tuple of at most {_MAX_NDIM} "
-                "non-negative dimensions"
+                "dimensions, each non-negative or -1 (unknown)"
             )
     raw = attrs.get("__dtype__")
     if raw is not None:
@@ -381,10 +406,13 @@ def _node_inputs(op, name, attrs, inputs, names, version, where, err) -> list:
     return inputs
 
 
-def _from_doc(doc, err):
-    version, doc_nodes, heads = _check_doc(doc, err)
+def _from_doc(doc, err, version=None):
+    """The Symbol of a symbol document; ``version``: the enclosing file's, for a subgraph (which has none)."""
+    file_version, doc_nodes, heads = _check_doc(doc, err)
+    version = file_version if version is None else version
     entries = [_read_node(i, raw, len(doc_nodes), err) for i, raw in enumerate(doc_nodes)]
     built = _build_nodes(doc_nodes, entries, heads, version, err)
+    _legacy_shapes_as_np(doc, built)
     outputs = []
     for k, (h, j) in enumerate(heads):
         node = built[h]
@@ -440,8 +468,10 @@ def _read_node(i, raw, n, err):
             op = opdef.get_op(opname)
         except ParamError:
             raise err(f"{where}: unknown operator {opname!r}") from None
-    if "subgraphs" in raw:
-        raise err(f"{where}: subgraphs (control-flow operators) are not supported")
+    wanted = getattr(op, "num_subgraphs", 0) if op is not None else 0
+    given = _check_type(raw["subgraphs"], list, f"{where} 'subgraphs'", err) if "subgraphs" in raw else []
+    if len(given) != wanted:
+        raise err(f"{where}: {opname} holds {wanted} subgraphs, the file gives {len(given)}")
     return op, ins, name, _node_attrs(raw, where, err)
 
 
@@ -459,8 +489,20 @@ def _build_nodes(doc_nodes, entries, heads, version, err) -> dict:
             built[i] = Node(None, name, {}, dict(attrs), (), 1)
         else:
             inputs = [(built[s], j) for s, j in ins]
-            built[i] = _build_op_node(op, name, dict(attrs), inputs, version, where, err)
+            built[i] = _with_subgraphs(
+                _build_op_node(op, name, dict(attrs), inputs, version, where, err), doc_nodes[i], version, where, err
+            )
     return built
+
+
+def _with_subgraphs(node: Node, raw: dict, version: int, where: str, err) -> Node:
+    """``node`` holding the subgraphs of its entry (``"subgraphs"``: symbol documents), read recursively."""
+    if "subgraphs" not in raw:
+        return node
+    sub_err = _Err(f"{err.source}: {where} subgraph")
+    subs = tuple(_from_doc(_check_type(g, dict, f"{where} subgraph", err), sub_err, version) for g in raw["subgraphs"])
+    params = {**node.params, SUBGRAPHS: subs}
+    return Node(node.op, node.name, params, node.attrs, node.inputs, node.num_outputs)
 
 
 def _check_variables(built, outputs, err) -> None:

@@ -11,7 +11,7 @@ import builtins
 import math
 import numbers
 
-from . import operator, ops  # noqa: F401  (importing them registers every operator)
+from . import control_flow, operator, ops  # noqa: F401  (importing them registers every operator)
 from .base import AttrScope, NameManager, Prefix
 from .serialization import fromjson, load, load_json
 from .symbol import Group, Symbol, Variable, populate, var
@@ -35,6 +35,12 @@ __all__ = [
 ]
 
 populate(globals())  # note: shadows builtins such as sum/max/min/abs/round in this module
+
+# MXNet's control flow (``mx.sym.contrib.foreach`` & co.): Python functions that build subgraph nodes
+_contrib = globals()["contrib"]  # the submodule populate() made
+for _fn in (control_flow.foreach, control_flow.while_loop, control_flow.cond):
+    setattr(_contrib, _fn.__name__, _fn)
+    _contrib.__all__ = sorted({*_contrib.__all__, _fn.__name__})
 
 
 def _is_num(v):

@@ -15,18 +15,28 @@ import importlib
 import numbers
 import sys
 import types
+import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, NoReturn, Protocol, TypeAlias
 
 import numpy as np
 
 from . import graph as _graph
-from . import opdef
-from .base import AttrScope, NameManager, ParamError, ShapeError, StrPath, SymgradError
+from . import opdef, util
+from .base import (
+    HIDDEN_KEYS,
+    AttrScope,
+    NameManager,
+    NotImplementedForSymbol,
+    ParamError,
+    ShapeError,
+    StrPath,
+    SymgradError,
+)
 from .context import Array, Context
 from .graph import Entry, Node, topo_order
-from .infer import infer_shapes, infer_types
-from .opdef import DTYPE_TO_MX, OpDef, as_shape, param_to_str, parse_dtype_attr, parse_shape
+from .infer import infer_partial_shapes, infer_types
+from .opdef import DTYPE_TO_MX, OpDef, as_shape, param_to_str, parse_dtype_attr
 
 if TYPE_CHECKING:
     import networkx as nx
@@ -87,6 +97,13 @@ class BoundExecutor(Protocol):
     @property
     def plan(self) -> Any: ...  # a ``symgrad.executor.Plan`` (the executor layer, like Executor itself)
     def debug_str(self) -> str: ...
+    def get_optimized_symbol(self) -> Symbol: ...
+    @property
+    def arg_contexts(self) -> list[Context]: ...
+    @property
+    def aux_contexts(self) -> list[Context]: ...
+    @property
+    def output_contexts(self) -> list[Context]: ...
     def forward(self, is_train: bool = False, **kwargs: npt.ArrayLike) -> list[Array]: ...
     def backward(self, out_grads: OutGrads = None, is_train: bool = True) -> None: ...
     def forward_all(self, is_train: bool = False) -> list[Array]: ...
@@ -159,7 +176,8 @@ class Symbol:
         return self
 
     def __bool__(self) -> NoReturn:
-        raise TypeError("a Symbol has no truth value; compare values after forward()")
+        # MXNet's error (also a TypeError): a Symbol has no value to test; compare values after forward()
+        raise NotImplementedForSymbol(Symbol.__bool__, "bool")
 
     # -- serialization (symgrad.serialization) -----------------------------------
     def tojson(self, remove_amp_cast: bool = True) -> str:
@@ -274,9 +292,7 @@ class Symbol:
                 break
         else:
             raise KeyError(f"isolate: no operator node named {name!r} in this graph")
-        inputs = [(Node(None, slot, {}, {}, [], 1), 0) for slot in node.input_names()]
-        alone = Node(node.op, node.name, node.params, node.attrs, inputs, node.num_outputs)
-        return Symbol([(alone, i) for i in range(node.op.n_visible(node.params))])
+        return _alone(node)
 
     def get_children(self) -> Symbol | None:
         """The inputs of the head node(s), or None when there are none (a variable).
@@ -311,20 +327,66 @@ class Symbol:
 
     # -- attributes ---------------------------------------------------------------
     def attr(self, key: str) -> str | None:
-        """A string attribute of the head node; None if it is not set or this groups several nodes."""
+        """A string attribute of the head node; None if it is not set or this groups several nodes.
+
+        ``lr_mult`` & co. (``base.HIDDEN_KEYS``) are stored as ``__lr_mult__``; either spelling finds them.
+        """
         if len({n.id for n, _ in self._outputs}) != 1:
             return None
-        return self._outputs[0][0].attrs.get(key)
+        attrs = self._outputs[0][0].attrs
+        value = attrs.get(key)
+        if value is None and key in HIDDEN_KEYS:
+            value = attrs.get(f"__{key}__")
+        return value
 
     def list_attr(self, recursive: bool = False) -> dict:
-        """The attributes of the (first) head node: operator parameters and ``AttrScope`` values."""
+        """The attributes of the (first) head node: operator parameters and ``AttrScope`` values; each
+        ``__lr_mult__`` & co. is listed under its plain name too (``lr_mult``), as MXNet lists it."""
         if recursive:
             raise SymgradError("list_attr(recursive=True) is removed in MXNet 1.x; use attr_dict()")
-        return dict(self._outputs[0][0].attrs)
+        return _listed_attrs(self._outputs[0][0].attrs)
 
     def attr_dict(self) -> dict:
-        """``{node name: {key: value}}`` for every node that has attributes."""
-        return {n.name: dict(n.attrs) for n in self._nodes() if n.attrs}
+        """``{node name: {key: value}}`` for every node that has attributes (listed as ``list_attr`` does)."""
+        return {n.name: _listed_attrs(n.attrs) for n in self._nodes() if n.attrs}
+
+    def _head_node(self, what: str) -> Node:
+        """The one node behind every output; an error naming ``what`` for a group of several nodes."""
+        node = self._outputs[0][0]
+        if any(n is not node for n, _ in self._outputs):
+            raise SymgradError(f"{what}: works on the outputs of one node; this symbol groups {self.list_outputs()}")
+        return node
+
+    def _set_attr(self, **kwargs: str) -> None:
+        """Set string attributes of the head node in place (MXNet's ``_set_attr``): every Symbol sharing the
+        node sees them; ``name=`` renames the node. ``lr_mult`` & co. are stored as ``__lr_mult__``. An
+        operator's parameters cannot change here (they were parsed when the node was made: create a new
+        symbol); all values are checked before any is set."""
+        node = self._head_node("_set_attr")
+        for k, v in kwargs.items():
+            if not isinstance(v, str):
+                raise ParamError(f"_set_attr: attribute values must be strings; {k}={v!r} is {type(v).__name__}")
+        name = kwargs.pop("name", None)
+        if name == "":
+            raise ParamError("_set_attr: name must be a non-empty string")
+        where = f"_set_attr on {node.name!r}"
+        if node.op is not None:
+            fixed = [k for k in kwargs if k in node.op.params or (node.op.extra_params and not _is_dunder(k))]
+            if fixed:
+                raise ParamError(f"{where}: {fixed[0]!r} is a parameter of {node.op.name}; create a new symbol")
+        stored = _stored_attrs(kwargs, where)
+        if name is not None:
+            node.name = name
+        node.attrs.update(stored)
+
+    def _gen_atomic_symbol(self) -> Symbol:
+        """The head node's operator with its parameters and attributes, applied to fresh Variables named after
+        its input slots (MXNet's ``_gen_atomic_symbol``, whose functor symbol has no inputs yet): calling it
+        with inputs (``atomic(x, w, b)``, composed in ``list_arguments`` order) applies the op to them."""
+        node = self._head_node("_gen_atomic_symbol")
+        if node.op is None:
+            raise SymgradError(f"_gen_atomic_symbol: {node.name!r} is a Variable; only an operator has one")
+        return _alone(node)
 
     # -- graph view ---------------------------------------------------------------
     def to_networkx(self) -> nx.MultiDiGraph:
@@ -361,43 +423,67 @@ class Symbol:
         return nodes, arg_nodes, aux_nodes, known
 
     def infer_shape_partial(self, *args: ShapeLike | None, **kwargs: ShapeLike | None) -> PartialShapes:
-        """Like ``infer_shape`` but what stays unknown comes back as such instead of failing: a shape
-        nothing determines is None, a dimension nothing determines is 0 (MXNet's legacy shape mode).
+        """Like ``infer_shape`` but what stays unknown comes back as such instead of failing. In MXNet's legacy
+        reading (the default) an unknown shape is ``()`` and an unknown dimension 0; with
+        ``symgrad.util.np_shape()`` on they are None and -1.
 
         >>> import symgrad as sg
         >>> fc = sg.sym.FullyConnected(sg.sym.Variable("data"), num_hidden=5, name="fc")
         >>> fc.infer_shape_partial(data=(0, 3))
         ([(0, 3), (5, 3), (5,)], [(0, 5)], [])
+        >>> fc.infer_shape_partial()
+        ([(), (), (5,)], [()], [])
         """
         return self._infer_shape(args, kwargs, partial=True)
 
     def infer_shape(self, *args: ShapeLike | None, **kwargs: ShapeLike | None) -> InferredShapes:
         """Infer ``(arg_shapes, out_shapes, aux_shapes)`` from some argument shapes.
 
-        A 0 in a given shape is an unknown dimension (MXNet's legacy shape semantics); inference fills it
-        in where the rest of the graph determines it. Returns ``(None, None, None)`` when some shape or
-        dimension stays unknown (as MXNet does).
+        Shapes are read as MXNet reads them (``symgrad.util``): by default a 0 dimension (or -1) is unknown and
+        ``()`` an unknown shape; under ``util.np_shape()`` -1 is unknown, 0 a zero size and ``()`` a scalar.
+        Inference fills unknown dimensions in where the rest of the graph determines them, backwards through
+        the ops too (a known output fills FullyConnected's batch size). Returns ``(None, None, None)``, with
+        MXNet's warning naming the undetermined arguments, when some shape or dimension stays unknown.
         """
-        return self._infer_shape(args, kwargs, partial=False)
-
-    def _infer_shape(self, args, kwargs, partial):
-        res, _ = self._shape_map(args, kwargs)
-        # an argument with a 0 dimension is unknown; an output computed from fully known arguments may
-        # be genuinely empty (a slice that selects nothing)
-        if not partial and (
-            any(v is None for part in res for v in part) or any(0 in v for part in (res[0], res[2]) for v in part)
-        ):
-            return None, None, None
+        res = self._infer_shape(args, kwargs, partial=False)
+        if res[0] is None:
+            np_mode = util.is_np_shape()
+            partial = self._partial_shape_map(args, kwargs)[0][0]
+            unknown = [
+                f"{n}: {_shown_shape(s, np_mode)}"
+                for n, s in zip(self.list_arguments(), partial)
+                if s is None or min(s, default=0) < 0
+            ]
+            warnings.warn(
+                "Cannot decide shape for the following arguments (0s in shape means unknown dimensions). "
+                "Consider providing them as input:\n\t" + "\n\t".join(unknown[:10]),
+                stacklevel=2,
+            )
         return res
 
-    def _shape_map(self, args, kwargs):
-        """``infer_shape_partial``'s lists and the map ``(node id, output) -> shape`` they come from
-        (``simple_bind`` hands the map to the executor, which then need not infer the shapes again)."""
-        args = tuple(None if a is None else as_shape(a, "infer_shape") for a in args)
-        kwargs = {k: None if v is None else as_shape(v, f"infer_shape {k!r}") for k, v in kwargs.items()}
-        nodes, arg_nodes, aux_nodes, known = self._known(args, kwargs, "infer_shape", "__shape__", parse_shape)
-        infer_shapes(nodes, known, unknown_dims=True)
+    def _infer_shape(self, args, kwargs, partial):
+        res, _ = self._partial_shape_map(args, kwargs)
+        if not partial and any(v is None or min(v, default=0) < 0 for part in res for v in part):
+            return None, None, None
+        np_mode = util.is_np_shape()
+        return tuple([_shown_shape(v, np_mode) for v in part] for part in res)
+
+    def _partial_shape_map(self, args, kwargs):
+        """``(arg_shapes, out_shapes, aux_shapes)`` and the map ``(node id, output) -> shape`` they come from, with
+        -1 for an unknown dimension and None for an unknown shape (given shapes read in the current mode)."""
+        args = tuple(_read_shape(a, "infer_shape") for a in args)
+        kwargs = {k: _read_shape(v, f"infer_shape {k!r}") for k, v in kwargs.items()}
+        nodes, arg_nodes, aux_nodes, known = self._known(args, kwargs, "infer_shape", "__shape__", _read_shape_attr)
+        known = {k: v for k, v in known.items() if v is not None}
+        infer_partial_shapes(nodes, known)
         return _collect(known, arg_nodes, self._outputs, aux_nodes), known
+
+    def _shape_map(self, args, kwargs):
+        """``infer_shape_partial``'s lists and the map ``(node id, output) -> shape`` they come from, an unknown
+        dimension 0 and an unknown shape None (``simple_bind`` hands the map to the executor, which then need
+        not infer the shapes again)."""
+        res, known = self._partial_shape_map(args, kwargs)
+        return tuple([_legacy_shape(v) for v in part] for part in res), {k: _legacy_shape(v) for k, v in known.items()}
 
     def infer_type(self, *args: npt.DTypeLike | None, **kwargs: npt.DTypeLike | None) -> InferredTypes:
         """Infer ``(arg_types, out_types, aux_types)`` as numpy scalar types.
@@ -475,10 +561,10 @@ class Symbol:
         ``args`` / ``args_grad`` / ``aux_states`` are lists in ``list_arguments()`` /
         ``list_auxiliary_states()`` order or dicts by name; ``args_grad`` may leave arguments out
         (no gradient for them). ``shared_exec`` (MXNet's memory-pool sharing) is accepted and
-        has no effect; ``group2ctx`` (model parallelism) is not supported.
+        has no effect. ``group2ctx`` maps ``AttrScope(ctx_group=...)`` groups to contexts (model parallelism on
+        cpu contexts; see ``symgrad.executor.placement``).
         """
-        _no_group2ctx(group2ctx, "bind")
-        return _above("executor").Executor(self, ctx, args, args_grad, grad_req, aux_states)
+        return _above("executor").Executor(self, ctx, args, args_grad, grad_req, aux_states, group2ctx)
 
     def simple_bind(
         self,
@@ -497,9 +583,9 @@ class Symbol:
         ``grad_req`` is a string, a list or a dict (arguments missing from it get ``'null'``);
         ``type_dict`` gives dtypes by name (others are inferred, else float32). MXNet's other
         keywords are accepted when they ask for nothing symgrad lacks: dense ``stype_dict``,
-        no ``group2ctx``, no ``shared_arg_names`` / ``shared_buffer``; ``shared_exec`` has no effect.
+        no ``shared_arg_names`` / ``shared_buffer``; ``shared_exec`` has no effect. ``group2ctx`` maps
+        ``AttrScope(ctx_group=...)`` groups to contexts, as in ``bind``.
         """
-        _no_group2ctx(group2ctx, "simple_bind")
         if stype_dict and any(v != "default" for v in stype_dict.values()):
             raise NotImplementedError(f"simple_bind: sparse storage types are not supported (stype_dict={stype_dict})")
         if shared_arg_names or shared_buffer:
@@ -507,7 +593,9 @@ class Symbol:
                 "simple_bind: shared_arg_names / shared_buffer are not supported; "
                 "bind the arrays you want to share with bind(args=...)"
             )
-        return _above("executor").simple_bind(self, ctx, grad_req=grad_req, type_dict=type_dict, shapes=shapes)
+        return _above("executor").simple_bind(
+            self, ctx, grad_req=grad_req, type_dict=type_dict, shapes=shapes, group2ctx=group2ctx
+        )
 
     def grad(self, wrt: object) -> NoReturn:
         raise SymgradError("Symbol.grad is deprecated in MXNet; use symgrad.grad(outputs, inputs)")
@@ -763,9 +851,39 @@ class OutputNameError(KeyError, ValueError):
         return str(self.args[0]) if self.args else ""
 
 
-def _no_group2ctx(group2ctx, who):
-    if group2ctx:
-        raise NotImplementedError(f"{who}: group2ctx (placing parts of a graph on several devices) is not supported")
+def _read_shape(value, what, keep_zeros=False):
+    """A shape given to shape inference as the engine holds it, read in the current mode (``symgrad.util``):
+    -1 is an unknown dimension in both; in the legacy reading 0 is one too and ``()`` an unknown shape (None).
+    ``keep_zeros``: only -1 is read (a Variable's ``shape``, written as given)."""
+    if value is None:
+        return None
+    items = list(value) if isinstance(value, (tuple, list)) else [value]
+    minus = [i for i, d in enumerate(items) if isinstance(d, (int, np.integer)) and not isinstance(d, bool) and d == -1]
+    shape = list(as_shape([0 if i in minus else d for i, d in enumerate(items)] if minus else value, what))
+    if not (keep_zeros or util.is_np_shape()):
+        if not shape:
+            return None
+        minus = [i for i, d in enumerate(shape) if d <= 0]
+    for i in minus:
+        shape[i] = -1
+    return tuple(shape)
+
+
+def _read_shape_attr(text):
+    """A ``__shape__`` attribute read as ``_read_shape`` reads a given shape."""
+    value = opdef._literal(text.strip()) if isinstance(text, str) else text
+    return _read_shape(value, "__shape__ attribute")
+
+
+def _shown_shape(shape, np_mode):
+    """An inferred shape as MXNet reports it: NumPy mode keeps None and -1, legacy shows ``()`` and 0."""
+    if np_mode:
+        return shape
+    return () if shape is None else _legacy_shape(shape)
+
+
+def _legacy_shape(shape):
+    return None if shape is None else tuple(0 if d < 0 else d for d in shape)
 
 
 def _collect(known, arg_nodes, outputs, aux_nodes):
@@ -803,7 +921,7 @@ def Variable(
         **kwargs: further attributes, which must be ``__dunder__`` names.
 
     >>> v = Variable("v", shape=(2, 3), lr_mult=2.0, dtype="float64")
-    >>> v.list_attr() == {"__shape__": "(2, 3)", "__lr_mult__": "2.0", "__dtype__": "1"}
+    >>> v.list_attr() == {"__shape__": "(2, 3)", "__lr_mult__": "2.0", "lr_mult": "2.0", "__dtype__": "1"}
     True
     """
     if not isinstance(name, str) or not name:
@@ -812,7 +930,8 @@ def Variable(
     if attr:
         attrs.update({k: str(v) for k, v in attr.items()})
     if shape is not None:
-        attrs["__shape__"] = param_to_str(as_shape(shape, f"Variable {name!r} shape"))
+        # -1: an unknown dimension (MXNet accepts it in both shape modes; see symgrad.util)
+        attrs["__shape__"] = param_to_str(_read_shape(shape, f"Variable {name!r} shape", keep_zeros=True))
     if lr_mult is not None:
         attrs["__lr_mult__"] = str(lr_mult)
     if wd_mult is not None:
@@ -833,7 +952,61 @@ def Variable(
                 "additional attributes must start and end with double underscores"
             )
         attrs[k] = str(v)
-    return Symbol([(Node(None, name, {}, attrs, (), 1), 0)])
+    return Symbol([(Node(None, name, {}, _stored_attrs(attrs, f"Variable {name!r}"), (), 1), 0)])
+
+
+def _is_dunder(key: str) -> bool:
+    return len(key) > 4 and key.startswith("__") and key.endswith("__")
+
+
+def _stored_attrs(attrs: Mapping[str, object], where: str) -> dict[str, str]:
+    """``attrs`` as MXNet stores them (``MXSymbolSetAttr``): values as strings, ``lr_mult`` & co. as
+    ``__lr_mult__``. A key that merely ends in one of those (MXNet 0.x's ``weight_lr_mult``, meaning the
+    ``weight`` input's) is refused, as MXNet 1.x refuses it."""
+    out = {}
+    for key, value in attrs.items():
+        if key in HIDDEN_KEYS:
+            key = f"__{key}__"
+        elif key.endswith(HIDDEN_KEYS):
+            hidden = next(h for h in HIDDEN_KEYS if key.endswith(h))
+            raise ParamError(
+                f"{where}: attribute {key!r} (an input's {hidden}, MXNet 0.x) is refused since MXNet 1.0; give "
+                f"that input its own Variable(..., {hidden}={value!r}) instead"
+            )
+        out[key] = value if isinstance(value, str) else str(value)
+    return out
+
+
+def _listed_attrs(attrs: Mapping[str, str]) -> dict[str, str]:
+    """``attrs`` as MXNet lists them (``MXSymbolListAttrShallow``): ``__lr_mult__`` & co. twice, also plainly."""
+    out = {}
+    for key, value in attrs.items():
+        out[key] = value
+        if _is_dunder(key) and key[2:-2] in HIDDEN_KEYS:
+            out[key[2:-2]] = value
+    return out
+
+
+#: what marks a creator keyword as a possible attribute rather than a parameter (``_attribute_keywords``)
+_ATTR_KEY_ENDS = (*HIDDEN_KEYS, "__")
+
+
+def _attribute_keywords(op, param_kwargs: dict, attr, where: str) -> dict[str, str]:
+    """Pop the attribute keywords of an op creator out of ``param_kwargs`` -- ``lr_mult``/``wd_mult``/
+    ``ctx_group``/... and ``__dunder__`` keys that are not parameters of ``op`` -- and return the node's
+    attributes: those keywords, then the current AttrScope's, then ``attr`` (MXNet's creators merge them in
+    this order), stored as MXNet stores them. The op's automatic inputs (``fc_weight``) get them too."""
+    keywords = {k: param_kwargs.pop(k) for k in list(param_kwargs) if k.endswith(_ATTR_KEY_ENDS) and k not in op.params}
+    merged = {**keywords, **AttrScope.current_attrs(), **(attr or {})}
+    return _stored_attrs(merged, where) if merged else {}
+
+
+def _alone(node: Node) -> Symbol:
+    """The op ``node`` alone: its operator, parameters and (a copy of its) attributes applied to fresh Variables
+    named after its input slots (auxiliary states stay auxiliary), with its visible outputs."""
+    inputs = [(Node(None, slot, {}, {}, [], 1), 0) for slot in node.input_names()]
+    alone = Node(node.op, node.name, node.params, dict(node.attrs), inputs, node.num_outputs)
+    return Symbol([(alone, i) for i in range(node.op.n_visible(node.params))])
 
 
 var = Variable
@@ -853,12 +1026,13 @@ def Group(symbols: Iterable[Symbol]) -> Symbol:
 
 def _create(op, args, kwargs, name=None, attr=None, hint=None):
     hint = (hint or op.name).lower()
-    node_name = NameManager.current().get(name, hint)
+    node_name = NameManager.current.get(name, hint)
     where = f"{op.name} {node_name!r}"
     simple = _simple_call(op, args, kwargs, attr)
     if simple is not None:
         return _create_simple(op, simple, kwargs, node_name, where)
     sym_kwargs, param_kwargs = _split_kwargs(kwargs)
+    attr = _attribute_keywords(op, param_kwargs, attr, where)
     for k in [k for k, v in param_kwargs.items() if v is None and k not in op.params and not op.extra_params]:
         del param_kwargs[k]  # ``sequence_length=None``: an absent input, as MXNet's creators read it
     args, positional_params = _split_positional(op, args, param_kwargs, where)
@@ -884,8 +1058,8 @@ def _create(op, args, kwargs, name=None, attr=None, hint=None):
     inputs = []
     for iname in names:
         s = given.get(iname)
-        if s is None:
-            s = Variable(f"{node_name}_{iname}")
+        if s is None:  # an automatic input (``fc_weight``) gets the op's attributes, as in MXNet
+            s = Symbol([(Node(None, f"{node_name}_{iname}", {}, dict(attr), (), 1), 0)])
         if len(s._outputs) != 1:
             raise ShapeError(f"{where}: input {iname!r} must be a single output, got a group of {len(s)}")
         inputs.append(s._outputs[0])
@@ -904,8 +1078,8 @@ def _simple_call(op, args, kwargs, attr):
         if type(a) is not Symbol or len(a._outputs) != 1:
             return None
         entries.append(a._outputs[0])
-    for v in kwargs.values():
-        if isinstance(v, Symbol):
+    for k, v in kwargs.items():
+        if isinstance(v, Symbol) or k.endswith(_ATTR_KEY_ENDS):  # an input, or maybe an attribute keyword
             return None
     return entries
 
@@ -924,7 +1098,9 @@ def _node_symbol(op, node_name, params, strings, inputs, attr):
     strings) and the Symbol of its visible outputs."""
     attrs = AttrScope.current_attrs()
     if attr:
-        attrs.update({k: str(v) for k, v in attr.items()})
+        attrs.update(attr)
+    if attrs:  # ``lr_mult`` & co. stored as ``__lr_mult__``
+        attrs = _stored_attrs(attrs, f"{op.name} {node_name!r}")
     attrs.update(strings)
     n_out = op.n_outputs(params)
     node = Node(op, node_name, params, attrs, inputs, n_out)

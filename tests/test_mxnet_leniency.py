@@ -7,6 +7,7 @@ expected behaviour was read off real MXNet 1.9.1 (run in its own virtual environ
 from __future__ import annotations
 
 import json
+import re
 
 import numpy as np
 import pytest
@@ -179,3 +180,129 @@ def test_param_is_merged_under_attrs(order):
     fields = {"param": {"act_type": "relu", "__lr_mult__": "2"}, "attrs": {"act_type": "tanh", "__wd_mult__": "3"}}
     act = S.load_json(_activation_doc(*[(k, fields[k]) for k in order])).attr_dict()["act"]
     assert act["act_type"] == "tanh" and act["__lr_mult__"] == "2" and act["__wd_mult__"] == "3"
+
+
+# the hidden helper ops reachable through sg.sym._internal and symbol files check what they are given
+_HIDDEN_BAD = [
+    (
+        "_dot_grad_lhs",
+        ("g", "a", "b"),
+        {},
+        dict(g=(2, 5), a=(2, 3), b=(3, 4)),
+        "'ograd' has shape (2, 5), expected (2, 4)",
+    ),
+    ("_take_scatter", ("g", "i", "d"), dict(axis=0), dict(g=(3, 7), i=(2,), d=(4, 5)), "expected (2, 5)"),
+    ("_pick_scatter", ("g", "i", "d"), dict(axis=1), dict(g=(5,), i=(3,), d=(3, 4)), "expected (3,)"),
+    ("_bilinear_resize_adjoint", ("g", "l"), {}, dict(g=(2, 3, 4, 4), l=(1, 1, 2, 2)), "differ in batch or channels"),
+    ("_bilinear_resize_adjoint", ("g", "l"), {}, dict(g=(4, 4), l=(1, 1, 2, 2)), "'ograd' must be 4-d"),
+    ("_image_grey_adjoint", ("g", "d"), {}, dict(g=(4, 1), d=(4, 3)), "must be an (H, W, C) image, got (4, 3)"),
+    ("_image_grey_adjoint", ("g", "d"), {}, dict(g=(4, 4, 2), d=(4, 4, 3)), "expected (4, 4, 1)"),
+]
+
+
+@pytest.mark.parametrize("op, names, params, shapes, words", _HIDDEN_BAD, ids=lambda v: v if isinstance(v, str) else "")
+def test_hidden_helper_ops_check_their_inputs(op, names, params, shapes, words):
+    sym = getattr(S._internal, op)(*[S.Variable(n) for n in names], **params)
+    arrays = {k: np.ones(s) for k, s in shapes.items()}
+    with pytest.raises(sg.base.ShapeError, match=re.escape(words)) as info:
+        sym.bind(sg.cpu(), arrays).forward()
+    assert op in str(info.value)
+
+
+def test_hidden_take_scatter_is_take_adjoint():
+    """The same op given the right shapes still computes take's adjoint: <take(x, i), g> = <x, scatter(g)>."""
+    r = np.random.default_rng(3)
+    x, g, idx = r.standard_normal((4, 5)), r.standard_normal((3, 5)), np.array([2.0, 0.0, 2.0])
+    sym = S._internal._take_scatter(S.Variable("g"), S.Variable("i"), S.Variable("d"), axis=0)
+    scattered = sym.bind(sg.cpu(), {"g": g, "i": idx, "d": x}).forward()[0]
+    np.testing.assert_allclose((x[idx.astype(int)] * g).sum(), (x * scattered).sum(), rtol=1e-12)
+
+
+@pytest.mark.parametrize("maxidx", [[0.0, 9.0, -1.0], [0.5, 1.0, -1.0], [-2.0, 0.0, 1.0]])
+def test_roi_pool_gather_checks_its_indices(maxidx):
+    sym = S._internal._roi_pool_gather(S.Variable("v"), S.Variable("m"))
+    with pytest.raises(IndexError, match=r"_roi_pool_gather: input 'maxidx' must hold whole numbers in \[-1, 3\]"):
+        sym.bind(sg.cpu(), {"v": np.ones((2, 2)), "m": np.array(maxidx)}).forward()
+    good = sym.bind(sg.cpu(), {"v": np.arange(4.0).reshape(2, 2), "m": np.array([3.0, 0.0, -1.0])}).forward()[0]
+    np.testing.assert_array_equal(good, [3.0, 0.0, 0.0])
+
+
+# -- binding as MXNet's tests do ----------------------------------------------------------------------------
+
+
+def _conv_without_bias():
+    x, w = S.Variable("x"), S.Variable("w")
+    return S.Convolution(x, w, None, num_filter=2, kernel=(3,), no_bias=True)
+
+
+@pytest.mark.parametrize("req", ["null", "write", "add"])
+def test_absent_bias_given_as_none_binds(req):
+    """``test_convolution_independent_gradients``: args, args_grad and grad_req name the absent bias 'b' (None)."""
+    conv = _conv_without_bias()
+    assert conv.list_arguments() == ["x", "w"]
+    r = np.random.default_rng(5)
+    x, w, head = r.standard_normal((2, 1, 7)), r.standard_normal((2, 1, 3)), r.standard_normal((2, 2, 5))
+    # reference: the correlation and its gradients written out in numpy
+    out = np.stack([[np.correlate(x[n, 0], w[f, 0], "valid") for f in range(2)] for n in range(2)])
+    gw = np.stack([[np.correlate(x[n, 0], head[n, f], "valid") for n in range(2)] for f in range(2)]).sum(1)
+    gx = np.stack([sum(np.convolve(head[n, f], w[f, 0], "full") for f in range(2)) for n in range(2)])[:, None]
+    start = {"x": np.full(x.shape, 0.5), "w": np.full(w.shape, 0.5)}
+    grads = {"x": start["x"].copy(), "w": start["w"].copy(), "b": None}
+    with pytest.warns(UserWarning, match=r"grad_req names \['b'\], which are not arguments; ignored"):
+        exe = conv.bind(sg.cpu(), {"x": x, "w": w, "b": None}, args_grad=grads, grad_req={"x": req, "w": req, "b": req})
+    np.testing.assert_allclose(exe.forward(is_train=True)[0], out, rtol=1e-12)
+    exe.backward(head)
+    for name, exact in (("x", gx), ("w", gw[:, None])):
+        want = {"null": start[name], "write": exact, "add": start[name] + exact}[req]
+        np.testing.assert_allclose(grads[name], want, rtol=1e-12, atol=1e-12)
+
+
+def test_an_array_for_a_name_the_symbol_lacks_is_still_an_error():
+    conv = _conv_without_bias()
+    with pytest.raises(sg.base.BindError, match="'b' is not an argument of this symbol"):
+        conv.bind(sg.cpu(), {"x": np.ones((2, 1, 7)), "w": np.ones((2, 1, 3)), "b": np.ones(2)})
+
+
+def test_simple_bind_ignores_keywords_that_are_not_shapes():
+    """``test_take`` passes the op's own ``axis`` and ``mode`` to simple_bind; MXNet ignores them."""
+    a, i = S.Variable("a"), S.BlockGrad(S.Variable("indices"))
+    y = S.take(a=a, indices=i, axis=0, mode="clip")
+    with pytest.warns(UserWarning) as record:
+        exe = y.simple_bind(sg.cpu(), a=(3, 4), indices=(2,), axis=0, mode="clip")
+    ignored = sorted(str(w.message).split(":")[1].split("=")[0].strip() for w in record)
+    assert ignored == ["ignoring keyword axis", "ignoring keyword mode"]
+    assert exe.arg_dict["a"].shape == (3, 4)
+    with pytest.raises(sg.base.BindError, match="a shape is given for 'ax', which is not an input"):
+        y.simple_bind(sg.cpu(), a=(3, 4), indices=(2,), ax=(3, 4))
+
+
+def test_backward_ignores_extra_head_gradients_with_a_warning():
+    y, loc, expected = _prelu_case()
+    grads = {"x": np.zeros((3, 4)), "gamma": np.zeros(4)}
+    exe = y.bind(sg.cpu(), {"x": loc[0], "gamma": loc[1]}, args_grad=grads)
+    exe.forward(is_train=True)
+    with pytest.warns(UserWarning, match="got 2 out_grads for 1 outputs") as record:
+        exe.backward([np.ones((3, 4)), np.ones(4)])
+    assert record[0].filename == __file__
+    np.testing.assert_allclose(grads["x"], expected[0], rtol=1e-12)
+    np.testing.assert_allclose(grads["gamma"], expected[1], rtol=1e-12)
+
+
+@pytest.mark.parametrize("op", ["shape_array", "size_array"])
+def test_a_head_gradient_the_backward_never_reads_may_have_any_shape(op):
+    """``test_shape_array`` / ``test_size_array`` pass a head gradient shaped like the *input*; MXNet never
+    reads it (the gradient of a shape is zero), so it is ignored with a warning; x's gradient is written zero."""
+    x = S.var("x")
+    exe = getattr(S, op)(x).bind(sg.cpu(), {"x": np.random.rand(3, 4)}, args_grad={"x": np.full((3, 4), 7.0)})
+    exe.forward(is_train=True)
+    with pytest.warns(UserWarning, match="ignored, as the backward does not read it"):
+        exe.backward([np.ones((3, 4))])
+    np.testing.assert_array_equal(exe.grad_dict["x"], np.zeros((3, 4)))
+
+
+def test_a_mis_shaped_head_gradient_that_is_read_is_still_an_error():
+    x = S.var("x")
+    exe = S.sin(x).bind(sg.cpu(), {"x": np.ones((3, 4))}, args_grad={"x": np.zeros((3, 4))})
+    exe.forward(is_train=True)
+    with pytest.raises(sg.base.ShapeError, match=r"has shape \(4, 3\), expected \(3, 4\)"):
+        exe.backward([np.ones((4, 3))])

@@ -18,7 +18,7 @@ import math
 import numpy as np
 
 from ..base import ParamError, ShapeError
-from ..opdef import Param, register
+from ..opdef import Param, adjoint_shape, register
 
 # -- shared shape rules --------------------------------------------------------------------------------
 
@@ -488,6 +488,16 @@ def _luma_weights(xp, channels, dtype):
     return xp.asarray(np.asarray(_LUMA if channels == 3 else (1.0,) * channels, dtype=np.float32).astype(dtype))
 
 
+def _grey_shape(params, in_shapes, out_shapes, where):
+    """An (H, W, C) image -> (H, W, 1) luminance, or (1,) its mean."""
+    x = in_shapes[0]
+    if x is None:
+        return in_shapes, out_shapes
+    if len(x) != 3:
+        raise ShapeError(f"{where}: input 'data' must be an (H, W, C) image, got {tuple(x)}")
+    return in_shapes, [(1,) if params["mean"] else tuple(x[:-1]) + (1,)]
+
+
 def _grey_fwd(xp, x, mean):
     grey = (x * _luma_weights(xp, x.shape[-1], x.dtype)).sum(axis=-1, keepdims=True)
     return grey.mean(keepdims=True).reshape(1) if mean else grey
@@ -504,10 +514,7 @@ register(
     "_image_grey",
     params={"mean": Param("bool", False)},
     forward=_grey_fwd,
-    infer_shape=lambda params, in_shapes, out_shapes, where: (
-        in_shapes,
-        [None if in_shapes[0] is None else (1,) if params["mean"] else tuple(in_shapes[0][:-1]) + (1,)],
-    ),
+    infer_shape=_grey_shape,
     gradient=lambda F, n, g: [F._image_grey_adjoint(g[0], n.inputs[0], **n.params)],
     doc="Luminance of an (H, W, C) image per pixel, or its mean over the image (hidden).",
 )
@@ -516,7 +523,7 @@ register(
     inputs=("ograd", "data"),
     params={"mean": Param("bool", False)},
     forward=_grey_adjoint_fwd,
-    infer_shape=lambda params, in_shapes, out_shapes, where: (in_shapes, [in_shapes[1]]),
+    infer_shape=adjoint_shape("_image_grey", (1,), like=1),
     infer_type=lambda params, in_types, out_types, where: (in_types, [in_types[0]]),
     no_grad_inputs=("data",),
     gradient=lambda F, n, g: [F._image_grey(g[0], **n.params), None],

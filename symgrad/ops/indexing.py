@@ -24,7 +24,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..base import ParamError, ShapeError
-from ..opdef import Param, acc_dtype, normalize_axis, register
+from ..opdef import Param, acc_dtype, adjoint_shape, normalize_axis, register
 
 _INDEX_DTYPES = ("uint8", "int32", "int64", "float16", "float32", "float64")
 
@@ -109,7 +109,7 @@ register(
     inputs=("ograd", "indices", "data"),
     params=dict(_TAKE_PARAMS),
     forward=_take_scatter_fwd,
-    infer_shape=_like_shape,
+    infer_shape=adjoint_shape("take", (2, 1), like=2),
     infer_type=_first_type,
     no_grad_inputs=("indices", "data"),
     # the scatter-add is linear in ograd; its adjoint is the gather: take(h, indices)
@@ -200,7 +200,7 @@ register(
     inputs=("ograd", "index", "data"),
     params=dict(_PICK_PARAMS),
     forward=_pick_scatter_fwd,
-    infer_shape=_like_shape,
+    infer_shape=adjoint_shape("pick", (2, 1), like=2),
     infer_type=_first_type,
     no_grad_inputs=("index", "data"),
     # linear in ograd; its adjoint is the gather: pick(h, index)

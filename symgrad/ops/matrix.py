@@ -20,8 +20,9 @@ import math
 
 import numpy as np
 
+from .. import util
 from ..base import ParamError, ShapeError
-from ..opdef import Param, float_inputs, register
+from ..opdef import Param, adjoint_shape, float_inputs, register
 
 
 def _mm(xp, a, b):
@@ -198,7 +199,7 @@ register(
     inputs=("ograd", "lhs", "rhs"),
     params={"transpose_a": Param("bool", False), "transpose_b": Param("bool", False)},
     forward=_grad_lhs_fwd,
-    infer_shape=_grad_shape(1),
+    infer_shape=adjoint_shape("dot", (1, 2), like=1),
     gradient=lambda F, n, g: [
         F.dot(g[0], n.inputs[2], **_flags(n)),
         None,
@@ -417,6 +418,12 @@ def _fc_shape(params, in_shapes, out_shapes, where):
             f"(num_hidden={h}, data {tuple(x)}, flatten={params['flatten']})"
         )
     ins[1] = (h, d)
+    o = out_shapes[0]
+    if util.zeros_are_unknown() and o is not None and len(o) == len(out):
+        # MXNet's backward step: the output's leading dimensions are the data's (batch size, and every axis
+        # but the last without flatten); a 0 (unknown) data dimension takes them
+        lead = 1 if params["flatten"] else len(x) - 1
+        ins[0] = tuple(o[i] if i < lead and x[i] == 0 else x[i] for i in range(len(x)))
     return ins, [out]
 
 

@@ -170,6 +170,15 @@ def _roi_pool_argmax(xp, data, rois, pooled_size, spatial_scale):
 def _gather_flat(xp, values, idx):
     """values.ravel()[idx], 0 where idx < 0."""
     flat = values.reshape(-1)
+    # ROIPooling's own maxidx is always valid; one read from a file is checked (numpy would raise bare or wrap)
+    whole = idx.dtype.kind == "i" or not bool((idx != xp.floor(idx)).any())
+    if idx.size and (not whole or float(idx.max()) >= flat.size or float(idx.min()) < -1):
+        raise IndexError(
+            f"_roi_pool_gather: input 'maxidx' must hold whole numbers in [-1, {flat.size - 1}] (flat positions "
+            f"into 'value' of shape {tuple(values.shape)}, -1 for none), got values in "
+            f"[{float(idx.min()):g}, {float(idx.max()):g}]"
+        )
+    idx = idx.astype(np.int64, copy=False)
     got = flat[xp.maximum(idx, 0)]
     return xp.where(idx >= 0, got, xp.zeros((), dtype=values.dtype))
 

@@ -1090,6 +1090,21 @@ register(
     doc="Bilinear resize of (N, C, H, W) to (height, width), a scale, the size of ``like`` or the nearest "
     "even/odd size (mode), with or without align_corners.",
 )
+
+
+def _resize_adjoint_shape(params, in_shapes, out_shapes, where):
+    """ograd (N, C, h, w) onto ``like`` (N, C, H, W): both 4-d with the same batch and channels."""
+    g, like = in_shapes
+    for name, shape in (("ograd", g), ("like", like)):
+        if shape is not None and len(shape) != 4:
+            raise ShapeError(f"{where}: input {name!r} must be 4-d (N, C, H, W), got {tuple(shape)}")
+    if g is not None and like is not None and tuple(g[:2]) != tuple(like[:2]):
+        raise ShapeError(
+            f"{where}: input 'ograd' {tuple(g)} and 'like' {tuple(like)} differ in batch or channels (N, C)"
+        )
+    return in_shapes, [like] if like is not None else out_shapes
+
+
 register(
     "_bilinear_resize_adjoint",
     inputs=("ograd", "like"),
@@ -1097,7 +1112,7 @@ register(
     forward=lambda xp, g, like, *, align_corners: _resize(
         xp, g, g.shape[2], g.shape[3], align_corners, adjoint=True, isize=like.shape[2:]
     ),
-    infer_shape=lambda p, i, o, w: (i, [i[1]] if i[1] is not None else o),
+    infer_shape=_resize_adjoint_shape,
     no_grad_inputs=("like",),
     # <H, R^T G> = <R H, G>: R H is BilinearResize2D of H to G's size (mode='like')
     gradient=lambda F, n, g: [
