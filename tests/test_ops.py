@@ -299,10 +299,12 @@ def test_second_order_matches_finite_differences_of_the_gradient(op):
 
 
 def _consistency_entries(op, sym, values, ctxs):
-    """``check_consistency`` entries binding the row's shapes in float64 (index inputs int64) on ``ctxs``."""
+    """``check_consistency`` entries binding the row's shapes in float64 (index inputs int64) on ``ctxs``, or in
+    the row's widest dtype where float64 is not among them (the quantize ops take float32 only, as MXNet)."""
     shapes = {n: values[n].shape for n in sym.list_arguments()}
-    types = {n: (np.int64 if op.inputs[n].integer else np.float64) for n in shapes}
-    types.update(dict.fromkeys(sym.list_auxiliary_states(), np.float64))
+    real = np.float64 if np.float64 in op.dtypes else max(op.dtypes, key=lambda t: np.dtype(t).itemsize)
+    types = {n: (np.int64 if op.inputs[n].integer else real) for n in shapes}
+    types.update(dict.fromkeys(sym.list_auxiliary_states(), real))
     return [{"ctx": ctx, **shapes, "type_dict": types} for ctx in ctxs]
 
 

@@ -55,8 +55,9 @@ def _dtype_rule(params, in_types, out_types, where):
 
 
 def _cast_scalar(value, dtype):
-    """``static_cast<DType>(value)``: truncation toward zero for integer dtypes."""
-    return np.asarray(value).astype(dtype)
+    """``static_cast<DType>(value)``: truncation toward zero for integer dtypes; a numpy scalar (a 0-d numpy
+    array does not combine with CuPy arrays)."""
+    return np.asarray(value).astype(dtype)[()]
 
 
 # ----------------------------------------------------------------------------
