@@ -306,3 +306,34 @@ def test_a_mis_shaped_head_gradient_that_is_read_is_still_an_error():
     exe.forward(is_train=True)
     with pytest.raises(sg.base.ShapeError, match=r"has shape \(4, 3\), expected \(3, 4\)"):
         exe.backward([np.ones((4, 3))])
+
+
+def test_multi_proposal_is_proposal_per_image():
+    """``test_multi_proposal_op``: MultiProposal of a batch gives (batch * post_n, 5) rois and (batch * post_n, 1)
+    scores, image k's rows are Proposal of image k alone, with k in the rois' first column."""
+    rng = np.random.default_rng(0)
+    batch, anchors, h, w, post_n = 3, 9, 6, 6, 10
+    cls = rng.random((batch, 2 * anchors, h, w))
+    bbox = rng.random((batch, 4 * anchors, h, w)) * 0.1
+    info = np.array([[90.0, 80, 1.0], [70, 95, 0.8], [96, 96, 0.9]])
+    params = dict(
+        feature_stride=16,
+        scales=(8, 16, 32),
+        ratios=(0.5, 1, 2),
+        rpn_pre_nms_top_n=50,
+        rpn_post_nms_top_n=post_n,
+        threshold=0.7,
+        rpn_min_size=16,
+        output_score=True,
+    )
+    c, b, i = S.Variable("c"), S.Variable("b"), S.Variable("i")
+    multi = S.contrib.MultiProposal(cls_prob=c, bbox_pred=b, im_info=i, **params)
+    assert multi.infer_shape(c=cls.shape, b=bbox.shape, i=info.shape)[1] == [(batch * post_n, 5), (batch * post_n, 1)]
+    rois, scores = multi.bind(sg.cpu(), {"c": cls, "b": bbox, "i": info}).forward()
+    single = S.contrib.Proposal(cls_prob=c, bbox_pred=b, im_info=i, **params)
+    for k in range(batch):
+        one = single.bind(sg.cpu(), {"c": cls[k : k + 1], "b": bbox[k : k + 1], "i": info[k : k + 1]}).forward()
+        rows = slice(k * post_n, (k + 1) * post_n)
+        np.testing.assert_array_equal(rois[rows, 0], k)
+        np.testing.assert_allclose(rois[rows, 1:], one[0][:, 1:], rtol=1e-12)
+        np.testing.assert_allclose(scores[rows], one[1], rtol=1e-12)
