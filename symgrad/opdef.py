@@ -27,6 +27,7 @@ __all__ = [
     "register",
     "get_op",
     "adjoint_shape",
+    "literal",
     "list_ops",
     "REQUIRED",
     "acc_dtype",
@@ -91,7 +92,7 @@ _LITERALS_MAX = 4096
 _IMMUTABLE = (int, float, bool, str, type(None))
 
 
-def _literal(text: str):
+def literal(text: str) -> Any:
     """A Python literal parsed from ``text``, or ``text`` itself when it is none (the caller then
     reports the parameter). Over-long or deeply nested text is never handed to the parser."""
     try:
@@ -167,7 +168,7 @@ class Param:
         text = value.strip()
         if text in ("None", ""):
             return None
-        return _literal(text) if self.kind in _LITERAL_KINDS else value
+        return literal(text) if self.kind in _LITERAL_KINDS else value
 
     def _check_choice(self, v, where: str, pname: str) -> None:
         """``choices`` restrict ``str`` parameters (an enum such as ``act_type``); other kinds ignore them."""
@@ -418,6 +419,11 @@ class OpDef:
     implied_loss: Callable | None = None
     # a sampling op (its output is a fresh random draw): the numeric gradient checkers refuse symbols holding one
     is_random: bool = False
+    # ``needs_out_shape(params) -> bool`` (or a bool): the parameters leave the output shape open, to be filled
+    # by inference from the op's consumers (a creation op's unknown dimensions, ``_arange(infer_range=True)``);
+    # forward then also takes ``out_shape=``, the tuple of its output shapes inferred at bind, which the
+    # executor's plan binds with the parameters (it refuses to bind such a node whose shape stays unknown)
+    needs_out_shape: bool | Callable = False
     doc: str = ""
 
     # -- parameters ---------------------------------------------------------
@@ -696,7 +702,7 @@ def as_shape(value, what):
 
 def parse_shape(text):
     """A ``__shape__`` attribute (``"(2, 3)"``) as a shape tuple."""
-    value = _literal(text) if isinstance(text, str) else text
+    value = literal(text) if isinstance(text, str) else text
     return as_shape(value, "__shape__ attribute")
 
 

@@ -136,7 +136,7 @@ def _legacy_shapes_as_np(doc, built) -> None:
     for node in built.values():
         raw = node.attrs.get("__shape__") if node.op is None else None
         if raw is not None:
-            value = opdef._literal(raw.strip())
+            value = opdef.literal(raw.strip())
             dims = (value,) if isinstance(value, int) else tuple(value)
             node.attrs["__shape__"] = param_to_str(tuple(-1 if d == 0 else d for d in dims))
 
@@ -280,7 +280,7 @@ def _check_var_attrs(attrs: dict, where: str, err) -> None:
     if raw is not None:
         if len(raw) > _MAX_SHAPE_CHARS:
             raise err(f"{where}: __shape__ attribute of {len(raw)} characters is not a shape")
-        value = opdef._literal(raw.strip())
+        value = opdef.literal(raw.strip())
         if isinstance(value, int) and not isinstance(value, bool):
             value = (value,)
         if (

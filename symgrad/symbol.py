@@ -871,7 +871,7 @@ def _read_shape(value, what, keep_zeros=False):
 
 def _read_shape_attr(text):
     """A ``__shape__`` attribute read as ``_read_shape`` reads a given shape."""
-    value = opdef._literal(text.strip()) if isinstance(text, str) else text
+    value = opdef.literal(text.strip()) if isinstance(text, str) else text
     return _read_shape(value, "__shape__ attribute")
 
 
