@@ -372,6 +372,7 @@ class Executor:
                 grad_like=grad_arrays,
                 types=types,
                 nodes=nodes,
+                shapes=known,
             )
         # check the gradient graph's shapes too (errors here are bugs in a rule, named by node)
         for v, s in zip(self._plan.head_grad_nodes, self._head_shapes):

@@ -28,6 +28,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
+from ..base import ShapeError
 from ..context import Array, ArrayModule
 from ..gradient import build_gradients
 from ..graph import Entry, Node, to_networkx, topo_order_split
@@ -100,10 +101,13 @@ class Plan:
         grad_like: Sequence[Array | None] | None = None,
         types: Mapping[tuple[int, int], np.dtype] | None = None,
         nodes: Sequence[Node] | None = None,
+        shapes: Mapping[tuple[int, int], tuple | None] | None = None,
     ) -> None:
         """``types``: the dtypes inferred for the forward values (``(node id, output) -> dtype``), or None;
         where known (and completed over the gradient graph) they select the ops' kernels. ``nodes``:
-        ``topo_order(heads)``, when the caller has it (then the forward graph is not walked again)."""
+        ``topo_order(heads)``, when the caller has it (then the forward graph is not walked again). ``shapes``:
+        the shapes inferred for the forward values, read only by ops whose parameters leave their output
+        shape open (``OpDef.needs_out_shape``)."""
         self.heads = list(heads)
         self._forward_order = nodes
         grad_entries = self._gradient_graph(arg_nodes, grad_args)
@@ -116,7 +120,14 @@ class Plan:
         self._states: dict[int, object] = {}
         aux_index = {n.id: i for i, n in enumerate(aux_nodes)}
         make = functools.partial(
-            self._instr, slot=self.slot_of, xp=xp, aux_index=aux_index, pending_aux=pending_aux, types=types, kernels={}
+            self._instr,
+            slot=self.slot_of,
+            xp=xp,
+            aux_index=aux_index,
+            pending_aux=pending_aux,
+            types=types,
+            kernels={},
+            shapes=shapes or {},
         )
         self.forward_instrs = [make(n) for n in fwd_nodes if n.op]
         self.backward_instrs = [make(n) for n in bwd_nodes if n.op]
@@ -220,7 +231,7 @@ class Plan:
             if like is not None and k is not None and self.backward_instrs[k].node.op.accepts_out:
                 self.out_buffers.setdefault(k, xp.empty_like(like))
 
-    def _instr(self, node, slot, xp, aux_index, pending_aux, types, kernels):
+    def _instr(self, node, slot, xp, aux_index, pending_aux, types, kernels, shapes):
         op = node.op
         params = node.params
         state = params.get("__state__")
@@ -229,6 +240,8 @@ class Plan:
             if own is None:
                 own = self._states[id(state)] = state.per_executor()
             params = {**params, "__state__": own}
+        if op.needs_out_shape and (not callable(op.needs_out_shape) or op.needs_out_shape(params)):
+            params = {**params, "out_shape": _inferred_out_shapes(node, shapes)}
         fn = functools.partial(op.forward, xp, **params)
         if op.mutates_aux:
             n_args = node.num_args()
@@ -409,6 +422,21 @@ _CHUNK = 400
 
 #: kernels whose ``fn`` is a binary operator: emitted as the infix expression (no call at all)
 _INFIX = {operator.add: "+", operator.sub: "-", operator.mul: "*", operator.truediv: "/"}
+
+
+def _inferred_out_shapes(node, shapes) -> tuple:
+    """The output shapes of ``node`` inferred at bind, for an op whose parameters leave them open
+    (``OpDef.needs_out_shape``); a ShapeError names the node where inference determines none (MXNet's bind
+    fails there too: ``zeros(shape=())`` in legacy mode, no consumer fixing ``ones(shape=(-1, 3))``)."""
+    found = tuple(shapes.get((node.id, k)) for k in range(node.num_outputs))
+    for s in found:
+        if s is None or min(s, default=0) < 0:
+            raise ShapeError(
+                f"{where(node)}: cannot bind: its parameters leave its output shape open and shape inference "
+                "determines it from no consumer (in MXNet's legacy shape mode, the default, a 0 dimension and "
+                "shape () are unknown; symgrad.util.np_shape() reads them as sizes)"
+            )
+    return found
 
 
 def _kernel(node, xp, types, cache):

@@ -7,6 +7,13 @@ The creation ops (``_zeros``, ``_ones``, ``_full``, ``_arange``, ``_linspace``, 
 Python helpers ``mx.sym.zeros(shape, dtype)`` & co. are in ``symgrad.sym``. ``ctx`` is accepted
 (MXNet writes it into symbol JSON) and ignored: arrays live on the executor's device.
 
+A ``shape`` may leave dimensions unknown, read at inference as MXNet's InitShape reads it: -1 in both shape
+modes, and in the legacy mode (the default) 0 too, ``()`` being an unknown shape there; so does
+``_arange(infer_range=True)`` without ``stop``. Inference fills them from the op's consumers
+(``ones(shape=(-1, -1)) + x`` takes ``x``'s shape), the executor hands the shape inferred at bind to the
+forward (``OpDef.needs_out_shape``), and binding fails where nothing determines it, as MXNet's does
+(``zeros(shape=())`` or ``zeros(shape=(0, 1, 3, 0))`` alone in legacy mode).
+
 Where MXNet's arithmetic is quirky, the values are computed as MXNet computes them: ``_arange``
 truncates ``start`` and ``step`` to integers for integer dtypes and computes ``start + (i // repeat) *
 step`` in the output dtype; ``_linspace`` computes ``start + i * step`` in float64 and casts. One
@@ -24,6 +31,7 @@ import math
 
 import numpy as np
 
+from .. import util
 from ..base import ParamError, ShapeError
 from ..opdef import Param, normalize_axis, register
 from .reduce import reduce_axes, reduced_shape
@@ -34,11 +42,53 @@ _F32 = np.dtype(np.float32)
 
 def _check_shape(opname):
     def prepare(params, name):
-        if any(d < 0 for d in params["shape"]):
-            raise ParamError(f"{opname} {name!r}: parameter 'shape' {params['shape']} has a negative dimension")
+        if any(d < -1 for d in params["shape"]):
+            raise ParamError(
+                f"{opname} {name!r}: parameter 'shape' {params['shape']} has a dimension below -1 (-1 is an "
+                "unknown dimension, filled by shape inference from the op's consumers)"
+            )
         return params
 
     return prepare
+
+
+def _param_shape(shape):
+    """What a creation op's ``shape`` parameter says of its output, read as MXNet's InitShape reads it at
+    inference, in the current mode (``symgrad.util``): -1 is an unknown dimension in both modes; in the legacy
+    mode (the default) a 0 is one too and ``()`` an unknown shape (None), in NumPy shape mode they are a zero
+    size and a scalar."""
+    if util.is_np_shape():
+        return tuple(shape)
+    if not shape:
+        return None
+    return tuple(-1 if d == 0 else d for d in shape)
+
+
+def _shape_open(params) -> bool:
+    """Whether ``shape`` leaves the output shape to inference from the consumers (``OpDef.needs_out_shape``)."""
+    shape = _param_shape(params["shape"])
+    return shape is None or min(shape, default=0) < 0
+
+
+def _init_shape(params, in_shapes, out_shapes, where):
+    """MXNet's InitShape: the output has the shape the parameter says; what it leaves unknown (dimensions, or
+    the whole shape) inference fills from the consumers, and a consumer's shape that contradicts a known
+    dimension is a conflict."""
+    shape = _param_shape(params["shape"])
+    return in_shapes, [out_shapes[0] if shape is None else shape]
+
+
+def _run_shape(opname, shape, out_shape):
+    """The shape a creation forward fills: the one inferred at bind where the parameter leaves it open (the
+    plan passes ``out_shape``), else the parameter itself."""
+    if out_shape is not None:
+        return tuple(out_shape[0])
+    if any(d < 0 for d in shape):
+        raise ShapeError(
+            f"{opname}: parameter 'shape' {tuple(shape)} has unknown dimensions, which only shape inference at "
+            "an executor's bind fills"
+        )
+    return tuple(shape)
 
 
 def _from_params(shape_of):
@@ -67,9 +117,9 @@ def _cast_scalar(value, dtype):
 _INIT_PARAMS = {"shape": Param("shape", ()), "ctx": _CTX, "dtype": Param("dtype", _F32)}
 
 
-def _fill(value):
-    def forward(xp, shape, ctx, dtype):
-        return xp.full(tuple(shape), _cast_scalar(value, dtype), dtype=dtype)
+def _fill(opname, value):
+    def forward(xp, shape, ctx, dtype, out_shape=None):
+        return xp.full(_run_shape(opname, shape, out_shape), _cast_scalar(value, dtype), dtype=dtype)
 
     return forward
 
@@ -80,12 +130,17 @@ for _name, _value in (("_zeros", 0), ("_ones", 1)):
         inputs=(),
         params=dict(_INIT_PARAMS),
         prepare=_check_shape(_name),
-        forward=_fill(_value),
-        infer_shape=_from_params(lambda p: tuple(p["shape"])),
+        forward=_fill(_name, _value),
+        infer_shape=_init_shape,
         infer_type=_dtype_rule,
         gradient=lambda F, n, g: [],
+        needs_out_shape=_shape_open,
         doc=f"An array of ``shape`` filled with {_value}s in ``dtype``.",
     )
+
+
+def _full_fwd(xp, shape, ctx, dtype, value, out_shape=None):
+    return xp.full(_run_shape("_full", shape, out_shape), _cast_scalar(value, dtype), dtype=dtype)
 
 
 register(
@@ -94,10 +149,11 @@ register(
     inputs=(),
     params={**_INIT_PARAMS, "value": Param("float")},
     prepare=_check_shape("_full"),
-    forward=lambda xp, shape, ctx, dtype, value: xp.full(tuple(shape), _cast_scalar(value, dtype), dtype=dtype),
-    infer_shape=_from_params(lambda p: tuple(p["shape"])),
+    forward=_full_fwd,
+    infer_shape=_init_shape,
     infer_type=_dtype_rule,
     gradient=lambda F, n, g: [],
+    needs_out_shape=_shape_open,
     doc="An array of ``shape`` filled with ``value`` (cast to ``dtype``).",
 )
 
@@ -125,13 +181,18 @@ def _zeros_wo_prepare(params, name):
     return params
 
 
+def _zeros_wo_fwd(xp, shape, ctx, dtype, out_shape=None):
+    return xp.zeros(_run_shape("_zeros_without_dtype", shape, out_shape), dtype=_TYPE_CODES[dtype])
+
+
 register(
     "_zeros_without_dtype",
     inputs=(),
     params={"shape": Param("shape", ()), "ctx": _CTX, "dtype": Param("int", -1)},
     prepare=_zeros_wo_prepare,
-    forward=lambda xp, shape, ctx, dtype: xp.zeros(tuple(shape), dtype=_TYPE_CODES[dtype]),
-    infer_shape=_from_params(lambda p: tuple(p["shape"])),
+    forward=_zeros_wo_fwd,
+    infer_shape=_init_shape,
+    needs_out_shape=_shape_open,
     infer_type=lambda p, i, o, w: (i, [np.dtype(_TYPE_CODES[p["dtype"]])]),
     gradient=lambda F, n, g: [],
     doc="Zeros of ``shape``; ``dtype`` is an MXNet type code (-1: float32).",
@@ -152,21 +213,24 @@ def _range_dtype(opname, params, name):
         )
 
 
+def _infers_range(params) -> bool:
+    """``infer_range=True`` without ``stop``: the length comes from the consumers (MXNet's RangeShape leaves it
+    to inference; ``OpDef.needs_out_shape``)."""
+    return params["infer_range"] and params["stop"] is None
+
+
 def _arange_prepare(params, name):
     where = f"_arange {name!r}"
     _range_dtype("_arange", params, name)
-    if params["infer_range"] and params["stop"] is None:
-        raise ParamError(
-            f"{where}: infer_range=True without 'stop' takes the length from the consumer of the "
-            "output, which symgrad does not support; give 'stop'"
-        )
-    if params["stop"] is None:  # MXNet's RangeParamParser: arange(n) is arange(0, n)
-        params = {**params, "start": 0.0, "stop": params["start"]}
-    start, stop, step = params["start"], params["stop"], params["step"]
-    if step == 0:
+    if params["step"] == 0:
         raise ParamError(f"{where}: parameter 'step' must not be 0")
     if params["repeat"] <= 0:
         raise ParamError(f"{where}: parameter 'repeat' must be positive, got {params['repeat']}")
+    if _infers_range(params):
+        return params  # start, start + step, ... for as long as inference says
+    if params["stop"] is None:  # MXNet's RangeParamParser: arange(n) is arange(0, n)
+        params = {**params, "start": 0.0, "stop": params["start"]}
+    start, stop, step = params["start"], params["stop"], params["step"]
     if not (start < stop if step > 0 else start > stop):
         raise ParamError(f"{where}: empty range (start, stop, step) = ({start}, {stop}, {step}) (MXNet refuses it)")
     return params
@@ -176,13 +240,25 @@ def _arange_len(p):
     return (int(math.ceil((p["stop"] - p["start"]) / p["step"])) * p["repeat"],)
 
 
-def _arange_fwd(xp, start, stop, step, repeat, infer_range, ctx, dtype, n=None):
-    if n is None:
+def _arange_shape(params, in_shapes, out_shapes, where):
+    if _infers_range(params):  # any shape a consumer gives: MXNet fills its elements in order
+        return in_shapes, out_shapes
+    return in_shapes, [_arange_len(params)]
+
+
+def _arange_fwd(xp, start, stop, step, repeat, infer_range, ctx, dtype, n=None, out_shape=None):
+    shape = None if out_shape is None else tuple(out_shape[0])
+    if shape is not None:
+        n = math.prod(shape)
+    elif n is None:
+        if stop is None:
+            raise ShapeError("_arange: infer_range=True without 'stop' takes its length from shape inference at bind")
         n = _arange_len({"start": start, "stop": stop, "step": step, "repeat": repeat})[0]
     if dtype.kind in "iu":  # MXNet: start and step truncated to integers, the range in integers
         start, step = math.trunc(start), math.trunc(step)
     k = (xp.arange(n, dtype=np.int64) // repeat).astype(dtype)
-    return k * _cast_scalar(step, dtype) + _cast_scalar(start, dtype)
+    out = k * _cast_scalar(step, dtype) + _cast_scalar(start, dtype)
+    return out if shape is None else out.reshape(shape)
 
 
 register(
@@ -199,10 +275,12 @@ register(
     },
     prepare=_arange_prepare,
     forward=_arange_fwd,
-    infer_shape=_from_params(_arange_len),
+    infer_shape=_arange_shape,
     infer_type=_dtype_rule,
     gradient=lambda F, n, g: [],
-    doc="``start, start + step, ...`` below ``stop`` (``arange(n)``: 0..n-1), each repeated ``repeat`` times.",
+    needs_out_shape=_infers_range,
+    doc="``start, start + step, ...`` below ``stop`` (``arange(n)``: 0..n-1), each repeated ``repeat`` times; "
+    "``infer_range=True`` without ``stop``: as many as the consumers' shape says.",
 )
 
 
