@@ -8,6 +8,7 @@ at fault (op instance, argument, expected vs got).
 from __future__ import annotations
 
 import threading
+from collections import defaultdict
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar, TypeAlias, TypeVar
 
@@ -204,6 +205,9 @@ class AttrScope(_Scope):
     """
 
     _key = "attr_scope"
+    #: how many control-flow subgraphs of each base name were made (MXNet's ``AttrScope._subgraph_names``;
+    #: ``symgrad.control_flow`` counts here, and assigning a fresh ``defaultdict(int)`` restarts the count)
+    _subgraph_names: ClassVar[defaultdict[str, int]] = defaultdict(int)
     if TYPE_CHECKING:
         current: ClassVar[AttrScope]
 

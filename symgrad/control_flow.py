@@ -26,7 +26,6 @@ length is only known at run time (an unrolled expansion would need the trip coun
 from __future__ import annotations
 
 import itertools
-from collections import Counter
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -442,11 +441,17 @@ def _names() -> NameManager:
 
 
 class _Inputs:
-    """The union of the outer entries several subgraphs read, in first-use order (MXNet's ``_union_inputs``)."""
+    """The union of the outer entries several subgraphs read, in first-use order (MXNet's ``_union_inputs``).
 
-    def __init__(self) -> None:
+    A variable in ``private`` gets an input of its own even where another subgraph reads the same entry: MXNet
+    unites its subgraphs' inputs by Python object, and the symbols it cuts a subgraph at are new objects for
+    each subgraph (a while_loop's free inputs, a cond's operator outputs), so each keeps its own slot.
+    """
+
+    def __init__(self, private: frozenset[int] = frozenset()) -> None:
         self.entries: list[Entry] = []
         self._index: dict[tuple, int] = {}
+        self._private = private
 
     def locs(self, sub: Symbol, bound: dict[int, Entry]) -> list[int]:
         """Where each variable of ``sub`` (``list_inputs()`` order) finds its outer entry (``bound``: variable
@@ -454,7 +459,7 @@ class _Inputs:
         out = []
         for v in _Program(sub).variables:
             entry = bound[v.id]
-            key = (entry[0].id, entry[1])
+            key = ("own", v.id) if v.id in self._private else (entry[0].id, entry[1])
             if key not in self._index:
                 self._index[key] = len(self.entries)
                 self.entries.append(entry)
@@ -489,10 +494,10 @@ def make_foreach(sub: Symbol, bound: dict[int, Entry], data_vars, state_vars, nu
     return _node("_foreach", [sub], inputs, params, name)
 
 
-def make_while_loop(cond_sub, func_sub, bound, var_nodes, num_out_data, max_iterations, name=None):
+def make_while_loop(cond_sub, func_sub, bound, var_nodes, num_out_data, max_iterations, name=None, private=frozenset()):
     """A ``_while_loop`` node; ``var_nodes[k]`` is the variable node standing for loop variable k in ``func_sub``
-    (and ``cond_sub``, where it reads it)."""
-    union = _Inputs()
+    (and ``cond_sub``, where it reads it); variables in ``private`` get inputs of their own (``_Inputs``)."""
+    union = _Inputs(private)
     cond_locs = union.locs(cond_sub, bound)
     func_locs = union.locs(func_sub, bound)
     order = [v.id for v in _Program(func_sub).variables]
@@ -512,9 +517,10 @@ def make_while_loop(cond_sub, func_sub, bound, var_nodes, num_out_data, max_iter
     return _node("_while_loop", [cond_sub, func_sub], union.entries, params, name)
 
 
-def make_cond(pred_sub, then_sub, else_sub, bound, name=None):
-    """A ``_cond`` node of three subgraphs whose variables ``bound`` maps to outer entries."""
-    union = _Inputs()
+def make_cond(pred_sub, then_sub, else_sub, bound, name=None, private=frozenset()):
+    """A ``_cond`` node of three subgraphs whose variables ``bound`` maps to outer entries; variables in
+    ``private`` get inputs of their own (``_Inputs``)."""
+    union = _Inputs(private)
     locs = [union.locs(s, bound) for s in (pred_sub, then_sub, else_sub)]
     if len(then_sub._outputs) != len(else_sub._outputs):
         raise ValueError("cond: the then and else branches have different numbers of outputs")
@@ -529,16 +535,17 @@ def make_cond(pred_sub, then_sub, else_sub, bound, name=None):
 
 # -- the user-facing API (mx.sym.contrib) ----------------------------------------------------------------------
 
-#: how many subgraphs of each base name were made (MXNet's ``AttrScope._subgraph_names``)
-_subgraph_names: Counter = Counter()
-
 
 def _unique_subgraph_name(name: str) -> str:
+    """``name`` numbered by how many subgraphs of that name were made, counted where MXNet counts them
+    (``AttrScope._subgraph_names``, which a user may replace: test_scope); nested in another subgraph, the name
+    is prefixed with the enclosing one's (``outer$name``)."""
     outer = AttrScope.current_attrs().get(_SUBGRAPH_ATTR, "")
     if outer:
         name = f"{outer}${name}"
-    _subgraph_names[name] += 1
-    return f"{name}{_subgraph_names[name] - 1}"
+    counts = AttrScope._subgraph_names
+    counts[name] = counts.get(name, 0) + 1
+    return f"{name}{counts[name] - 1}"
 
 
 def _flatten(args, what: str):
@@ -569,8 +576,9 @@ def _regroup(args, fmt):
 
 
 def _uniq_name(sym: Symbol) -> str:
-    """MXNet's ``_get_sym_uniq_name``: ``<name>-<value index>`` (the index of a single-output Symbol is 0)."""
-    return f"{sym.name}-0"
+    """MXNet's ``_get_sym_uniq_name``: ``<name>-<value index>``, the index of the output ``sym`` is of its node
+    (``_foreach0-1`` for a loop's second output), so two outputs of one node give two names (test_uniq_name)."""
+    return f"{sym.name}-{sym._outputs[0][1]}"
 
 
 def _single(sym: Symbol, what: str) -> Symbol:
@@ -583,18 +591,21 @@ def _inside(node: Node, name: str) -> bool:
     return node.attrs.get(_SUBGRAPH_ATTR) == name
 
 
-def _subgraph_outputs(outs: Sequence[Symbol], name: str) -> list[Symbol]:
+def _subgraph_outputs(outs: Sequence[Symbol], name: str, n_out: int | None = None) -> list[Symbol]:
     """MXNet's ``_construct_subgraph``: an output that is a variable of the subgraph, or a node made outside it,
-    goes through an ``identity`` made inside it (a subgraph's inputs and outputs never overlap)."""
+    goes through an ``identity`` made inside it (a subgraph's inputs and outputs never overlap). For foreach
+    (``n_out``: how many of ``outs`` are step outputs, the rest states) a state named like a step output gets
+    one too; while_loop and cond let an output repeat."""
     input_names = set(_group(outs).list_inputs()) if outs else set()
-    result, seen_names = [], set()
-    for o in outs:
+    out_names = {o.name for o in outs[:n_out]} if n_out is not None else set()
+    result = []
+    for k, o in enumerate(outs):
         node = o._outputs[0][0]
-        if o.name in input_names or o.name in seen_names or not _inside(node, name):
+        repeated = n_out is not None and k >= n_out and o.name in out_names
+        if o.name in input_names or repeated or not _inside(node, name):
             with AttrScope(**{_SUBGRAPH_ATTR: name}):
                 o = F.identity(o)
         result.append(o)
-        seen_names.add(o.name)
     return result
 
 
@@ -602,7 +613,7 @@ def _cut(outs: Sequence[Symbol], name: str) -> tuple[Symbol, dict[int, Entry]]:
     """The subgraph of the nodes made in scope ``name`` that ``outs`` reach, cut at every entry they read from
     outside it (MXNet's ``MXSymbolCutSubgraph``): such an entry becomes a new variable named after it. Returns the
     subgraph and ``{variable node id: outer entry}`` for its variables (a variable made in the scope is bound
-    to a fresh copy of itself, MXNet's ``copy.deepcopy``)."""
+    to a fresh copy of itself, MXNet's ``copy.deepcopy``); ``_cut_ids`` tells the cut variables."""
     heads = [o._outputs[0] for o in outs]
     new: dict[int, Node] = {}
     cut: dict[tuple, Node] = {}
@@ -629,15 +640,23 @@ def _cut(outs: Sequence[Symbol], name: str) -> tuple[Symbol, dict[int, Entry]]:
     return sub, bound
 
 
-def _build_subgraph(name: str, fn: Callable, placeholders_for: Sequence[Symbol]):
-    """Run ``fn`` on placeholder variables (``<name>-0`` of each of ``placeholders_for``) in the scope of a new
-    subgraph. ``fn`` returns ``(flat outputs, *more)``; returns (scope name, placeholders, the outputs as
-    ``_subgraph_outputs`` makes them, ``*more``), in MXNet's order of node creation."""
+def _cut_ids(bound: dict[int, Entry], scope: str) -> set[int]:
+    """The variables of ``_cut``'s answer for ``scope`` that stand for entries read from outside it (not the
+    scope's own variables, bound to copies of themselves made inside it)."""
+    return {k for k, (node, _) in bound.items() if not (node.op is None and _inside(node, scope))}
+
+
+def _build_subgraph(name: str, fn: Callable, placeholders_for: Sequence[Symbol], foreach: bool = False):
+    """Run ``fn`` on placeholder variables (``<name>-<index>`` of each of ``placeholders_for``) in the scope of a
+    new subgraph. ``fn`` returns ``(flat outputs, *more)`` (for ``foreach``: ``more[0]`` the number of step
+    outputs); returns (scope name, placeholders, the outputs as ``_subgraph_outputs`` makes them, ``*more``), in
+    MXNet's order of node creation."""
     scope = _unique_subgraph_name(name)
     with AttrScope(**{_SUBGRAPH_ATTR: scope}):
         holders = [Variable(_uniq_name(s)) for s in placeholders_for]
         outs, *more = fn(holders)
-    return (scope, holders, _subgraph_outputs(outs, scope), *more)
+        outs = _subgraph_outputs(outs, scope, more[0] if foreach else None)
+    return (scope, holders, outs, *more)
 
 
 def foreach(body: Callable, data, init_states, name: str = "foreach"):
@@ -666,7 +685,7 @@ def foreach(body: Callable, data, init_states, name: str = "foreach"):
             raise ValueError("foreach: the body returned its states in another format than init_states")
         return flat_out + flat_new, len(flat_out), len(flat_new), out_fmt
 
-    scope, holders, sub_outs, n_out, n_new, out_fmt = _build_subgraph(name, run, flat_data + flat_states)
+    scope, holders, sub_outs, n_out, n_new, out_fmt = _build_subgraph(name, run, flat_data + flat_states, foreach=True)
     sub, bound = _cut(sub_outs, scope)
     for h, outer in zip(holders, flat_data + flat_states):
         bound[h._outputs[0][0].id] = outer._outputs[0]
@@ -718,13 +737,16 @@ def while_loop(cond: Callable, func: Callable, loop_vars, max_iterations=None, n
     fscope, fholders, func_outs, n_step, out_fmt = _build_subgraph(name + "_func", run_func, flat_vars)
     cond_sub, bound = _cut(cond_outs, cscope)
     func_sub, fbound = _cut(func_outs, fscope)
+    private = _cut_ids(bound, cscope) | _cut_ids(
+        fbound, fscope
+    )  # MXNet: a free input read by cond and func takes two slots
     bound.update(fbound)
     for holders in (cholders, fholders):
         for h, outer in zip(holders, flat_vars):
             bound[h._outputs[0][0].id] = outer._outputs[0]
     _share_free_copies(bound)
     var_nodes = [h._outputs[0][0] for h in fholders]
-    node = make_while_loop(cond_sub, func_sub, bound, var_nodes, n_step, max_iterations)
+    node = make_while_loop(cond_sub, func_sub, bound, var_nodes, n_step, max_iterations, private=frozenset(private))
     outs, _ = _regroup([node[i] for i in range(n_step)], out_fmt)
     final, _ = _regroup([node[n_step + k] for k in range(len(flat_vars))], var_fmt)
     return outs, final
@@ -755,9 +777,13 @@ def cond(pred: Symbol, then_func: Callable, else_func: Callable, name: str = "co
 
     bound: dict[int, Entry] = {}
     subs = []
+    private: set[int] = set()
     for suffix, func in (("_pred", lambda: pred), ("_then", then_func), ("_else", else_func)):
         scope, _, outs = _build_subgraph(name + suffix, branch(func), [])
         sub, b = _cut(outs, scope)
+        # MXNet unites a cond's inputs by name: an outer variable is one input, an operator's output read by
+        # two subgraphs two
+        private |= {k for k in _cut_ids(b, scope) if b[k][0].op is not None}
         bound.update(b)
         subs.append(sub)
     if len(subs[0]._outputs) != 1:
@@ -767,7 +793,7 @@ def cond(pred: Symbol, then_func: Callable, else_func: Callable, name: str = "co
     then_fmt = fmts[1]
     flat_then = subs[1]._outputs
     _share_free_copies(bound)
-    node = make_cond(subs[0], subs[1], subs[2], bound)
+    node = make_cond(subs[0], subs[1], subs[2], bound, private=frozenset(private))
     outs, _ = _regroup([node[i] for i in range(len(flat_then))], then_fmt)
     return outs
 

@@ -31,6 +31,7 @@ import json
 import math
 import os
 import struct
+import warnings
 import zipfile
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
@@ -38,7 +39,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from . import opdef, util
-from .base import ParamError, SerializationError, ShapeError, StrPath
+from .base import ParamError, SerializationError, ShapeError, StrPath, SymgradError
 from .context import Array
 from .graph import SUBGRAPHS, Node, check_unique_names, subgraphs, topo_order
 from .opdef import param_to_str, parse_dtype_attr
@@ -84,9 +85,56 @@ def _open_error(fname, exc):
 # -- symbol JSON: writing -------------------------------------------------------------------------
 
 
-def _to_doc(sym: Symbol) -> dict[str, Any]:
+def _negative_axis(axis) -> bool:
+    return any(a < 0 for a in ((axis,) if isinstance(axis, int) else tuple(axis or ())))
+
+
+def _mxnet_axes(sym: Symbol, nodes, unresolved: list[str]) -> dict[int, str]:
+    """The ``axis`` attribute to write for each ``reverse``/``flip`` node of ``nodes`` given a negative axis.
+
+    MXNet 1.9.1 accepts such a symbol but refuses to bind it (its ReverseShape wants 0 <= axis < ndim), so the
+    axis is written as ``axis mod ndim`` wherever shape inference from the variables' ``__shape__`` attributes
+    knows the input's rank; the names of the nodes where it does not are appended to ``unresolved`` (their
+    axis stays as given).
+    """
+    todo = [n for n in nodes if n.op_name == "reverse" and _negative_axis(n.params.get("axis"))]
+    if not todo:
+        return {}
+    try:
+        shapes = sym._partial_shape_map((), {})[1]
+    except SymgradError:  # inconsistent __shape__ attributes: no rank is trusted
+        shapes = {}
+    fixed = {}
+    for node in todo:
+        src, j = node.inputs[0]
+        shape = shapes.get((src.id, j))
+        if shape is None:
+            unresolved.append(node.name)
+            continue
+        # inference ran reverse's rule on this rank, so every axis is in [-ndim, ndim): a % ndim is its index
+        axis, ndim = node.params["axis"], len(shape)
+        fixed[node.id] = param_to_str(axis % ndim if isinstance(axis, int) else tuple(a % ndim for a in axis))
+    return fixed
+
+
+def _warn_negative_axes(unresolved: list[str]) -> None:
+    if unresolved:
+        warnings.warn(
+            f"tojson: reverse/flip node(s) {unresolved} keep a negative axis, which MXNet 1.9.1 refuses to bind: "
+            "the input's rank is unknown when saving. Give the input variables their shapes "
+            "(Variable(..., shape=...)) or pass a non-negative axis to write a file MXNet binds.",
+            stacklevel=5,  # the caller of Symbol.tojson
+        )
+
+
+def _to_doc(sym: Symbol, unresolved: list[str] | None = None) -> dict[str, Any]:
+    """``sym``'s JSON document; names of reverse nodes whose negative axis stays negative go to ``unresolved``
+    (a warning when the caller gives none)."""
+    own = unresolved is None
+    unresolved = [] if unresolved is None else unresolved
     nodes = topo_order(sym._outputs)
     check_unique_names(nodes)
+    mx_axes = _mxnet_axes(sym, nodes, unresolved)
     index = {n.id: i for i, n in enumerate(nodes)}
     out_nodes, arg_nodes, row_ptr = [], [], [0]
     for i, node in enumerate(nodes):
@@ -97,6 +145,8 @@ def _to_doc(sym: Symbol) -> dict[str, Any]:
             # MXNet stores AttrScope(ctx_group=...) & co. as __ctx_group__ and refuses the plain key
             value = value if isinstance(value, str) else param_to_str(value)
             attrs[f"__{key}__" if key in _HIDDEN_KEYS else key] = value
+        if node.id in mx_axes:
+            attrs["axis"] = mx_axes[node.id]
         if attrs:
             entry["attrs"] = attrs
         k = node.num_args()
@@ -105,12 +155,16 @@ def _to_doc(sym: Symbol) -> dict[str, Any]:
             [index[src.id], j, int(slot >= k and src.op is None)] for slot, (src, j) in enumerate(node.inputs)
         ]
         if subgraphs(node):  # a control-flow node's subgraphs, each a symbol document without graph attrs
-            entry["subgraphs"] = [{k: v for k, v in _to_doc(g).items() if k != "attrs"} for g in subgraphs(node)]
+            entry["subgraphs"] = [
+                {k: v for k, v in _to_doc(g, unresolved).items() if k != "attrs"} for g in subgraphs(node)
+            ]
         out_nodes.append(entry)
         if node.op is None:
             arg_nodes.append(i)
         row_ptr.append(row_ptr[-1] + node.num_outputs)
     heads = [[index[n.id], j, 0] for n, j in sym._outputs]
+    if own:
+        _warn_negative_axes(unresolved)
     return {
         "nodes": out_nodes,
         "arg_nodes": arg_nodes,

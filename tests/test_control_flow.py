@@ -14,7 +14,6 @@ import numpy as np
 import pytest
 
 import symgrad as sg
-from symgrad import control_flow
 from symgrad.base import SerializationError
 from symgrad.test_utils import check_numeric_gradient
 
@@ -40,7 +39,7 @@ def _mxnet_json(name):
 
 def _build(name):
     """The case built with symgrad, names counted afresh as the fixture script does for MXNet."""
-    control_flow._subgraph_names.clear()
+    sg.sym.AttrScope._subgraph_names.clear()
     with sg.sym.NameManager():
         return cases.CASES[name](sg.sym)
 
@@ -72,8 +71,10 @@ def _compare(name, got, want):
 @pytest.mark.parametrize(("name", "seed"), RUNS)
 @pytest.mark.parametrize("source", ["mxnet_json", "symgrad_api"])
 def test_forward_and_gradients_match_mxnet(name, seed, source):
-    """test_foreach / test_foreach_nested / test_while_loop_for_foreach / test_cond: forward and backward of the
-    same network in MXNet and symgrad, from MXNet's own JSON and from symgrad's ``sym.contrib`` API."""
+    """test_foreach / test_foreach_nested / test_while_loop_for_foreach / test_cond / test_while_loop_nested /
+    test_while_loop_rnn / test_cut_subgraph_* / test_uniq_name: forward and backward of the same network in
+    MXNet and symgrad, from MXNet's own JSON and from symgrad's ``sym.contrib`` API (forward only where MXNet
+    1.9.1 cannot bind the backward, ``control_flow_cases.FORWARD_ONLY``)."""
     args, heads, want_outs, want_grads = _fixture(name, seed)
     sym = sg.sym.load_json(_mxnet_json(name)) if source == "mxnet_json" else _build(name)
     outs, grads = _run(sym, args, heads, backward=bool(want_grads))
@@ -166,6 +167,15 @@ def test_check_numeric_gradient_foreach_rnn_cell():
 def test_check_numeric_gradient_cond(seed):
     args = cases.inputs("cond_simple", seed)
     check_numeric_gradient(_build("cond_simple"), args, dtype=np.float64, progress=False)
+
+
+@pytest.mark.parametrize(
+    ("name", "seed"),
+    [(n, seed) for n in sorted(cases.FORWARD_ONLY - {"cond_nested"}) for seed in cases.SEEDS.get(n, (0,))],
+)
+def test_forward_only_cases_gradient_against_finite_differences(name, seed):
+    """The chained loops of test_cut_subgraph_* / test_uniq_name, whose backward MXNet 1.9.1 cannot bind."""
+    check_numeric_gradient(_build(name), cases.inputs(name, seed), dtype=np.float64, progress=False)
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2, 3, 4, 5])
@@ -262,3 +272,208 @@ def test_condition_must_be_one_element():
     with pytest.raises(sg.base.ShapeError, match="must hold one element"):
         out.eval(x=np.ones(3))
     np.testing.assert_array_equal(out.eval(x=np.array([-2.0]))[0], [-6.0])
+
+
+# -- the remaining symbolic tests of test_contrib_control_flow ---------------------------------------------------
+
+
+def _eval(name, seed=0):
+    return [np.array(o) for o in _build(name).eval(**cases.inputs(name, seed))]
+
+
+def test_while_loop_nested():
+    """test_while_loop_nested: a while_loop in a while_loop's body (MXNet's fixture compared above); here the
+    forward and backward against numpy: two outer steps of two inner steps each stack sc[0], sc[1] (and twice
+    that), j returns to 0, x_sum is scaled by 1.5 per outer step."""
+    args, heads, _, _ = _fixture("while_loop_nested", 0)
+    outs, grads = _run(_build("while_loop_nested"), args, heads)
+    sc, x_sum = args["sc"], args["x_sum"]
+    stacked = np.stack([sc[:2], sc[:2]])  # [outer step, inner step] -> sc[inner step]
+    want = [np.array([2.0]), np.array([0.0]), x_sum * 2.25, sc * 3, stacked, stacked * 2]
+    for got, w in zip(outs, want):
+        np.testing.assert_allclose(got, w, rtol=1e-12)
+    np.testing.assert_allclose(grads["x_sum"], heads[2] * 2.25, rtol=1e-12)
+    d_sc = heads[3] * 3
+    d_sc[:2] += (heads[4] + heads[5] * 2).sum(axis=0)
+    np.testing.assert_allclose(grads["sc"], d_sc, rtol=1e-12)
+
+
+def test_while_loop_rnn():
+    """test_while_loop_rnn: an LSTM cell run by while_loop over ``data.take(i)`` equals the unrolled LSTM, outputs
+    and gradients of every input but the counter (MXNet's test, with mx.rnn.LSTMCell written out)."""
+    args, heads, want_outs, _ = _fixture("while_loop_lstm", 0)
+    loop_outs, loop_grads = _run(_build("while_loop_lstm"), args, heads)
+    unrolled = cases.REFERENCES["while_loop_lstm"](sg.sym)
+    flat_args = {k: v for k, v in args.items() if k != "i"}
+    flat_outs, flat_grads = _run(unrolled, flat_args, heads)
+    for a, b, w in zip(loop_outs, flat_outs, want_outs):
+        np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-14)
+        np.testing.assert_allclose(a, w, rtol=1e-10, atol=1e-12)
+    for k in flat_args:
+        np.testing.assert_allclose(loop_grads[k], flat_grads[k], rtol=1e-10, atol=1e-12, err_msg=k)
+
+
+def test_cut_subgraph_foreach():
+    """test_cut_subgraph_foreach: the third body returns the first loop's final states as its own; every step's
+    state is then the initial one, so out = data + 2 + states."""
+    args = cases.inputs("foreach_cut", 0)
+    np.testing.assert_allclose(_eval("foreach_cut")[0], args["data"] + 2 + args["states"], rtol=1e-14)
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_cut_subgraph_while_loop(seed):
+    """test_cut_subgraph_while_loop: the second loop's condition is the first loop's result (a free input):
+    data steps by 1 until it passes 5, then 10 more steps."""
+    d = float(cases.inputs("while_loop_cut", seed)["data"][0])
+    first = d + max(0, int(np.floor(5 - d)) + 1)
+    np.testing.assert_allclose(_eval("while_loop_cut", seed)[0], [(first + 10) * 2], rtol=1e-14)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2, 3])
+def test_cut_subgraph_cond(seed):
+    """test_cut_subgraph_cond: the second cond reads the first's result in its predicate and branches."""
+    d = cases.inputs("cond_cut", seed)["data"]
+    d1 = d * 2 if d[0] > 0.5 else d * 3
+    np.testing.assert_allclose(_eval("cond_cut", seed)[0], d1 * 2 if d1[0] > 0.5 else d1 * 3, rtol=1e-14)
+
+
+def _subgraph_inputs(sym, op):
+    """The input names of each subgraph of the last ``op`` node in ``sym``'s JSON."""
+    node = [n for n in json.loads(sym.tojson())["nodes"] if n["op"] == op][-1]
+    return [[n["name"] for n in g["nodes"] if n["op"] == "null"] for g in node["subgraphs"]]
+
+
+def test_uniq_name():
+    """test_uniq_name: a loop over another loop's outputs names its placeholders after the outputs they stand
+    for (``_foreach0-0``, ``_foreach0-1``: MXNet's ``<name>-<output index>``), so two outputs of one loop are
+    two inputs; the free inputs of the same outputs are more (the JSON is MXNet's: test_symgrad_json_is_mxnets)."""
+    assert _subgraph_inputs(_build("foreach_uniq1"), "_foreach") == [["_foreach0-0", "_foreach0-1"]]
+    assert _subgraph_inputs(_build("foreach_uniq2"), "_foreach") == [
+        ["_foreach0-0", "_foreach0-1", "_foreach0_output1", "_foreach0_output0"]
+    ]
+    assert _subgraph_inputs(_build("while_uniq1"), "_while_loop") == [
+        ["_while_loop0-1"],
+        ["_while_loop0-1", "_while_loop0-2"],
+    ]
+    arg = lambda name, key: cases.inputs(name, 0)[key]  # noqa: E731
+    np.testing.assert_allclose(_eval("foreach_uniq1")[0], arg("foreach_uniq1", "data") + 2, rtol=1e-14)
+    x, s = arg("foreach_uniq2", "data"), arg("foreach_uniq2", "states")
+    out, state = _eval("foreach_uniq2")
+    np.testing.assert_allclose(out, x + 1, rtol=1e-14)
+    np.testing.assert_allclose(state, s + 2 * (s + x[0] + 1), rtol=1e-14)
+    s = arg("while_uniq1", "states")
+    np.testing.assert_allclose(_eval("while_uniq1")[0], np.tile(s + 1, (5, 1)), rtol=1e-14)
+    s = arg("while_uniq2", "states")
+    np.testing.assert_allclose(_eval("while_uniq2")[0], np.arange(1, 6)[:, None] * s + 1, rtol=1e-14)
+
+
+def test_scope(monkeypatch):
+    """test_scope: subgraph names are counted in ``AttrScope._subgraph_names`` (reassignable, as MXNet's test
+    does); two conds named ``my_cond`` count each of their three subgraph names twice."""
+    from collections import defaultdict
+
+    monkeypatch.setattr(sg.sym.AttrScope, "_subgraph_names", defaultdict(int))
+    data = sg.sym.var("data")
+    made = [sg.sym.contrib.cond(data > 0.5, lambda: data * 2, lambda: data * 3, name="my_cond") for _ in range(2)]
+    assert dict(sg.sym.AttrScope._subgraph_names) == {"my_cond_pred": 2, "my_cond_then": 2, "my_cond_else": 2}
+    node = json.loads(made[1].tojson())["nodes"][-1]
+    names = [
+        {n.get("attrs", {}).get("__subgraph_name__") for n in g["nodes"] if n["op"] != "null"}
+        for g in node["subgraphs"]
+    ]
+    assert names == [{"my_cond_pred1"}, {"my_cond_then1"}, {"my_cond_else1"}]
+
+
+def _kinds(x):
+    return [_kinds(a) for a in x] if isinstance(x, list) else type(x).__name__
+
+
+def _format_steps():
+    def step1(data, state):
+        return data, state
+
+    def step2(data, state):
+        return [data], state
+
+    def step3(data, state):
+        return ([], [state[0] + data]) if isinstance(state, list) else ([], state + data)
+
+    def step4(data, state):
+        return ([data, state[0]], state) if isinstance(state, list) else ([data, state], state)
+
+    return step1, step2, step3, step4
+
+
+def test_output_format_foreach():
+    """test_output_format_foreach: foreach returns its outputs and states in the formats the body returned them
+    and init_states was given (a Symbol, a list, nested lists), with the step's values (MXNet 1.9.1's formats)."""
+    step1, step2, step3, step4 = _format_steps()
+    data_v, st_v = np.arange(6.0).reshape(3, 2), np.array([0.5, -1.0])
+    data, st = sg.sym.var("data"), sg.sym.var("st")
+    want = {
+        (step1, 0): ("Symbol", ["Symbol"]), (step1, 1): ("Symbol", "Symbol"),
+        (step1, 2): ("Symbol", ["Symbol", ["Symbol"]]), (step2, 0): (["Symbol"], ["Symbol"]),
+        (step2, 1): (["Symbol"], "Symbol"), (step2, 2): (["Symbol"], ["Symbol", ["Symbol"]]),
+        (step3, 0): ([], ["Symbol"]), (step3, 1): ([], "Symbol"),
+        (step4, 0): (["Symbol", "Symbol"], ["Symbol"]), (step4, 1): (["Symbol", "Symbol"], "Symbol"),
+        (step4, 2): (["Symbol", "Symbol"], ["Symbol", ["Symbol"]]),
+    }  # fmt: skip
+    for (step, k), (out_kind, state_kind) in want.items():
+        init = ([st], st, [st, [st + 1]])[k]
+        out, states = sg.sym.contrib.foreach(step, data, init)
+        assert (_kinds(out), _kinds(states)) == (out_kind, state_kind), (step.__name__, k)
+        flat_states = states if isinstance(states, sg.sym.Symbol) else states[0]
+        got = sg.sym.Group([flat_states]).eval(data=data_v, st=st_v)[0]
+        # step3 adds every row to the state; the others carry it unchanged
+        np.testing.assert_allclose(got, st_v + data_v.sum(axis=0) if step is step3 else st_v)
+        if step is not step3:
+            first = out if isinstance(out, sg.sym.Symbol) else out[0]
+            np.testing.assert_allclose(first.eval(data=data_v, st=st_v)[0], data_v)
+
+
+def test_output_format_while():
+    """test_output_format_while: while_loop's outputs keep the step's format and its loop variables the format
+    they were given (MXNet 1.9.1's)."""
+
+    def cond(s1, *rest):
+        first = sg.sym.slice_axis(s1, axis=0, begin=0, end=1)
+        return first == first
+
+    def w1(state):
+        return state, state
+
+    def w2(state):
+        return (state, state) if isinstance(state, list) else ([state], state)
+
+    def w3(state):
+        return [], state
+
+    def w4(state, state2):
+        return state, [state, state2]
+
+    def w6(state, state2):
+        return [], [state, state2]
+
+    st = sg.sym.var("st")
+    cases_ = [
+        (w1, st, "Symbol", "Symbol"), (w1, [st], "Symbol", ["Symbol"]), (w2, st, ["Symbol"], "Symbol"),
+        (w2, [st], ["Symbol"], ["Symbol"]), (w3, st, [], "Symbol"), (w3, [st], [], ["Symbol"]),
+        (w4, [st, [st + 1]], "Symbol", ["Symbol", ["Symbol"]]), (w6, [st, [st + 1]], [], ["Symbol", ["Symbol"]]),
+    ]  # fmt: skip
+    st_v = np.array([0.5, -1.0])
+    for step, init, out_kind, var_kind in cases_:
+        out, final = sg.sym.contrib.while_loop(cond, step, init, max_iterations=5)
+        assert (_kinds(out), _kinds(final)) == (out_kind, var_kind), step.__name__
+        if out_kind == "Symbol":  # five steps of the unchanged state, stacked
+            np.testing.assert_allclose(out.eval(st=st_v)[0], np.tile(st_v, (5, 1)))
+
+
+def test_output_format_cond():
+    """test_output_format_cond: cond returns what the branches return, a Symbol or a list."""
+    data = sg.sym.var("data")
+    pred = sg.sym.slice_axis(data, axis=0, begin=0, end=1)
+    for func, kind in ((lambda d: d, "Symbol"), (lambda d: [d], ["Symbol"]), (lambda d: [d, d], ["Symbol"] * 2)):
+        out = sg.sym.contrib.cond(pred, lambda: func(data), lambda: func(data))
+        assert _kinds(out) == kind
+        first = out if isinstance(out, sg.sym.Symbol) else out[0]
+        np.testing.assert_allclose(first.eval(data=np.array([2.0, 3.0]))[0], [2.0, 3.0])

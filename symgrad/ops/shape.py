@@ -349,17 +349,25 @@ def _perm(axes, ndim, where):
 
 
 def _transpose_shape(params, in_shapes, out_shapes, where):
+    # y[i] = x[perm[i]], so each shape gives the other: x[perm[i]] = y[i] (MXNet's TransposeShape fills both
+    # ways; with partial shapes an unknown (0) input dimension takes the output's, as in
+    # test_transpose_infer_shape_back / _mixed)
     (x,), (y,) = in_shapes, out_shapes
-    if x is not None:
-        perm = _perm(params["axes"], len(x), where)
-        return in_shapes, [tuple(x[p] for p in perm)]
-    if y is not None:  # the output shape gives the input's through the inverse permutation
-        perm = _perm(params["axes"], len(y), where)
-        inv = [0] * len(y)
+    if x is None and y is None:
+        return in_shapes, out_shapes
+    if x is not None and y is not None and len(x) != len(y):
+        raise ShapeError(f"{where}: input shape {tuple(x)} and output shape {tuple(y)} differ in rank")
+    ndim = len(x) if x is not None else len(y)
+    perm = _perm(params["axes"], ndim, where)
+    back = [0] * ndim  # the input shape the output gives (0: unknown)
+    if y is not None:
         for i, p in enumerate(perm):
-            inv[p] = y[i]
-        return [tuple(inv)], out_shapes
-    return in_shapes, out_shapes
+            back[p] = y[i]
+    if x is None:
+        return [tuple(back)], out_shapes
+    if y is not None and util.zeros_are_unknown():
+        x = tuple(d or b for d, b in zip(x, back))
+    return [tuple(x)], [tuple(x[p] for p in perm)]
 
 
 def _transpose_grad(F, n, g):
