@@ -127,10 +127,10 @@ def _warn_negative_axes(unresolved: list[str]) -> None:
         )
 
 
-def _to_doc(sym: Symbol, unresolved: list[str] | None = None) -> dict[str, Any]:
+def _to_doc(sym: Symbol, unresolved: list[str] | None = None, warn: bool = True) -> dict[str, Any]:
     """``sym``'s JSON document; names of reverse nodes whose negative axis stays negative go to ``unresolved``
-    (a warning when the caller gives none)."""
-    own = unresolved is None
+    (a warning when the caller gives none and ``warn``)."""
+    own = unresolved is None and warn
     unresolved = [] if unresolved is None else unresolved
     nodes = topo_order(sym._outputs)
     check_unique_names(nodes)
@@ -203,9 +203,10 @@ def _dump_str(s: str, where: str) -> str:
     return json.dumps(s, ensure_ascii=False)
 
 
-def tojson(sym: Symbol) -> str:
-    """``sym`` as MXNet 1.x symbol JSON text (``Symbol.tojson()``); MXNet 1.9.1 loads it."""
-    doc = _to_doc(sym)
+def tojson(sym: Symbol, warn: bool = True) -> str:
+    """``sym`` as MXNet 1.x symbol JSON text (``Symbol.tojson()``); MXNet 1.9.1 loads it. ``warn=False``: no
+    warning about what MXNet would refuse to bind (symgrad's own round trips: pickling, the checkers)."""
+    doc = _to_doc(sym, warn=warn)
     lines = ["{", '  "nodes": [']
     for i, entry in enumerate(doc["nodes"]):
         where = f"node {i} {entry['name']!r}"

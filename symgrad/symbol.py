@@ -194,7 +194,7 @@ class Symbol:
 
     def __reduce__(self) -> tuple[Callable[[str], Symbol], tuple[str]]:
         # pickled through the JSON, as MXNet does: ``pickle``/``multiprocessing`` send symbols to workers
-        return (_above("serialization").load_json, (self.tojson(),))
+        return (_above("serialization").load_json, (_above("serialization").tojson(self, warn=False),))
 
     # -- outputs --------------------------------------------------------------
     def __len__(self) -> int:

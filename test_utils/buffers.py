@@ -24,6 +24,8 @@ import json
 
 import numpy as np
 
+from symgrad.serialization import tojson
+
 from .compare import compare
 from .context import to_device, to_numpy
 from .frames import hide_from_pytest as _hide_from_pytest
@@ -52,7 +54,7 @@ _MODELS = {
 
 def custom_nodes(sym) -> list[str]:
     """Names of the ``Custom`` nodes of ``sym``."""
-    return [n["name"] for n in json.loads(sym.tojson())["nodes"] if n.get("op") == "Custom"]
+    return [n["name"] for n in json.loads(tojson(sym, warn=False))["nodes"] if n.get("op") == "Custom"]
 
 
 def probe(sym, values: dict, aux: dict, heads: list, gradients: dict, dtype, ctx, who: str, noise=None):

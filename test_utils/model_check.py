@@ -41,6 +41,8 @@ from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 
+from symgrad.serialization import tojson
+
 from .context import to_device, to_numpy
 from .differencer import Progress
 from .frames import hide_from_pytest as _hide_from_pytest
@@ -275,7 +277,7 @@ def deterministic_dropout(sym):
     deterministic forward; the names of the ops rewritten."""
     from symgrad.serialization import load_json
 
-    doc = json.loads(sym.tojson())
+    doc = json.loads(tojson(sym, warn=False))
     names = []
     for node in doc["nodes"]:
         if node.get("op") == "Dropout":
@@ -1697,7 +1699,7 @@ def _full(check):
 def _blob(check) -> bytes:
     import pickle
 
-    text = check.prep.sym.tojson()
+    text = tojson(check.prep.sym, warn=False)
     return pickle.dumps(
         (
             _custom_sources(text),
