@@ -139,7 +139,8 @@ def array_context(arr: object) -> Context | None:
     if isinstance(arr, np.ndarray):
         return Context("cpu", 0)
     dev = getattr(arr, "device", None)
-    if type(arr).__module__.startswith("cupy") and dev is not None:
+    if dev is not None and any(c.__module__.startswith("cupy") for c in type(arr).__mro__[:-1]):
+        # a CuPy array, or a subclass of one (a custom op's ``nd.device_array_class`` views)
         return Context("gpu", int(getattr(dev, "id", 0)))
     return None
 

@@ -85,6 +85,40 @@ class HostArray(np.ndarray):
         """Nothing to wait for: symgrad computes synchronously."""
 
 
+_DEVICE_ARRAY_CLASSES: dict[Any, type] = {}
+
+
+def device_array_class(xp: Any) -> type:
+    """The CuPy counterpart of ``HostArray`` (made once per array module): a ``cupy.ndarray`` subclass that answers
+    ``asnumpy()`` (a host copy), ``asscalar()``, ``wait_to_read()`` (synchronises the device), ``stype`` and
+    ``context`` (``gpu(i)``), so custom-op code written for MXNet's NDArrays runs on a gpu too."""
+    cls = _DEVICE_ARRAY_CLASSES.get(xp)
+    if cls is None:
+
+        class DeviceArray(xp.ndarray):  # type: ignore[name-defined,misc]
+            stype = "default"
+
+            @property
+            def context(self) -> Context:
+                return Context("gpu", int(self.device.id))
+
+            ctx = context
+
+            def asnumpy(self) -> np.ndarray:
+                return np.asarray(xp.asnumpy(self))
+
+            def asscalar(self) -> Any:
+                if self.size != 1:
+                    raise ValueError(f"asscalar: the array has {self.size} elements, not 1 (shape {self.shape})")
+                return self.reshape(()).item()
+
+            def wait_to_read(self) -> None:
+                self.device.synchronize()
+
+        cls = _DEVICE_ARRAY_CLASSES[xp] = DeviceArray
+    return cls
+
+
 def _ctx(ctx: Context | None, who: str) -> Context:
     if ctx is None:
         return current_context()

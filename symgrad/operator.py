@@ -36,6 +36,7 @@ import numpy as np
 from .base import ParamError, ShapeError, SymgradError
 from .context import Array, Context, array_context, cpu, gpu, to_numpy
 from .nd import HostArray as _HostArray
+from .nd import device_array_class
 from .opdef import REQUIRED, Param
 from .opdef import get_op as _get_op
 from .opdef import list_ops as _list_ops
@@ -355,9 +356,11 @@ class _State:
 
 
 def _wrap(xp, arrays):
+    """A custom op's arrays as views answering the NDArray methods MXNet code calls (``asnumpy()``, ...)."""
     if xp is np:
         return [np.asarray(a).view(_HostArray) for a in arrays]
-    return list(arrays)
+    cls = device_array_class(xp)
+    return [a.view(type=cls) for a in arrays]
 
 
 def _call(state, what, fn):

@@ -228,9 +228,8 @@ class _Twice(mx.operator.CustomOp):
     """MXNet's pattern on a GPU: compute on the host, hand back ``mx.nd.array`` (made on the default cpu)."""
 
     def forward(self, is_train, req, in_data, out_data, aux):
-        import cupy
-
-        self.assign(out_data[0], req[0], mx.nd.array(cupy.asnumpy(in_data[0]) * 2.0))
+        assert in_data[0].context == mx.gpu(0) and in_data[0].stype == "default"
+        self.assign(out_data[0], req[0], mx.nd.array(in_data[0].asnumpy() * 2.0))  # MXNet's spelling
 
     def backward(self, req, out_grad, in_data, out_data, in_grad, aux):
         self.assign(in_grad[0], req[0], mx.nd.full(in_grad[0].shape, 2.0, ctx=mx.gpu(0), dtype=in_grad[0].dtype))
@@ -263,3 +262,18 @@ def test_nd_on_a_gpu_and_custom_ops_assigning_host_arrays():
     exe.backward(cupy.ones((1, 3)))
     np.testing.assert_array_equal(cupy.asnumpy(y), 2 * x)
     np.testing.assert_array_equal(cupy.asnumpy(g), np.full((1, 3), 2.0))
+
+
+@pytest.mark.gpu
+def test_docs_sigmoid_runs_unchanged_on_a_gpu():
+    """The docs' Sigmoid calls ``in_data[0].asnumpy()``: on a gpu its arrays are CuPy arrays that answer it."""
+    cupy = pytest.importorskip("cupy")
+    x = np.array([0.0, 1.0, -2.0, 3.0])
+    net = mx.sym.Custom(mx.sym.Variable("x"), op_type="nd_docs_sigmoid")
+    grad = cupy.zeros(4)
+    exe = net.bind(mx.gpu(0), {"x": cupy.asarray(x)}, args_grad={"x": grad})
+    (y,) = exe.forward(is_train=True)
+    exe.backward(cupy.ones(4))
+    want = 1.0 / (1.0 + np.exp(-x))
+    np.testing.assert_allclose(cupy.asnumpy(y), want, rtol=1e-15)
+    np.testing.assert_allclose(cupy.asnumpy(grad), want * (1 - want), rtol=1e-14)
