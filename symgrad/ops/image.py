@@ -225,12 +225,16 @@ _EIG = np.array(
 )
 
 
+def _check_hwc(x, where):
+    if len(x) != 3:
+        raise ShapeError(f"{where}: input 'data' must be an (H, W, C) image, got {tuple(x)}")
+
+
 def _lighting_shape(params, in_shapes, out_shapes, where):
     x = in_shapes[0]
     if x is None:
         return in_shapes, out_shapes
-    if len(x) != 3:
-        raise ShapeError(f"{where}: input 'data' must be an (H, W, C) image, got {tuple(x)}")
+    _check_hwc(x, where)
     if len(params["alpha"]) != 3:
         raise ParamError(f"{where}: parameter 'alpha' must have 3 values (R, G, B), got {params['alpha']}")
     return in_shapes, [tuple(x)]
@@ -493,8 +497,7 @@ def _grey_shape(params, in_shapes, out_shapes, where):
     x = in_shapes[0]
     if x is None:
         return in_shapes, out_shapes
-    if len(x) != 3:
-        raise ShapeError(f"{where}: input 'data' must be an (H, W, C) image, got {tuple(x)}")
+    _check_hwc(x, where)
     return in_shapes, [(1,) if params["mean"] else tuple(x[:-1]) + (1,)]
 
 
