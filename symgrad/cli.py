@@ -3,13 +3,13 @@
     symgrad check MODEL.json [--params FILE] [--shape NAME=D1,D2,...]... [--dtype float32] [--mode sample]
                   [--workers N | --scheduler ADDRESS]
     symgrad check --example lenet
-    symgrad info MODEL.json [--shape NAME=D1,D2,...]...
+    symgrad info MODEL.json [--params FILE] [--shape NAME=D1,D2,...]...
     symgrad plot MODEL.json -o FILE.(svg|png|pdf|dot) [--shape NAME=D1,D2,...]...
 
 ``python -m symgrad`` is the same command; without arguments it runs ``symgrad check --example lenet``.
 Exit codes: 0 every gradient passes (or info/plot succeeded), 1 some gradient fails, 2 an error (bad
-arguments, unreadable files, shapes that do not infer), reported in one line on stderr (``--debug``: with
-the traceback).
+arguments, unreadable files, shapes that do not infer), reported in one line on stderr (``--debug``: after
+the traceback, still exit code 2).
 """
 
 from __future__ import annotations
@@ -326,33 +326,92 @@ def _print_header(args, prep, ctx, spread_text):
 
 
 def cmd_info(args) -> int:
-    from . import viz
-
     import_modules(args.imports)
     sym, _ = load_model(args.model, args.example)
-    shape = _shape_dict(sym, parse_shapes(args.shape))
     if args.line_length < 40:
         raise CLIError(f"--line-length {args.line_length}: must be at least 40")
-    viz.print_summary(sym, shape=shape, line_length=args.line_length)
+    known, ignored = _param_shapes(sym, args.params) if args.params else ({}, [])
+    shape = _shape_dict(sym, parse_shapes(args.shape), known)
     if shape is None:
-        print(
-            "(shapes unknown: give the input shapes with --shape NAME=D1,D2,... for output shapes and every "
-            "parameter count)"
-        )
+        _summary_without_shapes(sym, args)
+    else:
+        from . import viz
+
+        viz.print_summary(sym, shape=shape, line_length=args.line_length)
+    if ignored:
+        print(f"note: {len(ignored)} entries of {args.params} are not inputs of the model: {few(ignored, 4)}")
     return 0
 
 
-def _shape_dict(sym, shapes):
-    """The input shapes for info/plot: the ``--shape`` values (which must make every shape infer), ``{}``
-    when the file's ``__shape__`` attributes alone do, None when no shape is given and they do not (the
-    table/drawing then goes without shapes)."""
+def _param_shapes(sym, path):
+    """``({input: shape}, [entries that are not inputs])`` of the arrays of a ``--params`` file."""
+    arg_params, aux_params = _load_params(path)
+    inputs = set(sym.list_arguments()) | set(sym.list_auxiliary_states())
+    arrays = {**arg_params, **aux_params}
+    known = {name: tuple(a.shape) for name, a in arrays.items() if name in inputs}
+    return known, sorted(name for name in arrays if name not in inputs)
+
+
+def _summary_without_shapes(sym, args):
+    """The table without shapes, its parameter total (which needs them) replaced by what gives them."""
+    import io
+
+    from . import viz
+
+    table = io.StringIO()
+    with contextlib.redirect_stdout(table):
+        viz.print_summary(sym, shape=None, line_length=args.line_length)
+    for line in table.getvalue().splitlines():
+        if line.startswith("Total params:") and "unknown" in line:
+            line = "Total params: unknown (the parameters' shapes are needed, see below)"
+        print(line)
+    print(f"shapes unknown: {_shapes_hint(sym, args.model)}")
+
+
+def _shapes_hint(sym, model) -> str:
+    """Which options give the shapes ``info`` lacks: ``--shape`` for the data inputs, ``--params`` for the
+    parameters (a checkpoint beside ``MODEL-symbol.json`` named)."""
+    data = _data_inputs(sym)
+    example = " ".join(f"--shape {n}=D1,D2,..." for n in data[:2]) or "--shape NAME=D1,D2,..."
+    params = "--params FILE"
+    if model and model.endswith("-symbol.json"):
+        import glob
+
+        found = sorted(glob.glob(glob.escape(model[: -len("-symbol.json")]) + "-[0-9][0-9][0-9][0-9].params"))
+        params = f"--params {found[-1]}" if found else "--params MODEL-0000.params"
+    return (
+        f"give the input shapes with {example} for the output shapes and every parameter count (the file's "
+        f"__shape__ attributes do not fix them); add {params} to take the parameters' shapes from a checkpoint"
+    )
+
+
+def _data_inputs(sym) -> list:
+    """The arguments that are neither learned parameters (weight, bias, ... slots) nor labels/indices."""
+    from .viz import PARAM_SLOTS
+
+    uses: dict = {}
+    for entry in sym.to_networkx().nodes.values():
+        node = entry["node"]
+        for (src, _), slot in zip(node.inputs, node.input_names() if node.op is not None else ()):
+            if src.op is None:
+                index = slot in tuple(node.op.no_grad_inputs)
+                uses.setdefault(src.name, []).append(slot in PARAM_SLOTS or index)
+    return [n for n in sym.list_arguments() if n in uses and not all(uses[n])]
+
+
+def _shape_dict(sym, shapes, known=None):
+    """The input shapes for info/plot: the ``--shape`` values over the ``--params`` arrays' ``known`` shapes
+    (which together must make every shape infer), ``{}`` when the file's ``__shape__`` attributes alone do,
+    None when no shape is given and they do not (the table/drawing then goes without shapes)."""
     try:
-        infer_shapes(sym, shapes)  # an unknown input, or shapes that do not infer
-    except ModelInputError:
+        infer_shapes(sym, shapes, known)  # an unknown input, or shapes that do not infer
+    except ModelInputError as exc:
         if shapes:
             raise
+        if known:
+            raise CLIError(f"{exc} (--params gives only the parameters' shapes)") from None
         return None
-    return dict(shapes)
+    return {**(known or {}), **shapes}
 
 
 def cmd_plot(args) -> int:
@@ -496,6 +555,12 @@ def build_parser() -> argparse.ArgumentParser:
         description="Print an MXNet print_summary-style table of the model.",
     )
     common(info, "summarise")
+    info.add_argument(
+        "--params",
+        metavar="FILE",
+        help="an MXNet .params (or .npz) checkpoint whose arrays give the parameters' shapes (e.g. a Gluon "
+        "export's MODEL-0000.params); the data's shape still comes from --shape or __shape__",
+    )
     info.add_argument("--line-length", type=int, default=120, metavar="N", help="width of the table (default 120)")
     info.set_defaults(func=cmd_info)
 
@@ -532,17 +597,19 @@ def main(argv=None) -> int:
         print("symgrad: interrupted", file=sys.stderr)
         return EXIT_SIGTERM if str(stop) == "SIGTERM" else EXIT_SIGINT
     except Exception as exc:
-        if debug:
-            raise
-        print(f"symgrad: error: {_error_text(exc)}", file=sys.stderr)
+        if debug:  # the traceback, and still exit 2: 1 is a failing gradient's
+            import traceback
+
+            traceback.print_exc()
+        print(f"symgrad: error: {_error_text(exc, debug)}", file=sys.stderr)
         return 2
 
 
-def _error_text(exc) -> str:
+def _error_text(exc, debug=False) -> str:
     if isinstance(exc, CLIError):
         return str(exc)
     text = _one_line(exc)
     clean = (OSError, ValueError, KeyError, NotImplementedError, ImportError)
     if isinstance(exc, clean) or type(exc).__module__.startswith("symgrad"):
         return text
-    return f"{type(exc).__name__}: {text} (run with --debug for the traceback)"
+    return f"{type(exc).__name__}: {text}" + ("" if debug else " (run with --debug for the traceback)")

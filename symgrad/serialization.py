@@ -522,12 +522,24 @@ def _read_node(i, raw, n, err):
         try:
             op = opdef.get_op(opname)
         except ParamError:
-            raise err(f"{where}: unknown operator {opname!r}") from None
+            raise err(f"{where}: {_unknown_op_text(opname)}") from None
     wanted = getattr(op, "num_subgraphs", 0) if op is not None else 0
     given = _check_type(raw["subgraphs"], list, f"{where} 'subgraphs'", err) if "subgraphs" in raw else []
     if len(given) != wanted:
         raise err(f"{where}: {opname} holds {wanted} subgraphs, the file gives {len(given)}")
     return op, ins, name, _node_attrs(raw, where, err)
+
+
+def _unknown_op_text(opname) -> str:
+    """Why ``opname`` does not load: unknown, or an op of MXNet 2's NumPy front end that symgrad has no alias for."""
+    text = f"unknown operator {opname!r}"
+    if not opname.startswith(("_np_", "_npx_", "_npi_")):
+        return text
+    return (
+        f"{text}: it is an op of MXNet 2's NumPy front end (mx.np / mx.npx), which symgrad does not support "
+        "(it knows only a few of its names, as aliases); symgrad reads MXNet 1.x symbol files: export the model "
+        "from MXNet 1.x, or build it with the legacy mx.sym API"
+    )
 
 
 def _build_nodes(doc_nodes, entries, heads, version, err) -> dict:

@@ -377,9 +377,14 @@ def test_errors_are_one_line_exit_2(capsys, tmp_path, argv, message):
     assert message in err and "Traceback" not in err
 
 
-def test_debug_shows_the_traceback(capsys, tmp_path):
-    with pytest.raises(cli.CLIError, match="no such file"):
-        cli.main(["--debug", "check", str(tmp_path / "missing.json")])
+def test_debug_shows_the_traceback_and_keeps_exit_code_2(capsys, tmp_path):
+    code, _, err = run(capsys, "--debug", "check", tmp_path / "missing.json")
+    assert code == 2 and "Traceback" in err and "cli.CLIError" in err and "no such file" in err.splitlines()[-1]
     (tmp_path / "garbage.json").write_text("{not json")
-    with pytest.raises(sg.SerializationError, match="not valid JSON"):
-        cli.main(["check", str(tmp_path / "garbage.json"), "--debug"])
+    code, _, err = run(capsys, "check", tmp_path / "garbage.json", "--debug")
+    assert code == 2 and "SerializationError" in err and "not valid JSON" in err.splitlines()[-1]
+
+
+def test_debug_keeps_exit_code_1_for_a_failing_gradient(capsys, planted):
+    code, out, _ = run(capsys, "--debug", "check", planted)
+    assert code == 1 and "3 gradients FAIL" in out
