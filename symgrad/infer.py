@@ -23,7 +23,7 @@ import numpy as np
 from . import util
 from .base import ShapeError
 from .graph import Node
-from .opdef import same_type
+from .opdef import parse_dtype_attr, same_type
 
 __all__ = ["infer_shapes", "infer_partial_shapes", "infer_types", "where"]
 
@@ -127,44 +127,53 @@ def _merge(old, new, kind):
     return None
 
 
-def _run(nodes: Sequence[Node], known: dict, kind: str) -> dict:
+def _run(nodes: Sequence[Node], known: dict, kind: str, pins: bool = False) -> dict:
     """Fill ``known`` ((node id, output index) -> value) in place and return it; a negative dimension in a shape
-    is unknown."""
+    is unknown. ``pins``: a dtype conflict names the ``__dtype__`` attributes behind it (``infer_types``)."""
     done: set[int] = set()
     ops = [n for n in nodes if n.op is not None]
-    shape = kind == "shape"
-    get = known.get
-    for pass_no in range(len(ops) + 2):
-        changed = False
-        seq = ops if pass_no % 2 == 0 else reversed(ops)
-        for node in seq:
-            if node.id in done:
-                continue
-            in_keys = node.input_keys
-            ins = [get(key) for key in in_keys]
-            if node.num_outputs == 1:  # most nodes: no list comprehensions for the outputs
-                out_keys = [(node.id, 0)]
-                outs = [get(out_keys[0])]
-            else:
-                out_keys = [(node.id, k) for k in range(node.num_outputs)]
-                outs = [get(key) for key in out_keys]
-            op = node.op
-            rule = op.infer_shape if shape else (op.infer_type or same_type)
-            try:  # the rule gets copies: what it returns is compared with what was known
-                new_ins, new_outs = _call(rule, node, ins[:], outs[:], kind)
-            except Exception as first:
-                new_ins, new_outs = _retry(node, rule, ins, outs, kind, first)
-            if len(new_ins) < len(ins) or len(new_outs) < len(outs):  # a short answer says nothing of the rest
-                new_ins = [*new_ins, *[None] * (len(ins) - len(new_ins))]
-                new_outs = [*new_outs, *[None] * (len(outs) - len(new_outs))]
-            in_changed, in_complete = _store(node, in_keys, ins, new_ins, True, known, kind)
-            out_changed, out_complete = _store(node, out_keys, outs, new_outs, False, known, kind)
-            changed = changed or in_changed or out_changed
-            if in_complete and out_complete:
-                done.add(node.id)
-        if not changed or len(done) == len(ops):
-            break
+    node = None
+    try:
+        for pass_no in range(len(ops) + 2):
+            changed = False
+            for node in ops if pass_no % 2 == 0 else reversed(ops):
+                if node.id not in done and _visit(node, known, kind, done):
+                    changed = True
+            if not changed or len(done) == len(ops):
+                break
+    except TypeError as exc:
+        if pins and node is not None:
+            _note_pins(exc, node, nodes, known)
+        raise
     return known
+
+
+def _visit(node: Node, known: dict, kind: str, done: set[int]) -> bool:
+    """Apply ``node``'s rule to what ``known`` holds and store its answers (``node`` joins ``done`` once all its
+    values are known); whether anything changed."""
+    get = known.get
+    in_keys = node.input_keys
+    ins = [get(key) for key in in_keys]
+    if node.num_outputs == 1:  # most nodes: no list comprehensions for the outputs
+        out_keys = [(node.id, 0)]
+        outs = [get(out_keys[0])]
+    else:
+        out_keys = [(node.id, k) for k in range(node.num_outputs)]
+        outs = [get(key) for key in out_keys]
+    op = node.op
+    rule = op.infer_shape if kind == "shape" else (op.infer_type or same_type)
+    try:  # the rule gets copies: what it returns is compared with what was known
+        new_ins, new_outs = _call(rule, node, ins[:], outs[:], kind)
+    except Exception as first:
+        new_ins, new_outs = _retry(node, rule, ins, outs, kind, first)
+    if len(new_ins) < len(ins) or len(new_outs) < len(outs):  # a short answer says nothing of the rest
+        new_ins = [*new_ins, *[None] * (len(ins) - len(new_ins))]
+        new_outs = [*new_outs, *[None] * (len(outs) - len(new_outs))]
+    in_changed, in_complete = _store(node, in_keys, ins, new_ins, True, known, kind)
+    out_changed, out_complete = _store(node, out_keys, outs, new_outs, False, known, kind)
+    if in_complete and out_complete:
+        done.add(node.id)
+    return in_changed or out_changed
 
 
 def _store(node, keys, olds, news, is_input, known, kind):
@@ -261,5 +270,92 @@ def infer_shapes(nodes: Sequence[Node], known: dict, unknown_dims: bool = False)
     return known
 
 
-def infer_types(nodes: Sequence[Node], known: dict) -> dict:
-    return _run(nodes, known, "dtype")
+def infer_types(nodes: Sequence[Node], known: dict, pins: bool = False) -> dict:
+    """Dtype inference. ``pins``: the variables' ``__dtype__`` attributes seeded ``known`` (``simple_bind``,
+    ``infer_type``): a conflict then names the variables whose attributes pin the dtype that disagrees, and the
+    fix (a Gluon export pins float32 on every parameter)."""
+    return _run(nodes, known, "dtype", pins)
+
+
+# -- dtype conflicts caused by __dtype__ attributes ----------------------------------------------------------
+
+
+def _note_pins(exc: TypeError, node: Node, nodes: Sequence[Node], known: dict) -> None:
+    """Append to ``exc``'s message which ``__dtype__`` attributes behind ``node`` pin a dtype that disagrees
+    with the others, and how to recast them; nothing when no pin is involved."""
+    if len(exc.args) != 1 or not isinstance(exc.args[0], str):
+        return
+    pinned, free = _pinned_and_free(node, known)
+    targets = {dt for dt in free.values() if dt.kind == "f"}
+    target = next(iter(targets)) if len(targets) == 1 else None
+    off = {name: dt for name, dt in pinned.items() if dt != target}
+    # pins disagree with the one float dtype given, or (none given) with each other
+    if not off or len(targets) > 1 or (target is None and len(set(off.values())) < 2):
+        return
+    exc.args = (f"{exc.args[0]}. {_pins_text(off, free, target, nodes)}",)
+
+
+def _pinned_and_free(node: Node, known: dict) -> tuple[dict, dict]:
+    """The variables ``node`` depends on with their known dtypes, as ``(pinned, free)``: pinned where the
+    variable's ``__dtype__`` attribute says that dtype, free where something else decided it (``type_dict``,
+    inference)."""
+    pinned: dict[str, np.dtype] = {}
+    free: dict[str, np.dtype] = {}
+    seen: set[int] = set()
+    stack = [node]
+    while stack:
+        n = stack.pop()
+        if n.id in seen:
+            continue
+        seen.add(n.id)
+        stack.extend(src for src, _ in n.inputs)
+        value = known.get((n.id, 0)) if n.op is None else None
+        if value is not None:
+            dt, pin = np.dtype(value), _pin(n)
+            (pinned if pin is not None and pin == dt else free)[n.name] = dt  # (dtype == None: float64)
+    return pinned, free
+
+
+def _pin(node: Node) -> np.dtype | None:
+    """The dtype a variable's ``__dtype__`` attribute pins, or None."""
+    raw = node.attrs.get("__dtype__")
+    try:
+        return None if raw is None else parse_dtype_attr(raw)
+    except TypeError:
+        return None
+
+
+def _few(names: list[str], limit: int = 4) -> str:
+    """``'a'``, ``'a' and 'b'``, ``'a', 'b' and 3 more``."""
+    quoted = [repr(n) for n in names[:limit]]
+    rest = [f"{len(names) - limit} more"] if len(names) > limit else []
+    items = quoted + rest
+    return items[0] if len(items) == 1 else f"{', '.join(items[:-1])} and {items[-1]}"
+
+
+def _pins_text(off: dict, free: dict, target: np.dtype | None, nodes: Sequence[Node]) -> str:
+    """The sentence naming the pinning variables (grouped by dtype) and the fix."""
+    text = "; ".join(_pin_group(off, dt, nodes) for dt in sorted({d.name for d in off.values()}))
+    if target is not None:
+        given = sorted(n for n, d in free.items() if d == target)
+        text += f", while {_few(given, 2)} {'is' if len(given) == 1 else 'are'} {target.name}"
+    want = target.name if target is not None else "float64"
+    goal = want if target is not None else "one dtype (here float64)"
+    return (
+        f"{text[0].upper()}{text[1:]}. To use {goal} throughout, recast the pinned dtypes: "
+        f"symgrad.sym.load(fname, dtype='{want}') (or symgrad.serialization.cast_pinned_dtypes(sym, '{want}') for a "
+        "Symbol at hand), or give every pinned input its dtype, e.g. simple_bind(..., "
+        f"type_dict={{name: np.{want} for name in sym.list_inputs()}})"
+    )
+
+
+def _pin_group(off: dict, dt: str, nodes: Sequence[Node]) -> str:
+    """``the __dtype__ attributes of 'a' and 'b' pin float32 (... N variables of this graph pin float32)``."""
+    names = sorted(n for n, d in off.items() if d.name == dt)
+    total = sum(1 for v in nodes if v.op is None and str(_pin(v)) == dt)
+    many, all_many = len(names) > 1, total != 1
+    return (
+        f"the __dtype__ attribute{'s' if many else ''} of {_few(names)} pin{'' if many else 's'} {dt} (Gluon's "
+        f"export writes one on every parameter: {total} variable{'s' if all_many else ''} of this graph "
+        f"pin{'' if all_many else 's'} {dt})"
+    )

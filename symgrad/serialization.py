@@ -55,6 +55,7 @@ __all__ = [
     "load",
     "load_json",
     "fromjson",
+    "cast_pinned_dtypes",
     "nd_save",
     "nd_load",
     "nd_load_frombuffer",
@@ -585,8 +586,15 @@ def _check_variables(built, outputs, err) -> None:
             raise err(f"the auxiliary state added for an MXNet 0.8 file clashes with variable {node.name!r}")
 
 
-def load_json(text: str | bytes | bytearray | memoryview, source: str = "symbol JSON") -> Symbol:
-    """A Symbol from MXNet symbol JSON text (``mx.sym.load_json``); ``bytes`` must be UTF-8."""
+def load_json(
+    text: str | bytes | bytearray | memoryview, source: str = "symbol JSON", *, dtype: npt.DTypeLike | None = None
+) -> Symbol:
+    """A Symbol from MXNet symbol JSON text (``mx.sym.load_json``); ``bytes`` must be UTF-8.
+
+    ``dtype`` (symgrad's keyword): recast the file's pinned dtypes, every floating ``__dtype__`` attribute of its
+    variables, to this float dtype (``cast_pinned_dtypes``).
+    """
+    code = None if dtype is None else _pin_code(dtype, "load_json")
     err = _Err(source)
     if isinstance(text, (bytes, bytearray, memoryview)):
         try:
@@ -604,22 +612,88 @@ def load_json(text: str | bytes | bytearray | memoryview, source: str = "symbol 
     except RecursionError:
         raise err("not a symbol file: JSON nested too deeply") from None
     try:
-        return _from_doc(doc, err)
+        sym = _from_doc(doc, err)
     except RecursionError:  # an operator's parameter parser on a pathological value
         raise err("a value is nested too deeply") from None
+    return sym if code is None else _repin(sym, code)
 
 
 fromjson = load_json
 
 
-def load(fname: StrPath) -> Symbol:
-    """A Symbol from an MXNet symbol JSON file (``mx.sym.load``), e.g. ``NAME-symbol.json``."""
+def load(fname: StrPath, *, dtype: npt.DTypeLike | None = None) -> Symbol:
+    """A Symbol from an MXNet symbol JSON file (``mx.sym.load``), e.g. ``NAME-symbol.json``.
+
+    ``dtype`` (symgrad's keyword): recast the file's pinned dtypes to this float dtype (``cast_pinned_dtypes``).
+    A Gluon export pins float32 on every parameter, so ``load(fname, dtype="float64")`` is what binds it in
+    float64: ``simple_bind(ctx, data=shape)`` then infers float64 for the data too.
+    """
+    code = None if dtype is None else _pin_code(dtype, "load")
     try:
         with open(fname, "rb") as f:
             data = f.read()
     except OSError as exc:
         raise _open_error(fname, exc) from None
-    return load_json(data, source=os.fspath(fname))
+    sym = load_json(data, source=os.fspath(fname))
+    return sym if code is None else _repin(sym, code)
+
+
+# -- pinned dtypes (``__dtype__``) ---------------------------------------------------------------------------
+
+#: the dtypes a pinned floating dtype can be recast to
+_PIN_DTYPES = ("float16", "float32", "float64")
+
+
+def cast_pinned_dtypes(sym: Symbol, dtype: npt.DTypeLike) -> Symbol:
+    """A copy of ``sym`` whose variables' floating ``__dtype__`` attributes pin ``dtype`` instead (float16,
+    float32 or float64); integer pins (labels, indices) and ``sym`` itself are left as they are.
+
+    MXNet pins a variable's dtype through this attribute (``Variable(dtype=...)``; Gluon's ``export`` writes
+    float32 on every parameter), and ``simple_bind``'s ``type_dict`` cannot override it for the variables it does
+    not name, so ``type_dict={'data': np.float64}`` alone meets float32 weights. In Gluon the fix is
+    ``net.cast('float64')`` before ``export``; this is that cast for a file already written (as
+    ``sg.sym.load(fname, dtype=...)``): bound with ``simple_bind(ctx, data=shape)``, every value takes ``dtype``.
+
+    >>> import numpy as np, symgrad as sg
+    >>> w = sg.sym.Variable("w", dtype="float32")
+    >>> net = sg.sym.FullyConnected(sg.sym.Variable("data"), w, num_hidden=2, no_bias=True, name="fc")
+    >>> net.infer_type(data=np.float64)
+    Traceback (most recent call last):
+    ...
+    TypeError: FullyConnected 'fc': ... The __dtype__ attribute of 'w' pins float32 ...
+    >>> cast_pinned_dtypes(net, np.float64).infer_type(data=np.float64)[0]
+    [<class 'numpy.float64'>, <class 'numpy.float64'>]
+    """
+    if not isinstance(sym, Symbol):
+        raise TypeError(f"cast_pinned_dtypes: expected a Symbol, got {type(sym).__name__}")
+    code = _pin_code(dtype, "cast_pinned_dtypes")
+    return _repin(load_json(tojson(sym, warn=False), source="cast_pinned_dtypes"), code)
+
+
+def _pin_code(dtype, who: str) -> str:
+    """MXNet's ``__dtype__`` code of ``dtype``, which must be one a floating pin can be recast to."""
+    try:
+        name = None if dtype is None else np.dtype(dtype).name  # (np.dtype(None) is float64)
+    except (TypeError, ValueError):
+        name = None
+    if name not in _PIN_DTYPES:
+        raise ParamError(
+            f"{who}: dtype={dtype!r} cannot recast the pinned dtypes; give one of {', '.join(_PIN_DTYPES)}"
+        )
+    return str(opdef.DTYPE_TO_MX[name])
+
+
+def _repin(sym: Symbol, code: str) -> Symbol:
+    """``sym``, just built and held by no one else, with each floating ``__dtype__`` attribute of its variables
+    (those of control-flow subgraphs too) set to ``code``."""
+    stack = [sym]
+    while stack:
+        for node in stack.pop()._nodes():
+            stack.extend(subgraphs(node))
+            raw = node.attrs.get("__dtype__") if node.op is None else None
+            if raw is not None and parse_dtype_attr(raw).kind == "f":
+                node.attrs = {**node.attrs, "__dtype__": code}
+    return sym
 
 
 # -- NDArray lists (.params) ----------------------------------------------------------------------

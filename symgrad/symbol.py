@@ -500,7 +500,7 @@ class Symbol:
         args = tuple(None if a is None else np.dtype(a) for a in args)
         kwargs = {k: None if v is None else np.dtype(v) for k, v in kwargs.items()}
         nodes, arg_nodes, aux_nodes, known = self._known(args, kwargs, "infer_type", "__dtype__", parse_dtype_attr)
-        infer_types(nodes, known)
+        infer_types(nodes, known, pins=True)
         res = _collect(known, arg_nodes, self._outputs, aux_nodes)
         if not partial and any(v is None for part in res for v in part):
             return None, None, None

@@ -751,7 +751,8 @@ def check_numeric_gradient(
         aux_states: list or dict of auxiliary states (default: zeros).
         numeric_eps: None (default) for a step per element, ``x +- h`` with
             ``h = cbrt(eps_64) * max(|x|, 1)``; or a fixed width (``x +- eps/2``, as MXNet), a number or
-            ``{dtype: eps}``. Too small for ``dtype`` (``tolerance.min_numeric_eps``): ValueError.
+            ``{dtype: eps}``. Too small for ``dtype`` with differences in ``numeric_dtype``
+            (``tolerance.min_numeric_eps``, the rule ``numeric_grad`` applies too): ValueError.
         rtol, atol: None (``dtype``'s defaults), a number or a ``{dtype: tol}`` dict. An estimate of the
             reference's rounding noise (``numeric.rounding_noise``, ~1e-10 relative with float64) is added
             to the allowed error and shown in the report; with a low-precision ``numeric_dtype`` it grows

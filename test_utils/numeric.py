@@ -10,7 +10,8 @@ the MXNet-style checkers add on top:
 - ``element_kinks``: which mismatching elements sit at a non-differentiable point (relu/abs at 0, max ties),
   by the one kink test, and whether the analytic value is a subgradient there;
 - ``check_complex_support``: names the op through which complex steps do not give derivatives;
-- the step rules of explicit ``numeric_eps``/``eps`` values (``resolve_numeric_eps``, ``check_step``).
+- the step rules of explicit ``numeric_eps``/``eps`` values (``resolve_numeric_eps``, ``check_step``;
+  ``refuse_small_eps``: the one rule of ``numeric_grad`` and ``check_numeric_gradient``).
 """
 
 from __future__ import annotations
@@ -67,6 +68,7 @@ __all__ = [
     "ComplexStepError",
     "default_steps",
     "resolve_numeric_eps",
+    "refuse_small_eps",
     "min_step",
     "check_step",
     "assert_deterministic",
@@ -125,13 +127,42 @@ def resolve_numeric_eps(numeric_eps, dtype, numeric_dtype, who):
         raise TypeError(f"{who}: numeric_eps must be a number, a {{dtype: eps}} dict or None, got {numeric_eps!r}")
     if not np.isfinite(eps) or eps <= 0:
         raise ValueError(f"{who}: numeric_eps must be a positive number, got {numeric_eps!r}")
-    floor = min_numeric_eps(dtype, numeric_dtype)
-    if eps < floor:
-        raise ValueError(
-            f"{who}: {step_too_small(eps, dtype, numeric_dtype, floor, full_width=True)}. Leave "
-            "numeric_eps=None to get a step chosen per element for a float64 reference."
-        )
+    refuse_small_eps(eps, dtype, numeric_dtype, who, "numeric_eps")
     return eps
+
+
+def refuse_small_eps(eps, dtype, numeric_dtype, who, name, argument=None) -> None:
+    """The one step rule of ``numeric_grad`` and ``check_numeric_gradient``: a full-width step ``eps``
+    (``x +- eps/2``) below ``tolerance.min_numeric_eps(dtype, numeric_dtype)`` -- ``dtype`` under test, the
+    differences taken in ``numeric_dtype`` -- raises ValueError; both say it in the same words (naming ``who``,
+    the parameter ``name``, the step, the minimum and where the differences are taken).
+
+    The minimum is set by the dtype the differences are taken in, because below it the difference quotient is
+    rounding noise: ``numeric_grad`` takes them in its executor's dtype, ``check_numeric_gradient`` in
+    ``numeric_dtype`` (float64 by default). So eps=1e-5 is refused for a float32 executor (noise ~1% of |f|)
+    and accepted for float64 differences, in either function.
+    """
+    floor = min_numeric_eps(dtype, numeric_dtype)
+    if eps >= floor:
+        return
+    at = "" if argument is None else f"argument {argument!r}: "
+    raise ValueError(
+        f"{who}: {at}{step_too_small(eps, dtype, numeric_dtype, floor, True, name)}. {_eps_rule(dtype)} Use a "
+        f"larger {name}, or {name}=None for a step chosen per element."
+    )
+
+
+def _eps_rule(dtype) -> str:
+    """The sentence of ``refuse_small_eps`` that states the rule, with its minima for ``dtype`` under test."""
+    dt = np.dtype(dtype)
+    text = (
+        "numeric_grad and check_numeric_gradient share this rule: the minimum is set by the dtype the "
+        f"differences are taken in (for {dt.name} under test: {min_numeric_eps(dt, dt):.3g} in {dt.name}, as "
+        f"numeric_grad on a {dt.name} executor or check_numeric_gradient(numeric_dtype=np.{dt.name}) takes them"
+    )
+    if dt != np.float64:
+        text += f"; {min_numeric_eps(dt, np.float64):.3g} in float64, as check_numeric_gradient does by default"
+    return text + ")."
 
 
 def step_too_small(step, dtype, numeric_dtype, floor, full_width=True, name=None) -> str:
@@ -185,12 +216,8 @@ def _fixed_steps(executor, names, eps, who):
     args = executor.arg_dict
     for k in names:  # the differences are taken in the executor's dtype
         dt = np.dtype(args[k].dtype)
-        if dt.kind == "f" and eps < min_numeric_eps(dt, dt):
-            raise ValueError(
-                f"{who}: argument {k!r}: "
-                f"{step_too_small(eps, dt, dt, min_numeric_eps(dt, dt), True, 'eps')}; "
-                "use a larger eps, or eps=None for a step chosen per element"
-            )
+        if dt.kind == "f":
+            refuse_small_eps(eps, dt, dt, who, "eps", argument=k)
     return {k: np.full(np.shape(args[k]), eps / 2.0) for k in names}
 
 

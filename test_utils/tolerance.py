@@ -86,7 +86,9 @@ def min_numeric_eps(dtype: DTypeLike, numeric_dtype: DTypeLike = np.float64) -> 
     It is the larger of MXNet's floor (1e-5 when float16/float32 is under test) and
     ``sqrt(machine eps) / 4`` of the dtype the differences are taken in (below it rounding noise,
     about ``eps * |f| / step``, swamps the difference quotient; MXNet's default steps
-    ``default_numeric_eps()`` all pass).
+    ``default_numeric_eps()`` all pass). One rule for ``numeric_grad`` (differences in its executor's dtype:
+    ``min_numeric_eps(dt, dt)``) and ``check_numeric_gradient`` (in ``numeric_dtype``, float64 by default);
+    ``numeric.refuse_small_eps`` applies it for both, in the same words.
 
     >>> min_numeric_eps(np.float32), min_numeric_eps(np.float64)
     (1e-05, 3.725290298461914e-09)

@@ -1059,7 +1059,9 @@ def _simple_bind_shapes(symbol, shapes, arg_nodes, aux_nodes):
 
 def _simple_bind_types(nodes, inputs, type_dict) -> dict:
     """Every value's dtype: ``type_dict`` and the inputs' ``__dtype__`` first decide the others' (a weight takes
-    its data's dtype); an input still unknown defaults to float32 (MXNet)."""
+    its data's dtype); an input still unknown defaults to float32 (MXNet). A conflict with a ``__dtype__``
+    attribute (a Gluon export's float32 weights under ``type_dict={'data': np.float64}``) names the variables
+    that pin it and the fix (``serialization.cast_pinned_dtypes``)."""
     names = [n.name for n in inputs]
     type_dict = dict(type_dict or {})
     bad = [k for k in type_dict if k not in names]
@@ -1072,12 +1074,12 @@ def _simple_bind_types(nodes, inputs, type_dict) -> dict:
         elif "__dtype__" in n.attrs:
             known[(n.id, 0)] = parse_dtype_attr(n.attrs["__dtype__"])
     if known:
-        infer_types(nodes, known)
+        infer_types(nodes, known, pins=True)
     defaulted = [n for n in inputs if (n.id, 0) not in known]
     for n in defaulted:
         known[(n.id, 0)] = np.dtype(np.float32)
     if defaulted or not known:  # (nothing defaulted: the first pass already settled every value)
-        infer_types(nodes, known)
+        infer_types(nodes, known, pins=True)
     return known
 
 
