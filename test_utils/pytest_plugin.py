@@ -11,7 +11,7 @@ when a ``ctx``/``rng`` fixture or a ``gpu`` marker is used), and it prints its s
 when asked for symgrad (``--symgrad-seed``, ``$SYMGRAD_TEST_SEED``, or the plugin named explicitly).
 
 - ``ctx``: parametrised over ``sg.cpu(0)`` (id ``cpu0``) and ``sg.gpu(0)`` (id ``gpu0``, marked ``gpu``);
-  the gpu case is deselected when CuPy or a GPU is missing.
+  the gpu case is skipped, with the reason ``no GPU / CuPy: ...``, when CuPy or a GPU is missing.
 - ``rng``: a ``numpy.random.Generator`` seeded per test with ``--symgrad-seed=N``, else the environment
   variable ``SYMGRAD_TEST_SEED``, else a fresh random seed. numpy's and Python's global RNGs (which the
   MXNet-style checkers draw from) are seeded with the same value for the test and restored afterwards,
@@ -20,7 +20,7 @@ when asked for symgrad (``--symgrad-seed``, ``$SYMGRAD_TEST_SEED``, or the plugi
 - tests of a module that imports symgrad: numpy's and Python's global RNGs are seeded per test the same way
   (before its fixtures, restored at teardown), so a failing check's reproduction line replays the test's own
   draws; other projects' tests are left alone.
-- ``@pytest.mark.gpu``: the test is skipped unless CuPy and a CUDA GPU are present.
+- ``@pytest.mark.gpu``: the test is skipped unless CuPy and a CUDA GPU are present (same reason).
 - ``--symgrad-seed=N`` also fixes the seed of ``symgrad.test_utils.with_seed`` tests (it sets
   ``SYMGRAD_TEST_SEED`` for the session).
 
@@ -237,26 +237,27 @@ def pytest_runtest_teardown(item):
 # -- collection and reports -----------------------------------------------------------------------------------
 
 
-def _ctx_param(item):
-    callspec = getattr(item, "callspec", None)
-    return None if callspec is None else callspec.params.get("ctx")
+def _cupy_installed() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("cupy") is not None
+
+
+def _no_gpu_reason() -> str:
+    """Why the gpu tests are skipped here: ``no GPU / CuPy: <what is missing>; <what they need>``."""
+    missing = "CuPy sees no CUDA GPU" if _cupy_installed() else "CuPy is not installed"
+    return f"no GPU / CuPy: {missing}; {GPU_REASON}"
 
 
 def pytest_collection_modifyitems(config, items):
+    # The gpu-marked tests, the ctx fixture's gpu0 cases among them, are skipped with the reason, not
+    # deselected: "2 deselected" said nothing of why a user's gpu cases did not run.
     if not any(item.get_closest_marker("gpu") for item in items) or gpu_available():
         return
-    keep, dropped = [], []
-    skip = pytest.mark.skip(reason=GPU_REASON)
+    skip = pytest.mark.skip(reason=_no_gpu_reason())
     for item in items:
-        if _ctx_param(item) == "gpu0" and "ctx" in item.fixturenames:
-            dropped.append(item)  # the ctx fixture's gpu case exists only where a GPU does
-            continue
         if item.get_closest_marker("gpu"):
             item.add_marker(skip)
-        keep.append(item)
-    if dropped:
-        config.hook.pytest_deselected(items=dropped)
-        items[:] = keep
 
 
 @pytest.hookimpl(hookwrapper=True)  # old-style wrapper: works with pluggy < 1.2 (pytest 7) too

@@ -339,15 +339,58 @@ CTX_TESTS = """
 """
 
 
-def test_ctx_is_cpu_only_and_gpu_marker_skips_without_a_gpu(pytester, no_gpu):
+def test_ctx_gpu_case_and_gpu_marker_are_skipped_with_the_reason_without_a_gpu(pytester, no_gpu):
+    # before: the ctx fixture's gpu0 case was deselected, and the run said "1 deselected" and nothing of why
     pytester.makepyfile(CTX_TESTS)
     result = pytester.runpytest(*PLUGIN, "-v", "-rs", "--strict-markers")
-    result.assert_outcomes(passed=2, skipped=1, deselected=1)
+    result.assert_outcomes(passed=2, skipped=2)
     out = result.stdout.str()
+    assert "deselected" not in out
     assert "test_device[cpu0] PASSED" in out
-    assert "[gpu0]" not in out
-    assert "test_needs_gpu SKIPPED" in out
-    result.stdout.fnmatch_lines(["*SKIPPED*needs CuPy and a CUDA GPU*"])
+    assert "test_device[gpu0] SKIPPED" in out and "test_needs_gpu SKIPPED" in out
+    # the short summary (-rs) gives each skip its reason: what is missing, then what to install
+    summary = out[out.index("short test summary info") :].splitlines()[1:]
+    assert len(summary) == 3, summary  # the two skips, then the outcome line
+    for line in summary[:2]:
+        assert re.match(r"SKIPPED \[1\] \S+: no GPU / CuPy: CuPy [\w ]+; needs CuPy and a CUDA GPU \(pip install", line)
+
+
+USER_PROJECT = """
+    import numpy as np
+    import symgrad as sg
+
+    def test_forward(ctx):
+        x = sg.sym.Variable("x")
+        assert (2 * x).bind(ctx, {"x": np.ones(3)}).forward()[0].tolist() == [2.0, 2.0, 2.0]
+
+    def test_backward(ctx):
+        x = sg.sym.Variable("x")
+        exe = sg.sym.MakeLoss(sg.sym.sum(3 * x)).bind(ctx, {"x": np.ones(2)}, args_grad={"x": np.zeros(2)})
+        exe.forward(is_train=True)
+        exe.backward()
+        assert exe.grad_dict["x"].tolist() == [3.0, 3.0]
+"""
+
+
+def test_a_user_project_using_ctx_says_why_its_gpu_cases_did_not_run(pytester, monkeypatch):
+    # a user's project as `pip install symgrad` leaves it: the plugin comes in through the pytest11 entry point
+    # only (no conftest, no -p), the project's tests use the ctx fixture; here CuPy is not installed
+    monkeypatch.setattr(plugin, "_cupy_installed", lambda: False, raising=False)
+    monkeypatch.setattr(plugin, "gpu_available", lambda: False)
+    _fake_entry_point(pytester, monkeypatch)
+    pytester.makepyfile(test_mine=USER_PROJECT)
+    result = pytester.runpytest("-rs", "-p", "no:hypothesispytest", "-W", "ignore::pytest.PytestAssertRewriteWarning")
+    result.assert_outcomes(passed=2, skipped=2)
+    assert "deselected" not in result.stdout.str()
+    # both gpu0 cases, on one summary line (pytest groups the skips of one reason and place)
+    result.stdout.fnmatch_lines(
+        ["SKIPPED [[]2[]] test_mine.py: no GPU / CuPy: CuPy is not installed; needs CuPy and a CUDA GPU (pip install*"]
+    )
+    # with CuPy but no device the reason says so
+    monkeypatch.setattr(plugin, "_cupy_installed", lambda: True)
+    result = pytester.runpytest("-rs", "-p", "no:hypothesispytest", "-W", "ignore::pytest.PytestAssertRewriteWarning")
+    result.assert_outcomes(passed=2, skipped=2)
+    result.stdout.fnmatch_lines(["SKIPPED [[]2[]] test_mine.py: no GPU / CuPy: CuPy sees no CUDA GPU; needs CuPy*"])
 
 
 def test_ctx_ids_with_a_gpu(pytester, fake_gpu):
