@@ -4,7 +4,7 @@
                   [--workers N | --scheduler ADDRESS]
     symgrad check --example lenet
     symgrad info MODEL.json [--params FILE] [--shape NAME=D1,D2,...]...
-    symgrad plot MODEL.json -o FILE.(svg|png|pdf|dot) [--shape NAME=D1,D2,...]...
+    symgrad plot MODEL.json -o FILE.(svg|png|pdf|dot) [--shape NAME=D1,D2,...]... [--collapse] [--wrap N]
 
 ``python -m symgrad`` is the same command; without arguments it runs ``symgrad check --example lenet``.
 Exit codes: 0 every gradient passes (or info/plot succeeded), 1 some gradient fails, 2 an error (bad
@@ -426,8 +426,13 @@ def cmd_plot(args) -> int:
     sym, _ = load_model(args.model, args.example)
     shape = _shape_dict(sym, parse_shapes(args.shape))
     title = args.title or os.path.basename(base)
+    if args.wrap is not None and args.wrap < 0:
+        raise CLIError(f"--wrap {args.wrap}: give the ops per column (0: one column)")
+    layout = {"cluster": args.cluster, "wrap": args.wrap, "collapse": args.collapse}
     try:
-        dot = viz.plot_network(sym, shape=shape, title=title, save_format=fmt, hide_weights=not args.show_weights)
+        dot = viz.plot_network(
+            sym, shape=shape, title=title, save_format=fmt, hide_weights=not args.show_weights, **layout
+        )
     except ImportError as exc:
         raise CLIError(str(exc)) from None
     try:
@@ -435,7 +440,23 @@ def cmd_plot(args) -> int:
     except (RuntimeError, OSError) as exc:
         raise CLIError(_one_line(exc)) from None
     print(f"wrote {out}")
+    if fmt == "png":
+        _png_hint(viz.png_size(out), out)
     return 0
+
+
+#: a PNG larger than this many pixels on a side gets a hint (graphviz shrinks bitmaps to 32 767 at most)
+PNG_HINT_PX = 10_000
+
+
+def _png_hint(size, out) -> None:
+    width, height = size
+    if max(width, height) > PNG_HINT_PX:
+        print(
+            f"note: {out} is {width} x {height} pixels, too large to read: draw the blocks as single boxes "
+            "(--collapse), fewer ops per column (--wrap N), or write .svg, which a browser zooms",
+            file=sys.stderr,
+        )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -568,12 +589,36 @@ def build_parser() -> argparse.ArgumentParser:
         "plot",
         help="draw the graph with graphviz (svg, png, pdf or dot)",
         description="Draw the graph (MXNet plot_network look). '.dot' needs only the graphviz "
-        "Python package; the other formats need graphviz's 'dot' program.",
+        "Python package; the other formats need graphviz's 'dot' program. A large graph (a Gluon "
+        "DenseNet-121) is wrapped into side-by-side columns with a frame per block; --collapse draws each "
+        "block as one box.",
     )
     common(plot, "draw")
     plot.add_argument("-o", "--output", required=True, metavar="FILE", help="FILE.svg, .png, .pdf or .dot")
     plot.add_argument("--title", help="the graph's title (default: the output file's name)")
     plot.add_argument("--show-weights", action="store_true", help="draw weight/bias/BatchNorm parameter inputs")
+    from .viz import LARGE_GRAPH
+
+    plot.add_argument(
+        "--collapse",
+        action="store_true",
+        help="draw each block of a Gluon export (the ops sharing a name prefix, e.g. densenet0_stage1) as one box",
+    )
+    plot.add_argument(
+        "--cluster",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="frame the ops of each block, labelled with its name prefix (default: for graphs of more than "
+        f"{LARGE_GRAPH} ops)",
+    )
+    plot.add_argument(
+        "--wrap",
+        type=int,
+        default=None,
+        metavar="N",
+        help="wrap long chains into side-by-side columns of at most N ops (0: one column, MXNet's layout; "
+        f"default: automatic for graphs of more than {LARGE_GRAPH} ops)",
+    )
     plot.set_defaults(func=cmd_plot)
     return parser
 

@@ -7,7 +7,9 @@ Differences from MXNet: parameter counts come from the inferred shapes of each o
 bias, gamma, beta, ...), so they are right for any op and input layout; without ``shape``, the shapes the
 symbol's ``__shape__`` attributes determine are used when they make every shape known; an edge carries the
 shape of the output it really comes from (MXNet labels every edge out of a multi-output op with its last
-output); with ``hide_weights=False`` parameter inputs are drawn (as small ovals).
+output); with ``hide_weights=False`` parameter inputs are drawn (as small ovals). Graphs of more than
+``LARGE_GRAPH`` ops are wrapped into columns with a frame per Gluon block (``plot_network``'s keyword-only
+``wrap``, ``cluster`` and ``collapse``), where MXNet draws one column tens of thousands of pixels tall.
 
 >>> import symgrad as sg
 >>> net = sg.sym.FullyConnected(sg.sym.Variable("data"), num_hidden=4, name="fc")
@@ -43,11 +45,18 @@ if TYPE_CHECKING:
 
     from .symbol import ShapeLike, Symbol
 
-__all__ = ["print_summary", "plot_network", "render", "FORMATS", "PARAM_SLOTS"]
+__all__ = ["print_summary", "plot_network", "render", "png_size", "FORMATS", "PARAM_SLOTS", "LARGE_GRAPH"]
 
 #: formats ``render`` writes; all but "dot" need graphviz's ``dot`` program
 FORMATS = ("svg", "png", "pdf", "dot")
 #: op input slots holding learned parameters (counted, hidden with ``hide_weights``)
+#: more drawn ops than this: ``plot_network`` wraps long chains into columns and frames the blocks (by default)
+LARGE_GRAPH = 80
+#: ops that share a name prefix to make it a block (``cluster``/``collapse``)
+BLOCK_MIN_OPS = 3
+#: wrapped columns (automatic): at least this many rows, more to make the drawing about as wide as tall
+WRAP_MIN_ROWS = 20
+_ROW_INCHES, _COLUMN_MARGIN, _CHAR_INCHES = 1.6, 2.3, 0.11  # a drawn row's height, a column's edges, a letter
 PARAM_SLOTS = ("weight", "bias", "gamma", "beta", "parameters", "alpha")
 _WEIGHT_LIKE = ("_weight", "_bias", "_beta", "_gamma", "_moving_var", "_moving_mean", "_running_var", "_running_mean")
 # MXNet's colour map: inputs, conv/dense, activations, BatchNorm, pooling, shape ops, softmax, the rest
@@ -268,6 +277,191 @@ def _color(op) -> str:
     return _COLORS[7]
 
 
+def _blocks(names: Sequence[str]) -> dict[str, str]:
+    """``{op name: its block}`` for Gluon-style names (``densenet0_stage1_conv0_fwd``): an op's block is the
+    longest ``_``-separated prefix of its name that at least ``BLOCK_MIN_OPS`` op names share, kept when no other
+    block extends it (``densenet0_stage1``, not ``densenet0``). Empty when fewer than two such blocks exist (a
+    graph without that structure)."""
+    counts: dict[str, int] = {}
+    prefixes = {}
+    for name in names:
+        parts = name.split("_")
+        own = ["_".join(parts[:i]).rstrip("_") for i in range(len(parts) - 1, 0, -1)]
+        prefixes[name] = [p for p in own if p]
+        for p in set(prefixes[name]):
+            counts[p] = counts.get(p, 0) + 1
+    found = {name: next((p for p in own if counts[p] >= BLOCK_MIN_OPS), None) for name, own in prefixes.items()}
+    used = {b for b in found.values() if b}
+    leaves = {b for b in used if not any(o.startswith(b + "_") for o in used)}
+    owned = {name: b for name, b in found.items() if b in leaves}
+    return owned if len(leaves) >= 2 else {}
+
+
+def _levels(ops: Sequence[str], edges: Sequence[tuple[str, str, str]]) -> dict[str, int]:
+    """``{op: length of the longest chain of ops that ends at it}`` (0 for the first ops), over the drawn ops."""
+    preds: dict[str, set[str]] = {n: set() for n in ops}
+    succs: dict[str, list[str]] = {n: [] for n in ops}
+    for consumer, producer, _ in edges:
+        if consumer in preds and producer in preds and consumer != producer and producer not in preds[consumer]:
+            preds[consumer].add(producer)
+            succs[producer].append(consumer)
+    waiting = {n: len(p) for n, p in preds.items()}
+    ready = [n for n in reversed(ops) if not waiting[n]]
+    level: dict[str, int] = {}
+    while len(level) < len(ops):
+        if not ready:  # a cycle (a collapsed block that is not contiguous): go on from its first op
+            ready = [next(n for n in ops if n not in level)]
+        n = ready.pop()
+        if n in level:
+            continue
+        level[n] = 1 + max((level[p] for p in preds[n] if p in level), default=-1)
+        for m in succs[n]:
+            waiting[m] -= 1
+            if not waiting[m]:
+                ready.append(m)
+    return level
+
+
+def _auto_rows(d: _Drawing, levels: Mapping[str, int]) -> int:
+    """Rows per column that make the wrapped drawing about as wide as tall: a row is about ``_ROW_INCHES`` tall,
+    a column as wide as its wide rows (their boxes and the inputs drawn beside them, from the labels' lengths)
+    and ``_COLUMN_MARGIN`` inches of edges and their labels."""
+    depth = 1 + max(levels.values(), default=0)
+    row = dict(levels)
+    for consumer, producer, _ in d.edges:
+        row.setdefault(producer, levels[consumer])
+    widths = np.zeros(depth)
+    for name, attr in d.items.items():
+        if name in row:
+            chars = max(len(line) for line in attr["label"].split("\n"))
+            widths[row[name]] += max(float(attr.get("width", 1.3)), _CHAR_INCHES * chars) + 0.25
+    column = _COLUMN_MARGIN + float(np.percentile(widths, 90))
+    return max(WRAP_MIN_ROWS, int(np.ceil(np.sqrt(depth * column / _ROW_INCHES))))
+
+
+class _Drawing:
+    """The drawn graph before it becomes DOT: ``items`` (name -> graphviz attributes, label included, in drawing
+    order), ``ops`` (the op items, drawn as boxes), ``kinds`` (op item -> op name) and ``edges`` (consumer,
+    producer, label)."""
+
+    def __init__(self) -> None:
+        self.items: dict[str, dict[str, str]] = {}
+        self.ops: list[str] = []
+        self.kinds: dict[str, str] = {}
+        self.edges: list[tuple[str, str, str]] = []
+
+
+def _drawing(nodes, hidden, hide_weights, node_attr, shapes, dtypes) -> _Drawing:
+    """MXNet's boxes, ovals and shape-labelled edges of ``nodes``."""
+    d = _Drawing()
+    for node in nodes:
+        attr = dict(node_attr)
+        if node.op is None:
+            if node.name in hidden:
+                if hide_weights:
+                    continue
+                attr.update(shape="oval", width="0.9", height="0.5", fixedsize="false", fillcolor="#eeeeee")
+            else:
+                attr.update(shape="oval", fillcolor=_COLORS[0])
+            attr["label"] = node.name
+        else:
+            attr.update(label=_label(node), fillcolor=_color(node.op_name), tooltip=f"{node.name} ({node.op_name})")
+            if node.name not in d.kinds:
+                d.ops.append(node.name)
+            d.kinds[node.name] = node.op_name
+        d.items[node.name] = attr
+    for node in nodes:
+        if node.op is None:
+            continue
+        for src, k in node.inputs:
+            if src.name not in d.items:
+                continue
+            label = ""
+            s = None if shapes is None else shapes.get((src.id, k))
+            if s is not None:
+                label = _fmt_shape(s[1:])
+            t = None if dtypes is None else dtypes.get((src.id, k))
+            if t is not None:  # MXNet: "3x6x6(float32)"
+                label += f"({np.dtype(t).name})"
+            d.edges.append((node.name, src.name, label))
+    return d
+
+
+def _collapse(d: _Drawing, blocks: Mapping[str, str]) -> _Drawing:
+    """``d`` with each block drawn as one 3-D box (its name, op count and commonest ops; the inputs named with
+    its prefix that only it reads go inside it)."""
+    rep = dict(blocks)
+    readers: dict[str, set[str]] = {}
+    for consumer, producer, _ in d.edges:
+        if producer not in d.kinds:
+            readers.setdefault(producer, set()).add(rep.get(consumer, consumer))
+    for var, by in readers.items():  # a block's own parameters (its prefix, read by it alone) go inside it
+        block = next(iter(by))
+        if len(by) == 1 and block in set(blocks.values()) and var.startswith(block + "_"):
+            rep[var] = block
+    names = {b: b if b not in d.items else f"{b} (block)" for b in set(blocks.values())}
+    out = _Drawing()
+    for name, attr in d.items.items():
+        if name not in rep:
+            out.items[name] = attr
+            if name in d.kinds:
+                out.ops.append(name)
+                out.kinds[name] = d.kinds[name]
+        elif names[rep[name]] not in out.items:
+            out.items[names[rep[name]]] = _block_attr(d, rep[name], [n for n in d.ops if blocks.get(n) == rep[name]])
+            out.ops.append(names[rep[name]])
+            out.kinds[names[rep[name]]] = "block"
+    seen = set()
+    for consumer, producer, label in d.edges:
+        tail, head = (names[rep[n]] if n in rep else n for n in (consumer, producer))
+        if tail != head and (tail, head) not in seen:
+            seen.add((tail, head))
+            out.edges.append((tail, head, label))
+    return out
+
+
+def _block_attr(d: _Drawing, block: str, members: Sequence[str]) -> dict[str, str]:
+    kinds: dict[str, int] = {}
+    for n in members:
+        kinds[d.kinds[n]] = kinds.get(d.kinds[n], 0) + 1
+    common = sorted(kinds.items(), key=lambda kv: -kv[1])
+    attr = dict(d.items[members[0]])
+    attr.update(
+        shape="box3d",
+        label=f"{block}\n{len(members)} ops: " + ", ".join(f"{c} {k}" for k, c in common[:3]),
+        fillcolor=_color(common[0][0]),
+        tooltip=f"{block}: " + ", ".join(f"{c} {k}" for k, c in common),
+    )
+    return attr
+
+
+def _layout(
+    d: _Drawing, blocks: Mapping[str, str], cluster: bool | None, wrap: int | None, hide_weights: bool
+) -> tuple[bool, int, dict[str, int]]:
+    """Whether to frame the blocks, the rows per column (0: one column) and the levels of the ops, for the
+    ``cluster`` and ``wrap`` of plot_network (None: automatic). Frames around wrapped columns with the weights
+    drawn make graphviz's ``dot`` (2.43) fail ("trouble in init_rank"): frames are then left out by default,
+    ``cluster=True`` draws one column, and with ``wrap`` too it is refused."""
+    if wrap is not None and (isinstance(wrap, bool) or not isinstance(wrap, (int, np.integer)) or wrap < 0):
+        raise ValueError(f"plot_network: wrap must be an int >= 0 (ops per column; 0: no wrapping), got {wrap!r}")
+    if cluster is not None and not isinstance(cluster, bool):
+        raise TypeError(f"plot_network: cluster must be True, False or None, got {type(cluster).__name__}")
+    large = len(d.ops) > LARGE_GRAPH
+    levels = _levels(d.ops, d.edges)
+    framed_weights = bool(cluster) and not hide_weights  # frames with weights: one column (see above)
+    rows = (_auto_rows(d, levels) if large and not framed_weights else 0) if wrap is None else int(wrap)
+    if rows and 1 + max(levels.values(), default=0) <= rows:
+        rows = 0  # short enough for one column
+    if rows and framed_weights:
+        raise ValueError(
+            "plot_network: cluster=True with hide_weights=False takes no wrap: graphviz cannot lay out frames "
+            "around wrapped columns with the weights drawn"
+        )
+    if cluster is None:
+        cluster = large and not (rows and not hide_weights)
+    return cluster and bool(blocks), rows, levels
+
+
 def plot_network(
     symbol: Symbol,
     title: str = "plot",
@@ -276,6 +470,10 @@ def plot_network(
     dtype: dict[str, npt.DTypeLike] | None = None,
     node_attrs: Mapping[str, str] = {},  # noqa: B006 (MXNet's)
     hide_weights: bool = True,
+    *,
+    cluster: bool | None = None,
+    wrap: int | None = None,
+    collapse: bool = False,
 ) -> graphviz.Digraph:
     """The graph of ``symbol`` as a ``graphviz.Digraph`` (MXNet's ``plot_network`` look).
 
@@ -284,6 +482,15 @@ def plot_network(
     the shapes are known.
 
     Two variables (or nodes) of one name are drawn as one node, with MXNet's RuntimeWarning naming them.
+
+    Large graphs (more than ``LARGE_GRAPH`` = 80 drawn ops, e.g. DenseNet-121's 427) stay readable: MXNet's single
+    column of boxes would be tens of thousands of pixels tall (graphviz then shrinks a bitmap to at most 32 767
+    pixels a side). By default such a graph is wrapped into side-by-side columns, read as a snake (the first
+    column upwards from the data, as MXNet draws, the next downwards, ...), and the ops of each block of a
+    Gluon export (the name prefix shared by its ops: ``densenet0_stage1`` for ``densenet0_stage1_conv0_fwd``)
+    sit in a labelled frame (a graphviz cluster; not with ``hide_weights=False``, which graphviz's ``dot``
+    cannot lay out framed and wrapped). ``collapse=True`` draws each such block as one box instead. Graphs up
+    to ``LARGE_GRAPH`` ops keep MXNet's look unless asked.
 
     Args (MXNet's, in its order):
         symbol: the Symbol.
@@ -295,6 +502,15 @@ def plot_network(
             not infer: ValueError.
         node_attrs: graphviz node attributes over the defaults (box, 1.3 x 0.8034, filled).
         hide_weights: leave parameter inputs (weights, biases, BatchNorm's gamma/beta and moving statistics) out.
+
+    Keyword-only (symgrad's, for large graphs):
+        cluster: frame the ops of each name-prefix block (a ``cluster_*`` subgraph labelled with the prefix);
+            None: when the graph has more than ``LARGE_GRAPH`` ops and such blocks (and the weights are hidden).
+            With ``hide_weights=False``: one column (``wrap`` > 0 too: ValueError).
+        wrap: at most this many ops along a chain per column (0: one column, MXNet's layout); None: for a
+            graph of more than ``LARGE_GRAPH`` ops, about the rows that make the drawing as wide as tall.
+        collapse: draw each name-prefix block as one 3-D box (name, op count, commonest ops; edges between
+            blocks carry the shapes) instead of its ops: a one-page overview.
 
     Returns:
         A ``graphviz.Digraph``; ``.source`` is the DOT text, ``render``/``pipe`` need graphviz's ``dot`` program.
@@ -323,39 +539,101 @@ def plot_network(
     }
     node_attr = {"shape": "box", "fixedsize": "false", "width": "1.3", "height": "0.8034", "style": "filled"}
     node_attr.update(node_attrs)
+    d = _drawing(nodes, hidden, hide_weights, node_attr, shapes, dtypes)
+    blocks = _blocks(d.ops)
+    if collapse:
+        d, blocks = _collapse(d, blocks), {}
+    cluster, rows, levels = _layout(d, blocks, cluster, wrap, hide_weights)
     dot = Digraph(name=title, format=save_format)
-    drawn = set()
-    for node in nodes:
-        attr = dict(node_attr)
-        if node.op is None:
-            if node.name in hidden:
-                if hide_weights:
-                    continue
-                attr.update(shape="oval", width="0.9", height="0.5", fixedsize="false", fillcolor="#eeeeee")
-            else:
-                attr.update(shape="oval", fillcolor=_COLORS[0])
-            label = node.name
-        else:
-            label = _label(node)
-            attr["fillcolor"] = _color(node.op_name)
-            attr["tooltip"] = f"{node.name} ({node.op_name})"
-        drawn.add(node.name)
-        dot.node(name=node.name, label=label, **attr)
-    for node in nodes:
-        if node.op is None:
-            continue
-        for src, k in node.inputs:
-            if src.name not in drawn:
-                continue
-            attr = {"dir": "back", "arrowtail": "open", "label": ""}
-            s = None if shapes is None else shapes.get((src.id, k))
-            if s is not None:
-                attr["label"] = _fmt_shape(s[1:])
-            t = None if dtypes is None else dtypes.get((src.id, k))
-            if t is not None:  # MXNet: "3x6x6(float32)"
-                attr["label"] += f"({np.dtype(t).name})"
-            dot.edge(tail_name=node.name, head_name=src.name, **attr)
+    _emit(dot, d, blocks if cluster else {}, rows, levels)
     return dot
+
+
+def _emit(dot, d: _Drawing, blocks: Mapping[str, str], rows: int, levels: Mapping[str, int]) -> None:
+    """Write ``d`` into ``dot``: frames for ``blocks`` (one per block and column) and, with ``rows``, the
+    columns of the snake (rows aligned across columns: ``newrank`` and ``rank=same`` groups)."""
+
+    def col(name):
+        return levels[name] // rows if rows else 0
+
+    owner, levels = dict(blocks), dict(levels)
+    for consumer, producer, _ in d.edges:  # an input drawn with the block that reads it, when it has its prefix
+        if producer not in d.kinds and consumer in blocks and producer.startswith(blocks[consumer] + "_"):
+            owner.setdefault(producer, blocks[consumer])
+            levels.setdefault(producer, levels[consumer])
+    frames: dict[tuple[str, int], list[str]] = {}
+    for name, attr in d.items.items():
+        if name in owner:
+            frames.setdefault((owner[name], col(name)), []).append(name)
+        else:
+            dot.node(name=name, **attr)
+    parts: dict[str, list[int]] = {}
+    for b, c in frames:
+        parts.setdefault(b, []).append(c)
+    for i, ((b, c), members) in enumerate(frames.items()):
+        with dot.subgraph(name=f"cluster_{i}") as sub:
+            part = f" ({parts[b].index(c) + 1}/{len(parts[b])})" if len(parts[b]) > 1 else ""
+            sub.attr(label=b + part, style="rounded,dashed", color="#888888", fontcolor="#555555")
+            for name in members:
+                sub.node(name=name, **d.items[name])
+    if rows:
+        _snake(dot, d, rows, levels)
+    else:
+        for consumer, producer, label in d.edges:
+            dot.edge(tail_name=consumer, head_name=producer, dir="back", arrowtail="open", label=label)
+
+
+def _snake(dot, d: _Drawing, rows: int, levels: Mapping[str, int]) -> None:
+    """The ops in columns of ``rows`` levels, alternately upwards (MXNet's direction) and downwards; an edge
+    that crosses into the next column does not rank its ends."""
+    dot.attr(newrank="true")
+    col = {n: levels[n] // rows for n in d.ops}
+    beside: dict[str, str] = {}  # an input drawn: beside its first reader (graphviz fails to rank free nodes in frames)
+    for consumer, producer, _ in d.edges:
+        if producer not in col:
+            beside.setdefault(producer, consumer)
+    by_rank: dict[int, list[str]] = {}
+    for n in d.items:
+        op = beside.get(n, n)
+        if op in col:
+            r = levels[op] % rows
+            by_rank.setdefault(rows - 1 - r if col[op] % 2 == 0 else r, []).append(n)
+    for rank in sorted(by_rank):
+        with dot.subgraph() as sub:
+            sub.attr(rank="same")
+            for n in by_rank[rank]:
+                sub.node(n)
+    for consumer, producer, label in d.edges:
+        c = col[consumer]
+        if producer in col and col[producer] != c:
+            dot.edge(consumer, producer, dir="back", arrowtail="open", label=label, constraint="false")
+        elif c % 2 == 0:
+            dot.edge(consumer, producer, dir="back", arrowtail="open", label=label)
+        else:  # a downward column: the producer ranks above its consumer
+            dot.edge(producer, consumer, dir="forward", arrowhead="open", label=label)
+    _headers(dot, d, rows, levels)
+
+
+def _headers(dot, d: _Drawing, rows: int, levels: Mapping[str, int]) -> None:
+    """An invisible node above each column, the headers chained left to right, each tied to its column's top
+    op: graphviz keeps the columns (frames included) in reading order."""
+    first: dict[int, str] = {}
+    for n in d.ops:
+        first.setdefault(levels[n], n)
+    last = max(first)
+    names = []
+    for c in range(last // rows + 1):
+        top = first[min(c * rows + rows - 1, last)] if c % 2 == 0 else first[c * rows]
+        name = f"__column{c}__"
+        while name in d.items:
+            name = f"_{name}_"
+        names.append(name)
+        dot.node(name, label="", shape="point", width="0", height="0", style="invis")
+        dot.edge(name, top, style="invis", weight="10")
+    with dot.subgraph() as sub:
+        sub.attr(rank="same")
+        for a, b in zip(names, names[1:]):
+            sub.edge(a, b, style="invis")
 
 
 def render(dot: graphviz.Digraph, path: StrPath) -> None:
@@ -381,3 +659,13 @@ def render(dot: graphviz.Digraph, path: StrPath) -> None:
             ) from None
     with open(path, "wb") as f:
         f.write(data)
+
+
+def png_size(path: StrPath) -> tuple[int, int]:
+    """``(width, height)`` in pixels of the PNG file at ``path`` (from its header); ValueError when it is not
+    a PNG file."""
+    with open(path, "rb") as f:
+        head = f.read(24)
+    if head[:8] != b"\x89PNG\r\n\x1a\n" or head[12:16] != b"IHDR":
+        raise ValueError(f"png_size: {path} is not a PNG file")
+    return int.from_bytes(head[16:20], "big"), int.from_bytes(head[20:24], "big")
