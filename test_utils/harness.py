@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from symgrad.graph import subgraphs
 from symgrad.opdef import acc_dtype
 
 from .context import to_device, to_numpy
@@ -64,10 +65,22 @@ def _graph_nodes(graph) -> list:
     return []
 
 
+def _with_subgraph_nodes(nodes) -> list:
+    """``nodes`` and, depth first, the nodes of the subgraphs a control-flow node holds (a loop body's
+    sampling op draws afresh on every evaluation as much as one outside it)."""
+    out = []
+    for node in nodes:
+        out.append(node)
+        if getattr(node, "op", None) is not None:
+            out.extend(_with_subgraph_nodes(n for g in subgraphs(node) for n in _graph_nodes(g)))
+    return out
+
+
 def refuse_random_ops(graph, who) -> None:
     """Raise ``RandomOpError`` naming the first random sampling op node of ``graph`` (a Symbol, a list of
-    Symbols or an Executor), if it holds one; see ``RandomOpError``."""
-    for node in _graph_nodes(graph):
+    Symbols or an Executor; the bodies of its control-flow nodes included), if it holds one; see
+    ``RandomOpError``."""
+    for node in _with_subgraph_nodes(_graph_nodes(graph)):
         op = getattr(node, "op", None)
         if op is not None and getattr(op, "is_random", False):
             raise RandomOpError(

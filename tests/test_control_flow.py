@@ -477,3 +477,19 @@ def test_output_format_cond():
         assert _kinds(out) == kind
         first = out if isinstance(out, sg.sym.Symbol) else out[0]
         np.testing.assert_allclose(first.eval(data=np.array([2.0, 3.0]))[0], [2.0, 3.0])
+
+
+def test_a_sampling_op_inside_a_loop_body_is_refused_by_name():
+    """The numeric checkers refuse a random op inside a subgraph as they do outside one, naming it (before, only
+    the determinism check caught it, naming the loop)."""
+    from symgrad.test_utils.harness import RandomOpError
+
+    data, init = sg.sym.Variable("data"), sg.sym.Variable("init")
+
+    def body(x, states):
+        noisy = sg.sym.broadcast_mul(x, sg.sym.random.uniform(shape=(2,), dtype="float64", name="noise"))
+        return noisy + states[0], [states[0]]
+
+    outs, _ = sg.sym.contrib.foreach(body, data, [init])
+    with pytest.raises(RandomOpError, match="random sampling op _random_uniform 'noise'"):
+        check_numeric_gradient(outs, [np.ones((3, 2)), np.zeros(2)], dtype=np.float64)
