@@ -306,12 +306,15 @@ def register(reg_name: str) -> Callable[[type[_PropT]], type[_PropT]]:
 
 
 def get_registered(reg_name: str) -> type[CustomOpProp]:
+    """The ``CustomOpProp`` subclass registered under ``reg_name`` (``ParamError`` naming the registered ones)."""
     try:
         return _PROPS[reg_name]
     except KeyError:
+        known = f"registered: {sorted(_PROPS)}" if _PROPS else "no Custom op is registered"
         raise ParamError(
-            f"Custom: op_type {reg_name!r} is not registered; registered: {sorted(_PROPS)} "
-            "(decorate a CustomOpProp with @symgrad.operator.register(name))"
+            f"Custom: op_type {reg_name!r} is not registered; {known} (decorate a CustomOpProp with "
+            "@symgrad.operator.register(name) and import its module before loading the model; the symgrad "
+            "command imports it with --import MODULE_OR_PATH)"
         ) from None
 
 

@@ -51,6 +51,8 @@ _MODELS = {
     },
 }
 
+_PATTERNS = [("ignores", "overwritten_buffer"), ("reads a stale", "stale_buffer"), ("accumulates", "kept_gradient")]
+
 
 def custom_nodes(sym) -> list[str]:
     """Names of the ``Custom`` nodes of ``sym``."""
@@ -105,6 +107,8 @@ def _judge(name, got, b, g, req, dt, who, noise):
     if "honours req" in fits:
         return
     guess = fits[0] if fits else None
+    # the pattern (``diagnose.PATTERNS``) of the bug the buffer fits, by the model's first words
+    pattern = next((p for start, p in _PATTERNS if guess and guess.startswith(start)), None)
     headline = f"gradient of {name!r} after {CALLS} backward calls with grad_req {req!r} on a random buffer: " + (
         f"the op {guess}" if guess else f"the buffer is not what grad_req {req!r} gives"
     )
@@ -123,4 +127,5 @@ def _judge(name, got, b, g, req, dt, who, noise):
             "the gradient of the checker's own backward"
         ],
         facts={"grad_req": req, "buffer_bug": guess},
+        context={"buffer_fit": pattern},
     )

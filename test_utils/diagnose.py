@@ -30,6 +30,10 @@ fills with what it knows beyond the arrays:
 - ``"arg_name"``: the argument checked;
 - ``"initial_buffer"``: what the gradient buffer held before a backward with grad_req 'write' (checkers
   start from dirty buffers): ``actual == initial_buffer + expected`` means the backward added into it.
+- ``"buffer_fit"``: the buffer bug a repeated-backward probe's buffer fits (``"stale_buffer"``,
+  ``"overwritten_buffer"`` or ``"kept_gradient"``; ``test_utils.buffers``);
+- ``"added_to_buffer"``: the same for grad_req 'add', where ``actual`` is what the backward added (buffer after
+  minus buffer before): ``actual == expected - added_to_buffer`` means the backward overwrote the buffer.
 
 Add a rule with ``register_rule(fn)``; a rule takes ``(actual, expected)`` (or ``(actual, expected,
 context)`` when ``fn.uses_context = True``) and returns a string (or a ``Diagnosis``) or None.
@@ -97,6 +101,8 @@ PATTERNS = {
     "at_output": "actual = the derivative evaluated at the output instead of the input",
     "returned_array": "actual = an input, an output or the head gradient itself",
     "stale_buffer": "actual = the buffer's initial content + expected (added into a 'write' buffer)",
+    "overwritten_buffer": "actual = expected - the buffer's initial content (a 'add' buffer overwritten)",
+    "kept_gradient": "repeated backward calls return a growing gradient (a gradient kept between calls)",
     "custom": "a registered rule that returned a plain string",
 }
 
@@ -280,24 +286,54 @@ def _offset(actual, expected):
     return None
 
 
+#: what a repeated-backward probe's buffer fits (``context["buffer_fit"]``, named by ``buffers``), as a diagnosis
+_BUFFER_FITS = {
+    "overwritten_buffer": "buffer = what overwriting it gives: the backward ignores grad_req 'add'",
+    "stale_buffer": "buffer = its initial content + the calls' gradients: the backward adds into a 'write' buffer",
+    "kept_gradient": "buffer = what a gradient kept between calls gives: the op's own state is never reset",
+}
+
+
+def _buffer_fit(actual, expected, context):
+    """The repeated-backward probe found which buffer bug the buffer fits (``context["buffer_fit"]``): say so,
+    rather than fit the two arrays (their ratio is an artefact of the random buffer)."""
+    pattern = (context or {}).get("buffer_fit")
+    return Diagnosis(_BUFFER_FITS[pattern], pattern) if pattern in _BUFFER_FITS else None
+
+
+_buffer_fit.uses_context = True  # type: ignore[attr-defined]
+
+
 def _stale_buffer(actual, expected, context):
-    """actual = what the 'write' buffer held before + expected: a backward that adds where it should write."""
-    initial = (context or {}).get("initial_buffer")
-    if initial is None:
-        return None
-    initial = np.broadcast_to(np.asarray(initial, np.float64), actual.shape)
-    error = float(np.max(np.abs(actual - expected), initial=0.0))
-    # the buffer explains (almost) the whole error on every element, not just on average: a wrong element
-    # that the small dirty buffer happens to shift a little is not a stale buffer
-    left = float(np.max(np.abs(actual - initial - expected), initial=0.0))
-    if not np.any(initial) or error == 0.0 or left > FIT_RTOL * error:
-        return None
-    return Diagnosis(
-        "actual = the buffer's initial content + expected: the backward reads a stale buffer: it adds "
-        "into a gradient buffer it should overwrite (grad_req 'write': MXNet does not zero the buffer "
-        "first; self.assign(in_grad[i], req[i], ...) writes)",
-        "stale_buffer",
-    )
+    """A backward that ignores its grad_req. 'write' (``context["initial_buffer"]``): actual = what the buffer
+    held before + expected, it added where it should write. 'add' (``context["added_to_buffer"]``, actual being
+    buffer - initial): actual = expected - what the buffer held, it wrote where it should add."""
+    context = context or {}
+    for key, sign in (("initial_buffer", 1.0), ("added_to_buffer", -1.0)):
+        initial = context.get(key)
+        if initial is None:
+            continue
+        initial = np.broadcast_to(np.asarray(initial, np.float64), actual.shape)
+        error = float(np.max(np.abs(actual - expected), initial=0.0))
+        # the buffer explains (almost) the whole error on every element, not just on average: a wrong element
+        # that the small dirty buffer happens to shift a little is not a stale buffer
+        left = float(np.max(np.abs(actual - sign * initial - expected), initial=0.0))
+        if not np.any(initial) or error == 0.0 or left > FIT_RTOL * error:
+            continue
+        if sign > 0:
+            return Diagnosis(
+                "actual = the buffer's initial content + expected: the backward reads a stale buffer: it adds "
+                "into a gradient buffer it should overwrite (grad_req 'write': MXNet does not zero the buffer "
+                "first; self.assign(in_grad[i], req[i], ...) writes)",
+                "stale_buffer",
+            )
+        return Diagnosis(
+            "actual = expected - the buffer's initial content: the backward overwrites a gradient buffer it "
+            "should add to (grad_req 'add' keeps what the buffer held; self.assign(in_grad[i], req[i], ...) "
+            "adds)",
+            "overwritten_buffer",
+        )
+    return None
 
 
 _stale_buffer.uses_context = True  # type: ignore[attr-defined]
@@ -699,8 +735,10 @@ _rounding.uses_context = True  # type: ignore[attr-defined]
 # three "evaluated at the output" bugs said "returns the wrong array")
 RULES: list[Rule] = [
     _nonfinite,
-    _rounding,
+    _buffer_fit,
+    # before the noise: a non-idempotent op (one that reads its buffer) makes the emulated noise measure the bug
     _stale_buffer,
+    _rounding,
     _swapped,
     _inverted_mask,
     _at_output,
@@ -814,7 +852,8 @@ def diagnose(
 ) -> Diagnosis | None:
     """A one-line guess at the bug making ``actual`` differ from ``expected``, or None.
 
-    Rules, in order: non-finite values; rounding; a stale 'write' buffer (``context["initial_buffer"]``); the
+    Rules, in order: non-finite values; a backward ignoring its grad_req (``context["initial_buffer"]``,
+    ``context["added_to_buffer"]``); rounding; the
     gradients of two arguments swapped (``context["other_expected"]``); the wrong array returned
     (``context["arrays"]``); the derivative taken at the output (``context["at_output"]``); the head gradient
     ignored (``context["head_doubled"]``); one

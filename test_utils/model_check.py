@@ -1036,8 +1036,8 @@ class _ModelCheck:
                 self._localise(k, *self.point.direction(k, self.failed[k]))
             else:
                 self.rows[k]["notes"].append(
-                    f"not localised element by element: the {LOCALISE_MAX} worst of the "
-                    f"{len(order)} failing arguments are"
+                    f"not localised element by element (only the {LOCALISE_MAX} worst of the "
+                    f"{len(order)} failing arguments are)"
                 )
 
     def _localise(self, k, r, random_signs):
@@ -1615,6 +1615,8 @@ def check_model(
             diagnosis=first["diagnosis"],
             result=result,
             faults=result.faults,
+            # the values and directions are drawn from ``seed``: the report says so (not "no random seed")
+            seed=result.seed,
         )
     return result
 

@@ -529,6 +529,8 @@ class _BackwardCheck:
             found["other_expected"] = [(n, e) for n, e in self.exp.items() if n != name]
             if req == "write":
                 found["initial_buffer"] = self.initial[name]
+            elif req == "add":
+                found["added_to_buffer"] = self.initial[name]
             return found
 
         if req == "null":

@@ -147,6 +147,17 @@ def test_bisection_finds_a_single_wrong_element():
     assert [f.name for f in res.faults] == ["wrong"]
 
 
+def test_the_failure_report_names_check_models_seed():
+    # check_model draws its values and directions from ``seed``: the last line says so (it used to say "no random
+    # seed involved")
+    data, values, _ = _steep()
+    y = S.Custom(S.FullyConnected(data, num_hidden=3, name="fc"), op_type="mc_steep_scaled", name="steep")
+    with pytest.raises(GradientCheckError) as info:
+        check_model(y, values, dtype="float64", seed=7, locate=False)
+    last = str(info.value).splitlines()[-1].strip()
+    assert last.startswith("seed 7 ") and info.value.seed == 7, last
+
+
 def _steep(scale=1e4, seed=0):
     # tanh(1e4 (W x + b)) with W x + b within 1e-5 of 0: the objective's curvature along any argument is so large
     # that the central difference at the default step errs by up to 70x the float64 tolerance (measured before
@@ -307,6 +318,17 @@ def test_cli_checks_a_custom_op_model_with_import(tmp_path):
     # without --import the Custom op is unknown: a usage error naming it (exit 2)
     done = _symgrad("check", spliced, "--params", params_path, "--shape", "data=1,3,64,64")
     assert done.returncode == 2 and "planted_at_output" in done.stderr
+
+
+def test_cli_unregistered_custom_op_points_at_import(tmp_path):
+    # a model file with a Custom node whose op_type nothing registered: exit 2, the op named, --import suggested
+    doc = json.loads(S.Custom(S.Variable("x"), op_type="mc_steep_scaled", name="c").tojson())
+    doc["nodes"][1]["attrs"]["op_type"] = "never_registered_xyz"
+    path = tmp_path / "m-symbol.json"
+    path.write_text(json.dumps(doc))
+    done = _symgrad("check", path, "--shape", "x=2,3")
+    assert done.returncode == 2
+    assert "'never_registered_xyz' is not registered" in done.stderr and "--import" in done.stderr, done.stderr
 
 
 def test_cli_import_errors_are_usage_errors(capsys):
