@@ -1,7 +1,9 @@
 """The ``symgrad`` command: check a model's gradients, summarise it, draw it.
 
+Usage::
+
     symgrad check MODEL.json [--params FILE] [--shape NAME=D1,D2,...]... [--dtype float32] [--mode sample]
-                  [--workers N | --scheduler ADDRESS]
+                  [--workers N | --scheduler ADDRESS] [--json] [--html REPORT.html]
     symgrad check --example lenet
     symgrad info MODEL.json [--params FILE] [--shape NAME=D1,D2,...]...
     symgrad plot MODEL.json -o FILE.(svg|png|pdf|dot) [--shape NAME=D1,D2,...]... [--collapse] [--wrap N]
@@ -227,6 +229,7 @@ def _check(args, stack) -> int:
 
     import_modules(args.imports)
     ctx = _check_args(args)
+    _html_target(args.html)
     prep, reqs = _check_model_input(args)
     executor, spread_text = _open_executor(args, stack)
     workers = _workers(args, ctx)
@@ -251,7 +254,10 @@ def _check(args, stack) -> int:
         keep_partial=True,
     )
     result.header.update(ctx=str(ctx), samples=args.samples if args.mode == "sample" else None, executor=spread_text)
+    result.header["command"] = _command_line(args)
     _print_result(args, result)
+    if args.html:
+        _write_html(args, result)
     if result.partial:
         return EXIT_SIGTERM if result.interrupted == "SIGTERM" else EXIT_SIGINT
     return 0 if result.ok else 1
@@ -282,6 +288,41 @@ def _check_model_input(args):
     prep = prepare_model(sym, params, parse_shapes(args.shape), args.seed)
     prep.label = label
     return prep, parse_grad_req(args.grad_req, list(prep.args))
+
+
+def _html_target(path) -> None:
+    """``--html FILE``: refused before the check when it cannot be written there (a folder, a missing folder)."""
+    if path is None:
+        return
+    folder = os.path.dirname(os.path.abspath(path))
+    if os.path.isdir(path):
+        raise CLIError(f"--html {path}: is a directory, give a file name (e.g. report.html)")
+    if not os.path.isdir(folder):
+        raise CLIError(f"--html {path}: no such directory {folder}")
+
+
+def _write_html(args, result) -> None:
+    try:
+        result.to_html(args.html)
+    except OSError as exc:
+        raise CLIError(f"--html {args.html}: {exc.strerror or _one_line(exc)}") from None
+    print(f"wrote {args.html}", file=sys.stderr if args.json else sys.stdout)
+
+
+def _command_line(args) -> str:
+    """The ``symgrad check`` line that repeats this check (same model, values, dtype, mode, seed and requests;
+    the workers change nothing in the result and are left out)."""
+    import shlex
+
+    line = ["symgrad", "check"] + ([args.model] if args.model is not None else ["--example", args.example])
+    line += [f"--import={m}" for m in args.imports or ()]
+    line += [f"--params={args.params}"] if args.params else []
+    line += [f"--shape={s}" for s in args.shape or ()]
+    line += [f"--dtype={args.dtype}", f"--mode={args.mode}", f"--seed={args.seed}"]
+    line += [f"--samples={args.samples}"] if args.mode == "sample" else []
+    line += [f"--grad-req={r}" for r in args.grad_req or ()]
+    line += [f"--ctx={args.ctx}"] if args.ctx != "cpu" else []
+    return shlex.join(line)
 
 
 def _print_result(args, result) -> None:
@@ -545,6 +586,12 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("--seed", type=_seed, default=0, help="seed of the random values and draws (default 0)")
     check.add_argument("--ctx", default="cpu", metavar="cpu|gpu:N", help="device (default cpu)")
     check.add_argument("--json", action="store_true", help="print the report as JSON (for CI)")
+    check.add_argument(
+        "--html",
+        metavar="FILE",
+        help="also write the report as one self-contained HTML page (charts, the faulty node on the graph), "
+        "whatever the verdict",
+    )
     check.add_argument(
         "--progress",
         action=argparse.BooleanOptionalAction,

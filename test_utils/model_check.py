@@ -366,7 +366,7 @@ def prepare_model(model, params=None, shapes=None, seed=0) -> PreparedModel:
 
 class ArgResult(dict):
     """One row of the report: ``name``, ``shape``, ``role``, ``grad_req``, ``checked`` (elements compared),
-    ``size``, ``method``, ``max_error`` (largest |analytic - numeric|), ``worst_ratio`` (largest error /
+    ``size``, ``method``, ``max_error`` (largest ``|analytic - numeric|``), ``worst_ratio`` (largest error /
     allowed error, < 1 passes), ``verdict`` ("pass", "FAIL", "skip", "not checked"), ``diagnosis`` (a line or
     None), ``worst`` (the worst elements: ``(index, analytic, numeric)``) and ``notes``."""
 
@@ -436,25 +436,34 @@ class ModelCheckResult:
     partial: bool = False
     interrupted: str | None = None
     header: dict = field(default_factory=dict)
+    #: the model's graph as plain data for the HTML report (``to_html``), not in ``to_dict``: ``{"nodes": [{"name",
+    #: "op" (None for an input), "op_type" (Custom ops), "inputs": [positions of the nodes it reads]}]}`` in
+    #: topological order; None when not recorded
+    graph: dict | None = None
 
     @property
     def ok(self) -> bool:
+        """No argument FAILs and the check ran to the end ("unsettled" and "imprecise" rows are no failure)."""
         return not self.partial and all(r["verdict"] != "FAIL" for r in self.rows)
 
     @property
     def failed(self) -> list:
+        """The rows whose verdict is "FAIL"."""
         return [r for r in self.rows if r["verdict"] == "FAIL"]
 
     def counts(self) -> dict:
+        """``{verdict: number of rows}`` for "pass", "FAIL", "unsettled", "imprecise", "skip", "not checked"."""
         out = {"pass": 0, "FAIL": 0, "unsettled": 0, "imprecise": 0, "skip": 0, "not checked": 0}
         for r in self.rows:
             out[r["verdict"]] = out.get(r["verdict"], 0) + 1
         return out
 
     def table(self) -> list[str]:
+        """The rows as the text table ``symgrad check`` prints, one line each."""
         return render_table(self.rows)
 
     def summary(self) -> str:
+        """The closing line: the verdict and the counts, as ``every gradient passes: N passed, 0 failed in T s``."""
         c = self.counts()
         skipped = f", {c['skip']} skipped (not differentiable)" if c["skip"] else ""
         left = f", {c['not checked']} not checked" if c["not checked"] else ""
@@ -476,6 +485,7 @@ class ModelCheckResult:
         return f"{verdict}: {c['pass']} passed, {c['FAIL']} failed{skipped}{left} in {self.seconds:.1f} s"
 
     def lines(self) -> list[str]:
+        """The whole text report (``str(result)``): the table, the pinning, the faulty nodes and the summary."""
         out = self.table() + [""]
         if self.pinning is not None:
             out.append(_pinning_line(self.pinning))
@@ -492,7 +502,45 @@ class ModelCheckResult:
     def __str__(self):
         return "\n".join(self.lines())
 
+    def to_html(self, path: str | os.PathLike[str] | None = None) -> str:
+        """The report as one self-contained HTML page (inline CSS and SVG: it opens offline): the verdict and the
+        command that reproduces the check, each argument's error against its tolerance (log scale), analytic
+        against numeric for the failing arguments' worst elements, the faulty nodes on the model's graph, what was
+        pinned and what the kink test judged, and the table of every argument (``symgrad check --html``).
+
+        Args:
+            path: where to write the page (UTF-8); None: only return it.
+
+        Returns:
+            The page.
+        """
+        from .html_report import render
+
+        page = render(self)
+        if path is not None:
+            with open(path, "w", encoding="utf-8") as f:
+                f.write(page)
+        return page
+
+    @staticmethod
+    def _graph(sym) -> dict:
+        """``graph`` of ``sym``: its nodes' names, ops and inputs, as plain data."""
+        import networkx as nx
+
+        g = sym.to_networkx()
+        order = list(nx.topological_sort(g))
+        at = {key: k for k, key in enumerate(order)}
+        nodes = []
+        for key in order:
+            entry = g.nodes[key]
+            op = None if entry["node"].op is None else entry["op"]
+            op_type = entry["params"].get("op_type") if op == "Custom" else None
+            inputs = [at[src.id] for src, _ in entry["node"].inputs]
+            nodes.append({"name": entry["name"], "op": op, "op_type": op_type, "inputs": inputs})
+        return {"nodes": nodes}
+
     def to_dict(self) -> dict:
+        """The result as JSON-ready data (``symgrad check --json``): the rows, faulty nodes and counts."""
         c = self.counts()
         doc = {
             **self.header,
@@ -1530,6 +1578,39 @@ def check_model(
 ) -> ModelCheckResult:
     """Check the gradient of every argument of a whole model numerically, and name the faulty node.
 
+    Method:
+        The analytic side: one ``forward(is_train=True)`` in ``dtype`` recording every elementwise decision,
+        and one backward with random head weights (uniform in [0.1, 1.1)) into dirty buffers. The numeric side:
+        a float64 copy of the graph with those decisions pinned (``pin``), so a difference never crosses a kink
+        the forward did not choose; only opaque ``Custom`` ops keep kinks, judged by the kink test.
+        ``mode="fast"``: per argument ``directions`` directional derivatives along random ``r`` (the first with
+        the signs of the analytic gradient, the others random), each first a one-sided difference, then a
+        central one, then shorter steps until it settles; the worst failing arguments (at most 3) are localised
+        (bisection of the direction's support down to 8 elements, then per-element differences on those and
+        up to 16 random others) and, with ``locate``, every op node is checked alone at its recorded inputs to
+        name the faulty ones (``NodeFault``). ``"sample"``: central differences of ``samples`` random elements
+        per argument; ``"full"``: ``check_numeric_gradient`` per argument.
+
+    Cost:
+        Fast mode, every gradient right: one analytic forward and backward, about ten float64 forwards for
+        the noise estimates and one float64 forward and backward measuring the dtype's rounding, then at most 2 x
+        ``directions`` partial forwards per argument (1 per direction when the one-sided try passes), however
+        large the argument. A localised argument adds 2 partial forwards per bisection level and 2 per element
+        compared; ``locate`` adds one small check per op node. Sample mode: 2 partial forwards per sampled
+        element; full mode: ``check_numeric_gradient``'s cost per argument. ``workers``/``executor`` share the
+        arguments between processes.
+
+    Tolerance:
+        Each element may err by ``t_i = rtol * (max|g| + |g_i|) + analytic noise_i``: ``rtol`` from ``dtype``'s
+        table (1e-4 for float32), the ``max|g|`` term being ``check_numeric_gradient``'s scaled atol, the noise
+        the measured difference from a float64 backward on the same decisions (capped at 1e-3 of the largest
+        gradient; emulated only when something fails). A projection along ``r`` is allowed ``min(sum t_i
+        |r_i|, 6 sqrt(sum (t_i r_i)^2)) + rtol * |numeric| + numeric noise`` (the Hoeffding bound only for
+        random signs: a false alarm below ``2 exp(-18)``); the one-sided try counts only as a pass, and only
+        where its rounding is below a tenth of that. A difference that does not settle as the step shrinks is
+        "unsettled", a float32 mismatch where the rule holds in float64 on float64's own decisions is left out
+        (up to 4 times its tolerance) or "imprecise" (beyond): neither is FAIL.
+
     Args:
         model: a ``Symbol``, the path of an MXNet ``*-symbol.json``, or a ``PreparedModel``.
         params: the values: a ``.params``/``.npz`` path, a dict (``arg:NAME``/``aux:NAME`` or plain names) or
@@ -1559,9 +1640,6 @@ def check_model(
 
     Returns:
         A ``ModelCheckResult``: ``rows`` (one ``ArgResult`` per argument), ``faults`` (``NodeFault``), ``ok``.
-
-    Cost (fast mode, every gradient right): one analytic forward and backward, about ten float64 forwards for
-    the noise estimates, and ``2 x directions`` partial forwards per argument.
     """
     from symgrad.context import cpu
 
@@ -1576,6 +1654,7 @@ def check_model(
     check = _ModelCheck(prep, rows, dtype, ctx, mode, samples, seed, directions, progress, executor, pin, locate)
     check.workers = workers
     result = ModelCheckResult(prep.label, np.dtype(dtype).name, mode, int(seed), [rows[n] for n in prep.args])
+    result.graph = ModelCheckResult._graph(prep.sym)
     result.header = {"given": prep.given, "ignored_params": prep.ignored, "dropout_as_identity": prep.dropouts}
     np.random.seed(seed)  # the checkers' own draws (full mode's projection weights, dirty buffers)
     t0 = time.perf_counter()
