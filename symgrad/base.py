@@ -179,6 +179,7 @@ class NameManager(_Scope):
         self._counter: dict[str, int] = {}
 
     def get(self, name: str | None, hint: str) -> str:
+        """``name`` when given, else ``hint`` followed by how many names this manager has made from it."""
         if name:
             return name
         n = self._counter.get(hint, 0)

@@ -156,14 +156,17 @@ def to_numpy(arr: Array) -> np.ndarray:
 
 
 def cpu(device_id: int = 0) -> Context:
+    """The host: numpy arrays (``device_id`` only labels the context, as in MXNet)."""
     return Context("cpu", device_id)
 
 
 def gpu(device_id: int = 0) -> Context:
+    """CUDA device ``device_id``: CuPy arrays (CuPy is imported when the context is first used)."""
     return Context("gpu", device_id)
 
 
 def num_gpus() -> int:
+    """The number of CUDA devices CuPy sees; 0 without CuPy."""
     try:
         import cupy
 

@@ -98,6 +98,7 @@ EXAMPLES: dict[str, tuple[str, str, Callable[[], Symbol] | None]] = {
         None,
     ),
 }
+#: the example ``symgrad check`` runs without a model (``python -m symgrad``)
 DEFAULT_EXAMPLE = "lenet"
 #: sample-mode elements per argument where the default (``cli.DEFAULT_SAMPLES``) would take minutes
 EXAMPLE_SAMPLES = {"mobilenet0.25": 16}
@@ -130,7 +131,9 @@ def write_examples(directory: StrPath = MODELS_DIR) -> list[str]:
 
 # -- kept for scripts written against the first version of this module ---------------------------------
 
+#: name -> builder of the first version's models
 MODELS: dict[str, Callable[..., Symbol]] = {"mlp": mlp}
+#: name -> the data shape of each model of ``MODELS``
 DATA_SHAPES: dict[str, Shape] = {"mlp": (4, 8)}
 
 

@@ -69,14 +69,17 @@ class HostArray(np.ndarray):
 
     @property
     def context(self) -> Context:
+        """``cpu(0)`` (``ctx`` is the same)."""
         return cpu()
 
     ctx = context
 
     def asnumpy(self) -> np.ndarray:
+        """A plain numpy copy."""
         return np.array(self, copy=True)
 
     def asscalar(self) -> Any:
+        """The one element as a Python number (ValueError for any other size)."""
         if self.size != 1:
             raise ValueError(f"asscalar: the array has {self.size} elements, not 1 (shape {self.shape})")
         return self.reshape(()).item()

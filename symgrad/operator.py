@@ -265,23 +265,32 @@ class CustomOpProp:
         self.need_top_grad_ = need_top_grad
 
     def infer_shape(self, in_shape: list[list[int]]) -> InferShapeResult:
+        """``(input shapes, output shapes, auxiliary shapes)`` from the inputs' shapes (default: every output
+        has the first input's shape, no auxiliary states)."""
         return in_shape, (in_shape[0],) * len(self.list_outputs()), ()
 
     def infer_type(self, in_type: list[type[np.generic]]) -> InferTypeResult:
+        """``(input dtypes, output dtypes, auxiliary dtypes)`` from the inputs' dtypes (default: the first
+        input's dtype everywhere)."""
         return in_type, [in_type[0]] * len(self.list_outputs()), [in_type[0]] * len(self.list_auxiliary_states())
 
     def list_outputs(self) -> list[str]:
+        """The output names (default ``["output"]``)."""
         return ["output"]
 
     def list_arguments(self) -> list[str]:
+        """The input names, in the order ``sg.sym.Custom``'s inputs feed them (default ``["data"]``)."""
         return ["data"]
 
     def list_auxiliary_states(self) -> list[str]:
+        """The auxiliary state names (default none)."""
         return []
 
     def declare_backward_dependency(
         self, out_grad: Sequence[int], in_data: Sequence[int], out_data: Sequence[int]
     ) -> list[int]:
+        """MXNet's memory hint: the ids of the arrays ``backward`` reads. symgrad does not call it: ``backward``
+        always gets ``in_data`` and ``out_data``, and ``out_grad`` unless ``need_top_grad`` is False (a loss)."""
         deps: list[int] = []
         if self.need_top_grad_:
             deps.extend(out_grad)
@@ -290,6 +299,7 @@ class CustomOpProp:
         return deps
 
     def create_operator(self, ctx: Context, in_shapes: list[list[int]], in_dtypes: list[type[np.generic]]) -> CustomOp:
+        """The ``CustomOp`` instance of one executor, for these input shapes and dtypes (override it)."""
         return CustomOp()
 
 

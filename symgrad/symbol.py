@@ -221,6 +221,7 @@ class Symbol:
         raise TypeError(f"Symbol indices must be int, str or slice, got {type(index).__name__}")
 
     def list_outputs(self) -> list[str]:
+        """The output names, MXNet's way: ``x`` for a variable, ``fc_output``, ``split0_output1``."""
         return [node.output_name(i) for node, i in self._outputs]
 
     def _nodes(self) -> list[Node]:
@@ -245,6 +246,7 @@ class Symbol:
         return [n.name for n in self._arg_and_aux_nodes()[1]]
 
     def list_auxiliary_states(self) -> list[str]:
+        """Auxiliary-state names (BatchNorm's ``bn_moving_mean``, ``bn_moving_var``) in MXNet's DFS order."""
         return [n.name for n in self._arg_and_aux_nodes()[2]]
 
     def list_inputs(self) -> list[str]:
@@ -598,6 +600,7 @@ class Symbol:
         )
 
     def grad(self, wrt: object) -> NoReturn:
+        """Always raises ``SymgradError`` (deprecated in MXNet): use ``symgrad.grad(outputs, inputs)``."""
         raise SymgradError("Symbol.grad is deprecated in MXNet; use symgrad.grad(outputs, inputs)")
 
     # -- operator overloads -----------------------------------------------------

@@ -49,14 +49,14 @@ __all__ = ["print_summary", "plot_network", "render", "png_size", "FORMATS", "PA
 
 #: formats ``render`` writes; all but "dot" need graphviz's ``dot`` program
 FORMATS = ("svg", "png", "pdf", "dot")
-#: op input slots holding learned parameters (counted, hidden with ``hide_weights``)
-#: more drawn ops than this: ``plot_network`` wraps long chains into columns and frames the blocks (by default)
+#: above this many drawn ops ``plot_network`` wraps long chains into columns and frames the blocks (by default)
 LARGE_GRAPH = 80
 #: ops that share a name prefix to make it a block (``cluster``/``collapse``)
 BLOCK_MIN_OPS = 3
 #: wrapped columns (automatic): at least this many rows, more to make the drawing about as wide as tall
 WRAP_MIN_ROWS = 20
 _ROW_INCHES, _COLUMN_MARGIN, _CHAR_INCHES = 1.6, 2.3, 0.11  # a drawn row's height, a column's edges, a letter
+#: op input slots holding learned parameters (counted, hidden with ``hide_weights``)
 PARAM_SLOTS = ("weight", "bias", "gamma", "beta", "parameters", "alpha")
 _WEIGHT_LIKE = ("_weight", "_bias", "_beta", "_gamma", "_moving_var", "_moving_mean", "_running_var", "_running_mean")
 # MXNet's colour map: inputs, conv/dense, activations, BatchNorm, pooling, shape ops, softmax, the rest
@@ -492,7 +492,10 @@ def plot_network(
     cannot lay out framed and wrapped). ``collapse=True`` draws each such block as one box instead. Graphs up
     to ``LARGE_GRAPH`` ops keep MXNet's look unless asked.
 
-    Args (MXNet's, in its order):
+    The positional arguments are MXNet's, in its order; the keyword-only ones (``cluster``, ``wrap``,
+    ``collapse``) are symgrad's, for large graphs.
+
+    Args:
         symbol: the Symbol.
         title: the graph's name.
         save_format: the Digraph's format (``render``/``pipe`` use it): "pdf", "svg", "png", ...
@@ -502,15 +505,13 @@ def plot_network(
             not infer: ValueError.
         node_attrs: graphviz node attributes over the defaults (box, 1.3 x 0.8034, filled).
         hide_weights: leave parameter inputs (weights, biases, BatchNorm's gamma/beta and moving statistics) out.
-
-    Keyword-only (symgrad's, for large graphs):
-        cluster: frame the ops of each name-prefix block (a ``cluster_*`` subgraph labelled with the prefix);
-            None: when the graph has more than ``LARGE_GRAPH`` ops and such blocks (and the weights are hidden).
-            With ``hide_weights=False``: one column (``wrap`` > 0 too: ValueError).
-        wrap: at most this many ops along a chain per column (0: one column, MXNet's layout); None: for a
-            graph of more than ``LARGE_GRAPH`` ops, about the rows that make the drawing as wide as tall.
-        collapse: draw each name-prefix block as one 3-D box (name, op count, commonest ops; edges between
-            blocks carry the shapes) instead of its ops: a one-page overview.
+        cluster: (keyword-only) frame the ops of each name-prefix block (a ``cluster_*`` subgraph labelled with
+            the prefix); None: when the graph has more than ``LARGE_GRAPH`` ops and such blocks (and the weights are
+            hidden). With ``hide_weights=False``: one column (``wrap`` > 0 too: ValueError).
+        wrap: (keyword-only) at most this many ops along a chain per column (0: one column, MXNet's layout);
+            None: for a graph of more than ``LARGE_GRAPH`` ops, about the rows that make the drawing as wide as tall.
+        collapse: (keyword-only) draw each name-prefix block as one 3-D box (name, op count, commonest ops; edges
+            between blocks carry the shapes) instead of its ops: a one-page overview.
 
     Returns:
         A ``graphviz.Digraph``; ``.source`` is the DOT text, ``render``/``pipe`` need graphviz's ``dot`` program.

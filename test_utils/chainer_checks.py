@@ -11,8 +11,8 @@ analytic gradients; one random direction ``r`` over every checked input and para
 magnitudes uniform in [0.5, 1.5), normalised to ``|r| = 1``) reduces the check to one number:
 ``backward . r`` against the derivative of ``delta -> sum(y_grad * func(x + delta r))`` at 0, by central
 differences of half-width ``eps`` (4 samples and one Richardson step with ``detect_nondifferentiable``).
-Cost: 1 forward + 1 backward, then 2 (or 4) forwards of the reference graph, plus the analytic-noise
-estimate (5 float64 forward and backward passes).
+Cost: 1 forward + 1 backward, then 2 (or 4) forwards of the reference graph, plus the noise estimates (8
+forwards of the reference; 7 float64 forward and backward passes for float16/float32 gradients, 1 for float64).
 
 Differences from Chainer (all on the side of trustworthy numbers):
 
@@ -233,8 +233,20 @@ def numerical_grad(
 
     ``f`` takes no arguments and returns the outputs (an array or a tuple of arrays; None entries are
     skipped); every element of every array in ``inputs`` is changed in place to ``x +- eps`` (and
-    restored). The quotient divides by the distance between the two values actually stored, and sums
-    in float64. Cost: 2 calls of ``f`` per element, 4 with ``detect_nondifferentiable``.
+    restored).
+
+    Method:
+        Central differences per element, in the inputs' own dtype (``f`` computes there); the quotient
+        divides by the distance between the two values actually stored, and sums in float64.
+
+    Cost:
+        2 calls of ``f`` per element, 4 with ``detect_nondifferentiable`` (plus one at ``inputs`` unless
+        ``center_outputs`` is given).
+
+    Tolerance:
+        None: the gradient is returned, not judged. ``detect_nondifferentiable`` judges kinks: a jump
+        between the one-sided derivatives larger than its rounding noise and than ``(diff_atol + diff_rtol *
+        (ymax - ymin)) / eps``.
 
     Args:
         f: callable with no arguments returning the outputs.
@@ -242,10 +254,12 @@ def numerical_grad(
         grad_outputs: tuple of arrays, scalars or None, one per output.
         eps: half-width of the central differences.
         detect_nondifferentiable: sample 5 points (``x + {-1, -1/2, 0, 1/2, 1} * eps``), raise
-            ``NondifferentiableError`` where the outputs do not fit a quadratic or change finiteness; the
-            derivative then takes one Richardson step (error O(eps^4)).
-        diff_atol, diff_rtol: allowed fit residual, ``diff_atol + diff_rtol * (ymax - ymin)``; rounding
-            noise of the outputs' dtype is added (a difference at the rounding level is not a kink).
+            ``NondifferentiableError`` where the one-sided derivatives at ``eps/2`` and ``eps`` differ (the one
+            kink test of ``differencer``) or the outputs change finiteness; the derivative then takes one
+            Richardson step (error O(eps^4)).
+        diff_atol, diff_rtol: the least jump that counts as a kink, ``diff_atol + diff_rtol * (ymax - ymin)``
+            per unit step (Chainer's fit tolerance); rounding noise of the outputs' dtype is added (a
+            difference at the rounding level is not a kink).
         center_outputs: outputs of ``f`` at ``inputs`` (saves a call with ``detect_nondifferentiable``).
 
     Returns:
@@ -336,6 +350,38 @@ def check_backward(
     probes: bool | None = None,
 ) -> None:
     """Test the backward of ``func`` along a random direction (Chainer's ``check_backward``).
+
+    Method:
+        One forward + backward with ``y_grad`` in the dtype under test gives the analytic gradients. One random
+        direction ``r`` over every checked input and parameter (random signs, magnitudes uniform in
+        [0.5, 1.5), normalised to ``|r| = 1``, from numpy's global RNG) reduces the check to one number:
+        ``backward . r`` against the derivative of ``delta -> sum(y_grad * func(x + delta r))`` at 0, by
+        central differences of half-width ``eps`` on a float64 copy of the graph and its inputs
+        (``float64_reference``). ``detect_nondifferentiable`` samples ``+-eps/2`` and ``+-eps`` instead,
+        raises ``NondifferentiableError`` where the one-sided derivatives differ (naming the input element
+        when it can be found), and takes one Richardson step. A failure is looked at again before it is
+        reported: with the reference evaluated on the forward's own pieces (ReLU masks, pooling windows), with
+        shorter steps (``eps/4``, ``eps/16``, ... until the difference settles: a long ``eps`` next to a steep
+        point), and element by element for inputs of at most 5 000 elements, where mismatches at kinks whose
+        one-sided derivatives bracket the backward are moved off the kink (then left out of ``r``) with a
+        ``NondifferentiablePointWarning``, as ``check_numeric_gradient`` does.
+
+    Cost:
+        Independent of the input sizes when the check passes: one forward and one backward in the dtype
+        under test; a float64 bind, 2 forwards along ``r`` (4 with ``detect_nondifferentiable``) and the noise
+        estimates (8 float64 forwards; 7 float64 forward and backward passes for float16/float32 gradients,
+        1 for float64). A failure adds 2 partial forwards per element of each failing input of at most 5 000
+        elements (6 more per mismatching element for the kink test) and 2 forwards per shorter step. Graphs
+        with ``Custom`` nodes add the buffer probe and the special points.
+
+    Tolerance:
+        ``|backward . r - numeric| <= atol + rtol * |numeric| + noise`` on the one projected number (Chainer
+        scales ``rtol`` by ``|backward . r|``), with Chainer's defaults ``atol=1e-5``, ``rtol=1e-4``. ``noise``
+        is the rounding noise of the reference's difference (the objective's noise divided by the width,
+        times 3 with ``detect_nondifferentiable``) plus the analytic side's rounding noise in its dtype
+        projected on ``|r|`` (emulated as in ``check_numeric_gradient``); with the float64 reference both are
+        far below ``atol`` for a correct gradient, so float32 and float16 gradients pass at Chainer's
+        defaults.
 
     Args:
         func: takes one input Symbol per array of ``x_data`` (Variables ``x0``, ``x1``, ...) and returns
@@ -878,6 +924,17 @@ def check_double_backward(
     The first-order gradient ``(x, gy) -> (gx, gparams)`` is built as Symbols with ``symgrad.grad``
     and checked with ``check_backward`` (head gradients ``x_grad_grad + params_grad_grad``), so the
     second-order gradient rules are compared with finite differences of the first-order ones.
+
+    Method:
+        ``check_backward``'s, on the first-order gradient graph: its inputs are ``x_data``, ``y_grad`` and
+        ``params``, its outputs ``gx`` and ``gparams``; the random direction runs over all of them.
+
+    Cost:
+        ``check_backward``'s on the gradient graph, whose forward is the first-order forward and backward
+        (about 2 to 3 times a forward) and whose backward runs the gradient rules of those.
+
+    Tolerance:
+        ``check_backward``'s model with Chainer's defaults for this check, ``atol=1e-4``, ``rtol=1e-3``.
 
     Args:
         func, x_data, params, eps, atol, rtol, dtype, detect_nondifferentiable, float64_reference, progress:

@@ -240,6 +240,30 @@ def check_consistency(
 ) -> dict[str, Any]:
     """Check that a symbol gives the same outputs and gradients on every device and dtype (MXNet 1.9).
 
+    Method:
+        Every entry of ``ctx_list`` is bound with ``simple_bind`` and gets the same random argument values
+        (cast to its dtypes); ``forward(is_train=False)``, then ``forward(is_train=True)`` and ``backward``
+        with the same random head gradients. Outputs, gradients and updated auxiliary states of each entry
+        are compared with those of the most precise entry (or ``ground_truth``): no finite differences, the
+        entries check each other. A failure between entries of different dtypes or devices is looked at
+        again with the most precise entry re-run on the other entry's elementwise decisions (ReLU masks,
+        max-pool choices) pinned by value: if everything then agrees, the difference was flipped decisions
+        near a tie, and the check passes with a ``DecisionFlipWarning`` listing them.
+
+    Cost:
+        Per entry one ``simple_bind``, two forward passes and one backward pass; per entry less precise
+        than the reference, the rounding-noise estimate of each phase (7 float64 evaluations, forward and
+        backward for the training phase). A failing entry of another dtype or device costs two more forward
+        passes of it and of the most precise entry, and one backward.
+
+    Tolerance:
+        Per element ``|entry - reference| <= atol + rtol * |reference| + rounding noise``. ``None`` takes the
+        table entry of the less precise side (a side's dtype: the smaller of the array's dtype and its
+        entry's output dtype), so float32 against float64 is judged at float32's rtol 1e-4, atol 1e-3; a
+        number is used as is, a ``{dtype: tol}`` dict overrides the table. The rounding noise is that of the
+        less precise entry's outputs and gradients, emulated on the float64 graph (none for auxiliary
+        states, none between entries of one dtype).
+
     Args:
         sym: a Symbol, or a list of Symbols (one per entry) with the same arguments and outputs.
         ctx_list: a list of dicts ``{"ctx": sg.cpu(0) | sg.gpu(0), <argument name>: shape, ...,
@@ -274,11 +298,11 @@ def check_consistency(
             entry's dtype or device differs from the most precise entry's and some decisions (relu masks,
             max-pool choices) flipped between the two, the comparison is with the most precise entry re-run
             with those decisions pinned, the message lists the flips and ``err.flips`` holds them.
+        ValueError / TypeError: malformed ``ctx_list``, symbols, params or ground truth.
 
     Warns:
         DecisionFlipWarning: such an entry differed only through flipped decisions (pinning them made every
             output, gradient and auxiliary state agree); the check passes. ``warning.flips`` lists them.
-        ValueError / TypeError: malformed ``ctx_list``, symbols, params or ground truth.
 
     Differences from MXNet: the head gradients of ``backward`` are standard-normal arrays rounded to
     float16 (so every entry holds exactly the same values), drawn from a generator seeded by the input

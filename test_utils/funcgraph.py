@@ -423,8 +423,9 @@ class Reference:
         rounding noise in its dtype). Mismatching elements are examined for kinks (``numeric.element_kinks``)
         and the diagnosis gets the same context as the MXNet-style checkers. Returns ``(error, kinks)``: the
         GradientCheckError of the comparison (None when it passes) and the ``Kink`` facts of the mismatching
-        elements. Cost: 2 partial forwards per element (4 more per mismatching element examined), plus the
-        noise estimate (5 forward and backward passes in float64).
+        elements. Cost: 2 partial forwards per element (6 more per mismatching element examined), plus the
+        noise estimates (7 float64 forward and backward passes for a float16/float32 gradient, 1 for float64;
+        8 forwards of the reference).
         """
         graph = self.graph
         objective = self.objective_for(weights)

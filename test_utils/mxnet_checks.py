@@ -287,6 +287,21 @@ def check_symbolic_forward(
 ) -> list[np.ndarray]:
     """Compare the outputs of ``forward(is_train=False)`` with expected arrays.
 
+    Method:
+        One bind (grad_req 'null') and one ``forward(is_train=False)`` in ``dtype``; each output is compared
+        with its expected array (broadcast to the output's shape). ``expected`` is the reference: nothing
+        else is computed.
+
+    Cost:
+        One bind and one forward pass.
+
+    Tolerance:
+        Per element ``|output - expected| <= atol + rtol * |expected|`` (``tolerance.violations``, no noise
+        term). ``None`` takes the looser table entry of the two arrays' dtypes (a float32 output against a
+        float64 expected array: float32's rtol 1e-4, atol 1e-3); a number is used as is; a ``{dtype: tol}``
+        dict overrides the table for those dtypes. NaN never equals NaN unless ``equal_nan``; equal
+        infinities are equal.
+
     Args:
         sym: the symbol.
         location: argument values, a list in ``sym.list_arguments()`` order or a dict with exactly the
@@ -382,6 +397,27 @@ def check_symbolic_backward(
     values), so the check also proves ``grad_req``: ``write`` must overwrite the buffer with the expected
     gradient, ``add`` must add it (buffer - initial == expected), ``null`` must leave the buffer exactly as
     it was.
+
+    Method:
+        The dirty buffers are drawn from numpy's global RNG in sorted name order (a seed reproduces them);
+        one bind, ``forward(is_train=True)`` and ``backward(out_grads)`` in ``dtype``; each buffer is compared
+        with its expected array (``write``), buffer minus initial value with it (``add``), or with its
+        initial value (``null``). ``expected`` is the reference. On a graph with ``Custom`` nodes the
+        backward then runs twice under 'add' and twice under 'write' on random buffers (``buffers.probe``:
+        an op that ignores ``req``, reads a stale buffer or accumulates across calls), and the special-point
+        probes compare the gradient with float64 finite differences at derived points (``probes``).
+
+    Cost:
+        One bind, one forward and one backward pass. With ``Custom`` nodes (or ``probes=True``): 2 binds,
+        4 forwards and 4 backwards for the buffer probe, and per special point one forward and backward,
+        a float64 bind and 5 forwards.
+
+    Tolerance:
+        ``write``/``add``: per element ``|gradient - expected| <= atol + rtol * |expected|``, no noise term
+        (the expected arrays count as exact); ``None`` takes the looser table entry of the two dtypes, a
+        number is used as is, a ``{dtype: tol}`` dict overrides the table. ``null``: exact equality with
+        the initial buffer (rtol = atol = 0, NaN equal to NaN). The special points are judged by
+        ``check_numeric_gradient``'s model.
 
     Args:
         sym: the symbol.
@@ -730,22 +766,53 @@ def check_numeric_gradient(
 ) -> NumericGradientResult:
     """Check the backward pass against finite differences (MXNet's ``check_numeric_gradient``).
 
-    The scalar checked is ``f = sum_k sum(w_k * out_k)`` over every output ``k``, with random weights
-    ``w_k`` uniform in [0.1, 1.1) (a loss head such as SoftmaxOutput or MakeLoss, whose backward ignores
-    its head gradient, contributes its implied loss instead). The analytic gradient is one
-    ``forward(is_train=True)`` + ``backward(w)`` in ``dtype``, into dirty buffers (checked as
-    ``check_symbolic_backward`` does for write / add / null). The reference is central differences of a
-    second executor in ``numeric_dtype`` (float64 by default, whatever ``dtype`` is) at the same point
-    (the location rounded to ``dtype``), re-running only what depends on the perturbed argument, with
-    auxiliary states reset before every evaluation.
+    Method:
+        The scalar checked is ``f = sum_k sum(w_k * out_k)`` over every output ``k``, with random weights
+        ``w_k`` uniform in [0.1, 1.1) (a loss head such as SoftmaxOutput or MakeLoss, whose backward ignores
+        its head gradient, contributes its implied loss instead). The analytic gradient is one
+        ``forward(is_train=True)`` + ``backward(w)`` in ``dtype``, into dirty buffers (checked as
+        ``check_symbolic_backward`` does for write / add / null). The reference is central differences of a
+        second executor in ``numeric_dtype`` (float64 by default, whatever ``dtype`` is) at the same point
+        (the location rounded to ``dtype``), one element at a time (``x +- h``, ``h = cbrt(eps_64) *
+        max(|x|, 1)``, about ``6.1e-6 * max(|x|, 1)``, unless ``numeric_eps`` is given), re-running only
+        what depends on the perturbed argument, with auxiliary states reset before every evaluation.
 
-    Non-differentiable points: where analytic and numeric disagree, ``numeric.find_kinks`` compares the
-    one-sided differences at two step sizes. An element at a kink (relu/abs at 0, max ties) whose
-    analytic value lies between the one-sided derivatives is not a gradient error: by default it is
-    re-drawn (moved a few steps off the kink, then the whole check runs again there), and a
-    ``NondifferentiablePointWarning`` says so; the result's ``kinks``/``redrawn``/``excluded``/``location``
-    attributes carry the facts. A wrong gradient elsewhere still fails, and so does an analytic value
-    outside the one-sided derivatives.
+        Non-differentiable points: where analytic and numeric disagree, ``numeric.element_kinks`` compares the
+        one-sided differences at three step sizes (``h/4``, ``h``, ``4h``: the one kink test of
+        ``differencer``). An element at a kink (relu/abs at 0, max ties) whose analytic value lies between
+        the one-sided derivatives is not a gradient error: by default it is re-drawn (moved a few steps off
+        the kink towards the side its analytic value belongs to, then the whole check runs again there, up
+        to ``numeric.MAX_REDRAWS`` = 3 rounds before such elements are left out), and a
+        ``NondifferentiablePointWarning`` says so; the result's ``kinks``/``redrawn``/``excluded``/``location``
+        attributes carry the facts. A wrong gradient elsewhere still fails, and so does an analytic value
+        outside the one-sided derivatives.
+
+    Cost:
+        Per checked float element, 2 partial forward passes of the reference (4 with ``"richardson"``, 1 with
+        ``"complex_step"``), each re-running only the instructions downstream of the perturbed argument:
+        this dominates for all but tiny arguments (``executor`` spreads it over workers). Fixed part: one
+        forward and backward in ``dtype``, 2 forwards proving the forward deterministic, the rounding-noise
+        estimates (8 forwards of the reference; 7 float64 forward and backward passes for the analytic side
+        when ``dtype`` is float16/float32, 1 for float64), 3 forwards testing complex support with
+        ``"complex_step"``. A mismatch adds the kink test (6 partial forwards per mismatching element, at
+        most 64 examined when none is a kink), and each re-draw round repeats the check at the moved point.
+        Graphs with ``Custom`` nodes add the buffer probe and the special points (see
+        ``check_symbolic_backward``).
+
+    Tolerance:
+        Per element ``|analytic - numeric| <= atol + rtol * |numeric| + numeric noise + analytic noise``.
+        ``rtol``: the table entry of ``dtype`` (float16 1e-2, float32 1e-4, float64 1e-5) unless given.
+        ``atol``: when None, ``rtol`` times the largest ``|numeric|`` entry of that argument
+        (``tolerance.scaled_atol``: an error below that share of the gradient's own scale is rounding in
+        ``dtype``, where MXNet's fixed 1e-3 for float32 hides 1% errors of gradients below 0.1). Numeric
+        noise: the rounding noise of one evaluation of ``f`` in ``numeric_dtype`` (the larger of
+        ``4 eps |f|`` and 12 times the RMS deviation of 6 forwards with emulated rounding) divided by the
+        width of the difference, ~1e-10 relative with float64. Analytic noise: the rounding the gradient
+        has in ``dtype``, emulated on float64 runs (``harness.analytic_noise``: 12 times the RMS deviation of
+        6 runs), raised to twice the measured ``|g_dtype - g_float64|`` up to 1e-3 of the largest gradient
+        entry; it lets an exactly-zero float32 gradient pass and never excuses a 1% error of a gradient that
+        is not tiny. Both noises are shown in the report. ``null`` arguments: the buffer must stay exactly
+        as it was.
 
     Args:
         sym: the symbol.
@@ -755,10 +822,11 @@ def check_numeric_gradient(
             ``h = cbrt(eps_64) * max(|x|, 1)``; or a fixed width (``x +- eps/2``, as MXNet), a number or
             ``{dtype: eps}``. Too small for ``dtype`` with differences in ``numeric_dtype``
             (``tolerance.min_numeric_eps``, the rule ``numeric_grad`` applies too): ValueError.
-        rtol, atol: None (``dtype``'s defaults), a number or a ``{dtype: tol}`` dict. An estimate of the
-            reference's rounding noise (``numeric.rounding_noise``, ~1e-10 relative with float64) is added
-            to the allowed error and shown in the report; with a low-precision ``numeric_dtype`` it grows
-            as ``eps / step`` and small errors go unseen, which is why float64 is the default.
+        rtol, atol: None (rtol: ``dtype``'s table entry; atol: scaled to each argument's gradient, see
+            Tolerance), a number or a ``{dtype: tol}`` dict. An estimate of the reference's rounding noise
+            (``numeric.rounding_noise``, ~1e-10 relative with float64) is added to the allowed error and shown
+            in the report; with a low-precision ``numeric_dtype`` it grows as ``eps / step`` and small errors
+            go unseen, which is why float64 is the default.
         grad_nodes: arguments to check: None (all, 'write'), a list ('write') or a dict name -> grad_req.
         use_forward_train: ``is_train`` of the numeric evaluations.
         ctx: device of both executors (default ``default_context()``).

@@ -26,7 +26,7 @@ __all__ = ["Recipe", "Spread", "SPREAD_TASKS", "check_pool"]
 
 # == the loop, spread over an executor ==========================================================================
 
-#: tasks one spread sweep is cut into (fewer when it has fewer probes): 1, 2, 4 or 8 workers get equal shares,
+#: tasks one spread sweep is cut into (fewer when it has fewer probes), so 1, 2, 4 or 8 workers get equal shares,
 #: and each task carries the harness's values (pickled once; ~0.1 s per task for ResNet-18's 47 MB), which a
 #: worker unpacks only on its first task of the sweep
 SPREAD_TASKS = 8

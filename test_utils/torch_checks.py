@@ -89,6 +89,33 @@ def gradcheck(
 ) -> bool:
     """Check the gradients of ``func`` at ``inputs`` against finite differences (PyTorch's ``gradcheck``).
 
+    Method:
+        Slow mode (the default): for every float output ``i`` and float input ``j`` the analytic Jacobian is
+        built row by row, one backward per output element with a one-hot head gradient, twice (the two must
+        agree within ``nondet_tol``: backward must be deterministic), and compared with the numeric Jacobian,
+        one column per input element by central differences ``x +- eps`` on a float64 copy of the graph and
+        inputs (``float64_reference``). ``fast_mode`` compares ``u^T J v`` for random unit vectors ``u``
+        (output) and ``v`` (input) with random signs instead. ``check_undefined_grad``: zero head gradients
+        must give exactly zero gradients. A failure is reported with the worst Jacobian entries and the
+        failing pair as a gradient (backward with random head weights against per-element differences),
+        whose diagnosis names the bug; mismatches at kinks are re-drawn as in ``check_numeric_gradient``.
+
+    Cost:
+        Slow mode: 2 backward passes per output element and 2 partial forwards per input element (one
+        Jacobian column each, all outputs at once), plus the analytic rounding-noise estimate per Jacobian
+        row (7 float64 forward and backward passes per output element for float16/float32 inputs, 1 for
+        float64): quadratic in the sizes, meant for small inputs (``executor`` spreads the columns). Fast
+        mode: 2 backward passes per output and 2 forwards per (output, input) pair, plus the noise estimates.
+
+    Tolerance:
+        Slow mode, per Jacobian entry: ``|analytic - numeric| <= atol + rtol * |numeric| + numeric noise +
+        analytic noise`` (``torch.allclose``'s rule plus the two rounding noises: ``4 eps_64 |y_i| / width``
+        of the float64 difference, and the emulated rounding of the row in the dtype under test; both tiny
+        against PyTorch's defaults ``atol=1e-5``, ``rtol=1e-3``). Fast mode: ``|analytic u^T J v - numeric
+        u^T J v| <= atol * min(sum|u| sum|v|, 16 |u| |v|) + rtol * |numeric| + noise`` (``fast_atol_scale``:
+        the spread of an allowed error under random signs, not PyTorch's worst case). Re-entrance: the two
+        backward passes may differ by ``nondet_tol`` (absolute). ``check_undefined_grad``: exact zeros.
+
     Args:
         func: takes one Symbol per array of ``inputs`` and returns a Symbol or a tuple of Symbols.
         inputs: an array or a tuple (arrays become Variables ``input0``, ...; other values pass through).
@@ -160,6 +187,17 @@ def gradgradcheck(
     the gradient graph. ``grad_outputs`` (one array per float output) default to uniform values in
     [-1, 1) drawn from numpy's global RNG; ``gen_non_contig_grad_outputs`` makes them non-contiguous views.
     Other arguments (``executor`` too: the gradient graph travels as its JSON) as ``gradcheck``.
+
+    Method:
+        ``gradcheck``'s, on the vector-Jacobian product: its inputs are ``inputs`` and ``grad_outputs`` (both
+        differentiated), its outputs the input gradients.
+
+    Cost:
+        ``gradcheck``'s on the gradient graph: the Jacobians have one row per element of the input gradients
+        and one column per element of ``inputs`` and ``grad_outputs``.
+
+    Tolerance:
+        ``gradcheck``'s model, with the same defaults (``atol=1e-5``, ``rtol=1e-3``).
 
     >>> import numpy as np, symgrad as sg
     >>> x = np.random.uniform(-1, 1, (2, 3))

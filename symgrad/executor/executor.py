@@ -403,18 +403,24 @@ class Executor:
     # -- views ------------------------------------------------------------------
     @property
     def arg_dict(self) -> dict[str, Array]:
+        """``{argument name: bound array}`` (the arrays themselves: a write into one is seen by the next forward;
+        ``arg_dict["x"][:] = v`` follows numpy's broadcasting, ``copy_params_from`` and ``forward(x=v)`` check
+        shapes)."""
         return _NamedDict(zip(self._arg_names, self.arg_arrays), "an argument")
 
     @property
     def grad_dict(self) -> dict[str, Array | None]:
+        """``{argument name: gradient array}`` (None where grad_req is 'null' or no buffer was given)."""
         return _NamedDict(zip(self._arg_names, self.grad_arrays), "an argument")
 
     @property
     def aux_dict(self) -> dict[str, Array]:
+        """``{auxiliary state name: bound array}``."""
         return _NamedDict(zip(self._aux_names, self.aux_arrays), "an auxiliary state")
 
     @property
     def output_dict(self) -> dict[str, Array]:
+        """``{output name: array of the last forward}``."""
         return _NamedDict(zip(self._output_names, self.outputs), "an output")
 
     @property
@@ -468,7 +474,7 @@ class Executor:
 
     @property
     def arg_contexts(self) -> list[Context]:
-        """The context of each argument (and of its gradient), in ``list_arguments()`` order: the executor's, or
+        """The context of each argument (and of its gradient), in ``list_arguments()`` order; the executor's, or
         with ``group2ctx`` its group's (MXNet's ``exe.arg_arrays[i].context``; a numpy array carries none)."""
         return [self._context_of(n) for n in self._arg_nodes]
 
@@ -619,7 +625,16 @@ class Executor:
         return out if isinstance(out, self._xp.ndarray) else self._xp.asarray(out)
 
     def backward(self, out_grads: OutGrads = None, is_train: bool = True) -> None:
-        """Back-propagate head gradients; write/add into the gradient arrays."""
+        """Back-propagate head gradients; write/add into the gradient arrays.
+
+        ``out_grads``: one array (one output), a list in output order or a dict by output name; None entries
+        (and ``None``) are allowed for loss outputs (SoftmaxOutput, MakeLoss), which need no head gradient.
+        Each argument's ``grad_req`` decides what happens to its gradient array: ``"write"`` overwrites it,
+        ``"add"`` adds the gradient to what it holds, ``"null"`` never touches it. The gradients are computed
+        into temporaries and applied only after the whole backward ran, so a backward that raises leaves
+        every gradient array as it was. A ``Custom`` op gets (a copy of) its argument's gradient buffer, dirty as
+        the caller left it, and ``req``, as in MXNet: it must apply ``req`` itself (``CustomOp.assign``).
+        """
         plan = self._plan
         base, was_train = self._vals, self._last_is_train
         if base is None:
