@@ -14,10 +14,11 @@ import datetime
 import html
 import math
 import shlex
-from typing import TYPE_CHECKING, Any
+from typing import Any, TypeAlias
 
-if TYPE_CHECKING:
-    from .model_check import ModelCheckResult
+#: ``test_utils.model_check.ModelCheckResult``: not imported, not even for the type checker (model_check imports
+#: this module for ``to_html``, and an import back would close a circle: tests/test_layers.py)
+ModelCheckResult: TypeAlias = Any
 
 __all__ = ["render"]
 

@@ -2,7 +2,8 @@
 
 ``python`` blocks run each in a fresh interpreter (so each block's own imports must suffice); ``bash`` blocks
 run their commands except package installs (``pip install ...`` parts of a ``&&`` chain), which CI's own
-set-up command already did, and the test-suite command itself (``pytest``), which is what is running.
+set-up command already did, the test-suite command itself (``pytest``), which is what is running, and the
+documentation build (``python -m sphinx``), which ``tests/test_docs.py`` runs with the same arguments.
 Blocks fenced without a language are output shown to the reader, not code.
 """
 
@@ -40,7 +41,7 @@ def _commands(block):
             continue
         for part in line.split("&&"):
             part = part.strip()
-            if part and "pip install" not in part and "pytest" not in part:
+            if part and "pip install" not in part and "pytest" not in part and "-m sphinx" not in part:
                 yield part
 
 
