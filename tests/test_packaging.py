@@ -37,6 +37,9 @@ JUNK_DIRS = {
     ".git",
     ".whl",
     ".gl",
+    # the documentation site's build output and the operator reference's generated pages (.gitignore)
+    "_build",
+    "_generated",
 }
 
 
