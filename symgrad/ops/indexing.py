@@ -25,6 +25,7 @@ import numpy as np
 
 from ..base import ParamError, ShapeError
 from ..opdef import Param, acc_dtype, adjoint_shape, normalize_axis, register
+from .shape import split_grad
 
 _INDEX_DTYPES = ("uint8", "int32", "int64", "float16", "float32", "float64")
 
@@ -46,6 +47,15 @@ def _first_type(params, in_types, out_types, where):
 def _like_shape(params, in_shapes, out_shapes, where):
     like = in_shapes[-1]
     return in_shapes, [like] if like is not None else out_shapes
+
+
+def _register_index_scatter(name, index, **spec):
+    """Register a hidden gradient op from (``ograd``, ``index``, ``data``) to zeros shaped like ``data``.
+
+    ``ograd`` lands at the positions ``index`` selects and keeps its dtype; ``index`` and ``data`` (read for
+    its shape only) are not differentiated.
+    """
+    register(name, inputs=("ograd", index, "data"), infer_type=_first_type, no_grad_inputs=(index, "data"), **spec)
 
 
 # ----------------------------------------------------------------------------
@@ -104,14 +114,12 @@ def _take_scatter_fwd(xp, g, indices, like, axis, mode):
     return out.astype(g.dtype, copy=False)
 
 
-register(
+_register_index_scatter(
     "_take_scatter",
-    inputs=("ograd", "indices", "data"),
+    "indices",
     params=dict(_TAKE_PARAMS),
     forward=_take_scatter_fwd,
     infer_shape=adjoint_shape("take", (2, 1), like=2),
-    infer_type=_first_type,
-    no_grad_inputs=("indices", "data"),
     # the scatter-add is linear in ograd; its adjoint is the gather: take(h, indices)
     gradient=lambda F, n, g: [F.take(g[0], n.inputs[1], **n.params), None, None],
     doc="take's gradient: scatter-add ``ograd`` into zeros shaped like ``data`` (hidden).",
@@ -195,14 +203,12 @@ def _pick_scatter_fwd(xp, g, index, like, axis, keepdims, mode):
     return xp.where(pos == j, g.reshape(kept), xp.zeros((), dtype=g.dtype)).astype(g.dtype, copy=False)
 
 
-register(
+_register_index_scatter(
     "_pick_scatter",
-    inputs=("ograd", "index", "data"),
+    "index",
     params=dict(_PICK_PARAMS),
     forward=_pick_scatter_fwd,
     infer_shape=adjoint_shape("pick", (2, 1), like=2),
-    infer_type=_first_type,
-    no_grad_inputs=("index", "data"),
     # linear in ograd; its adjoint is the gather: pick(h, index)
     gradient=lambda F, n, g: [F.pick(g[0], n.inputs[1], **n.params), None, None],
     doc="pick's gradient: ``ograd`` placed at the picked positions of zeros shaped like ``data`` (hidden).",
@@ -289,14 +295,12 @@ register(
     doc="numpy.take_along_axis with in-range indices (hidden; sort/topk second order).",
 )
 
-register(
+_register_index_scatter(
     "_scatter_along_axis",
-    inputs=("ograd", "index", "data"),
+    "index",
     params={"axis": Param("int")},
     forward=_scatter_along_fwd,
     infer_shape=_like_shape,
-    infer_type=_first_type,
-    no_grad_inputs=("index", "data"),
     # linear in ograd; its adjoint gathers: take_along_axis(h, index)
     gradient=lambda F, n, g: [F._gather_along_axis(g[0], n.inputs[1], axis=n.params["axis"]), None, None],
     doc="Scatter-add ``ograd`` along ``axis`` at ``index`` into zeros shaped like ``data`` (hidden).",
@@ -603,43 +607,42 @@ register(
     doc="Gather elements or slices of ``data`` at the N-d positions in ``indices`` (shape (M, ...)).",
 )
 
-register(
+_register_index_scatter(
     "_gather_nd_scatter",
-    inputs=("ograd", "indices", "data"),
+    "indices",
     forward=lambda xp, g, indices, like: _scatter_nd_core(xp, g, indices, like.shape, True),
     infer_shape=_scatter_nd_like_shape,
-    infer_type=_first_type,
-    no_grad_inputs=("indices", "data"),
     # linear in ograd; the adjoint of a scatter-add is the gather at the same positions
     gradient=lambda F, n, g: [F.gather_nd(g[0], n.inputs[1]), None, None],
     doc="gather_nd's gradient: scatter-add ``ograd`` into zeros shaped like ``data`` (hidden).",
 )
 
-register(
-    "scatter_nd",
-    inputs=("data", "indices"),
-    params={"shape": Param("shape")},
-    forward=lambda xp, data, indices, shape: _scatter_nd_core(xp, data, indices, shape, False),
-    infer_shape=_scatter_nd_shape,
-    infer_type=_first_type,
-    no_grad_inputs=("indices",),
-    # out[idx(y), rest] = data[y, rest]  ->  d data[y, rest] = dout[idx(y), rest]: gather_nd (exact for
-    # distinct positions; with duplicates the forward itself is undefined, as MXNet warns)
-    gradient=lambda F, n, g: [F.gather_nd(g[0], n.inputs[1]), None],
-    doc="Scatter the rows of ``data`` into zeros of ``shape`` at the N-d positions in ``indices``.",
-)
 
-register(
+def _register_scatter_nd(name, accumulate, doc):
+    """Register a scatter of ``data``'s rows into zeros of ``shape``: written, or added (``accumulate``)."""
+    register(
+        name,
+        inputs=("data", "indices"),
+        params={"shape": Param("shape")},
+        forward=lambda xp, data, indices, shape: _scatter_nd_core(xp, data, indices, shape, accumulate),
+        infer_shape=_scatter_nd_shape,
+        infer_type=_first_type,
+        no_grad_inputs=("indices",),
+        # both linear in data. Written: out[idx(y), rest] = data[y, rest]  ->  d data[y, rest] =
+        # dout[idx(y), rest]: gather_nd (exact for distinct positions; with duplicates the forward itself is
+        # undefined, as MXNet warns). Added: the adjoint of the accumulating scatter is the same gather.
+        gradient=lambda F, n, g: [F.gather_nd(g[0], n.inputs[1]), None],
+        doc=doc,
+    )
+
+
+_register_scatter_nd(
+    "scatter_nd", False, "Scatter the rows of ``data`` into zeros of ``shape`` at the N-d positions in ``indices``."
+)
+_register_scatter_nd(
     "_backward_gather_nd",
-    inputs=("data", "indices"),
-    params={"shape": Param("shape")},
-    forward=lambda xp, data, indices, shape: _scatter_nd_core(xp, data, indices, shape, True),
-    infer_shape=_scatter_nd_shape,
-    infer_type=_first_type,
-    no_grad_inputs=("indices",),
-    # linear in data; the adjoint of the accumulating scatter is the gather
-    gradient=lambda F, n, g: [F.gather_nd(g[0], n.inputs[1]), None],
-    doc="scatter_nd that adds the rows landing on one position (gather_nd's gradient, as MXNet names it).",
+    True,
+    "scatter_nd that adds the rows landing on one position (gather_nd's gradient, as MXNet names it).",
 )
 
 
@@ -708,13 +711,11 @@ def _batch_take_scatter_shape(params, in_shapes, out_shapes, where):
     return [idx if g is None else g, idx, like], [like] if like is not None else out_shapes
 
 
-register(
+_register_index_scatter(
     "_batch_take_scatter",
-    inputs=("ograd", "indices", "data"),
+    "indices",
     forward=_batch_take_scatter_fwd,
     infer_shape=_batch_take_scatter_shape,
-    infer_type=_first_type,
-    no_grad_inputs=("indices", "data"),
     # linear in ograd; its adjoint is the gather batch_take(h, indices)
     gradient=lambda F, n, g: [F.batch_take(g[0], n.inputs[1]), None, None],
     doc="batch_take's gradient: ``ograd`` at the taken positions of zeros shaped like ``data`` (hidden).",
@@ -957,15 +958,10 @@ def _split_v2_fwd(xp, x, indices, axis, squeeze_axis, sections):
 
 
 def _split_v2_grad(F, n, g):
-    # y_i = x[start_i:end_i] along the axis  ->  dx = concat(dy_0, ..., dy_{n-1}); elements before the first
-    # start (indices not starting at 0) reach no output: zero gradient
+    # y_i = x[start_i:end_i] along the axis  ->  dx = concat(dy_0, ..., dy_{n-1}), as for SliceChannel;
+    # elements before the first start (indices not starting at 0) reach no output: zero gradient
     p = n.params
-    axis = p["axis"]
-    gs = [F.expand_dims(gi, axis=axis) for gi in g] if p["squeeze_axis"] else list(g)
-    first = 0 if p["sections"] > 0 else p["indices"][0]
-    if first > 0:
-        gs.insert(0, F.slice_axis(F.zeros_like(n.inputs[0]), axis=axis, begin=0, end=first))
-    return [F.Concat(*gs, dim=axis)]
+    return split_grad(F, n, g, first=0 if p["sections"] > 0 else p["indices"][0])
 
 
 register(
@@ -1246,14 +1242,12 @@ register(
     "the forward).",
 )
 
-register(
+_register_index_scatter(
     "_boolean_mask_scatter",
-    inputs=("ograd", "index", "data"),
+    "index",
     params={"axis": Param("int", 0)},
     forward=_boolean_mask_scatter_fwd,
     infer_shape=_like_shape,
-    infer_type=_first_type,
-    no_grad_inputs=("index", "data"),
     # linear in ograd; its adjoint selects again: boolean_mask(h, index)
     gradient=lambda F, n, g: [F._contrib_boolean_mask(g[0], n.inputs[1], **n.params), None, None],
     doc="boolean_mask's gradient: ``ograd`` at the selected slices of zeros shaped like ``data`` (hidden).",

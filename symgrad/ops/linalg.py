@@ -60,6 +60,25 @@ def _square(where, name, shape):
     return shape
 
 
+def _on_matrix(check=_square):
+    """Decorator: the shape rule of a one-input op, waiting for input 'A' and checking it with ``check``.
+
+    The decorated ``rule(params, a, n_out, where)`` only maps the checked shape ``a`` to the output shapes.
+    """
+
+    def wrap(rule):
+        def infer_shape(params, in_shapes, out_shapes, where):
+            (a,) = in_shapes
+            if a is None:
+                return in_shapes, out_shapes
+            a = check(where, "A", a)
+            return [a], rule(params, a, len(out_shapes), where)
+
+        return infer_shape
+
+    return wrap
+
+
 def _reduced(shape):
     """Output shape of a per-matrix scalar (sumlogdiag, det): the batch axes, or (1,) for one matrix."""
     return tuple(shape[:-2]) or (1,)
@@ -193,12 +212,9 @@ register(
 _CHOL_PARAMS = {"lower": Param("bool", True)}
 
 
-def _square_same(params, in_shapes, out_shapes, where):
-    (a,) = in_shapes
-    if a is None:
-        return in_shapes, out_shapes
-    a = _square(where, "A", a)
-    return [a], [a] * len(out_shapes)
+@_on_matrix()
+def _square_same(params, a, n_out, where):
+    return [a] * n_out
 
 
 def _potrf_fwd(xp, a, lower):
@@ -403,13 +419,10 @@ register(
 # ----------------------------------------------------------------------------
 
 
-def _syrk_shape(params, in_shapes, out_shapes, where):
-    (a,) = in_shapes
-    if a is None:
-        return in_shapes, out_shapes
-    a = _matrices(where, "A", a)
+@_on_matrix(_matrices)
+def _syrk_shape(params, a, n_out, where):
     k = a[-1] if params["transpose"] else a[-2]
-    return [a], [a[:-2] + (k, k)]
+    return [a[:-2] + (k, k)]
 
 
 def _syrk_fwd(xp, a, transpose, alpha):
@@ -443,14 +456,11 @@ register(
 # ----------------------------------------------------------------------------
 
 
-def _gelqf_shape(params, in_shapes, out_shapes, where):
-    (a,) = in_shapes
-    if a is None:
-        return in_shapes, out_shapes
-    a = _matrices(where, "A", a)
+@_on_matrix(_matrices)
+def _gelqf_shape(params, a, n_out, where):
     if a[-2] > a[-1]:
         raise ShapeError(f"{where}: input 'A' {a} must have at most as many rows as columns (LQ factorisation)")
-    return [a], [a, a[:-1] + (a[-2],)]
+    return [a, a[:-1] + (a[-2],)]
 
 
 def _gelqf_fwd(xp, a):
@@ -482,12 +492,9 @@ register(
 )
 
 
-def _syevd_shape(params, in_shapes, out_shapes, where):
-    (a,) = in_shapes
-    if a is None:
-        return in_shapes, out_shapes
-    a = _square(where, "A", a)
-    return [a], [a, a[:-1]]
+@_on_matrix()
+def _syevd_shape(params, a, n_out, where):
+    return [a, a[:-1]]
 
 
 def _syevd_fwd(xp, a):
@@ -533,12 +540,9 @@ register(
 # ----------------------------------------------------------------------------
 
 
-def _sumlogdiag_shape(params, in_shapes, out_shapes, where):
-    (a,) = in_shapes
-    if a is None:
-        return in_shapes, out_shapes
-    a = _square(where, "A", a)
-    return [a], [_reduced(a)]
+@_on_matrix()
+def _sumlogdiag_shape(params, a, n_out, where):
+    return [_reduced(a)]
 
 
 def _sumlogdiag_fwd(xp, a):
@@ -696,12 +700,9 @@ register(
 )
 
 
-def _det_shape(params, in_shapes, out_shapes, where):
-    (a,) = in_shapes
-    if a is None:
-        return in_shapes, out_shapes
-    a = _square(where, "A", a)
-    return [a], [_reduced(a)] * len(out_shapes)
+@_on_matrix()
+def _det_shape(params, a, n_out, where):
+    return [_reduced(a)] * n_out
 
 
 def _det_fwd(xp, a):

@@ -566,12 +566,16 @@ def _split_fwd(xp, x, num_outputs, axis, squeeze_axis):
     return tuple(parts)
 
 
-def _split_grad(F, n, g):
-    # y_k = x[k-th chunk]  ->  dx = concat(dy_0, ..., dy_{n-1}) along the axis
+def split_grad(F, n, g, first=0):
+    """Gradient of a split along ``axis`` (SliceChannel, and _split_v2 whose parts start at ``first``)."""
+    # y_k = x[k-th chunk]  ->  dx = concat(dy_0, ..., dy_{n-1}) along the axis; elements before the first
+    # part's start (``first`` > 0) reach no output: zero gradient
     axis = n.params["axis"]
     gs = list(g)
     if n.params["squeeze_axis"]:
         gs = [F.expand_dims(gi, axis=axis) for gi in gs]
+    if first > 0:
+        gs.insert(0, F.slice_axis(F.zeros_like(n.inputs[0]), axis=axis, begin=0, end=first))
     return [F.Concat(*gs, dim=axis)]
 
 
@@ -588,7 +592,7 @@ register(
     output_names=lambda p: [f"output{i}" for i in range(p["num_outputs"])],
     forward=_split_fwd,
     infer_shape=_split_shape,
-    gradient=_split_grad,
+    gradient=split_grad,
     doc="Split ``data`` into ``num_outputs`` equal parts along ``axis`` (multiple outputs).",
 )
 
@@ -665,30 +669,27 @@ def _concat_fwd(xp, *xs, num_args, dim):
     return xp.concatenate(xs, axis=normalize_axis(dim, xs[0].ndim, "Concat", "dim"))
 
 
-register(
-    "Concat",
-    aliases=("concat",),
-    variadic="num_args",
-    params={"num_args": Param("int"), "dim": Param("int", 1)},
-    forward=_concat_fwd,
-    infer_shape=_concat_shape,
-    # y = [x_0 | x_1 | ...]  ->  dx_k = the k-th piece of dy
-    gradient=lambda F, n, g: list(F._split_like(g[0], *n.inputs, dim=n.params["dim"])),
-    doc="Concatenate inputs along ``dim``.",
-)
-
-# Gluon's RNN layers pack their parameters with it: Concat whose shape rule may also fill an input's
-# unknown shape from the output's (symgrad's Concat rule already fills what it can)
-register(
-    "_rnn_param_concat",
-    aliases=("_npi_rnn_param_concat",),
-    variadic="num_args",
-    params={"num_args": Param("int"), "dim": Param("int", 1)},
-    forward=_concat_fwd,
-    infer_shape=_concat_shape,
-    gradient=lambda F, n, g: list(F._split_like(g[0], *n.inputs, dim=n.params["dim"])),
-    doc="Concat as Gluon's RNN layers use it to pack their parameters into RNN's ``parameters`` vector.",
-)
+# _rnn_param_concat: Gluon's RNN layers pack their parameters with it: Concat whose shape rule may also fill
+# an input's unknown shape from the output's (symgrad's Concat rule already fills what it can)
+for _name, _aliases, _doc in (
+    ("Concat", ("concat",), "Concatenate inputs along ``dim``."),
+    (
+        "_rnn_param_concat",
+        ("_npi_rnn_param_concat",),
+        "Concat as Gluon's RNN layers use it to pack their parameters into RNN's ``parameters`` vector.",
+    ),
+):
+    register(
+        _name,
+        aliases=_aliases,
+        variadic="num_args",
+        params={"num_args": Param("int"), "dim": Param("int", 1)},
+        forward=_concat_fwd,
+        infer_shape=_concat_shape,
+        # y = [x_0 | x_1 | ...]  ->  dx_k = the k-th piece of dy
+        gradient=lambda F, n, g: list(F._split_like(g[0], *n.inputs, dim=n.params["dim"])),
+        doc=_doc,
+    )
 
 
 def _split_like_shape(params, in_shapes, out_shapes, where):
