@@ -683,7 +683,7 @@ def derivation(op: OpDef) -> list[SourceNote]:
             if code is not None:
                 code.where += ": no comment; the rule's code"
                 notes.append(code)
-    # helpers the rules call with F (``_affine_norm_grad``, ``normalize_vjp``), one level down and two
+    # helpers the rules call with F (``affine_norm_vjp``, ``normalize_vjp``), one level down and two
     modules = set(family_modules())
     helpers = list(rules)
     for _ in range(2):

@@ -406,9 +406,7 @@ def _unary(name, fwd, grad, aliases=(), doc="", params=None, infer_type=None, de
     else:
 
         def rule(F, n, g):
-            x = n.inputs[0] if "x" in reads else None
-            y = n.outputs[0] if "y" in reads else None
-            return [grad(F, x, y, g[0], **n.params)]
+            return [grad(F, *_operands(n, reads), g[0], **n.params)]
 
     def forward(xp, x, **p):
         return _keep(fwd(xp, x, **p), x)
@@ -447,6 +445,12 @@ def _reads(grad):
         if ins.opname.startswith("LOAD_FAST"):
             loaded.update(ins.argval if isinstance(ins.argval, tuple) else (ins.argval,))
     return tuple(name for name, var in (("x", x), ("y", y)) if var in loaded)
+
+
+def _operands(n, reads):
+    """(x, y) for a rule that reads ``reads`` (``_reads``): the node's input and output, None for one it does not
+    read (no Symbol is made for it)."""
+    return (n.inputs[0] if "x" in reads else None, n.outputs[0] if "y" in reads else None)
 
 
 #: unary op name -> (its fused backward's name, the rule it evaluates, what it reads: "x" and/or "y")
@@ -920,9 +924,7 @@ def _scalar(name, fwd, grad, aliases=(), params=None, choice=None, piece=None):
         reads = _reads(grad)  # most rules read only g (x + s, x * s): no Symbols made for x and y
 
         def rule(F, n, g):
-            x = n.inputs[0] if "x" in reads else None
-            y = n.outputs[0] if "y" in reads else None
-            return [grad(F, x, y, g[0], n.params["scalar"])]
+            return [grad(F, *_operands(n, reads), g[0], n.params["scalar"])]
 
     def forward(xp, x, scalar, is_int=True):
         x, s = _scalar_operands(x, scalar, is_int)
@@ -1011,24 +1013,7 @@ _scalar(
 )
 # hypot(x, s)' = x / hypot(x, s) = x / y
 _scalar("_hypot_scalar", lambda xp, x, s: xp.hypot(x, s), lambda F, x, y, g, s: g * (x / y), aliases=("_HypotScalar",))
-# max(x, s)' = 1 where x >= s (MXNet: ties go to x); min likewise with x <= s
-# pinned: x where the base point chose x, else s
-_scalar(
-    "_maximum_scalar",
-    lambda xp, x, s: xp.maximum(x, s),
-    lambda F, x, y, g, s: g * (x >= s),
-    aliases=("_MaximumScalar",),
-    choice=lambda xp, x, s: (x >= s, x - s),
-    piece=_side_piece,
-)
-_scalar(
-    "_minimum_scalar",
-    lambda xp, x, s: xp.minimum(x, s),
-    lambda F, x, y, g, s: g * (x <= s),
-    aliases=("_MinimumScalar",),
-    choice=lambda xp, x, s: (x <= s, x - s),
-    piece=_side_piece,
-)
+# _maximum_scalar and _minimum_scalar: with the binary forms below (_extremum)
 # x mod s has slope 1 almost everywhere; s mod x = s - x floor(s/x) has slope -floor(s/x)
 # (integer operands: MXNet's mod gradient is 0, as for every integer-valued op; _zero_grad_if_int)
 _scalar(
@@ -1222,23 +1207,35 @@ _binary(
     lambda F, o, a, b, y, g: (o.mul(g, o.mul(b, o.pow(a, b - 1.0))), g * o.mul(y, F.log(a))),
     aliases=(("_Power",), ()),
 )
-# max/min: the gradient goes to the chosen side (ties to lhs, as MXNet: ge/lt and le/gt)
-_binary(
-    ("_maximum", "broadcast_maximum"),
-    lambda xp, a, b: xp.maximum(a, b),
-    lambda F, o, a, b, y, g: (g * o.ge(a, b), g * o.lt(a, b)),
-    aliases=(("_Maximum",), ()),
-    choice=lambda xp, a, b: (a >= b, a - b),
-    piece=_side_piece,  # lhs where the base point chose lhs (a >= b), else rhs
-)
-_binary(
-    ("_minimum", "broadcast_minimum"),
-    lambda xp, a, b: xp.minimum(a, b),
-    lambda F, o, a, b, y, g: (g * o.le(a, b), g * o.gt(a, b)),
-    aliases=(("_Minimum",), ()),
-    choice=lambda xp, a, b: (a <= b, a - b),
-    piece=_side_piece,  # lhs where the base point chose lhs (a <= b), else rhs
-)
+
+
+def _extremum(ext, keeps, keep, drop):
+    """Register ``_{ext}``, ``broadcast_{ext}`` and ``_{ext}_scalar`` (ext: maximum or minimum), which keep lhs
+    (x) where ``keeps(lhs, rhs)`` holds, else rhs (s); ``keep`` and ``drop`` name that comparison and its
+    complement among ``_BinaryOps``."""
+    cap = ext.capitalize()
+    # max(a, b)' = (1 where a >= b, 1 where a < b) (MXNet: ties go to lhs); min likewise with a <= b / a > b
+    _binary(
+        (f"_{ext}", f"broadcast_{ext}"),
+        lambda xp, a, b: getattr(xp, ext)(a, b),
+        lambda F, o, a, b, y, g: (g * getattr(o, keep)(a, b), g * getattr(o, drop)(a, b)),
+        aliases=((f"_{cap}",), ()),
+        choice=lambda xp, a, b: (keeps(a, b), a - b),
+        piece=_side_piece,  # lhs where the base point chose lhs, else rhs
+    )
+    # max(x, s)' = 1 where x >= s (ties go to x); min likewise with x <= s
+    _scalar(
+        f"_{ext}_scalar",
+        lambda xp, x, s: getattr(xp, ext)(x, s),
+        lambda F, x, y, g, s: g * keeps(x, s),
+        aliases=(f"_{cap}Scalar",),
+        choice=lambda xp, x, s: (keeps(x, s), x - s),
+        piece=_side_piece,  # x where the base point chose x, else s
+    )
+
+
+_extremum("maximum", operator.ge, "ge", "lt")
+_extremum("minimum", operator.le, "le", "gt")
 # a mod b = a - b floor(a/b): (1, -floor(a/b)) almost everywhere; 0 for integer operands (MXNet)
 _binary(
     ("_mod", "broadcast_mod"),
@@ -1387,34 +1384,41 @@ def _sum_to_like_fwd(xp, a, like):
     return a.sum(axis=axes).reshape(like.shape)
 
 
-def _like_shape(params, in_shapes, out_shapes, where):
-    return in_shapes, [in_shapes[1]]
-
-
-register(
-    "_sum_to_like",
-    inputs=("data", "like"),
-    forward=_sum_to_like_fwd,
-    infer_shape=_like_shape,
-    # sum_to is linear; its adjoint broadcasts back: d/da = broadcast(g, a.shape)
-    gradient=lambda F, n, g: [F._broadcast_to_like(g[0], n.inputs[0]), None],
-    doc="The one shared reduction of broadcast gradients to an input's shape.",
-)
-
-
 def _broadcast_to_like_fwd(xp, a, like):
     if a.shape == like.shape:
         return a
     return xp.broadcast_to(a, like.shape)
 
 
-register(
-    "_broadcast_to_like",
-    inputs=("data", "like"),
-    forward=_broadcast_to_like_fwd,
-    infer_shape=_like_shape,
-    gradient=lambda F, n, g: [F._sum_to_like(g[0], n.inputs[0]), None],
-    doc="numpy-broadcast ``data`` to ``like``'s shape (adjoint of _sum_to_like).",
+def _adjoint_of(other):
+    # this op A and ``other`` B are linear and each other's adjoint, <B g, p> = <g, A p>: so d<g, A p>/dp = B g,
+    # B applied to the head gradient and shaped like A's data (the pair's own derivation is at its call)
+    return lambda F, n, g: [getattr(F, other)(g[0], n.inputs[0]), None]
+
+
+def adjoint_pair(names, forwards, docs, **spec):
+    """Register two linear hidden ops ``(data, like)`` -> an array shaped like ``like``, each the other's adjoint,
+    so each one's gradient is the other (``like`` only gives a shape); ``spec``: more fields for both."""
+    for name, other, forward, doc in zip(names, names[::-1], forwards, docs):
+        register(
+            name,
+            inputs=("data", "like"),
+            forward=forward,
+            infer_shape=lambda p, i, o, w: (i, [i[1]]),
+            gradient=_adjoint_of(other),
+            doc=doc,
+            **spec,
+        )
+
+
+# sum_to S is linear; its adjoint broadcasts back: d/da <g, S a> = broadcast(g, a.shape)
+adjoint_pair(
+    ("_sum_to_like", "_broadcast_to_like"),
+    (_sum_to_like_fwd, _broadcast_to_like_fwd),
+    (
+        "The one shared reduction of broadcast gradients to an input's shape.",
+        "numpy-broadcast ``data`` to ``like``'s shape (adjoint of _sum_to_like).",
+    ),
 )
 
 

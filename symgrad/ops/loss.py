@@ -14,6 +14,7 @@ regression_output-inl.h, make_loss-inl.h and mshadow's SoftmaxGrad.
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 
@@ -30,6 +31,29 @@ def _label_type(params, in_types, out_types, where):
 
 def _grad_type(params, in_types, out_types, where):
     return in_types, [in_types[0]]
+
+
+#: what every (data, label) loss head shares: its label is an input of the loss, never differentiated
+_HEAD_SPEC: dict[str, Any] = dict(
+    inputs=("data", "label"), infer_type=_label_type, is_loss=True, no_grad_inputs=("label",)
+)
+
+
+def _head_backward(name, head, params, forward, **spec):
+    """Register ``name``, the fused backward of the loss head ``head``: (out, label) -> the gradient of data,
+    shaped like out; it has no gradient rule, so second order through the head is a clear error (as MXNet)."""
+    register(
+        name,
+        inputs=("out", "label"),
+        params=params,
+        forward=forward,
+        infer_shape=lambda p, i, o, w: (i, [i[0]]),
+        infer_type=_grad_type,
+        gradient=None,
+        grad_undefined_reason=f"{head} is a loss head whose backward is the fused hidden op {name}: "
+        "second-order gradients through it are not defined",
+        **spec,
+    )
 
 
 # ----------------------------------------------------------------------------
@@ -269,33 +293,18 @@ def _so_grad(F, n, g):
 register(
     "SoftmaxOutput",
     aliases=("Softmax",),
-    inputs=("data", "label"),
     params=_SOFTMAX_OUT_PARAMS,
     forward=_so_fwd,
     specialize=_so_fwd_specialize,
     infer_shape=_so_shape,
-    infer_type=_label_type,
     gradient=_so_grad,
-    is_loss=True,
     implied_loss=_so_loss,
-    no_grad_inputs=("label",),
     prepare=_so_prepare,
+    **_HEAD_SPEC,
     doc="Softmax forward; backward is the cross-entropy gradient (head gradient ignored; out_grad "
     "multiplies it by the output, as MXNet 1.9.1).",
 )
-
-register(
-    "_backward_SoftmaxOutput",
-    inputs=("out", "label"),
-    params=_SOFTMAX_OUT_PARAMS,
-    forward=_so_bwd,
-    specialize=_so_bwd_specialize,
-    infer_shape=lambda p, i, o, w: (i, [i[0]]),
-    infer_type=_grad_type,
-    gradient=None,
-    grad_undefined_reason="SoftmaxOutput is a loss head whose backward is the fused hidden op "
-    "_backward_SoftmaxOutput: second-order gradients through it are not defined",
-)
+_head_backward("_backward_SoftmaxOutput", "SoftmaxOutput", _SOFTMAX_OUT_PARAMS, _so_bwd, specialize=_so_bwd_specialize)
 
 
 # ----------------------------------------------------------------------------
@@ -365,28 +374,15 @@ def _regression(name, forward, residual, piece, doc):
 
     register(
         name,
-        inputs=("data", "label"),
         params={"grad_scale": Param("float", 1.0)},
         forward=lambda xp, data, label, grad_scale: forward(xp, data),
         infer_shape=_reg_shape,
-        infer_type=_label_type,
         gradient=lambda F, n, g: [getattr(F, bwd_name)(n.outputs[0], n.inputs[1], **n.params), None],
-        is_loss=True,
         implied_loss=_regression_loss(piece),
-        no_grad_inputs=("label",),
+        **_HEAD_SPEC,
         doc=doc,
     )
-    register(
-        bwd_name,
-        inputs=("out", "label"),
-        params={"grad_scale": Param("float", 1.0)},
-        forward=backward,
-        infer_shape=lambda p, i, o, w: (i, [i[0]]),
-        infer_type=_grad_type,
-        gradient=None,
-        grad_undefined_reason=f"{name} is a loss head whose backward is the fused hidden op {bwd_name}: "
-        "second-order gradients through it are not defined",
-    )
+    _head_backward(bwd_name, name, {"grad_scale": Param("float", 1.0)}, backward)
 
 
 def _sigmoid_fwd(xp, x):
@@ -562,30 +558,16 @@ def _svm_loss(params, inputs, output):
 
 register(
     "SVMOutput",
-    inputs=("data", "label"),
     params=dict(_SVM_PARAMS),
     forward=lambda xp, data, label, **_: data,
     infer_shape=_svm_shape,
-    infer_type=_label_type,
     gradient=lambda F, n, g: [F._backward_SVMOutput(n.outputs[0], n.inputs[1], **n.params), None],
-    is_loss=True,
     implied_loss=_svm_loss,
-    no_grad_inputs=("label",),
+    **_HEAD_SPEC,
     doc="Identity forward; backward the L2 (default) or L1 (use_linear) multi-class hinge-loss gradient "
     "(head gradient ignored).",
 )
-
-register(
-    "_backward_SVMOutput",
-    inputs=("out", "label"),
-    params=dict(_SVM_PARAMS),
-    forward=_svm_bwd,
-    infer_shape=lambda p, i, o, w: (i, [i[0]]),
-    infer_type=_grad_type,
-    gradient=None,
-    grad_undefined_reason="SVMOutput is a loss head whose backward is the fused hidden op _backward_SVMOutput: "
-    "second-order gradients through it are not defined",
-)
+_head_backward("_backward_SVMOutput", "SVMOutput", dict(_SVM_PARAMS), _svm_bwd)
 
 
 # ----------------------------------------------------------------------------

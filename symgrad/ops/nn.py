@@ -32,6 +32,8 @@ from ..opdef import (
     register,
     same_shape,
 )
+from .elemwise import adjoint_pair
+from .sequence import sequence_inputs, sequence_shape
 
 
 def _channel_shape(ndim, axis, size):
@@ -39,6 +41,18 @@ def _channel_shape(ndim, axis, size):
     shape = [1] * ndim
     shape[axis] = size
     return tuple(shape)
+
+
+#: BatchNorm's per-channel inputs after ``data`` (BatchNorm_v1's too): the affine pair, then the moving statistics
+BN_VECTORS = ("gamma", "beta", "moving_mean", "moving_var")
+
+
+def check_vectors(in_shapes, names, want, why, where):
+    """A normalisation layer's parameter vectors, inputs 1, 2, ... named ``names``, must have the shape ``want``
+    where it is known; ``why`` says in the error what one entry stands for."""
+    for i, name in enumerate(names, 1):
+        if in_shapes[i] is not None and tuple(in_shapes[i]) != want:
+            raise ShapeError(f"{where}: input {name!r} has shape {tuple(in_shapes[i])}, expected {want} ({why})")
 
 
 # ----------------------------------------------------------------------------
@@ -289,22 +303,14 @@ def _prelu_reduce_fwd(xp, a, gamma):
     return a.sum(axis=axes, keepdims=True).reshape(gamma.shape)
 
 
-register(
-    "_prelu_broadcast",
-    inputs=("data", "like"),
-    forward=_prelu_bcast_fwd,
-    infer_shape=lambda p, i, o, w: (i, [i[1]]),
-    # broadcasting is linear; its adjoint sums back to gamma's shape
-    gradient=lambda F, n, g: [F._prelu_reduce(g[0], n.inputs[0]), None],
-    doc="Broadcast PReLU's gamma to the data shape (channel on axis 1); hidden.",
-)
-register(
-    "_prelu_reduce",
-    inputs=("data", "like"),
-    forward=_prelu_reduce_fwd,
-    infer_shape=lambda p, i, o, w: (i, [i[1]]),
-    gradient=lambda F, n, g: [F._prelu_broadcast(g[0], n.inputs[0]), None],
-    doc="Sum a data-shaped array down to PReLU's gamma shape (adjoint of _prelu_broadcast); hidden.",
+# broadcasting is linear; its adjoint sums back to gamma's shape (and the other way round)
+adjoint_pair(
+    ("_prelu_broadcast", "_prelu_reduce"),
+    (_prelu_bcast_fwd, _prelu_reduce_fwd),
+    (
+        "Broadcast PReLU's gamma to the data shape (channel on axis 1); hidden.",
+        "Sum a data-shaped array down to PReLU's gamma shape (adjoint of _prelu_broadcast); hidden.",
+    ),
 )
 
 
@@ -323,6 +329,9 @@ _BN_PARAMS = {
     "min_calib_range": Param("float", None),
     "max_calib_range": Param("float", None),
 }
+#: the parameters of every BatchNorm variant (_contrib_SyncBatchNorm, BatchNorm_v1): BatchNorm's without the axis
+#: and the backend ones
+BN_COMMON_PARAMS = {k: _BN_PARAMS[k] for k in ("eps", "momentum", "fix_gamma", "use_global_stats", "output_mean_var")}
 
 
 def _bn_view(x, axis):
@@ -343,6 +352,14 @@ def _invstd(xp, var, eps):
     ve = var + eps
     ok = ve > 0
     return xp.where(ok, 1.0 / xp.sqrt(xp.where(ok, ve, 1.0)), 0.0).astype(var.dtype, copy=False)
+
+
+def moving_update(mmean, mvar, mean, var, momentum):
+    """The moving statistics after a training batch: m * momentum + batch * (1 - momentum) each, in m's dtype."""
+    return (
+        mmean * momentum + mean.astype(mmean.dtype) * (1 - momentum),
+        mvar * momentum + var.astype(mvar.dtype) * (1 - momentum),
+    )
 
 
 def _bn_fwd(
@@ -370,9 +387,7 @@ def _bn_fwd(
         mean = _channel_sum(x3) / acc.type(count)
         d = x3 - mean[:, None]
         var = _channel_sum(d * d) / acc.type(count)  # biased batch variance
-        new_mean = mmean * momentum + mean.astype(mmean.dtype) * (1 - momentum)
-        new_var = mvar * momentum + var.astype(mvar.dtype) * (1 - momentum)
-        updates = (new_mean, new_var)
+        updates = moving_update(mmean, mvar, mean, var, momentum)
     else:
         mean, var = mmean.astype(acc, copy=False), mvar.astype(acc, copy=False)
         d = x3 - mean[:, None]
@@ -395,11 +410,7 @@ def _bn_shape(params, in_shapes, out_shapes, where):
         return in_shapes, out_shapes
     ax = data_axis(x, params["axis"], where)
     c = (x[ax],)
-    for i, name in zip(range(1, 5), ("gamma", "beta", "moving_mean", "moving_var")):
-        if in_shapes[i] is not None and tuple(in_shapes[i]) != c:
-            raise ShapeError(
-                f"{where}: input {name!r} has shape {tuple(in_shapes[i])}, expected {c} (channels on axis {ax})"
-            )
+    check_vectors(in_shapes, BN_VECTORS, c, f"channels on axis {ax}", where)
     return [x, c, c, c, c], [x, c, c]
 
 
@@ -414,13 +425,12 @@ def bn_type(params, in_types, out_types, where):
     acc = acc_dtype(dt)
     known = [np.dtype(t) for t in in_types[1:] if t is not None]
     pdt = known[0] if known else acc
-    names = ("gamma", "beta", "moving_mean", "moving_var")
-    for name, t in zip(names, in_types[1:]):
+    for name, t in zip(BN_VECTORS, in_types[1:]):
         if t is not None and (np.dtype(t) != pdt or pdt not in (acc, dt)):
             want = pdt if pdt in (acc, dt) else acc
             raise TypeError(
                 f"{where}: input {name!r} has dtype {np.dtype(t)}, expected {want} (for {dt} data; "
-                f"{', '.join(names)} share one dtype)"
+                f"{', '.join(BN_VECTORS)} share one dtype)"
             )
     return [dt, pdt, pdt, pdt, pdt], [dt, acc, acc]
 
@@ -433,8 +443,9 @@ def _bn_grad(F, n, g):
     return [dx, dgamma, dbeta, None, None]
 
 
-# what every BatchNorm variant shares: inputs, moving statistics (updated in training), outputs
-_BN_SPEC: dict[str, Any] = dict(
+# what every BatchNorm variant shares (BatchNorm_v1 in norm.py too): inputs, moving statistics (updated in
+# training), outputs
+BN_SPEC: dict[str, Any] = dict(
     inputs=("data", "gamma", "beta"),
     aux=("moving_mean", "moving_var"),
     num_outputs=3,
@@ -451,7 +462,7 @@ register(
     forward=_bn_fwd,
     infer_shape=_bn_shape,
     gradient=_bn_grad,
-    **_BN_SPEC,
+    **BN_SPEC,
     doc="Batch normalisation over every axis but ``axis``; fix_gamma defaults to True as in MXNet. "
     "With output_mean_var the outputs are (y, batch mean, 1/sqrt(batch var + eps)), as MXNet's.",
 )
@@ -474,7 +485,7 @@ register(
     forward=_bn_relu_fwd,
     infer_shape=_bn_shape,
     gradient=_bn_relu_grad,
-    **_BN_SPEC,
+    **BN_SPEC,
     doc="relu(BatchNorm(x)) in one op (MXNet's oneDNN fusion; the statistics outputs are BatchNorm's).",
 )
 
@@ -506,13 +517,12 @@ def _sync_bn_grad(F, n, g):
 
 register(
     "_contrib_SyncBatchNorm",
-    params={k: _BN_PARAMS[k] for k in ("eps", "momentum", "fix_gamma", "use_global_stats", "output_mean_var")}
-    | {"ndev": Param("int", 1), "key": Param("str")},
+    params=BN_COMMON_PARAMS | {"ndev": Param("int", 1), "key": Param("str")},
     prepare=_sync_bn_prepare,
     forward=lambda xp, *arrays, ndev, key, **p: _bn_fwd(xp, *arrays, axis=1, **p),
     infer_shape=_with_channel_axis(_bn_shape),
     gradient=_sync_bn_grad,
-    **_BN_SPEC,
+    **BN_SPEC,
     doc="Cross-device BatchNorm; with symgrad's one device per executor (ndev=1) it is BatchNorm on axis 1.",
 )
 
@@ -597,12 +607,11 @@ def normalize_vjp(F, dxhat, xhat, r, spec):
     return F.broadcast_mul(F.broadcast_sub(dxhat, m1) - F.broadcast_mul(xhat, m2), r)
 
 
-def _affine_norm_grad(F, n, g, stat_spec, channel_axis, eps):
-    """Gradients of y = gamma_c xhat + beta_c with xhat normalised over ``stat_spec``."""
-    x, gamma = n.inputs[0], n.inputs[1]
+def affine_norm_vjp(F, x, gamma, gy, stat_spec, channel_axis, eps):
+    """[dx, dgamma, dbeta] of y = gamma_c xhat + beta_c with xhat normalised over ``stat_spec`` and one gamma_c,
+    beta_c per index of ``channel_axis`` (LayerNorm, InstanceNorm, and GroupNorm in its grouped view)."""
     xc, r = centered_rstd(F, x, stat_spec, eps)
     xhat = F.broadcast_mul(xc, r)
-    gy = g[0]
     per_channel = {"axis": channel_axis, "exclude": True}
     dgamma = F.sum(gy * xhat, **per_channel)  # y' w.r.t. gamma_c: sum of gy xhat over all but the channel axis
     dbeta = F.sum(gy, **per_channel)
@@ -616,9 +625,7 @@ def _ln_shape(params, in_shapes, out_shapes, where):
         return in_shapes, out_shapes
     ax = normalize_axis(params["axis"], len(x), where)
     c = (x[ax],)
-    for i, name in ((1, "gamma"), (2, "beta")):
-        if in_shapes[i] is not None and tuple(in_shapes[i]) != c:
-            raise ShapeError(f"{where}: input {name!r} has shape {tuple(in_shapes[i])}, expected {c} (axis {ax})")
+    check_vectors(in_shapes, ("gamma", "beta"), c, f"axis {ax}", where)
     moments = tuple(1 if i == ax else d for i, d in enumerate(x))
     return [x, c, c], [x, moments, moments]
 
@@ -645,7 +652,9 @@ register(
     infer_shape=_ln_shape,
     infer_type=float_inputs("data"),
     # no gradient flows through the mean/std outputs (MXNet); the statistics are recomputed from data
-    gradient=lambda F, n, g: _affine_norm_grad(F, n, g, {"axis": n.params["axis"]}, n.params["axis"], n.params["eps"]),
+    gradient=lambda F, n, g: affine_norm_vjp(
+        F, n.inputs[0], n.inputs[1], g[0], {"axis": n.params["axis"]}, n.params["axis"], n.params["eps"]
+    ),
     doc="Layer normalisation over ``axis``; outputs (y, mean, std) with output_mean_var, std = sqrt(var + eps).",
 )
 
@@ -657,9 +666,7 @@ def _in_shape(params, in_shapes, out_shapes, where):
     if len(x) < 3:
         raise ShapeError(f"{where}: InstanceNorm needs data of rank >= 3 (batch, channel, spatial...), got {tuple(x)}")
     c = (x[1],)
-    for i, name in ((1, "gamma"), (2, "beta")):
-        if in_shapes[i] is not None and tuple(in_shapes[i]) != c:
-            raise ShapeError(f"{where}: input {name!r} has shape {tuple(in_shapes[i])}, expected {c} (channels)")
+    check_vectors(in_shapes, ("gamma", "beta"), c, "channels", where)
     return [x, c, c], [x, (x[0], x[1]), (x[0], x[1])]
 
 
@@ -686,7 +693,9 @@ register(
     forward=_in_fwd,
     infer_shape=_in_shape,
     infer_type=float_inputs("data"),
-    gradient=lambda F, n, g: _affine_norm_grad(F, n, g, {"axis": (0, 1), "exclude": True}, 1, n.params["eps"]),
+    gradient=lambda F, n, g: affine_norm_vjp(
+        F, n.inputs[0], n.inputs[1], g[0], {"axis": (0, 1), "exclude": True}, 1, n.params["eps"]
+    ),
     doc="Instance normalisation: each (sample, channel) over its spatial axes; gamma/beta per channel.",
 )
 
@@ -915,28 +924,6 @@ def _seqmask_prepare(params, name):
     return params
 
 
-def _seqmask_inputs(params):
-    return ["data", "sequence_length"] if params["use_sequence_length"] else ["data"]
-
-
-def _seqmask_shape(params, in_shapes, out_shapes, where):
-    x = in_shapes[0]
-    if x is None:
-        return in_shapes, out_shapes
-    if len(x) < 2:
-        raise ShapeError(f"{where}: input 'data' must be of rank >= 2 (sequence, batch, ...), got {tuple(x)}")
-    ins = list(in_shapes)
-    if params["use_sequence_length"]:
-        want = (x[0],) if params["axis"] == 1 else (x[1],)
-        if ins[1] is not None and tuple(ins[1]) != want:
-            raise ShapeError(
-                f"{where}: input 'sequence_length' has shape {tuple(ins[1])}, expected {want} (the batch size; "
-                f"sequence axis {params['axis']})"
-            )
-        ins[1] = want
-    return ins, [x]
-
-
 def _seqmask_fwd(xp, x, seq=None, *, use_sequence_length, value, axis):
     if not use_sequence_length:
         return x
@@ -949,14 +936,14 @@ def _seqmask_fwd(xp, x, seq=None, *, use_sequence_length, value, axis):
 
 register(
     "SequenceMask",
-    inputs=_seqmask_inputs,
+    inputs=sequence_inputs,
     params={
         "use_sequence_length": Param("bool", False),
         "value": Param("float", 0.0),
         "axis": Param("int", 0),
     },
     forward=_seqmask_fwd,
-    infer_shape=_seqmask_shape,
+    infer_shape=sequence_shape(lambda x, axis: x),
     infer_type=lambda p, i, o, w: ([i[0]] + [t if t is not None else i[0] for t in i[1:]], [i[0]]),
     # masked steps are constants: dx = g with the same steps set to 0
     gradient=lambda F, n, g: (

@@ -26,7 +26,16 @@ import numpy as np
 
 from ..base import ParamError, ShapeError
 from ..opdef import Param, acc_dtype, float_inputs, register, same_shape
-from .nn import bn_type, centered_rstd, normalize_vjp
+from .nn import (
+    BN_COMMON_PARAMS,
+    BN_SPEC,
+    BN_VECTORS,
+    affine_norm_vjp,
+    centered_rstd,
+    check_vectors,
+    moving_update,
+    normalize_vjp,
+)
 
 # ----------------------------------------------------------------------------
 # LRN
@@ -144,12 +153,8 @@ def _gn_shape(params, in_shapes, out_shapes, where):
     if x[1] % ng:
         raise ShapeError(f"{where}: the {x[1]} channels of data {tuple(x)} are not divisible by num_groups={ng}")
     c = (ng,)
-    for i, name in ((1, "gamma"), (2, "beta")):
-        if in_shapes[i] is not None and tuple(in_shapes[i]) != c:
-            raise ShapeError(
-                f"{where}: input {name!r} has shape {tuple(in_shapes[i])}, expected {c} "
-                f"(one per group: MXNet 1.9.1's GroupNorm scales groups, not channels)"
-            )
+    why = "one per group: MXNet 1.9.1's GroupNorm scales groups, not channels"
+    check_vectors(in_shapes, ("gamma", "beta"), c, why, where)
     return [tuple(x), c, c], [tuple(x), (x[0], ng), (x[0], ng)]
 
 
@@ -174,18 +179,12 @@ def _gn_grad(F, n, g):
     # In the grouped view xg (N, G, rest): xhat = (xg - mean) r, r = 1/sqrt(var + eps) over axis 2,
     # y = gamma_g xhat + beta_g:
     #   dbeta = sum(gy) and dgamma = sum(gy xhat) over all axes but the group axis;
-    #   dx = r (dxhat - mean(dxhat) - xhat mean(dxhat xhat)), dxhat = gy gamma_g (nn.normalize_vjp)
+    #   dx = r (dxhat - mean(dxhat) - xhat mean(dxhat xhat)), dxhat = gy gamma_g (nn.affine_norm_vjp)
     x, gamma = n.inputs[0], n.inputs[1]
     ng, eps = n.params["num_groups"], _gn_eps(n.params["eps"])
     xg = F.Reshape(x, shape=(0, ng, -1))
     gy = F.Reshape(g[0], shape=(0, ng, -1))
-    spec = {"axis": 2}
-    xc, r = centered_rstd(F, xg, spec, eps)
-    xhat = F.broadcast_mul(xc, r)
-    per_group = {"axis": 1, "exclude": True}
-    dgamma = F.sum(gy * xhat, **per_group)
-    dbeta = F.sum(gy, **per_group)
-    dxg = normalize_vjp(F, gy * F._unreduce_like(gamma, xg, **per_group), xhat, r, spec)
+    dxg, dgamma, dbeta = affine_norm_vjp(F, xg, gamma, gy, {"axis": 2}, 1, eps)
     return [F.reshape_like(dxg, x), dgamma, dbeta]
 
 
@@ -210,14 +209,6 @@ register(
 # BatchNorm_v1 (legacy)
 # ----------------------------------------------------------------------------
 
-_BN1_PARAMS = {
-    "eps": Param("float", 1e-3),
-    "momentum": Param("float", 0.9),
-    "fix_gamma": Param("bool", True),
-    "use_global_stats": Param("bool", False),
-    "output_mean_var": Param("bool", False),
-}
-
 
 def _bn1_shape(params, in_shapes, out_shapes, where):
     x = in_shapes[0]
@@ -229,11 +220,7 @@ def _bn1_shape(params, in_shapes, out_shapes, where):
             f"(N, C, H, W) data (as MXNet; BatchNorm takes any rank)"
         )
     c = (x[1],)
-    for i, name in zip(range(1, 5), ("gamma", "beta", "moving_mean", "moving_var")):
-        if in_shapes[i] is not None and tuple(in_shapes[i]) != c:
-            raise ShapeError(
-                f"{where}: input {name!r} has shape {tuple(in_shapes[i])}, expected {c} (channels on axis 1)"
-            )
+    check_vectors(in_shapes, BN_VECTORS, c, "channels on axis 1", where)
     return [tuple(x), c, c, c, c], [tuple(x), c, c]
 
 
@@ -247,10 +234,7 @@ def _bn1_fwd(xp, x, gamma, beta, mmean, mvar, *, is_train, eps, momentum, fix_ga
     if batch:
         mean = xa.mean(axis=red)
         var = ((xa - mean.reshape(bshape)) ** 2).mean(axis=red)  # biased
-        updates = (
-            mmean * momentum + mean.astype(mmean.dtype) * (1 - momentum),
-            mvar * momentum + var.astype(mvar.dtype) * (1 - momentum),
-        )
+        updates = moving_update(mmean, mvar, mean, var, momentum)
     else:
         mean, var = mmean.astype(acc, copy=False), mvar.astype(acc, copy=False)
         updates = (None, None)
@@ -291,18 +275,11 @@ def _bn1_grad(F, n, g):
 
 register(
     "BatchNorm_v1",
-    inputs=("data", "gamma", "beta"),
-    aux=("moving_mean", "moving_var"),
-    params=_BN1_PARAMS,
-    num_outputs=3,
-    num_visible=lambda p: 3 if p["output_mean_var"] else 1,
-    output_names=("output", "mean", "var"),
+    params=dict(BN_COMMON_PARAMS),
     forward=_bn1_fwd,
     infer_shape=_bn1_shape,
-    infer_type=bn_type,
     gradient=_bn1_grad,
-    needs_is_train=True,
-    mutates_aux=True,
+    **BN_SPEC,
     doc="Legacy batch normalisation (channels on axis 1, 2-d or 4-d data); outputs (y, mean, var) with the "
     "biased batch variance (the moving statistics in inference or with use_global_stats).",
 )

@@ -35,7 +35,7 @@ import numpy as np
 
 from ..base import ParamError, ShapeError
 from ..opdef import Param, check_float, register
-from .elemwise import log_gamma
+from .elemwise import adjoint_pair, log_gamma
 
 __all__ = ["generator", "seed_generators"]
 
@@ -784,27 +784,20 @@ def _reduce_fwd(xp, g, like):
     return g.sum(axis=extra).reshape(like.shape) if extra else g.copy()
 
 
+def _adjoint_pair(names, forwards, docs):
+    """``elemwise.adjoint_pair`` with the output in data's dtype and no gradient sought for ``like``."""
+    adjoint_pair(names, forwards, docs, infer_type=lambda p, i, o, w: (i, [i[0]]), no_grad_inputs=("like",))
+
+
 # expand: E p = p broadcast over trailing axes; reduce: R g = sum over those axes. <R g, p> = <g, E p>:
 # each is the other's adjoint (both linear; the ``like`` input only gives a shape)
-register(
-    "_pdf_param_expand",
-    inputs=("data", "like"),
-    forward=_expand_fwd,
-    infer_shape=lambda p, i, o, w: (i, [i[1]]),
-    infer_type=lambda p, i, o, w: (i, [i[0]]),
-    no_grad_inputs=("like",),
-    gradient=lambda F, n, g: [F._pdf_param_reduce(g[0], n.inputs[0]), None],
-    doc="``data`` broadcast over the trailing axes of ``like`` (hidden; pdf gradients).",
-)
-register(
-    "_pdf_param_reduce",
-    inputs=("data", "like"),
-    forward=_reduce_fwd,
-    infer_shape=lambda p, i, o, w: (i, [i[1]]),
-    infer_type=lambda p, i, o, w: (i, [i[0]]),
-    no_grad_inputs=("like",),
-    gradient=lambda F, n, g: [F._pdf_param_expand(g[0], n.inputs[0]), None],
-    doc="``data`` summed over its trailing axes down to the shape of ``like`` (hidden; pdf gradients).",
+_adjoint_pair(
+    ("_pdf_param_expand", "_pdf_param_reduce"),
+    (_expand_fwd, _reduce_fwd),
+    (
+        "``data`` broadcast over the trailing axes of ``like`` (hidden; pdf gradients).",
+        "``data`` summed over its trailing axes down to the shape of ``like`` (hidden; pdf gradients).",
+    ),
 )
 
 
@@ -890,44 +883,20 @@ def _alpha_reduce_fwd(xp, g, like):
 
 
 # spread: s (one value per vector) -> every component of its vector; its adjoint sums each vector
-register(
-    "_dirichlet_spread",
-    inputs=("data", "like"),
-    forward=_spread_fwd,
-    infer_shape=lambda p, i, o, w: (i, [i[1]]),
-    infer_type=lambda p, i, o, w: (i, [i[0]]),
-    no_grad_inputs=("like",),
-    gradient=lambda F, n, g: [F._dirichlet_gather(g[0], n.inputs[0]), None],
-    doc="One value per sample vector spread over the vector's components (hidden; Dirichlet gradients).",
-)
-register(
-    "_dirichlet_gather",
-    inputs=("data", "like"),
-    forward=_gather_fwd,
-    infer_shape=lambda p, i, o, w: (i, [i[1]]),
-    infer_type=lambda p, i, o, w: (i, [i[0]]),
-    no_grad_inputs=("like",),
-    gradient=lambda F, n, g: [F._dirichlet_spread(g[0], n.inputs[0]), None],
-    doc="The sum over each vector's components, shaped like ``like`` (hidden; Dirichlet gradients).",
+_adjoint_pair(
+    ("_dirichlet_spread", "_dirichlet_gather"),
+    (_spread_fwd, _gather_fwd),
+    (
+        "One value per sample vector spread over the vector's components (hidden; Dirichlet gradients).",
+        "The sum over each vector's components, shaped like ``like`` (hidden; Dirichlet gradients).",
+    ),
 )
 # alpha expand: (S..., k) -> (S..., N..., k); its adjoint sums the N axes
-register(
-    "_dirichlet_alpha_expand",
-    inputs=("data", "like"),
-    forward=lambda xp, alpha, like: xp.ascontiguousarray(_alpha_expand(xp, alpha, like.shape)),
-    infer_shape=lambda p, i, o, w: (i, [i[1]]),
-    infer_type=lambda p, i, o, w: (i, [i[0]]),
-    no_grad_inputs=("like",),
-    gradient=lambda F, n, g: [F._dirichlet_alpha_reduce(g[0], n.inputs[0]), None],
-    doc="alpha broadcast over a sample's middle axes (hidden; Dirichlet gradients).",
-)
-register(
-    "_dirichlet_alpha_reduce",
-    inputs=("data", "like"),
-    forward=_alpha_reduce_fwd,
-    infer_shape=lambda p, i, o, w: (i, [i[1]]),
-    infer_type=lambda p, i, o, w: (i, [i[0]]),
-    no_grad_inputs=("like",),
-    gradient=lambda F, n, g: [F._dirichlet_alpha_expand(g[0], n.inputs[0]), None],
-    doc="A sample-shaped gradient summed over the middle axes down to alpha's shape (hidden).",
+_adjoint_pair(
+    ("_dirichlet_alpha_expand", "_dirichlet_alpha_reduce"),
+    (lambda xp, alpha, like: xp.ascontiguousarray(_alpha_expand(xp, alpha, like.shape)), _alpha_reduce_fwd),
+    (
+        "alpha broadcast over a sample's middle axes (hidden; Dirichlet gradients).",
+        "A sample-shaped gradient summed over the middle axes down to alpha's shape (hidden).",
+    ),
 )

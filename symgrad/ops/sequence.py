@@ -1,4 +1,5 @@
-"""Sequence operators: SequenceReverse and SequenceLast (SequenceMask lives in ``nn.py``).
+"""Sequence operators: SequenceReverse and SequenceLast (SequenceMask lives in ``nn.py`` and shares
+this module's ``sequence_inputs`` and ``sequence_shape``).
 
 Data is laid out (time, batch, ...) (SequenceLast also takes (batch, time, ...) with axis=1); the
 optional ``sequence_length`` input (present only with ``use_sequence_length=True``) holds each
@@ -28,7 +29,7 @@ _SEQ_PARAMS = {
 }
 
 
-def _inputs(params):
+def sequence_inputs(params):
     return ["data", "sequence_length"] if params["use_sequence_length"] else ["data"]
 
 
@@ -44,6 +45,11 @@ def _check_rank(x, where):
         raise ShapeError(f"{where}: input 'data' must be of rank >= 2 (sequence, batch, ...), got {tuple(x)}")
 
 
+def _batch(shape, axis):
+    """The batch size of (time, batch, ...) data, or of (batch, time, ...) data with axis=1."""
+    return shape[1] if axis == 0 else shape[0]
+
+
 def _length_shape(params, ins, batch, where):
     """Check / fill the shape of the optional ``sequence_length`` input: (batch,)."""
     if not params["use_sequence_length"]:
@@ -55,6 +61,22 @@ def _length_shape(params, ins, batch, where):
             f"sequence axis {params['axis']})"
         )
     ins[1] = want
+
+
+def sequence_shape(out_shape):
+    """Shape rule of an op on ``data`` (time, batch, ...) ((batch, time, ...) with axis=1) and the optional
+    ``sequence_length`` (batch,): data of rank >= 2; ``out_shape(x, axis)`` is the output's shape."""
+
+    def rule(params, in_shapes, out_shapes, where):
+        x = in_shapes[0]
+        if x is None:
+            return in_shapes, out_shapes
+        _check_rank(x, where)
+        ins = list(in_shapes)
+        _length_shape(params, ins, _batch(x, params["axis"]), where)
+        return ins, [out_shape(x, params["axis"])]
+
+    return rule
 
 
 def _lengths(xp, seq, batch, steps, low, op):
@@ -84,16 +106,6 @@ def _rev_prepare(params, name):
     return params
 
 
-def _rev_shape(params, in_shapes, out_shapes, where):
-    x = in_shapes[0]
-    if x is None:
-        return in_shapes, out_shapes
-    _check_rank(x, where)
-    ins = list(in_shapes)
-    _length_shape(params, ins, x[1], where)
-    return ins, [tuple(x)]
-
-
 def _rev_fwd(xp, x, seq=None, *, use_sequence_length, axis):
     """out[t, b] = x[L_b - 1 - t, b] for t < L_b, x[t, b] for t >= L_b (padding stays in place)."""
     steps, batch = x.shape[0], x.shape[1]
@@ -109,11 +121,11 @@ def _rev_fwd(xp, x, seq=None, *, use_sequence_length, axis):
 
 register(
     "SequenceReverse",
-    inputs=_inputs,
+    inputs=sequence_inputs,
     params=dict(_SEQ_PARAMS),
     prepare=_rev_prepare,
     forward=_rev_fwd,
-    infer_shape=_rev_shape,
+    infer_shape=sequence_shape(lambda x, axis: tuple(x)),
     infer_type=_type,
     # y = P x with P a permutation that is its own inverse (P = P^T):  dx = P g = SequenceReverse(g)
     gradient=lambda F, n, g: [F.SequenceReverse(g[0], *n.inputs[1:], **n.params)] + [None] * (len(n.inputs) - 1),
@@ -135,23 +147,12 @@ def _last_prepare(params, name):
 
 def _last_out_shape(x, axis):
     """(batch,) + x.shape[2:]: the sequence axis dropped."""
-    batch = x[1] if axis == 0 else x[0]
-    return (batch,) + tuple(x[2:])
-
-
-def _last_shape(params, in_shapes, out_shapes, where):
-    x = in_shapes[0]
-    if x is None:
-        return in_shapes, out_shapes
-    _check_rank(x, where)
-    ins = list(in_shapes)
-    _length_shape(params, ins, x[1] if params["axis"] == 0 else x[0], where)
-    return ins, [_last_out_shape(x, params["axis"])]
+    return (_batch(x, axis),) + tuple(x[2:])
 
 
 def _last_index(xp, shape, seq, axis, op):
     """(time index, batch index) arrays picking each sequence's last valid step from (d0, d1, rest)."""
-    batch = shape[1] if axis == 0 else shape[0]
+    batch = _batch(shape, axis)
     steps = shape[axis]
     t = _lengths(xp, seq, batch, steps, 1, op) - 1
     b = xp.arange(batch)
@@ -167,11 +168,11 @@ def _last_fwd(xp, x, seq=None, *, use_sequence_length, axis):
 
 register(
     "SequenceLast",
-    inputs=_inputs,
+    inputs=sequence_inputs,
     params=dict(_SEQ_PARAMS),
     prepare=_last_prepare,
     forward=_last_fwd,
-    infer_shape=_last_shape,
+    infer_shape=sequence_shape(_last_out_shape),
     infer_type=_type,
     # y[b] = x[L_b - 1, b] (a selection S x):  dx = S^T g, g placed at each sequence's last step, zeros elsewhere
     gradient=lambda F, n, g: (
@@ -192,7 +193,7 @@ def _scatter_shape(params, in_shapes, out_shapes, where):
         return in_shapes, out_shapes
     ins = list(in_shapes)
     ins[0] = _last_out_shape(x, params["axis"])
-    _length_shape(params, ins[1:], x[1] if params["axis"] == 0 else x[0], where)
+    _length_shape(params, ins[1:], _batch(x, params["axis"]), where)
     return ins, [tuple(x)]
 
 
