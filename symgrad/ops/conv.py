@@ -205,9 +205,11 @@ def _conv_out(params, X, where):
     return sliding_out(X, k, s, d, params["pad"], where)
 
 
-def _grouped_data(params, ins, where):
+def _grouped_data(params, ins, where, deconv):
     """The data shape of a Convolution or Deconvolution after the checks both make (the bias's size, the data's
-    rank and size, ``num_group`` dividing the channels), or None while it is unknown."""
+    rank and size, ``num_group`` dividing the channels, the weight's shape: (num_filter, C/num_group, *kernel)
+    for a convolution, (C, num_filter/num_group, *kernel) for a deconvolution, its transpose), or None while
+    it is unknown."""
     f, g = params["num_filter"], params["num_group"]
     if not params["no_bias"]:
         _check_input(where, ins, 2, "bias", (f,), f"num_filter={f}")
@@ -220,6 +222,12 @@ def _grouped_data(params, ins, where):
             f"{where}: parameter 'num_group'={g} must divide the input channels, but data {tuple(x)} "
             f"has {x[1]} channels"
         )
+    k, c = tuple(params["kernel"]), x[1]
+    if deconv:
+        want, why = (c, f // g) + k, f"{c} input channels, num_filter={f} / num_group={g}, kernel={k}"
+    else:
+        want, why = (f, c // g) + k, f"num_filter={f}, {c} input channels / num_group={g}, kernel={k}"
+    _check_input(where, ins, 1, "weight", want, why)
     return x
 
 
@@ -227,19 +235,10 @@ def _conv_shape(params, in_shapes, out_shapes, where):
     ins = list(in_shapes)
     if util.zeros_are_unknown():
         return _conv_partial(params, ins, out_shapes, where)
-    x = _grouped_data(params, ins, where)
+    x = _grouped_data(params, ins, where, deconv=False)
     if x is None:
         return ins, out_shapes
-    k, f, g, c = params["kernel"], params["num_filter"], params["num_group"], x[1]
-    _check_input(
-        where,
-        ins,
-        1,
-        "weight",
-        (f, c // g) + tuple(k),
-        f"num_filter={f}, {c} input channels / num_group={g}, kernel={tuple(k)}",
-    )
-    return ins, [(x[0], f) + _conv_out(params, x[2:], where)]
+    return ins, [(x[0], params["num_filter"]) + _conv_out(params, x[2:], where)]
 
 
 def _conv_partial(params, ins, out_shapes, where):
@@ -375,20 +374,11 @@ def _deconv_geometry(params, Y, where):
 
 def _deconv_shape(params, in_shapes, out_shapes, where):
     ins = list(in_shapes)
-    x = _grouped_data(params, ins, where)
+    x = _grouped_data(params, ins, where, deconv=True)
     if x is None:
         return ins, out_shapes
-    k, f, g, c = params["kernel"], params["num_filter"], params["num_group"], x[1]
-    _check_input(
-        where,
-        ins,
-        1,
-        "weight",
-        (c, f // g) + tuple(k),
-        f"{c} input channels, num_filter={f} / num_group={g}, kernel={tuple(k)}",
-    )
     _, X = _deconv_geometry(params, x[2:], where)
-    return ins, [(x[0], f) + X]
+    return ins, [(x[0], params["num_filter"]) + X]
 
 
 def _deconv_fwd(xp, x, w, b=None, *, kernel, stride, dilate, num_group, **params):

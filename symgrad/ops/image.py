@@ -420,12 +420,17 @@ _register_random_flip("_image_random_flip_left_right", 2, "left to right")
 _register_random_flip("_image_random_flip_top_bottom", 3, "top to bottom")
 
 
-def _brightness_fwd(xp, x, min_factor, max_factor):
+def _draw_factor(xp, x, min_factor, max_factor):
+    """The random enhancements' factor, as a (1,) array in ``x``'s dtype: MXNet draws a float32 factor in
+    [min_factor, max_factor)."""
     from .random import generator
 
-    # MXNet draws a float32 factor in [min_factor, max_factor)
     alpha = np.float32(min_factor + (max_factor - min_factor) * float(generator(xp).uniform(())))
-    factor = xp.full((1,), alpha, dtype=x.dtype)
+    return xp.full((1,), alpha, dtype=x.dtype)
+
+
+def _brightness_fwd(xp, x, min_factor, max_factor):
+    factor = _draw_factor(xp, x, min_factor, max_factor)
     return (x * factor).astype(x.dtype, copy=False), factor
 
 
@@ -536,10 +541,7 @@ register(
 
 def _blend_fwd(mean):
     def forward(xp, x, min_factor, max_factor):
-        from .random import generator
-
-        alpha = np.float32(min_factor + (max_factor - min_factor) * float(generator(xp).uniform(())))
-        factor = xp.full((1,), alpha, dtype=x.dtype)
+        factor = _draw_factor(xp, x, min_factor, max_factor)
         grey = _grey_fwd(xp, x, mean)
         return (x * factor + grey * (1 - factor)).astype(x.dtype, copy=False), factor
 

@@ -346,6 +346,16 @@ def _check_batch(where, b, n):
         )
 
 
+def _align_rois(xp, rois, N, H, W, params, T):
+    """(ROI index, batch index, Ay, Ax) of every ROI that has a batch index (MXNet skips the others: their
+    output rows stay 0), its weights (``_align_weights``) on ``xp``'s device."""
+    for r, (b, ay, ax) in enumerate(_align_weights(host_array(rois), H, W, params, T)):
+        if b < 0:
+            continue
+        _check_batch("_contrib_ROIAlign", b, N)
+        yield r, b, xp.asarray(ay), xp.asarray(ax)
+
+
 def _align_fwd(xp, data, rois, **params):
     N, C, H, W = data.shape
     T = acc_dtype(data.dtype)
@@ -353,12 +363,8 @@ def _align_fwd(xp, data, rois, **params):
     ps = params["position_sensitive"]
     co = C // (PH * PW) if ps else C
     out = xp.zeros((rois.shape[0], co, PH, PW), dtype=T)
-    for r, (b, ay, ax) in enumerate(_align_weights(host_array(rois), H, W, params, T)):
-        if b < 0:
-            continue
-        _check_batch("_contrib_ROIAlign", b, N)
+    for r, b, ay, ax in _align_rois(xp, rois, N, H, W, params, T):
         x = data[b].astype(T, copy=False)
-        ay, ax = xp.asarray(ay), xp.asarray(ax)
         if ps:
             out[r] = xp.einsum("ph,cpqhw,qw->cpq", ay, x.reshape(co, PH, PW, H, W), ax)
         else:
@@ -372,12 +378,8 @@ def _align_adjoint_fwd(xp, g, rois, like, **params):
     PH, PW = params["pooled_size"]
     ps = params["position_sensitive"]
     dx = xp.zeros((N, C, H, W), dtype=T)
-    for r, (b, ay, ax) in enumerate(_align_weights(host_array(rois), H, W, params, T)):
-        if b < 0:
-            continue
-        _check_batch("_contrib_ROIAlign", b, N)
+    for r, b, ay, ax in _align_rois(xp, rois, N, H, W, params, T):
         gr = g[r].astype(T, copy=False)
-        ay, ax = xp.asarray(ay), xp.asarray(ax)
         if ps:
             dx[b] += xp.einsum("ph,cpq,qw->cpqhw", ay, gr, ax).reshape(C, H, W)
         else:
@@ -1075,17 +1077,28 @@ def _dpsroi_trans_gradient(F, head, data, rois, trans, a, b, params):
     return terms[0] if len(terms) == 1 else terms[0] + terms[1]
 
 
+def _dpsroi_node(n):
+    """(geometry parameters, trans or None, trans as the 0 or 1 extra call arguments) of a node of the
+    DeformablePSROIPooling family (inputs data/ograd, rois[, trans], ...)."""
+    p = {k: n.params[k] for k in _DPSROI_PARAMS}
+    trans = None if p["no_trans"] else n.inputs[2]
+    return p, trans, () if trans is None else (trans,)
+
+
+def _sample_grads(F, n, g, a, b):
+    """Gradients of S_ab(data; rois, trans) (the rule at ``_dpsroi_grad``) with head ``g[0]``."""
+    p, trans, tin = _dpsroi_node(n)
+    data, rois = n.inputs[:2]
+    out = [F._deformable_psroi_scatter(g[0], rois, *tin, data, order_y=a, order_x=b, **p) if n.needs[0] else None, None]
+    if trans is not None:
+        out.append(_dpsroi_trans_gradient(F, g[0], data, rois, trans, a, b, p) if n.needs[2] else None)
+    return out
+
+
 def _dpsroi_grad(F, n, g):
     # out = S_00(data; rois, trans): linear in data (adjoint: scatter), trans via the next derivative order;
     # top_count is piecewise constant (its head gradient is ignored); rois get none (MXNet writes zeros)
-    p = {k: n.params[k] for k in _DPSROI_PARAMS}
-    data, rois = n.inputs[:2]
-    trans = None if p["no_trans"] else n.inputs[2]
-    tin = () if trans is None else (trans,)
-    out = [F._deformable_psroi_scatter(g[0], rois, *tin, data, order_y=0, order_x=0, **p) if n.needs[0] else None, None]
-    if trans is not None:
-        out.append(_dpsroi_trans_gradient(F, g[0], data, rois, trans, 0, 0, p) if n.needs[2] else None)
-    return out
+    return _sample_grads(F, n, g, 0, 0)
 
 
 register(
@@ -1122,15 +1135,7 @@ def _dpsroi_sample_fwd(xp, data, *args, order_y=0, order_x=0, **params):
 
 
 def _dpsroi_sample_grad(F, n, g):
-    p = {k: n.params[k] for k in _DPSROI_PARAMS}
-    a, b = n.params["order_y"], n.params["order_x"]
-    data, rois = n.inputs[:2]
-    trans = None if p["no_trans"] else n.inputs[2]
-    tin = () if trans is None else (trans,)
-    out = [F._deformable_psroi_scatter(g[0], rois, *tin, data, order_y=a, order_x=b, **p) if n.needs[0] else None, None]
-    if trans is not None:
-        out.append(_dpsroi_trans_gradient(F, g[0], data, rois, trans, a, b, p) if n.needs[2] else None)
-    return out
+    return _sample_grads(F, n, g, n.params["order_y"], n.params["order_x"])
 
 
 register(
@@ -1155,11 +1160,9 @@ def _dpsroi_scatter_fwd(xp, g, *args, order_y=0, order_x=0, **params):
 
 def _dpsroi_scatter_grad(F, n, g):
     # <H, scatter_ab(G)> = <S_ab(H), G>: d G = S_ab(H); d trans as S_ab's with data -> H and head -> G
-    p = {k: n.params[k] for k in _DPSROI_PARAMS}
+    p, trans, tin = _dpsroi_node(n)
     a, b = n.params["order_y"], n.params["order_x"]
     gin, rois = n.inputs[:2]
-    trans = None if p["no_trans"] else n.inputs[2]
-    tin = () if trans is None else (trans,)
     out = [F._deformable_psroi_sample(g[0], rois, *tin, order_y=a, order_x=b, **p) if n.needs[0] else None, None]
     if trans is not None:
         out.append(_dpsroi_trans_gradient(F, gin, g[0], rois, trans, a, b, p) if n.needs[2] else None)

@@ -956,7 +956,7 @@ register(
     inputs=("ograd", "like"),
     params={"output_size": Param("shape", ())},
     forward=_aap_adj_fwd,
-    infer_shape=lambda p, i, o, w: (i, [i[1]] if i[1] is not None else o),
+    infer_shape=like_input1,
     no_grad_inputs=("like",),
     # <H, P^T G> = <P H, G>
     gradient=lambda F, n, g: [F._contrib_AdaptiveAvgPooling2D(g[0], **n.params), None],
@@ -1208,52 +1208,122 @@ def _deform_im2col_fwd(xp, data, offset, *, order_y=0, order_x=0, **p):
     return _deform_columns(xp, data, offset, None, order_y, order_x, "deform", p)
 
 
-def _deform_col2im_fwd(xp, cols, offset, like, *, order_y=0, order_x=0, **p):
+def _deform_image(xp, cols, offset, mask, like, order_y, order_x, border, p):
+    """Adjoint of ``_deform_columns`` in data: the columns (N, C*K, Ho, Wo), each tap times ``mask`` unless None,
+    added back at their sample positions into an image shaped like ``like``."""
     acc = acc_dtype(cols.dtype)
     N, C, H, W = like.shape
     dg = p["num_deformable_group"]
     py, px = _deform_positions(xp, offset, p, acc)
     vals = cols.astype(acc, copy=False).reshape(N, dg, C // dg, -1)
-    out = _scatter(xp, vals, py, px, order_y, order_x, "deform", H, W)
+    if mask is not None:
+        vals = vals * mask.astype(acc, copy=False).reshape(N, dg, 1, -1)
+    out = _scatter(xp, vals, py, px, order_y, order_x, border, H, W)
     return out.reshape(N, C, H, W).astype(cols.dtype, copy=False)
+
+
+def _deform_col2im_fwd(xp, cols, offset, like, *, order_y=0, order_x=0, **p):
+    return _deform_image(xp, cols, offset, None, like, order_y, order_x, "deform", p)
+
+
+def _groups(cols_shape, p):
+    """Deformable columns (N, C*K, Ho, Wo) split by group: (N, dg, C/dg, K, Ho, Wo)."""
+    N, CK, Ho, Wo = cols_shape
+    dg = p["num_deformable_group"]
+    K = math.prod(p["kernel"])
+    return N, dg, CK // (dg * K), K, Ho, Wo
+
+
+def _group_sums(vals, p):
+    """Per deformable group, kernel tap and position, the sum over the group's channels: (N, dg, K, Ho, Wo)."""
+    return vals.reshape(_groups(vals.shape, p)).sum(axis=2)
+
+
+def _group_spread(xp, sel, like, p):
+    """Adjoint of ``_group_sums``: ``sel`` (N, dg, 1, K, Ho, Wo) repeated over each group's channels, shaped
+    like the columns ``like``."""
+    return xp.ascontiguousarray(xp.broadcast_to(sel, _groups(like.shape, p))).reshape(like.shape)
 
 
 def _pack_fwd(xp, vals, *, direction, **p):
     """Per deformable group, kernel tap and position, the sum over the group's channels, placed in the
     offset layout (channel g*2K + 2k + direction; the other direction's channels are 0)."""
-    N, CK, Ho, Wo = vals.shape
-    dg = p["num_deformable_group"]
-    K = math.prod(p["kernel"])
-    s = vals.reshape(N, dg, CK // (dg * K), K, Ho, Wo).sum(axis=2)
+    s = _group_sums(vals, p)
+    N, dg, K, Ho, Wo = s.shape
     out = xp.zeros((N, dg, K, 2, Ho, Wo), dtype=vals.dtype)
     out[:, :, :, direction] = s
     return out.reshape(N, dg * K * 2, Ho, Wo)
 
 
 def _unpack_fwd(xp, g, like, *, direction, **p):
-    N, CK, Ho, Wo = like.shape
-    dg = p["num_deformable_group"]
-    K = math.prod(p["kernel"])
-    sel = g.reshape(N, dg, 1, K, 2, Ho, Wo)[:, :, :, :, direction]
-    return xp.ascontiguousarray(xp.broadcast_to(sel, (N, dg, CK // (dg * K), K, Ho, Wo))).reshape(like.shape)
+    N, dg, _, K, Ho, Wo = _groups(like.shape, p)
+    return _group_spread(xp, g.reshape(N, dg, 1, K, 2, Ho, Wo)[:, :, :, :, direction], like, p)
 
 
-def _offset_gradient(F, head, data, offset, a, b, p):
-    """Gradient in the offset of <head, im2col_ab(data; offset)>: direction 0 (y) from order (a+1, b),
+# The gradient rules below serve both the plain deformable ops and the modulated ones (next section): ``mask``
+# None selects the plain columns C_ab(data; offset), a mask the modulated M_ab(data; offset, mask).
+
+
+def _im2col_op(F, data, offset, mask, a, b, p):
+    """The deformable columns of derivative order (a, b) as a graph op (modulated where ``mask`` is given)."""
+    if mask is None:
+        return F._deformable_im2col(data, offset, order_y=a, order_x=b, **p)
+    return F._modulated_deformable_im2col(data, offset, mask, order_y=a, order_x=b, **p)
+
+
+def _col2im_op(F, cols, offset, mask, like, a, b, p):
+    """Adjoint of ``_im2col_op`` in data, as a graph op (``like`` gives the image shape)."""
+    if mask is None:
+        return F._deformable_col2im(cols, offset, like, order_y=a, order_x=b, **p)
+    return F._modulated_deformable_col2im(cols, offset, mask, like, order_y=a, order_x=b, **p)
+
+
+def _offset_gradient(F, head, data, offset, mask, a, b, p):
+    """Gradient in the offset of <head, im2col_ab(data; offset[, mask])>: direction 0 (y) from order (a+1, b),
     direction 1 (x) from (a, b+1), each summed over the deformable group's channels."""
     terms = []
     for direction, (oy, ox) in enumerate(((a + 1, b), (a, b + 1))):
-        if oy > 1 or ox > 1:
+        if oy > 1 or ox > 1:  # k'' = 0 away from the kinks
             continue
-        deriv = F._deformable_im2col(data, offset, order_y=oy, order_x=ox, **p)
+        deriv = _im2col_op(F, data, offset, mask, oy, ox, p)
         terms.append(F._deformable_offset_pack(head * deriv, direction=direction, **p))
     if not terms:
         return F.zeros_like(offset)
     return terms[0] if len(terms) == 1 else terms[0] + terms[1]
 
 
+def _mask_gradient(F, head, data, offset, mask, a, b, p):
+    """Gradient in the mask of <head, M_ab(data; offset, mask)>: group sums of head * sample_ab(data)."""
+    plain = F._modulated_deformable_im2col(data, offset, F.ones_like(mask), order_y=a, order_x=b, **p)
+    return F._deformable_mask_pack(head * plain, **p)
+
+
+def _columns_grads(F, head, data, offset, mask, a, b, p, needs):
+    """Gradients of <head, im2col_ab(data; offset[, mask])> in data (col2im_ab: the columns are linear in
+    data), offset and, where given, mask; None where ``needs`` says no."""
+    out = [
+        _col2im_op(F, head, offset, mask, data, a, b, p) if needs[0] else None,
+        _offset_gradient(F, head, data, offset, mask, a, b, p) if needs[1] else None,
+    ]
+    if mask is not None:
+        out.append(_mask_gradient(F, head, data, offset, mask, a, b, p) if needs[2] else None)
+    return out
+
+
+def _col2im_grads(F, n, g, mask):
+    """Gradients of col2im_ab(G; offset[, mask], like): d G = im2col_ab(H), d offset (and d mask) as im2col's
+    with data -> H and head -> G (rule at ``_dc2i_grad``); none for ``like``."""
+    cols, offset = n.inputs[0], n.inputs[1]
+    p = _geom_of(n.params)
+    a, b = n.params["order_y"], n.params["order_x"]
+    dcols = _im2col_op(F, g[0], offset, mask, a, b, p) if n.needs[0] else None
+    rest = _columns_grads(F, cols, g[0], offset, mask, a, b, p, (False, *n.needs[1:]))
+    return [dcols, *rest[1:], None]
+
+
 def _dcol_shape(params, in_shapes, out_shapes, where):
-    d, off = in_shapes
+    """(N, C*K) + the offset's spatial size, from data and offset (inputs 0 and 1; a mask may follow)."""
+    d, off = in_shapes[0], in_shapes[1]
     if d is None or off is None:
         return in_shapes, out_shapes
     return in_shapes, [(d[0], d[1] * math.prod(params["kernel"])) + tuple(off[2:])]
@@ -1262,12 +1332,8 @@ def _dcol_shape(params, in_shapes, out_shapes, where):
 def _dcol_grad(F, n, g):
     # cols = im2col_ab(data; offset): linear in data (adjoint col2im_ab), offset via the next order
     data, offset = n.inputs
-    p = _geom_of(n.params)
     a, b = n.params["order_y"], n.params["order_x"]
-    return [
-        F._deformable_col2im(g[0], offset, data, order_y=a, order_x=b, **p) if n.needs[0] else None,
-        _offset_gradient(F, g[0], data, offset, a, b, p) if n.needs[1] else None,
-    ]
+    return _columns_grads(F, g[0], data, offset, None, a, b, _geom_of(n.params), n.needs)
 
 
 register(
@@ -1285,14 +1351,7 @@ register(
 def _dc2i_grad(F, n, g):
     # <H, col2im_ab(G; offset)> = <im2col_ab(H; offset), G>:  d G = im2col_ab(H),  d offset as im2col's with
     # data -> H and head -> G
-    cols, offset = n.inputs[0], n.inputs[1]
-    p = _geom_of(n.params)
-    a, b = n.params["order_y"], n.params["order_x"]
-    return [
-        F._deformable_im2col(g[0], offset, order_y=a, order_x=b, **p) if n.needs[0] else None,
-        _offset_gradient(F, cols, g[0], offset, a, b, p) if n.needs[1] else None,
-        None,
-    ]
+    return _col2im_grads(F, n, g, None)
 
 
 register(
@@ -1338,7 +1397,7 @@ register(
     params={**_DEFORM_GEOM, "direction": Param("int", 0)},
     prepare=_deform_prepare("_deformable_offset_unpack"),
     forward=_unpack_fwd,
-    infer_shape=lambda p, i, o, w: (i, [i[1]] if i[1] is not None else o),
+    infer_shape=like_input1,
     no_grad_inputs=("like",),
     gradient=lambda F, n, g: [F._deformable_offset_pack(g[0], **n.params), None],
     doc="Adjoint of _deformable_offset_pack (hidden).",
@@ -1415,28 +1474,32 @@ def _pointwise_geom(num_group):
     }
 
 
+def _columns_conv_grad(F, n, g, mask):
+    """Gradients of a deformable convolution (modulated where ``mask`` is given), inputs data, offset[, mask],
+    weight[, bias]: the rule at ``_dconv_grad``, with the columns' rules of ``_columns_grads``."""
+    k = 2 if mask is None else 3  # the weight's input
+    data, offset, weight = n.inputs[0], n.inputs[1], n.inputs[k]
+    gy = g[0]
+    p = _geom_of(n.params)
+    hp = _pointwise_geom(n.params["num_group"])
+    cols = _im2col_op(F, data, offset, mask, 0, 0, p)
+    out = [None] * (k + 1)
+    if any(n.needs[:k]):
+        gcols = F._conv_transpose_like(gy, F.reshape(weight, shape=(0, -1, 1, 1)), cols, **hp)
+        out[:k] = _columns_grads(F, gcols, data, offset, mask, 0, 0, p, n.needs)
+    if n.needs[k]:
+        out[k] = F.reshape_like(F._conv_weight_grad(cols, gy, **hp), weight)
+    if not n.params["no_bias"]:
+        out.append(F.sum(gy, axis=1, exclude=True) if n.needs[k + 1] else None)
+    return out
+
+
 def _dconv_grad(F, n, g):
     # out = conv1x1(cols(data; offset), W') + b, with cols the deformable columns (N, C*K, Ho, Wo) and
     # W' = W reshaped (F, C/g*K, 1, 1): a grouped 1x1 convolution. So (Convolution's hidden ops):
     #   d cols = corr^T(g, W'),  d W' = wgrad(cols, g),  d b = sum of g over all axes but 1,
     #   d data = col2im(d cols; offset),  d offset = group sums of d cols * d cols/d position.
-    data, offset, weight = n.inputs[:3]
-    gy = g[0]
-    p = _geom_of(n.params)
-    hp = _pointwise_geom(n.params["num_group"])
-    cols = F._deformable_im2col(data, offset, order_y=0, order_x=0, **p)
-    out = [None, None, None]
-    if n.needs[0] or n.needs[1]:
-        gcols = F._conv_transpose_like(gy, F.reshape(weight, shape=(0, -1, 1, 1)), cols, **hp)
-        if n.needs[0]:
-            out[0] = F._deformable_col2im(gcols, offset, data, order_y=0, order_x=0, **p)
-        if n.needs[1]:
-            out[1] = _offset_gradient(F, gcols, data, offset, 0, 0, p)
-    if n.needs[2]:
-        out[2] = F.reshape_like(F._conv_weight_grad(cols, gy, **hp), weight)
-    if not n.params["no_bias"]:
-        out.append(F.sum(gy, axis=1, exclude=True) if n.needs[3] else None)
-    return out
+    return _columns_conv_grad(F, n, g, None)
 
 
 _DCONV_PARAMS = {  # MXNet's field order (the modulated version adds im2col_step before layout)
@@ -1491,68 +1554,26 @@ def _mdeform_im2col_fwd(xp, data, offset, mask, *, order_y=0, order_x=0, **p):
 
 
 def _mdeform_col2im_fwd(xp, cols, offset, mask, like, *, order_y=0, order_x=0, **p):
-    acc = acc_dtype(cols.dtype)
-    N, C, H, W = like.shape
-    dg = p["num_deformable_group"]
-    py, px = _deform_positions(xp, offset, p, acc)
-    vals = cols.astype(acc, copy=False).reshape(N, dg, C // dg, -1)
-    vals = vals * mask.astype(acc, copy=False).reshape(N, dg, 1, -1)
-    out = _scatter(xp, vals, py, px, order_y, order_x, "zero", H, W)
-    return out.reshape(N, C, H, W).astype(cols.dtype, copy=False)
+    return _deform_image(xp, cols, offset, mask, like, order_y, order_x, "zero", p)
 
 
 def _mask_pack_fwd(xp, vals, **p):
     """Per deformable group, kernel tap and position, the sum over the group's channels (mask layout)."""
-    N, CK, Ho, Wo = vals.shape
-    dg = p["num_deformable_group"]
-    K = math.prod(p["kernel"])
-    return vals.reshape(N, dg, CK // (dg * K), K, Ho, Wo).sum(axis=2).reshape(N, dg * K, Ho, Wo)
+    s = _group_sums(vals, p)
+    N, dg, K, Ho, Wo = s.shape
+    return s.reshape(N, dg * K, Ho, Wo)
 
 
 def _mask_unpack_fwd(xp, g, like, **p):
-    N, CK, Ho, Wo = like.shape
-    dg = p["num_deformable_group"]
-    K = math.prod(p["kernel"])
-    sel = g.reshape(N, dg, 1, K, Ho, Wo)
-    return xp.ascontiguousarray(xp.broadcast_to(sel, (N, dg, CK // (dg * K), K, Ho, Wo))).reshape(like.shape)
-
-
-def _moffset_gradient(F, head, data, offset, mask, a, b, p):
-    """Gradient in the offset of <head, M_ab(data; offset, mask)>: direction 0 (y) from order (a+1, b),
-    direction 1 (x) from (a, b+1), each summed over the deformable group's channels."""
-    terms = []
-    for direction, (oy, ox) in enumerate(((a + 1, b), (a, b + 1))):
-        if oy > 1 or ox > 1:  # k'' = 0 away from the kinks
-            continue
-        deriv = F._modulated_deformable_im2col(data, offset, mask, order_y=oy, order_x=ox, **p)
-        terms.append(F._deformable_offset_pack(head * deriv, direction=direction, **p))
-    if not terms:
-        return F.zeros_like(offset)
-    return terms[0] if len(terms) == 1 else terms[0] + terms[1]
-
-
-def _mmask_gradient(F, head, data, offset, mask, a, b, p):
-    """Gradient in the mask of <head, M_ab(data; offset, mask)>: group sums of head * sample_ab(data)."""
-    plain = F._modulated_deformable_im2col(data, offset, F.ones_like(mask), order_y=a, order_x=b, **p)
-    return F._deformable_mask_pack(head * plain, **p)
-
-
-def _mdcol_shape(params, in_shapes, out_shapes, where):
-    d, off = in_shapes[0], in_shapes[1]
-    if d is None or off is None:
-        return in_shapes, out_shapes
-    return in_shapes, [(d[0], d[1] * math.prod(params["kernel"])) + tuple(off[2:])]
+    N, dg, _, K, Ho, Wo = _groups(like.shape, p)
+    return _group_spread(xp, g.reshape(N, dg, 1, K, Ho, Wo), like, p)
 
 
 def _mdcol_grad(F, n, g):
+    # M_ab is linear in data (adjoint col2im_ab); offset via the next order, mask via M_ab(data, offset, ones)
     data, offset, mask = n.inputs
-    p = _geom_of(n.params)
     a, b = n.params["order_y"], n.params["order_x"]
-    return [
-        F._modulated_deformable_col2im(g[0], offset, mask, data, order_y=a, order_x=b, **p) if n.needs[0] else None,
-        _moffset_gradient(F, g[0], data, offset, mask, a, b, p) if n.needs[1] else None,
-        _mmask_gradient(F, g[0], data, offset, mask, a, b, p) if n.needs[2] else None,
-    ]
+    return _columns_grads(F, g[0], data, offset, mask, a, b, _geom_of(n.params), n.needs)
 
 
 register(
@@ -1561,7 +1582,7 @@ register(
     params={**_DEFORM_GEOM, **_order_params()},
     prepare=_deform_prepare("_modulated_deformable_im2col"),
     forward=_mdeform_im2col_fwd,
-    infer_shape=_mdcol_shape,
+    infer_shape=_dcol_shape,
     gradient=_mdcol_grad,
     doc="Modulated deformable im2col (N, C*K, Ho, Wo) (zero border, times the mask), or its derivative of "
     "order (order_y, order_x) in the offsets (hidden).",
@@ -1571,15 +1592,7 @@ register(
 def _mdc2i_grad(F, n, g):
     # <H, col2im_ab(G; offset, mask)> = <M_ab(H; offset, mask), G>: d G = M_ab(H); d offset / d mask as
     # im2col's with data -> H and head -> G
-    cols, offset, mask = n.inputs[:3]
-    p = _geom_of(n.params)
-    a, b = n.params["order_y"], n.params["order_x"]
-    return [
-        F._modulated_deformable_im2col(g[0], offset, mask, order_y=a, order_x=b, **p) if n.needs[0] else None,
-        _moffset_gradient(F, cols, g[0], offset, mask, a, b, p) if n.needs[1] else None,
-        _mmask_gradient(F, cols, g[0], offset, mask, a, b, p) if n.needs[2] else None,
-        None,
-    ]
+    return _col2im_grads(F, n, g, n.inputs[2])
 
 
 register(
@@ -1611,7 +1624,7 @@ register(
     params=dict(_DEFORM_GEOM),
     prepare=_deform_prepare("_deformable_mask_unpack"),
     forward=_mask_unpack_fwd,
-    infer_shape=lambda p, i, o, w: (i, [i[1]] if i[1] is not None else o),
+    infer_shape=like_input1,
     no_grad_inputs=("like",),
     gradient=lambda F, n, g: [F._deformable_mask_pack(g[0], **n.params), None],
     doc="Adjoint of _deformable_mask_pack (hidden).",
@@ -1668,25 +1681,7 @@ def _mdconv_grad(F, n, g):
     # out = conv1x1(cols_m, W') + b with cols_m = M_00(data; offset, mask) and W' = W as (F, C/g*K, 1, 1):
     #   d cols = corr^T(g, W'),  d W' = wgrad(cols_m, g),  d b = sum of g over all axes but 1,
     #   d data / d offset / d mask: the rules of M_00 (header of this section) with head d cols.
-    data, offset, mask, weight = n.inputs[:4]
-    gy = g[0]
-    p = _geom_of(n.params)
-    hp = _pointwise_geom(n.params["num_group"])
-    cols = F._modulated_deformable_im2col(data, offset, mask, order_y=0, order_x=0, **p)
-    out = [None, None, None, None]
-    if n.needs[0] or n.needs[1] or n.needs[2]:
-        gcols = F._conv_transpose_like(gy, F.reshape(weight, shape=(0, -1, 1, 1)), cols, **hp)
-        if n.needs[0]:
-            out[0] = F._modulated_deformable_col2im(gcols, offset, mask, data, order_y=0, order_x=0, **p)
-        if n.needs[1]:
-            out[1] = _moffset_gradient(F, gcols, data, offset, mask, 0, 0, p)
-        if n.needs[2]:
-            out[2] = _mmask_gradient(F, gcols, data, offset, mask, 0, 0, p)
-    if n.needs[3]:
-        out[3] = F.reshape_like(F._conv_weight_grad(cols, gy, **hp), weight)
-    if not n.params["no_bias"]:
-        out.append(F.sum(gy, axis=1, exclude=True) if n.needs[4] else None)
-    return out
+    return _columns_conv_grad(F, n, g, n.inputs[2])
 
 
 register(
