@@ -139,6 +139,21 @@ def fill_zoo_arrays(names, shapes, seed, head_shape):
     return out, head
 
 
+def bind_zoo_resnet18(S, ctx, seed):
+    """The zoo's ResNet-18 bound by ``S`` (symgrad's or MXNet's ``sym``) on ``ctx``, no gradient for the data,
+    arguments from ``fill_zoo_arrays``, moving means 0 and variances 1: ``(executor, numpy head gradient)``."""
+    net = S.load(str(ZOO / "resnet18_v1-symbol.json"))
+    names = net.list_arguments()
+    reqs = {n: ("null" if n == "data" else "write") for n in names}
+    exe = net.simple_bind(ctx, grad_req=reqs, data=RESNET_DATA)
+    values, head = fill_zoo_arrays(names, [exe.arg_dict[n].shape for n in names], seed, (RESNET_DATA[0], 1000))
+    for n in names:
+        exe.arg_dict[n][:] = values[n]
+    for n, a in exe.aux_dict.items():
+        a[:] = 1.0 if n.endswith("var") else 0.0
+    return exe, head
+
+
 def numcheck_net(S):
     """The numcheck network, conv 3x3 (4 filters) -> tanh -> fc 5, from ``S``: symgrad's or MXNet's ``sym``."""
     return S.FullyConnected(
@@ -215,15 +230,7 @@ def chain_symgrad(seed):
 @workload("resnet18", "symgrad")
 def resnet18_symgrad(seed):
     sg = _symgrad()
-    net = sg.sym.load(str(ZOO / "resnet18_v1-symbol.json"))
-    names = net.list_arguments()
-    reqs = {n: ("null" if n == "data" else "write") for n in names}
-    exe = net.simple_bind(sg.cpu(), grad_req=reqs, data=RESNET_DATA)
-    values, head = fill_zoo_arrays(names, [exe.arg_dict[n].shape for n in names], seed, (RESNET_DATA[0], 1000))
-    for n in names:
-        exe.arg_dict[n][...] = values[n]
-    for n, a in exe.aux_dict.items():
-        a[...] = 1.0 if n.endswith("var") else 0.0
+    exe, head = bind_zoo_resnet18(sg.sym, sg.cpu(), seed)
 
     def step():
         exe.forward(is_train=True)
@@ -359,15 +366,7 @@ def chain_mxnet(seed):
 @workload("resnet18", "mxnet")
 def resnet18_mxnet(seed):
     mx = _mx()
-    net = mx.sym.load(str(ZOO / "resnet18_v1-symbol.json"))
-    names = net.list_arguments()
-    reqs = {n: ("null" if n == "data" else "write") for n in names}
-    exe = net.simple_bind(mx.cpu(), grad_req=reqs, data=RESNET_DATA)
-    values, head = fill_zoo_arrays(names, [exe.arg_dict[n].shape for n in names], seed, (RESNET_DATA[0], 1000))
-    for n in names:
-        exe.arg_dict[n][:] = values[n]
-    for n, a in exe.aux_dict.items():
-        a[:] = 1.0 if n.endswith("var") else 0.0
+    exe, head = bind_zoo_resnet18(mx.sym, mx.cpu(), seed)
     head = mx.nd.array(head)
 
     def step():

@@ -264,6 +264,14 @@ def _foreach_type(params, in_types, out_types, where_):
     return ins, outs
 
 
+def _check_locs(params, keys, n_inputs, where_):
+    """Every input position listed by the ``*_locs`` parameters ``keys`` (a subgraph's inputs in the op's) is
+    one of the op's ``n_inputs`` inputs (_while_loop's and _cond's check)."""
+    for key in keys:
+        if any(not 0 <= k < n_inputs for k in params[key]):
+            raise ParamError(f"{where_}: {key} {params[key]} points outside the {n_inputs} inputs")
+
+
 # -- _while_loop -----------------------------------------------------------------------------------------------
 
 
@@ -274,9 +282,7 @@ def _while_inputs(params):
 def _check_while(params, n_inputs, where_):
     if len(params[SUBGRAPHS]) != 2:
         raise ParamError(f"{where_}: _while_loop holds two subgraphs (cond, func), got {len(params[SUBGRAPHS])}")
-    for key in ("cond_input_locs", "func_input_locs"):
-        if any(not 0 <= k < n_inputs for k in params[key]):
-            raise ParamError(f"{where_}: {key} {params[key]} points outside the {n_inputs} inputs")
+    _check_locs(params, ("cond_input_locs", "func_input_locs"), n_inputs, where_)
     n_vars = params["num_outputs"] - params["num_out_data"]
     if len(params["func_var_locs"]) != n_vars:
         raise ParamError(
@@ -378,9 +384,7 @@ def _cond_inputs(params):
 def _check_cond(params, n_inputs, where_):
     if len(params[SUBGRAPHS]) != 3:
         raise ParamError(f"{where_}: _cond holds three subgraphs (cond, then, else), got {len(params[SUBGRAPHS])}")
-    for key in ("cond_input_locs", "then_input_locs", "else_input_locs"):
-        if any(not 0 <= k < n_inputs for k in params[key]):
-            raise ParamError(f"{where_}: {key} {params[key]} points outside the {n_inputs} inputs")
+    _check_locs(params, ("cond_input_locs", "then_input_locs", "else_input_locs"), n_inputs, where_)
 
 
 def _cond_forward(xp, *inputs, is_train=False, **params):

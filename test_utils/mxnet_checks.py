@@ -586,40 +586,30 @@ class _BackwardCheck:
             )
             return
         r, a = get_tols(self.exp[name], g, self.rtol, self.atol)
-        if req == "add":
-            added = g.astype(np.float64) - self.initial[name].astype(np.float64)
-            compare(
-                added,
-                self.exp[name],
-                r,
-                a,
-                check=self.who,
-                arg_name=name,
-                names=("added", "expected"),
-                what=f"gradient of {name!r} added to its buffer (buffer - initial) does not match expected "
-                "(grad_req 'add')",
-                equal_nan=self.equal_nan,
-                facts=facts,
-                broadcast="expected",
-                context=context,
-                extra_lines=notes,
+        if req == "add":  # what backward added: buffer - initial
+            actual = g.astype(np.float64) - self.initial[name].astype(np.float64)
+            label = "added"
+            what = (
+                f"gradient of {name!r} added to its buffer (buffer - initial) does not match expected (grad_req 'add')"
             )
         else:
-            compare(
-                g,
-                self.exp[name],
-                r,
-                a,
-                check=self.who,
-                arg_name=name,
-                names=("backward", "expected"),
-                what=f"gradient of {name!r} does not match expected (grad_req 'write')",
-                equal_nan=self.equal_nan,
-                facts=facts,
-                broadcast="expected",
-                context=context,
-                extra_lines=notes,
-            )
+            actual, label = g, "backward"
+            what = f"gradient of {name!r} does not match expected (grad_req 'write')"
+        compare(
+            actual,
+            self.exp[name],
+            r,
+            a,
+            check=self.who,
+            arg_name=name,
+            names=(label, "expected"),
+            what=what,
+            equal_nan=self.equal_nan,
+            facts=facts,
+            broadcast="expected",
+            context=context,
+            extra_lines=notes,
+        )
 
     # -- phase 4: probes ------------------------------------------------------------------------------------
     def probe(self, grads, probes):

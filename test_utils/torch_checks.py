@@ -440,6 +440,12 @@ class _Check:
         x = np.abs(self.ref.args[name].astype(np.float64))
         return float(np.cbrt(np.finfo(self.ref.dtype).eps)) * max(float(x.max()) if x.size else 0.0, 1.0)
 
+    def _weights(self, k, u):
+        """Weights of the outputs in a gradient view: ``u`` on output ``k`` (in its shape), zeros elsewhere."""
+        weights = [np.zeros(s) for s in self.graph.out_shapes]
+        weights[k] = np.reshape(u, self.graph.out_shapes[k])
+        return weights
+
     def _heads(self, k=None, value=None):
         """Head gradients: zeros everywhere, ``value`` on output ``k``."""
         heads = [
@@ -566,8 +572,7 @@ class _Check:
         central differences, as ``(error or None, kinks)``; ``OnlyKinks`` when every mismatch is a kink."""
         if self.graph.values[n].size > MAX_LOCALISE:
             return None, []
-        weights = [np.zeros(s) for s in self.graph.out_shapes]
-        weights[k] = np.reshape(u, self.graph.out_shapes[k])
+        weights = self._weights(k, u)
         g = self.graph.vjp(exe, bufs, self._heads(k, u))[n]
         err, kinks = self.ref.element_view(self.who, n, g, weights, self.rtol, self.atol)
         if err is not None and only_kinks([(err, kinks)]) and not self.kinks.exhausted and self.kinks.new(kinks):
@@ -612,8 +617,7 @@ class _Check:
             first = self.graph.vjp(exe, bufs, heads)
             second = self.graph.vjp(exe, bufs, heads)
             self._reentrant(first, second, k)
-            weights = [np.zeros(s) for s in self.graph.out_shapes]
-            weights[k] = u.reshape(self.graph.out_shapes[k])
+            weights = self._weights(k, u)
             f_noise = self.ref.evaluation_noise(weights)
             dtype = max((self.graph.values[n].dtype for n in self.used), key=lambda d: np.finfo(d).eps)
             _, a_noise = analytic_noise(

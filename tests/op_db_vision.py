@@ -260,33 +260,54 @@ def _deform_sample(img, y, x):
     )
 
 
-def ref_deformable_conv(
-    data, offset, weight, bias=None, kernel=(2, 2), stride=(1, 1), dilate=(1, 1), pad=(0, 0), num_group=1, dg=1
-):
-    N, C, H, W = data.shape
-    F = weight.shape[0]
+def _deform_columns(data, offset, mask, kernel, stride, dilate, pad, dg, sample):
+    """``cols[n, c, i, j, ho, wo]``: channel ``c`` read by ``sample`` at tap (i, j) of output pixel (ho, wo),
+    moved by the offsets of its deformable group ``c // (C // dg)`` (and times ``mask`` there, unless None)."""
+    N, C = data.shape[:2]
     kh, kw = kernel
     Ho, Wo = offset.shape[2:]
-    out = np.zeros((N, F, Ho, Wo))
-    cg, fg = C // num_group, F // num_group
+    cols = np.zeros((N, C, kh, kw, Ho, Wo))
     for n in range(N):
         for c in range(C):
-            gd = c // (C // dg)
+            g = c // (C // dg)
             for i in range(kh):
                 for j in range(kw):
                     t = i * kw + j
+                    ch = g * 2 * kh * kw + 2 * t
                     for ho in range(Ho):
                         for wo in range(Wo):
-                            ch = gd * 2 * kh * kw + 2 * t
                             y = ho * stride[0] - pad[0] + i * dilate[0] + offset[n, ch, ho, wo]
                             x = wo * stride[1] - pad[1] + j * dilate[1] + offset[n, ch + 1, ho, wo]
-                            v = _deform_sample(data[n, c], y, x)
-                            g = c // cg
-                            for f in range(g * fg, (g + 1) * fg):
-                                out[n, f, ho, wo] += weight[f, c - g * cg, i, j] * v
-    if bias is not None:
-        out += bias.reshape(1, -1, 1, 1)
+                            v = sample(data[n, c], y, x)
+                            cols[n, c, i, j, ho, wo] = v if mask is None else mask[n, g * kh * kw + t, ho, wo] * v
+    return cols
+
+
+def _grouped_conv(cols, weight, bias, num_group):
+    """The convolution of the sampled columns: ``out[n, f] = sum over f's group of channels c and taps (i, j) of
+    weight[f, c, i, j] * cols[n, c, i, j] (+ bias[f])``."""
+    N, C, kh, kw, Ho, Wo = cols.shape
+    F = weight.shape[0]
+    out = np.zeros((N, F, Ho, Wo))
+    cg, fg = C // num_group, F // num_group
+    for n in range(N):
+        for f in range(F):
+            grp = f // fg
+            for cc in range(cg):
+                c = grp * cg + cc
+                for i in range(kh):
+                    for j in range(kw):
+                        out[n, f] += weight[f, cc, i, j] * cols[n, c, i, j]
+            if bias is not None:
+                out[n, f] += bias[f]
     return out
+
+
+def ref_deformable_conv(
+    data, offset, weight, bias=None, kernel=(2, 2), stride=(1, 1), dilate=(1, 1), pad=(0, 0), num_group=1, dg=1
+):
+    cols = _deform_columns(data, offset, None, kernel, stride, dilate, pad, dg, _deform_sample)
+    return _grouped_conv(cols, weight, bias, num_group)
 
 
 def _offset_shape(N, dg, kernel, Ho, Wo):
@@ -314,36 +335,23 @@ def _zero_border_sample(img, y, x):
 def ref_modulated_deformable_conv(
     data, offset, mask, weight, bias=None, kernel=(2, 2), stride=(1, 1), dilate=(1, 1), pad=(0, 0), num_group=1, dg=1
 ):
-    N, C, H, W = data.shape
-    F = weight.shape[0]
-    kh, kw = kernel
-    Ho, Wo = offset.shape[2:]
-    cols = np.zeros((N, C, kh, kw, Ho, Wo))
-    for n in range(N):
-        for c in range(C):
-            g = c // (C // dg)
-            for i in range(kh):
-                for j in range(kw):
-                    t = i * kw + j
-                    for ho in range(Ho):
-                        for wo in range(Wo):
-                            y = ho * stride[0] - pad[0] + i * dilate[0] + offset[n, g * 2 * kh * kw + 2 * t, ho, wo]
-                            x = wo * stride[1] - pad[1] + j * dilate[1] + offset[n, g * 2 * kh * kw + 2 * t + 1, ho, wo]
-                            m = mask[n, g * kh * kw + t, ho, wo]
-                            cols[n, c, i, j, ho, wo] = m * _zero_border_sample(data[n, c], y, x)
-    out = np.zeros((N, F, Ho, Wo))
-    cg, fg = C // num_group, F // num_group
-    for n in range(N):
-        for f in range(F):
-            grp = f // fg
-            for cc in range(cg):
-                c = grp * cg + cc
-                for i in range(kh):
-                    for j in range(kw):
-                        out[n, f] += weight[f, cc, i, j] * cols[n, c, i, j]
-            if bias is not None:
-                out[n, f] += bias[f]
-    return out
+    cols = _deform_columns(data, offset, mask, kernel, stride, dilate, pad, dg, _zero_border_sample)
+    return _grouped_conv(cols, weight, bias, num_group)
+
+
+#: the grouped, padded, strided and dilated case of both deformable convolutions (op parameters, and the same
+#: for the references)
+_DCN_GROUPS = dict(
+    kernel=(2, 2),
+    stride=(2, 1),
+    pad=(1, 1),
+    dilate=(1, 2),
+    num_filter=2,
+    num_group=2,
+    num_deformable_group=2,
+    no_bias=True,
+)
+_DCN_GROUPS_REF = dict(stride=(2, 1), pad=(1, 1), dilate=(1, 2), num_group=2, dg=2)
 
 
 def _mdcn_inputs(N, C, H, W, F, kernel, Ho, Wo, num_group=1, dg=1, bias=True, span=1):
@@ -496,19 +504,7 @@ OPS = [
     ),
     OpInfo(
         "DeformableConvolution_groups_pad_stride",
-        lambda d, o, w: S._contrib_DeformableConvolution(
-            d,
-            o,
-            w,
-            kernel=(2, 2),
-            stride=(2, 1),
-            pad=(1, 1),
-            dilate=(1, 2),
-            num_filter=2,
-            num_group=2,
-            num_deformable_group=2,
-            no_bias=True,
-        ),
+        lambda d, o, w: S._contrib_DeformableConvolution(d, o, w, **_DCN_GROUPS),
         {
             "data": In((1, 4, 3, 4)),
             "offset": In(
@@ -516,7 +512,7 @@ OPS = [
             ),
             "weight": In((2, 2, 2, 2)),
         },
-        lambda d, o, w: ref_deformable_conv(d, o, w, None, stride=(2, 1), pad=(1, 1), dilate=(1, 2), num_group=2, dg=2),
+        lambda d, o, w: ref_deformable_conv(d, o, w, None, **_DCN_GROUPS_REF),
         fwd_tol=F16,
     ),
     # -- ModulatedDeformableConvolution: symbolic gradients for data, offset, mask, weight, bias ----------------
@@ -529,24 +525,9 @@ OPS = [
     ),
     OpInfo(
         "ModulatedDeformableConvolution_groups_pad_stride",
-        lambda d, o, m, w: S._contrib_ModulatedDeformableConvolution(
-            d,
-            o,
-            m,
-            w,
-            kernel=(2, 2),
-            stride=(2, 1),
-            pad=(1, 1),
-            dilate=(1, 2),
-            num_filter=2,
-            num_group=2,
-            num_deformable_group=2,
-            no_bias=True,
-        ),
+        lambda d, o, m, w: S._contrib_ModulatedDeformableConvolution(d, o, m, w, **_DCN_GROUPS),
         _mdcn_inputs(1, 4, 3, 3, 2, (2, 2), 2, 3, num_group=2, dg=2, bias=False),
-        lambda d, o, m, w: ref_modulated_deformable_conv(
-            d, o, m, w, None, stride=(2, 1), pad=(1, 1), dilate=(1, 2), num_group=2, dg=2
-        ),
+        lambda d, o, m, w: ref_modulated_deformable_conv(d, o, m, w, None, **_DCN_GROUPS_REF),
         fwd_tol=F16,
     ),
     # offsets up to +-3 pixels: many samples fade out past the border or fall outside entirely

@@ -2,6 +2,8 @@
 second-order behaviour and float16 accumulation. The generic checks are the rows of op_db_conv.py
 (symgrad/ops/conv.py) and op_db_pool.py (symgrad/ops/pool.py)."""
 
+import re
+
 import numpy as np
 import pytest
 from op_db_conv import conv_ref, deconv_ref
@@ -47,22 +49,19 @@ def test_num_filter_must_divide_by_num_group():
         S.Convolution(S.Variable("x"), kernel=(3, 3), num_filter=3, num_group=2, name="c3")
 
 
-def test_weight_shape_conflict():
+@pytest.mark.parametrize(
+    "op, name, given, expected",
+    [
+        ("Convolution", "c4", (4, 2, 2, 2), (4, 2, 3, 3)),  # (num_filter, channels, kh, kw)
+        ("Deconvolution", "d4", (4, 2, 3, 3), (2, 4, 3, 3)),  # (channels, num_filter, kh, kw)
+    ],
+)
+def test_weight_shape_conflict(op, name, given, expected):
     x, w = S.Variable("x"), S.Variable("w")
-    c = S.Convolution(x, w, kernel=(3, 3), num_filter=4, name="c4")
-    with pytest.raises(
-        ShapeError,
-        match=r"Convolution 'c4'.*'weight' has shape \(4, 2, 2, 2\), expected "
-        r"\(4, 2, 3, 3\)",
-    ):
-        c.infer_shape(x=(1, 2, 5, 5), w=(4, 2, 2, 2))
-    d = S.Deconvolution(x, w, kernel=(3, 3), num_filter=4, name="d4")
-    with pytest.raises(
-        ShapeError,
-        match=r"Deconvolution 'd4'.*'weight' has shape \(4, 2, 3, 3\), expected "
-        r"\(2, 4, 3, 3\)",
-    ):
-        d.infer_shape(x=(1, 2, 5, 5), w=(4, 2, 3, 3))
+    c = getattr(S, op)(x, w, kernel=(3, 3), num_filter=4, name=name)
+    message = f"{op} '{name}'.*'weight' has shape {re.escape(str(given))}, expected {re.escape(str(expected))}"
+    with pytest.raises(ShapeError, match=message):
+        c.infer_shape(x=(1, 2, 5, 5), w=given)
 
 
 def test_bias_shape_conflict():
