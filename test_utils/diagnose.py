@@ -163,6 +163,16 @@ def _mean_instead_of_sum(n: int, context) -> str | None:
     return None
 
 
+#: how far a fitted factor may sit from an integer n and still read as "n x" (a count: accumulated n times, averaged
+#: over n): FIT_RTOL of it, but never more than this much absolute -- else k = 180/pi read as "57 x: accumulated
+#: over 57 backward calls"
+INTEGER_SLACK = 0.05
+
+
+def _integer_slack(k: float) -> float:
+    return min(FIT_RTOL * max(1.0, abs(k)), INTEGER_SLACK)
+
+
 def _scaled(actual, expected, context=None):
     """actual = k * expected for one constant k."""
     ee = float(np.vdot(expected, expected))
@@ -200,7 +210,7 @@ def _scaled(actual, expected, context=None):
             k,
         )
     kr = round(k)
-    if kr != 0 and abs(k - kr) <= FIT_RTOL * max(1.0, abs(k)):
+    if kr != 0 and abs(k - kr) <= _integer_slack(k):
         if kr == -1:
             return Diagnosis("actual = -expected: sign flipped", "sign", k)
         if kr == 2:
@@ -220,7 +230,7 @@ def _scaled(actual, expected, context=None):
         return Diagnosis(f"actual = {kr} x expected: scaled by {kr} (sign flipped and scaled)", "scaled", k)
     inv = 1.0 / k
     ir = round(inv)
-    if abs(ir) >= 2 and abs(inv - ir) <= FIT_RTOL * abs(inv):
+    if abs(ir) >= 2 and abs(inv - ir) <= _integer_slack(inv):
         axis = _mean_instead_of_sum(ir, context)
         if axis is not None:
             return Diagnosis(

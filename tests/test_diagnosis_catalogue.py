@@ -260,3 +260,21 @@ def test_rows_the_forward_does_not_read_are_named_when_they_get_gradient():
     found = diagnose(actual, expected, context={"indices": [("t", t)]})
     assert found.pattern == "ignored_index" and "the rows 0, 2 receive gradient" in found
     assert getattr(diagnose(actual, expected), "pattern", None) != "ignored_index"  # no index input: no claim
+
+
+@pytest.mark.parametrize(
+    ("k", "pattern", "says"),
+    [
+        (180 / np.pi, "scaled", "scaled by 57.29"),  # degrees for radians: not "accumulated over 57 calls"
+        (57.0, "accumulated", "accumulated over 57 backward calls"),
+        (3.02, "accumulated", "accumulated over 3 backward calls"),  # a count with a little fit error
+        (1 / 25.4, "scaled", "scaled by 0.03937"),  # inches for mm: not "scaled by 1/25"
+        (1 / 4, "scaled", "scaled by 1/4"),
+    ],
+)
+def test_a_factor_reads_as_a_count_only_when_it_is_close_to_an_integer(k, pattern, says):
+    from symgrad.test_utils.diagnose import diagnose
+
+    expected = np.random.default_rng(0).standard_normal((4, 5))
+    found = diagnose(k * expected, expected)
+    assert found.pattern == pattern and says in found, found
