@@ -236,6 +236,19 @@ def _message(exc: BaseException) -> str:
     return str(exc).split("\n")[0]
 
 
+def _own_names(fn):
+    """Run ``fn`` under a fresh ``NameManager``: building the reference's sample ops must not move the automatic
+    names (``_sample_multinomial0``) of the process it runs in (a test building them in-process did)."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        with sg.NameManager():
+            return fn(*args, **kwargs)
+
+    return wrapper
+
+
+@_own_names
 def evaluate(name: str, op: OpDef, params: dict) -> Evaluation:
     """Build ``op(Variables..., **params)`` and its gradient w.r.t. every argument; raises what the op's own
     rules raise for parameters they refuse (a required kernel, an empty shape)."""
@@ -263,6 +276,7 @@ def evaluate(name: str, op: OpDef, params: dict) -> Evaluation:
     return ev
 
 
+@_own_names
 def second_order_by_grad(ev: Evaluation, name: str, op: OpDef) -> str | None:
     """symgrad's own answer for ``ev``'s parameters: None when ``symgrad.grad`` of the first-order gradients
     builds, else its error message. (The reference uses the rule on ``Evaluation.opaque``; the tests hold it
