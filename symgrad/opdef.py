@@ -11,6 +11,7 @@ this package never imports ``symgrad.symbol``.
 from __future__ import annotations
 
 import ast
+import functools
 import importlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -27,6 +28,7 @@ __all__ = [
     "register",
     "get_op",
     "adjoint_shape",
+    "wait_for_first_input",
     "literal",
     "list_ops",
     "REQUIRED",
@@ -579,6 +581,20 @@ def like_input1(params, in_shapes, out_shapes, where):
     """The output has the shape of input 1 (a hidden gradient op's ``like`` or ``data``), once that is known."""
     like = in_shapes[1]
     return in_shapes, [like] if like is not None else out_shapes
+
+
+def wait_for_first_input(rule: Callable) -> Callable:
+    """Decorator for a shape rule ``rule(params, in_shapes, out_shapes, where)`` that starts from its first
+    input's shape: while that shape is unknown (None) the rule infers nothing and the shapes come back
+    unchanged; once it is known, ``rule`` runs (with the same arguments and the same name)."""
+
+    @functools.wraps(rule)
+    def infer_shape(params, in_shapes, out_shapes, where):
+        if in_shapes[0] is None:
+            return in_shapes, out_shapes
+        return rule(params, in_shapes, out_shapes, where)
+
+    return infer_shape
 
 
 def adjoint_shape(primal: str, primal_inputs: Sequence[int], like: int) -> Callable:

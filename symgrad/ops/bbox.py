@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..base import ParamError, ShapeError
-from ..opdef import Param, host_array, register
+from ..opdef import Param, host_array, register, wait_for_first_input
 
 _FORMATS = ("corner", "center")
 
@@ -86,10 +86,9 @@ register(
 # -- bipartite_matching --------------------------------------------------------------------------------
 
 
+@wait_for_first_input
 def _matching_shape(params, in_shapes, out_shapes, where):
     (s,) = in_shapes
-    if s is None:
-        return in_shapes, out_shapes
     if len(s) < 2:
         raise ShapeError(f"{where}: input 'data' must be a (..., rows, cols) score matrix, got {tuple(s)}")
     return in_shapes, [tuple(s[:-1]), tuple(s[:-2]) + (s[-1],)]
@@ -190,10 +189,9 @@ register(
 )
 
 
+@wait_for_first_input
 def _box_decode_shape(params, in_shapes, out_shapes, where):
     data, anchors = in_shapes
-    if data is None:
-        return in_shapes, out_shapes
     if len(data) != 3 or data[-1] != 4:
         raise ShapeError(f"{where}: input 'data' must be (B, N, 4), got {tuple(data)}")
     if anchors is not None and (len(anchors) != 3 or anchors[-1] != 4 or anchors[1] != data[1]):
@@ -258,10 +256,9 @@ def _nms_check(params, width, where):
         raise ParamError(f"{where}: parameter 'id_index'={ii} is out of range or overlaps score or coordinates")
 
 
+@wait_for_first_input
 def _nms_shape(params, in_shapes, out_shapes, where):
     (s,) = in_shapes
-    if s is None:
-        return in_shapes, out_shapes
     if len(s) < 2:
         raise ShapeError(f"{where}: input 'data' must be (..., boxes, values), got {tuple(s)}")
     _nms_check(params, s[-1], where)
@@ -417,10 +414,9 @@ def _prior_prepare(params, node):
     return p
 
 
+@wait_for_first_input
 def _prior_shape(params, in_shapes, out_shapes, where):
     (d,) = in_shapes
-    if d is None:
-        return in_shapes, out_shapes
     if len(d) != 4:
         raise ShapeError(f"{where}: input 'data' must be (N, C, H, W), got {tuple(d)}")
     per_cell = len(params["sizes"]) + len(params["ratios"]) - 1

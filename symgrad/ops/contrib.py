@@ -24,7 +24,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..base import ParamError, ShapeError
-from ..opdef import Param, check_float, float_inputs, register, same_shape
+from ..opdef import Param, check_float, float_inputs, register, same_shape, wait_for_first_input
 
 # ----------------------------------------------------------------------------
 # quadratic, div_sqrt_dim
@@ -312,18 +312,16 @@ def _width(where, name, shape, parts, heads):
     return shape[2] // (parts * heads)
 
 
+@wait_for_first_input
 def _split_shape(params, in_shapes, out_shapes, where):
     (x,) = in_shapes
-    if x is None:
-        return in_shapes, out_shapes
     D = _width(where, "data", x, params["parts"], params["heads"])
     return in_shapes, [(x[1] * params["heads"], x[0], D)]
 
 
+@wait_for_first_input
 def _merge_shape(params, in_shapes, out_shapes, where):
     (y,) = in_shapes
-    if y is None:
-        return in_shapes, out_shapes
     H, parts = params["heads"], params["parts"]
     if len(y) != 3 or y[0] % H:
         raise ShapeError(
@@ -375,10 +373,9 @@ def _encdec_valatt_fwd(xp, kv, att, heads):
     return _merge(xp, xp.matmul(att, _split(xp, kv, heads, 2, 1)), heads, 1, 0)
 
 
+@wait_for_first_input
 def _selfatt_qk_shape(params, in_shapes, out_shapes, where):
     (qkv,) = in_shapes
-    if qkv is None:
-        return in_shapes, out_shapes
     _width(where, "queries_keys_values", qkv, 3, params["heads"])
     return in_shapes, [(params["heads"] * qkv[1], qkv[0], qkv[0])]
 
@@ -391,10 +388,9 @@ def _att_check(where, att, want):
         )
 
 
+@wait_for_first_input
 def _selfatt_valatt_shape(params, in_shapes, out_shapes, where):
     qkv, att = in_shapes
-    if qkv is None:
-        return in_shapes, out_shapes
     H = params["heads"]
     D = _width(where, "queries_keys_values", qkv, 3, H)
     L, B = qkv[0], qkv[1]

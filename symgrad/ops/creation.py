@@ -33,7 +33,7 @@ import numpy as np
 
 from .. import util
 from ..base import ParamError, ShapeError
-from ..opdef import Param, normalize_axis, register
+from ..opdef import Param, normalize_axis, register, wait_for_first_input
 from .reduce import reduce_axes, reduced_shape
 
 _CTX = Param("str", "", doc="device of the output in MXNet's imperative calls; ignored")
@@ -284,10 +284,9 @@ register(
 )
 
 
+@wait_for_first_input
 def _arange_like_shape(params, in_shapes, out_shapes, where):
     (x,) = in_shapes
-    if x is None:
-        return in_shapes, out_shapes
     if params["axis"] is None:
         return in_shapes, [tuple(x)]
     return in_shapes, [(x[normalize_axis(params["axis"], len(x), where)],)]
@@ -466,10 +465,9 @@ def _moments_prepare(params, name):
     return params
 
 
+@wait_for_first_input
 def _moments_shape(params, in_shapes, out_shapes, where):
     (x,) = in_shapes
-    if x is None:
-        return in_shapes, out_shapes
     if len(x) == 0:
         raise ShapeError(f"{where}: input 'data' must be at least 1-d")
     out = reduced_shape(x, reduce_axes(len(x), params["axes"], False, where), params["keepdims"])

@@ -18,7 +18,7 @@ import math
 import numpy as np
 
 from ..base import ParamError, ShapeError
-from ..opdef import Param, adjoint_shape, register
+from ..opdef import Param, adjoint_shape, register, wait_for_first_input
 
 # -- shared shape rules --------------------------------------------------------------------------------
 
@@ -43,10 +43,9 @@ def _to_tensor_perm(ndim):
     return (2, 0, 1) if ndim == 3 else (0, 3, 1, 2)
 
 
+@wait_for_first_input
 def _to_tensor_shape(params, in_shapes, out_shapes, where):
     x = in_shapes[0]
-    if x is None:
-        return in_shapes, out_shapes
     _hwc(x, where)
     return in_shapes, [tuple(x[i] for i in _to_tensor_perm(len(x)))]
 
@@ -87,10 +86,9 @@ def _channel_axis(ndim):
     return 0 if ndim == 3 else 1
 
 
+@wait_for_first_input
 def _normalize_shape(params, in_shapes, out_shapes, where):
     x = in_shapes[0]
-    if x is None:
-        return in_shapes, out_shapes
     if len(x) not in (3, 4):
         raise ShapeError(f"{where}: input 'data' must be (C, H, W) or (N, C, H, W), got {tuple(x)}")
     c = x[_channel_axis(len(x))]
@@ -169,10 +167,9 @@ def _crop_window(params, shape, where):
         )
 
 
+@wait_for_first_input
 def _crop_shape(params, in_shapes, out_shapes, where):
     x = in_shapes[0]
-    if x is None:
-        return in_shapes, out_shapes
     _crop_window(params, x, where)
     return in_shapes, [tuple(x[:-3]) + (params["height"], params["width"], x[-1])]
 
@@ -230,10 +227,9 @@ def _check_hwc(x, where):
         raise ShapeError(f"{where}: input 'data' must be an (H, W, C) image, got {tuple(x)}")
 
 
+@wait_for_first_input
 def _lighting_shape(params, in_shapes, out_shapes, where):
     x = in_shapes[0]
-    if x is None:
-        return in_shapes, out_shapes
     _check_hwc(x, where)
     if len(params["alpha"]) != 3:
         raise ParamError(f"{where}: parameter 'alpha' must have 3 values (R, G, B), got {params['alpha']}")
@@ -314,10 +310,9 @@ def _resize_prepare(params, node):
     return params
 
 
+@wait_for_first_input
 def _resize_shape(params, in_shapes, out_shapes, where):
     x = in_shapes[0]
-    if x is None:
-        return in_shapes, out_shapes
     h, w, c = _hwc(x, where)
     oh, ow = _resize_hw(params, h, w, where)
     return in_shapes, [tuple(x[:-3]) + (oh, ow, c)]
@@ -497,11 +492,10 @@ def _luma_weights(xp, channels, dtype):
     return xp.asarray(np.asarray(_LUMA if channels == 3 else (1.0,) * channels, dtype=np.float32).astype(dtype))
 
 
+@wait_for_first_input
 def _grey_shape(params, in_shapes, out_shapes, where):
     """An (H, W, C) image -> (H, W, 1) luminance, or (1,) its mean."""
     x = in_shapes[0]
-    if x is None:
-        return in_shapes, out_shapes
     _check_hwc(x, where)
     return in_shapes, [(1,) if params["mean"] else tuple(x[:-1]) + (1,)]
 

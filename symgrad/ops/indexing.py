@@ -24,7 +24,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..base import ParamError, ShapeError
-from ..opdef import Param, acc_dtype, adjoint_shape, normalize_axis, register
+from ..opdef import Param, acc_dtype, adjoint_shape, normalize_axis, register, wait_for_first_input
 from .shape import split_grad
 
 _INDEX_DTYPES = ("uint8", "int32", "int64", "float16", "float32", "float64")
@@ -153,10 +153,9 @@ def _pick_shapes(x, axis, keepdims, where):
     return ax, (kept if keepdims else dropped), kept, dropped
 
 
+@wait_for_first_input
 def _pick_shape(params, in_shapes, out_shapes, where):
     x, idx = in_shapes
-    if x is None:
-        return in_shapes, out_shapes
     if len(x) == 0:
         raise ShapeError(f"{where}: input 'data' must be at least 1-d")
     _, out, kept, dropped = _pick_shapes(x, params["axis"], params["keepdims"], where)
@@ -367,10 +366,9 @@ def _dtype_prepare(opname, extra=None):
     return prepare
 
 
+@wait_for_first_input
 def _sort_shape(params, in_shapes, out_shapes, where):
     (x,) = in_shapes
-    if x is None:
-        return in_shapes, out_shapes
     axis, n, _ = _topk_parse(x, params["axis"], 0, where)
     out = (n,) if axis is None else tuple(x)
     return in_shapes, [out] * len(out_shapes)
@@ -425,10 +423,9 @@ def _topk_n_out(p):
     return 1 if p["ret_typ"] in ("indices", "mask") else 2
 
 
+@wait_for_first_input
 def _topk_shape(params, in_shapes, out_shapes, where):
     (x,) = in_shapes
-    if x is None:
-        return in_shapes, out_shapes
     axis, _, k = _topk_parse(x, params["axis"], params["k"], where)
     if params["ret_typ"] == "mask":
         out = tuple(x)
@@ -835,10 +832,9 @@ def _diag_out(x, k, axis1, axis2, where):
     return tuple(d for i, d in enumerate(x) if i not in (a1, a2)) + (s,)
 
 
+@wait_for_first_input
 def _diag_shape(params, in_shapes, out_shapes, where):
     (x,) = in_shapes
-    if x is None:
-        return in_shapes, out_shapes
     return in_shapes, [_diag_out(x, params["k"], params["axis1"], params["axis2"], where)]
 
 
@@ -929,10 +925,9 @@ def _split_v2_bounds(n, indices, sections, where):
     return list(zip(starts, ends))
 
 
+@wait_for_first_input
 def _split_v2_shape(params, in_shapes, out_shapes, where):
     (x,) = in_shapes
-    if x is None:
-        return in_shapes, out_shapes
     ax = normalize_axis(params["axis"], len(x), where)
     outs = []
     for a, b in _split_v2_bounds(x[ax], params["indices"], params["sections"], where):
@@ -1070,10 +1065,9 @@ register(
 # -- _contrib_index_array ------------------------------------------------------
 
 
+@wait_for_first_input
 def _index_array_shape(params, in_shapes, out_shapes, where):
     (x,) = in_shapes
-    if x is None:
-        return in_shapes, out_shapes
     axes = params["axes"]
     if axes is not None and len(x) == 0 and len(axes):
         raise ShapeError(f"{where}: parameter 'axes' {axes} given for a scalar input")

@@ -26,7 +26,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..base import ShapeError, SymgradError
-from ..opdef import Param, register, same_type
+from ..opdef import Param, register, same_type, wait_for_first_input
 from .matrix import gemm2_fwd, gemm2_out, matmul_grads
 
 _LA_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
@@ -67,10 +67,9 @@ def _on_matrix(check=_square):
     """
 
     def wrap(rule):
+        @wait_for_first_input
         def infer_shape(params, in_shapes, out_shapes, where):
             (a,) = in_shapes
-            if a is None:
-                return in_shapes, out_shapes
             a = check(where, "A", a)
             return [a], rule(params, a, len(out_shapes), where)
 
@@ -576,10 +575,9 @@ def _trian_side(length):
 
 
 def _diag_trian_shape(diag, extract):
+    @wait_for_first_input
     def rule(params, in_shapes, out_shapes, where):
         (a,) = in_shapes
-        if a is None:
-            return in_shapes, out_shapes
         a = tuple(a)
         k = params["offset"]
         if extract:

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from ..base import ParamError, ShapeError
-from ..opdef import Param, check_float, float_inputs, register, same_shape
+from ..opdef import Param, check_float, float_inputs, register, same_shape, wait_for_first_input
 
 
 def _label_type(params, in_types, out_types, where):
@@ -114,13 +114,12 @@ def _so_fwd_specialize(xp, in_types, *, multi_output, preserve_shape, **_):
     return kernel, (), ()
 
 
+@wait_for_first_input
 def _so_shape(params, in_shapes, out_shapes, where):
     """MXNet's label shapes: data's shape (probability labels); with multi_output
     (n, prod(rest)) (the default), (n, *rest) or (n, 1, *rest) for data (n, k, *rest);
     otherwise data's shape without its last axis."""
     data, label = in_shapes
-    if data is None:
-        return in_shapes, out_shapes
     data = tuple(data)
     if len(data) < 2 and params["multi_output"]:
         raise ShapeError(f"{where}: multi_output needs data of rank >= 2 (batch, class, ...), got {data}")
@@ -312,12 +311,11 @@ _head_backward("_backward_SoftmaxOutput", "SoftmaxOutput", _SOFTMAX_OUT_PARAMS, 
 # ----------------------------------------------------------------------------
 
 
+@wait_for_first_input
 def _reg_shape(params, in_shapes, out_shapes, where):
     """label defaults to data's shape, or (n,) for data (n, 1); a given label needs data's
     first dimension and size."""
     data, label = in_shapes
-    if data is None:
-        return in_shapes, out_shapes
     data = tuple(data)
     if label is None:
         label = (data[0],) if len(data) == 2 and data[1] == 1 else data
@@ -492,11 +490,10 @@ _SVM_PARAMS = {
 }
 
 
+@wait_for_first_input
 def _svm_shape(params, in_shapes, out_shapes, where):
     """label: data's shape without its last (class) axis."""
     data, label = in_shapes
-    if data is None:
-        return in_shapes, out_shapes
     data = tuple(data)
     if len(data) == 0:
         raise ShapeError(f"{where}: input 'data' must be at least 1-d (..., classes), got ()")
@@ -575,10 +572,9 @@ _head_backward("_backward_SVMOutput", "SVMOutput", dict(_SVM_PARAMS), _svm_bwd)
 # ----------------------------------------------------------------------------
 
 
+@wait_for_first_input
 def _sce_shape(params, in_shapes, out_shapes, where):
     data, label = in_shapes
-    if data is None:
-        return in_shapes, out_shapes
     data = tuple(data)
     if len(data) != 2:
         raise ShapeError(f"{where}: input 'data' must be 2-d (batch, classes), got {data}")
@@ -645,12 +641,11 @@ def _ctc_inputs(params):
     return names
 
 
+@wait_for_first_input
 def _ctc_shape(params, in_shapes, out_shapes, where):
     """data (T, N, alphabet), label (N, L) with L <= T, lengths (N,); outputs loss (N,) and the
     hidden gradient (T, N, alphabet)."""
     data, label = in_shapes[0], in_shapes[1]
-    if data is None:
-        return in_shapes, out_shapes
     data = tuple(data)
     if len(data) != 3:
         raise ShapeError(f"{where}: input 'data' must be 3-d (sequence, batch, alphabet), got {data}")

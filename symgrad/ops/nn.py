@@ -31,6 +31,7 @@ from ..opdef import (
     normalize_axis,
     register,
     same_shape,
+    wait_for_first_input,
 )
 from .elemwise import adjoint_pair
 from .sequence import sequence_inputs, sequence_shape
@@ -188,10 +189,9 @@ def _leaky_nout(params):
     return 2 if params["act_type"] == "rrelu" else 1
 
 
+@wait_for_first_input
 def _leaky_shape(params, in_shapes, out_shapes, where):
     x = in_shapes[0]
-    if x is None:
-        return in_shapes, out_shapes
     ins = list(in_shapes)
     if params["act_type"] == "prelu":
         if len(x) == 0:
@@ -404,10 +404,9 @@ def _bn_fwd(
     return outs, updates
 
 
+@wait_for_first_input
 def _bn_shape(params, in_shapes, out_shapes, where):
     x = in_shapes[0]
-    if x is None:
-        return in_shapes, out_shapes
     ax = data_axis(x, params["axis"], where)
     c = (x[ax],)
     check_vectors(in_shapes, BN_VECTORS, c, f"channels on axis {ax}", where)
@@ -619,10 +618,9 @@ def affine_norm_vjp(F, x, gamma, gy, stat_spec, channel_axis, eps):
     return [dx, dgamma, dbeta]
 
 
+@wait_for_first_input
 def _ln_shape(params, in_shapes, out_shapes, where):
     x = in_shapes[0]
-    if x is None:
-        return in_shapes, out_shapes
     ax = normalize_axis(params["axis"], len(x), where)
     c = (x[ax],)
     check_vectors(in_shapes, ("gamma", "beta"), c, f"axis {ax}", where)
@@ -659,10 +657,9 @@ register(
 )
 
 
+@wait_for_first_input
 def _in_shape(params, in_shapes, out_shapes, where):
     x = in_shapes[0]
-    if x is None:
-        return in_shapes, out_shapes
     if len(x) < 3:
         raise ShapeError(f"{where}: InstanceNorm needs data of rank >= 3 (batch, channel, spatial...), got {tuple(x)}")
     c = (x[1],)
@@ -706,10 +703,9 @@ _L2_SPEC = {  # the axes each mode sums over, as reduction kwargs
 }
 
 
+@wait_for_first_input
 def _l2_shape(params, in_shapes, out_shapes, where):
     x = in_shapes[0]
-    if x is None:
-        return in_shapes, out_shapes
     mode = params["mode"]
     if len(x) == 0:
         raise ShapeError(f"{where}: input 'data' must be at least 1-d")
@@ -777,10 +773,9 @@ def _mask_shape(shape, axes, where):
     return tuple(out)
 
 
+@wait_for_first_input
 def _dropout_shape(params, in_shapes, out_shapes, where):
     x = in_shapes[0]
-    if x is None:
-        return in_shapes, out_shapes
     return in_shapes, [x, _mask_shape(x, params["axes"], where)]
 
 

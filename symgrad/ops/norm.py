@@ -25,7 +25,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..base import ParamError, ShapeError
-from ..opdef import Param, acc_dtype, float_inputs, register, same_shape
+from ..opdef import Param, acc_dtype, float_inputs, register, same_shape, wait_for_first_input
 from .nn import (
     BN_COMMON_PARAMS,
     BN_SPEC,
@@ -80,10 +80,9 @@ def _lrn_fwd(xp, x, *, alpha, beta, knorm, nsize):
     return y.astype(x.dtype, copy=False), norm.astype(x.dtype, copy=False)
 
 
+@wait_for_first_input
 def _lrn_shape(params, in_shapes, out_shapes, where):
     (x,) = in_shapes
-    if x is None:
-        return in_shapes, out_shapes
     if len(x) != 4:
         raise ShapeError(f"{where}: input 'data' has shape {tuple(x)}; LRN needs 4-d (N, C, H, W) data (as MXNet)")
     return in_shapes, [tuple(x), tuple(x)]
@@ -140,10 +139,9 @@ def _gn_prepare(params, name):
     return params
 
 
+@wait_for_first_input
 def _gn_shape(params, in_shapes, out_shapes, where):
     x = in_shapes[0]
-    if x is None:
-        return in_shapes, out_shapes
     ng = params["num_groups"]
     if len(x) < 3:
         raise ShapeError(
@@ -210,10 +208,9 @@ register(
 # ----------------------------------------------------------------------------
 
 
+@wait_for_first_input
 def _bn1_shape(params, in_shapes, out_shapes, where):
     x = in_shapes[0]
-    if x is None:
-        return in_shapes, out_shapes
     if len(x) not in (2, 4):
         raise ShapeError(
             f"{where}: input 'data' has shape {tuple(x)}; BatchNorm_v1 needs 2-d (N, C) or 4-d "

@@ -24,7 +24,7 @@ import numpy as np
 
 from ..base import ParamError, ShapeError
 from ..kernels.conv import hi_pad, padded, tap_ranges, tap_slices
-from ..opdef import Decision, Param, acc_dtype, float_inputs, like_input1, register
+from ..opdef import Decision, Param, acc_dtype, float_inputs, like_input1, register, wait_for_first_input
 from .conv import check_layout, spatial_param
 
 _POOL_PARAMS = {
@@ -344,10 +344,9 @@ def _pool_fwd(xp, x, **params):
     return out.astype(x.dtype, copy=False)
 
 
+@wait_for_first_input
 def _pool_shape(params, in_shapes, out_shapes, where):
     (x,) = in_shapes
-    if x is None:
-        return in_shapes, out_shapes
     if not 3 <= len(x) <= 5:
         raise ShapeError(
             f"{where}: input 'data' has shape {tuple(x)}; Pooling needs 3-d (N, C, x), 4-d (N, C, y, x) "
@@ -669,10 +668,9 @@ def _pairs(pad_width):
     return [(pad_width[2 * i], pad_width[2 * i + 1]) for i in range(len(pad_width) // 2)]
 
 
+@wait_for_first_input
 def _pad_shape(params, in_shapes, out_shapes, where):
     (x,) = in_shapes
-    if x is None:
-        return in_shapes, out_shapes
     pw = tuple(params["pad_width"])
     if len(x) not in (4, 5):
         raise ShapeError(f"{where}: input 'data' has shape {tuple(x)}; Pad supports 4-d or 5-d input only (as MXNet)")
@@ -731,10 +729,9 @@ def _pad_adjoint_fwd(xp, g, mode, pad_width, constant_value):
     return xp.ascontiguousarray(out.astype(g.dtype, copy=False))
 
 
+@wait_for_first_input
 def _pad_adjoint_shape(params, in_shapes, out_shapes, where):
     (g,) = in_shapes
-    if g is None:
-        return in_shapes, out_shapes
     return in_shapes, [tuple(n - a - b for n, (a, b) in zip(g, _pairs(params["pad_width"])))]
 
 

@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 
 from ..base import ParamError, ShapeError
-from ..opdef import Param, check_float, register
+from ..opdef import Param, check_float, register, wait_for_first_input
 from .elemwise import adjoint_pair, log_gamma
 
 __all__ = ["generator", "seed_generators"]
@@ -414,10 +414,9 @@ def _multinomial_out_shape(params, data_shape):
     return tuple(data_shape[:-1]) + sshape
 
 
+@wait_for_first_input
 def _multinomial_shape(params, in_shapes, out_shapes, where):
     (data,) = in_shapes
-    if data is None:
-        return in_shapes, out_shapes
     if len(data) < 1:
         raise ShapeError(f"{where}: input 'data' must have at least one axis (the k outcomes), got {tuple(data)}")
     out = _multinomial_out_shape(params, data)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..base import ParamError, ShapeError
-from ..opdef import Decision, Param, normalize_axis, register
+from ..opdef import Decision, Param, normalize_axis, register, wait_for_first_input
 
 _REDUCE_PARAMS = {
     "axis": Param("axis", None),
@@ -45,10 +45,9 @@ def reduced_shape(shape, axes, keepdims):
     return tuple(d for i, d in enumerate(shape) if i not in axes) or (1,)
 
 
+@wait_for_first_input
 def _reduce_shape(params, in_shapes, out_shapes, where):
     (x,) = in_shapes
-    if x is None:
-        return in_shapes, out_shapes
     axes = reduce_axes(len(x), params["axis"], params["exclude"], where)
     out = reduced_shape(x, axes, params["keepdims"])
     return in_shapes, [out]
@@ -397,10 +396,9 @@ register(
 # -- argmax, argmin, argmax_channel ------------------------------------------------------
 
 
+@wait_for_first_input
 def _search_shape(params, in_shapes, out_shapes, where):
     (x,) = in_shapes
-    if x is None:
-        return in_shapes, out_shapes
     axis, keepdims = params["axis"], params["keepdims"]
     if axis is None or len(x) == 1:
         if axis is not None:
@@ -511,10 +509,9 @@ register(
 # ----------------------------------------------------------------------------
 
 
+@wait_for_first_input
 def _cumsum_shape(params, in_shapes, out_shapes, where):
     (a,) = in_shapes
-    if a is None:
-        return in_shapes, out_shapes
     if params["axis"] is None:
         return in_shapes, [(int(np.prod(a)),)]
     normalize_axis(params["axis"], len(a), where)

@@ -38,7 +38,7 @@ import math
 import numpy as np
 
 from ..base import ParamError, ShapeError
-from ..opdef import Param, acc_dtype, check_float, host_array, register
+from ..opdef import Param, acc_dtype, check_float, host_array, register, wait_for_first_input
 
 # MXNet's kernels compute ROI geometry in acc_dtype: the data's dtype, float32 for float16
 
@@ -652,10 +652,9 @@ def _proposal_prepare(opname):
 
 
 def _proposal_shape(single):
+    @wait_for_first_input
     def infer(params, in_shapes, out_shapes, where):
         cls = in_shapes[0]
-        if cls is None:
-            return in_shapes, out_shapes
         if len(cls) != 4 or cls[1] % 2:
             raise ShapeError(f"{where}: input 'cls_prob' has shape {tuple(cls)}; expected (N, 2 * num_anchors, H, W)")
         n, a2, h, w = cls

@@ -21,7 +21,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..base import ParamError, ShapeError
-from ..opdef import Param, check_float, register
+from ..opdef import Param, check_float, register, wait_for_first_input
 
 _SEQ_PARAMS = {
     "use_sequence_length": Param("bool", False),
@@ -67,10 +67,9 @@ def sequence_shape(out_shape):
     """Shape rule of an op on ``data`` (time, batch, ...) ((batch, time, ...) with axis=1) and the optional
     ``sequence_length`` (batch,): data of rank >= 2; ``out_shape(x, axis)`` is the output's shape."""
 
+    @wait_for_first_input
     def rule(params, in_shapes, out_shapes, where):
         x = in_shapes[0]
-        if x is None:
-            return in_shapes, out_shapes
         _check_rank(x, where)
         ins = list(in_shapes)
         _length_shape(params, ins, _batch(x, params["axis"]), where)

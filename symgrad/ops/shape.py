@@ -21,7 +21,7 @@ import numpy as np
 
 from .. import util
 from ..base import ParamError, ShapeError
-from ..opdef import Param, like_input1, normalize_axis, register, same_shape
+from ..opdef import Param, like_input1, normalize_axis, register, same_shape, wait_for_first_input
 
 
 def _prod(dims):
@@ -201,10 +201,9 @@ def _reshape_out(params, dshape, where):
     raise ShapeError(f"{where}: needs parameter 'shape' (or the deprecated 'target_shape')")
 
 
+@wait_for_first_input
 def _reshape_shape(params, in_shapes, out_shapes, where):
     (x,) = in_shapes
-    if x is None:
-        return in_shapes, out_shapes
     return in_shapes, [_reshape_out(params, x, where)]
 
 
@@ -235,10 +234,9 @@ register(
 )
 
 
+@wait_for_first_input
 def _flatten_shape(params, in_shapes, out_shapes, where):
     (x,) = in_shapes
-    if x is None:
-        return in_shapes, out_shapes
     if len(x) == 0:
         raise ShapeError(f"{where}: cannot flatten a 0-d input")
     return in_shapes, [(x[0], _prod(x[1:]))]
@@ -392,10 +390,9 @@ register(
 )
 
 
+@wait_for_first_input
 def _swap_shape(params, in_shapes, out_shapes, where):
     (x,) = in_shapes
-    if x is None:
-        return in_shapes, out_shapes
     a = normalize_axis(params["dim1"], len(x), where, "dim1")
     b = normalize_axis(params["dim2"], len(x), where, "dim2")
     out = list(x)
@@ -458,10 +455,9 @@ def _squeezed(params, x, where):
     return out or (1,)  # MXNet keeps at least one dimension
 
 
+@wait_for_first_input
 def _squeeze_shape(params, in_shapes, out_shapes, where):
     (x,) = in_shapes
-    if x is None:
-        return in_shapes, out_shapes
     return in_shapes, [_squeezed(params, x, where)]
 
 
@@ -824,10 +820,9 @@ def slice_index(shape, begin, end, step, where="slice"):
     return tuple(index), tuple(out)
 
 
+@wait_for_first_input
 def _slice_shape(params, in_shapes, out_shapes, where):
     (x,) = in_shapes
-    if x is None:
-        return in_shapes, out_shapes
     return in_shapes, [slice_index(x, params["begin"], params["end"], params["step"], where)[1]]
 
 
@@ -898,10 +893,9 @@ def _slice_axis_range(params, shape, where):
     return axis, b, e
 
 
+@wait_for_first_input
 def _slice_axis_shape(params, in_shapes, out_shapes, where):
     (x,) = in_shapes
-    if x is None:
-        return in_shapes, out_shapes
     axis = normalize_axis(params["axis"], len(x), where)
     if x[axis] == 0 and util.zeros_are_unknown():
         return in_shapes, [tuple(x)]  # MXNet: a slice of an unknown axis has an unknown size
@@ -1030,10 +1024,9 @@ def _tile_dims(x, reps):
     return (1,) * (nd - len(x)) + tuple(x), (1,) * (nd - len(reps)) + tuple(reps)
 
 
+@wait_for_first_input
 def _tile_shape(params, in_shapes, out_shapes, where):
     (x,) = in_shapes
-    if x is None:
-        return in_shapes, out_shapes
     if not params["reps"]:
         return in_shapes, [x]
     xs, rs = _tile_dims(x, params["reps"])
@@ -1081,10 +1074,9 @@ def _repeat_prepare(params, name):
     return params
 
 
+@wait_for_first_input
 def _repeat_shape(params, in_shapes, out_shapes, where):
     (x,) = in_shapes
-    if x is None:
-        return in_shapes, out_shapes
     r, axis = params["repeats"], params["axis"]
     if axis is not None:
         axis = normalize_axis(axis, len(x), where)
@@ -1286,10 +1278,9 @@ def _s2d_out(x, bs, where):
 
 
 def _block_shape(fn):
+    @wait_for_first_input
     def rule(params, in_shapes, out_shapes, where):
         (x,) = in_shapes
-        if x is None:
-            return in_shapes, out_shapes
         return in_shapes, [fn(x, params["block_size"], where)]
 
     return rule
@@ -1339,10 +1330,9 @@ register(
 # ----------------------------------------------------------------------------
 
 
+@wait_for_first_input
 def _slice_assign_shape(params, in_shapes, out_shapes, where):
     lhs, rhs = in_shapes
-    if lhs is None:
-        return in_shapes, out_shapes
     want = slice_index(lhs, params["begin"], params["end"], params["step"], where)[1]
     if rhs is not None and tuple(rhs) != tuple(want):
         raise ShapeError(f"{where}: input 'rhs' has shape {tuple(rhs)}, the slice of 'lhs' {tuple(lhs)} is {want}")

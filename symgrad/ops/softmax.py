@@ -19,7 +19,16 @@ from __future__ import annotations
 import numpy as np
 
 from ..base import ParamError, ShapeError
-from ..opdef import Param, acc_dtype, check_float, data_axis, float_inputs, normalize_axis, register
+from ..opdef import (
+    Param,
+    acc_dtype,
+    check_float,
+    data_axis,
+    float_inputs,
+    normalize_axis,
+    register,
+    wait_for_first_input,
+)
 
 _FLOAT_NAMES = ("float16", "float32", "float64")
 
@@ -54,10 +63,9 @@ def _length_shape(xshape, axis):
     return tuple(d for i, d in enumerate(xshape) if i != axis) or (1,)
 
 
+@wait_for_first_input
 def _shape(params, in_shapes, out_shapes, where):
     x = in_shapes[0]
-    if x is None:
-        return in_shapes, out_shapes
     ax = data_axis(x, params["axis"], where)
     ins = list(in_shapes)
     if params["use_length"]:
@@ -191,10 +199,9 @@ register(
 # ----------------------------------------------------------------------------
 
 
+@wait_for_first_input
 def _sa_shape(params, in_shapes, out_shapes, where):
     x = in_shapes[0]
-    if x is None:
-        return in_shapes, out_shapes
     if params["mode"] == "channel" and len(x) < 3:
         raise ShapeError(f"{where}: mode='channel' needs data of rank >= 3, got {tuple(x)}")
     if len(x) < 1:

@@ -39,7 +39,7 @@ import numpy as np
 
 from ..base import ParamError, ShapeError
 from ..kernels.conv import hi_pad, im2col_columns, tap_slices
-from ..opdef import Param, acc_dtype, float_inputs, like_input1, register
+from ..opdef import Param, acc_dtype, float_inputs, like_input1, register, wait_for_first_input
 from .conv import check_layout, sliding_out, spatial_param
 
 # ----------------------------------------------------------------------------
@@ -178,10 +178,9 @@ def _check_target(where, ts):
         raise ShapeError(f"{where}: parameter 'target_shape' must be a positive (H, W), got {tuple(ts)}")
 
 
+@wait_for_first_input
 def _grid_shape(params, in_shapes, out_shapes, where):
     (x,) = in_shapes
-    if x is None:
-        return in_shapes, out_shapes
     if params["transform_type"] == "affine":
         if len(x) != 2 or x[1] != 6:
             raise ShapeError(
@@ -232,10 +231,9 @@ register(
 )
 
 
+@wait_for_first_input
 def _grid_adj_shape(params, in_shapes, out_shapes, where):
     (g,) = in_shapes
-    if g is None:
-        return in_shapes, out_shapes
     if params["transform_type"] == "affine":
         return in_shapes, [(g[0], 6)]
     return in_shapes, [tuple(g)]
@@ -782,10 +780,9 @@ def _slide_out(params, X, where):
     return sliding_out(X, k, s, d, p, where, "size")
 
 
+@wait_for_first_input
 def _im2col_shape(params, in_shapes, out_shapes, where):
     (x,) = in_shapes
-    if x is None:
-        return in_shapes, out_shapes
     nd = len(params["kernel"])
     if len(x) != nd + 2:
         raise ShapeError(
@@ -913,10 +910,9 @@ def _adaptive_matrix(xp, isize, osize, dtype):
     return xp.asarray(m.astype(dtype))
 
 
+@wait_for_first_input
 def _aap_shape(params, in_shapes, out_shapes, where):
     (x,) = in_shapes
-    if x is None:
-        return in_shapes, out_shapes
     _shape4(where, "data", x, "(batch, channel, H, W) input")
     o = _adaptive_size(params, where)
     if min(o) < 1:
@@ -1371,10 +1367,9 @@ def _packed_shape(per_tap):
     """Shape rule of a pack op: ``(N, per_tap * K * num_deformable_group, *spatial)`` from its ``(N, ...)`` input
     (offsets: 2 per kernel tap, masks: 1)."""
 
+    @wait_for_first_input
     def rule(params, in_shapes, out_shapes, where):
         (v,) = in_shapes
-        if v is None:
-            return in_shapes, out_shapes
         K = math.prod(params["kernel"])
         return in_shapes, [(v[0], per_tap * K * params["num_deformable_group"]) + tuple(v[2:])]
 
