@@ -102,7 +102,7 @@ def _mxnet_axes(sym: Symbol, nodes, unresolved: list[str]) -> dict[int, str]:
     if not todo:
         return {}
     try:
-        shapes = sym._partial_shape_map((), {})[1]
+        shapes = sym.partial_shape_map((), {})[1]
     except SymgradError:  # inconsistent __shape__ attributes: no rank is trusted
         shapes = {}
     fixed = {}
@@ -688,7 +688,7 @@ def _repin(sym: Symbol, code: str) -> Symbol:
     (those of control-flow subgraphs too) set to ``code``."""
     stack = [sym]
     while stack:
-        for node in stack.pop()._nodes():
+        for node in stack.pop().topo_nodes():
             stack.extend(subgraphs(node))
             raw = node.attrs.get("__dtype__") if node.op is None else None
             if raw is not None and parse_dtype_attr(raw).kind == "f":

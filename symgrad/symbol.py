@@ -146,7 +146,7 @@ class Symbol:
 
     def __init__(self, outputs: Iterable[Entry]) -> None:
         object.__setattr__(self, "_outputs", tuple(outputs))
-        object.__setattr__(self, "_walk", None)  # _arg_and_aux_nodes, once asked for (the graph never changes)
+        object.__setattr__(self, "_walk", None)  # arg_and_aux_nodes, once asked for (the graph never changes)
 
     def __setattr__(self, key: str, value: object) -> NoReturn:
         raise AttributeError("Symbols are immutable")
@@ -224,15 +224,22 @@ class Symbol:
         """The output names, MXNet's way: ``x`` for a variable, ``fc_output``, ``split0_output1``."""
         return [node.output_name(i) for node, i in self._outputs]
 
-    def _nodes(self) -> list[Node]:
+    def topo_nodes(self) -> list[Node]:
+        """Every node this symbol's outputs depend on, inputs before their users: a fresh list.
+
+        A symgrad extension (MXNet's Symbol has no such method); the graph layer's ``topo_order`` walk.
+        """
         return topo_order(self._outputs)
 
-    def _arg_and_aux_nodes(self) -> tuple[list[Node], list[Node], list[Node]]:
+    def arg_and_aux_nodes(self) -> tuple[list[Node], list[Node], list[Node]]:
         """``(nodes in topological order, argument variables, auxiliary-state variables)``: fresh lists of a
-        walk made once per Symbol (``list_arguments``, ``infer_shape`` and ``simple_bind`` all ask)."""
+        walk made once per Symbol (``list_arguments``, ``infer_shape`` and ``simple_bind`` all ask).
+
+        A symgrad extension (MXNet's Symbol has no such method).
+        """
         walk = self._walk
         if walk is None:
-            nodes = self._nodes()
+            nodes = self.topo_nodes()
             _graph.check_unique_names(nodes)
             aux_ids = _graph.aux_variable_ids(nodes)
             args = [n for n in nodes if n.op is None and n.id not in aux_ids]
@@ -243,15 +250,15 @@ class Symbol:
 
     def list_arguments(self) -> list[str]:
         """Argument names in MXNet's DFS order (auxiliary states excluded)."""
-        return [n.name for n in self._arg_and_aux_nodes()[1]]
+        return [n.name for n in self.arg_and_aux_nodes()[1]]
 
     def list_auxiliary_states(self) -> list[str]:
         """Auxiliary-state names (BatchNorm's ``bn_moving_mean``, ``bn_moving_var``) in MXNet's DFS order."""
-        return [n.name for n in self._arg_and_aux_nodes()[2]]
+        return [n.name for n in self.arg_and_aux_nodes()[2]]
 
     def list_inputs(self) -> list[str]:
         """All variables, arguments and auxiliary states, in DFS order."""
-        nodes = self._nodes()
+        nodes = self.topo_nodes()
         _graph.check_unique_names(nodes)
         return [n.name for n in nodes if n.op is None]
 
@@ -262,7 +269,7 @@ class Symbol:
         ``FNumVisibleOutputs``).
         """
         return Symbol(
-            [(n, i) for n in self._nodes() for i in range(n.op.n_visible(n.params) if n.op is not None else 1)]
+            [(n, i) for n in self.topo_nodes() for i in range(n.op.n_visible(n.params) if n.op is not None else 1)]
         )
 
     def replace_ops(self, replace: Callable[[str, OpDef, dict[str, Any]], OpDef | None]) -> Symbol:
@@ -274,7 +281,7 @@ class Symbol:
         way (``test_utils.decisions.pinned_symbol``).
         """
         new: dict[int, Node] = {}
-        for node in self._nodes():
+        for node in self.topo_nodes():
             op = replace(node.name, node.op, node.params) if node.op is not None else None
             inputs = [(new.get(src.id, src), i) for src, i in node.inputs]
             if op is None and all(a[0] is b[0] for a, b in zip(inputs, node.inputs)):
@@ -289,7 +296,7 @@ class Symbol:
         after its input slots (``data``, ``weight``, ...; auxiliary states stay auxiliary), with its visible
         outputs. A whole-model check names a faulty node by checking each node this way at its recorded inputs.
         """
-        for node in self._nodes():
+        for node in self.topo_nodes():
             if node.op is not None and node.name == name:
                 break
         else:
@@ -350,7 +357,7 @@ class Symbol:
 
     def attr_dict(self) -> dict:
         """``{node name: {key: value}}`` for every node that has attributes (listed as ``list_attr`` does)."""
-        return {n.name: _listed_attrs(n.attrs) for n in self._nodes() if n.attrs}
+        return {n.name: _listed_attrs(n.attrs) for n in self.topo_nodes() if n.attrs}
 
     def _head_node(self, what: str) -> Node:
         """The one node behind every output; an error naming ``what`` for a group of several nodes."""
@@ -396,13 +403,13 @@ class Symbol:
 
         The graph attribute ``heads`` lists this symbol's outputs as (node id, index).
         """
-        g = _graph.to_networkx(self._nodes())
+        g = _graph.to_networkx(self.topo_nodes())
         g.graph["heads"] = [(n.id, i) for n, i in self._outputs]
         return g
 
     # -- inference --------------------------------------------------------------
     def _known(self, args, kwargs, what, attr_key, parse):
-        nodes, arg_nodes, aux_nodes = self._arg_and_aux_nodes()
+        nodes, arg_nodes, aux_nodes = self.arg_and_aux_nodes()
         known = {}
         for node in arg_nodes + aux_nodes:
             raw = node.attrs.get(attr_key)
@@ -450,7 +457,7 @@ class Symbol:
         res = self._infer_shape(args, kwargs, partial=False)
         if res[0] is None:
             np_mode = util.is_np_shape()
-            partial = self._partial_shape_map(args, kwargs)[0][0]
+            partial = self.partial_shape_map(args, kwargs)[0][0]
             unknown = [
                 f"{n}: {_shown_shape(s, np_mode)}"
                 for n, s in zip(self.list_arguments(), partial)
@@ -464,15 +471,21 @@ class Symbol:
         return res
 
     def _infer_shape(self, args, kwargs, partial):
-        res, _ = self._partial_shape_map(args, kwargs)
+        res, _ = self.partial_shape_map(args, kwargs)
         if not partial and any(v is None or min(v, default=0) < 0 for part in res for v in part):
             return None, None, None
         np_mode = util.is_np_shape()
         return tuple([_shown_shape(v, np_mode) for v in part] for part in res)
 
-    def _partial_shape_map(self, args, kwargs):
+    def partial_shape_map(
+        self, args: Sequence[ShapeLike | None], kwargs: Mapping[str, ShapeLike | None]
+    ) -> tuple[PartialShapes, dict[tuple[int, int], Shape]]:
         """``(arg_shapes, out_shapes, aux_shapes)`` and the map ``(node id, output) -> shape`` they come from, with
-        -1 for an unknown dimension and None for an unknown shape (given shapes read in the current mode)."""
+        -1 for an unknown dimension and None for an unknown shape (given shapes read in the current mode).
+
+        ``args`` and ``kwargs`` are ``infer_shape``'s positional and keyword shapes. A symgrad extension (MXNet's
+        Symbol has no such method).
+        """
         args = tuple(_read_shape(a, "infer_shape") for a in args)
         kwargs = {k: _read_shape(v, f"infer_shape {k!r}") for k, v in kwargs.items()}
         nodes, arg_nodes, aux_nodes, known = self._known(args, kwargs, "infer_shape", "__shape__", _read_shape_attr)
@@ -480,12 +493,19 @@ class Symbol:
         infer_partial_shapes(nodes, known)
         return _collect(known, arg_nodes, self._outputs, aux_nodes), known
 
-    def _shape_map(self, args, kwargs):
+    def shape_map(
+        self, args: Sequence[ShapeLike | None], kwargs: Mapping[str, ShapeLike | None]
+    ) -> tuple[PartialShapes, dict[tuple[int, int], Shape | None]]:
         """``infer_shape_partial``'s lists and the map ``(node id, output) -> shape`` they come from, an unknown
         dimension 0 and an unknown shape None (``simple_bind`` hands the map to the executor, which then need
-        not infer the shapes again)."""
-        res, known = self._partial_shape_map(args, kwargs)
-        return tuple([_legacy_shape(v) for v in part] for part in res), {k: _legacy_shape(v) for k, v in known.items()}
+        not infer the shapes again).
+
+        Like ``partial_shape_map`` in MXNet's legacy reading of unknowns. A symgrad extension (MXNet's Symbol
+        has no such method).
+        """
+        res, known = self.partial_shape_map(args, kwargs)
+        arg_shapes, out_shapes, aux_shapes = ([_legacy_shape(v) for v in part] for part in res)
+        return (arg_shapes, out_shapes, aux_shapes), {k: _legacy_shape(v) for k, v in known.items()}
 
     def infer_type(self, *args: npt.DTypeLike | None, **kwargs: npt.DTypeLike | None) -> InferredTypes:
         """Infer ``(arg_types, out_types, aux_types)`` as numpy scalar types.
@@ -522,7 +542,7 @@ class Symbol:
                 raise TypeError(f"compose: value for {key!r} must be a single-output Symbol, got {value!r}")
             subs[key] = value._outputs[0]
         mapping: dict[int, Node | Entry] = {}
-        for node in self._nodes():
+        for node in self.topo_nodes():
             if node.op is None:
                 if node.name in subs:
                     mapping[node.id] = subs[node.name]

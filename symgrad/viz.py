@@ -92,7 +92,7 @@ def _repeated(nodes) -> list[str]:
 def _distinct(symbol):
     """``symbol`` with distinct variable names (inference refuses two Variables of one name; MXNet draws such a
     graph), ``{new node id: original node}`` and ``{name: the names its variables now have}``."""
-    nodes = symbol._nodes()
+    nodes = symbol.topo_nodes()
     repeated = set(_repeated(nodes))
     if not repeated:
         return symbol, {n.id: n for n in nodes}, {}
@@ -145,7 +145,7 @@ def _graph(symbol):
     """The nodes in topological order and the ids of the variables fed into parameter slots, of the auxiliary
     states and of the index inputs (labels, indices: variables that only feed inputs their op never
     differentiates)."""
-    nodes = symbol._nodes()
+    nodes = symbol.topo_nodes()
     params, aux = set(), aux_variable_ids(nodes)
     uses: dict = {}
     for node in nodes:
@@ -524,7 +524,7 @@ def plot_network(
     except ImportError:
         raise ImportError(f"plot_network needs the graphviz Python package: {_INSTALL}") from None
     _check_symbol(symbol, "plot_network")
-    repeated = _repeated(symbol._nodes())
+    repeated = _repeated(symbol.topo_nodes())
     if repeated:  # MXNet's warning (graphviz draws the namesakes as one node)
         warnings.warn(
             "There are multiple variables with the same name in your graph, this may result in cyclic graph. "

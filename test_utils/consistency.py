@@ -47,7 +47,7 @@ from .context import to_device, to_numpy
 from .decisions import DecisionFlipWarning, format_flips, pin_decisions, record_decisions
 from .frames import hide_from_pytest as _hide_from_pytest
 from .harness import RoundingEmulator, refuse_random_ops
-from .mxnet_checks import _raise_first
+from .mxnet_checks import raise_first
 from .report import GradientCheckError
 from .seed import seeded_check
 from .tolerance import Tolerance, get_tols
@@ -566,7 +566,7 @@ class _Consistency:
                     what = f"{'gradient of' if err.kind == 'gradient' else err.kind} {err.arg_name!r}"
                     print(f"{_WHO}: {what} on {e.desc} is inconsistent (raise_on_err=False, continuing):")
                     print(err)
-        _raise_first(failures)
+        raise_first(failures)
 
     def _recheck(self, e, errs, train_values):
         """``e``'s failures against the most precise entry re-run with ``e``'s decisions pinned: none (then

@@ -77,6 +77,7 @@ __all__ = [
     "simple_forward",
     "NumericGradientResult",
     "KINK_MODES",
+    "raise_first",
 ]
 
 
@@ -126,7 +127,9 @@ def _expected_like(value, shape, who, what, name, allow_complex=False):
     return e
 
 
-def _raise_first(failures):
+def raise_first(failures: list[Any]) -> None:
+    """Raise the first ``GradientCheckError`` of ``failures`` (none: return), the others kept on its ``others``
+    and named in a note."""
     if not failures:
         return
     first = failures[0]
@@ -181,7 +184,7 @@ def _backward_probes(sym, ctx, loc, aux, heads, name) -> dict:
     gradient's shape (a backward returning one of them returned the wrong array). Nothing for loss heads (their
     gradient does not depend on a head gradient). Cost: one forward and one backward per (output, axis), and one.
     """
-    from .probes import _index_like
+    from .probes import index_like
 
     found: dict[str, Any] = {
         "arrays": [
@@ -193,7 +196,7 @@ def _backward_probes(sym, ctx, loc, aux, heads, name) -> dict:
         "indices": [
             (k, np.rint(np.asarray(to_numpy(v), np.float64)).astype(np.int64))
             for k, v in loc.items()
-            if k != name and _index_like(to_numpy(v))
+            if k != name and index_like(to_numpy(v))
         ],
     }
     if any(h is None for h in heads):
@@ -367,7 +370,7 @@ def check_symbolic_forward(
             )
         except GradientCheckError as err:
             failures.append(err)
-    _raise_first(failures)
+    raise_first(failures)
     return outputs
 
 
@@ -554,7 +557,7 @@ class _BackwardCheck:
                 self._compare_one(name, g, notes)
             except GradientCheckError as err:
                 failures.append(err)
-        _raise_first(failures)
+        raise_first(failures)
 
     def _compare_one(self, name, g, notes):
         req = self.reqs[name]
@@ -1190,7 +1193,7 @@ class _NumericRun:
                 self._compare_one(name, r, context_line)
             except GradientCheckError as err:
                 failures.append(err)
-        _raise_first(failures)
+        raise_first(failures)
         return results
 
     def _compare_null(self, name, got):

@@ -70,7 +70,7 @@ def wanted(probes, sym) -> bool:
     return bool(custom_nodes(sym)) if probes is None else bool(probes)
 
 
-def _index_like(v) -> bool:
+def index_like(v: object) -> bool:
     """An integer array, or a float array holding integers only (MXNet's indices): an index or label input."""
     v = np.asarray(v)
     if v.size < 2 or v.dtype.kind not in "iuf":
@@ -94,7 +94,7 @@ class Point:
 def points(values: dict, names: list, seed: int) -> list:
     """The derived points (``Point``; module docstring), seeded."""
     rng = np.random.default_rng([seed, 7])
-    found = [p for k, v in values.items() if k not in names and _index_like(v) for p in _index_points(values, k)]
+    found = [p for k, v in values.items() if k not in names and index_like(v) for p in _index_points(values, k)]
     for k in names:
         found += _float_points(values, k, rng)
     for a in range(len(names)):

@@ -33,7 +33,7 @@ DECISION_OPS = sorted({o.name for o in list_ops().values() if o.decisions is not
 
 
 def _decision_nodes(sym):
-    return [n for n in sym._nodes() if n.op is not None and n.op.decisions is not None]
+    return [n for n in sym.topo_nodes() if n.op is not None and n.op.decisions is not None]
 
 
 def _graph(x, y, w):

@@ -216,7 +216,7 @@ def test_round_trip_is_exact():
     assert again.list_auxiliary_states() == sym.list_auxiliary_states()
     assert again.list_outputs() == sym.list_outputs()
     assert again.attr_dict() == sym.attr_dict()
-    for a, b in zip(sym._nodes(), again._nodes()):
+    for a, b in zip(sym.topo_nodes(), again.topo_nodes()):
         assert (a.op_name, a.name, a.params, a.attrs, a.num_outputs) == (
             b.op_name,
             b.name,

@@ -137,7 +137,7 @@ def test_collapse_draws_each_stage_as_one_box(densenet):
 
 def test_blocks_follow_gluon_name_prefixes():
     mobilenet = sg.sym.load(MOBILENET_V2)
-    ops = [n.name for n in mobilenet._nodes() if n.op is not None]
+    ops = [n.name for n in mobilenet.topo_nodes() if n.op is not None]
     blocks = viz._blocks(ops)
     # the ReLU6 sub-blocks (..._linearbottleneck0_relu60_relu6) belong to their bottleneck
     assert blocks["mobilenetv20_features_linearbottleneck0_relu60_relu6"] == "mobilenetv20_features_linearbottleneck0"

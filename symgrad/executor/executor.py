@@ -255,7 +255,7 @@ def bind_arrays(symbol, ctx, args, args_grad=None, grad_req="write", aux_states=
     if not isinstance(ctx, Context):
         raise TypeError(f"bind: ctx must be a Context such as sg.cpu(), got {ctx!r}")
     groups = check_group2ctx(group2ctx, ctx, "bind")
-    nodes, arg_nodes, aux_nodes = symbol._arg_and_aux_nodes()
+    nodes, arg_nodes, aux_nodes = symbol.arg_and_aux_nodes()
     arg_names, aux_names = [n.name for n in arg_nodes], [n.name for n in aux_nodes]
     arg_arrays = _arrays(args, arg_names, "bind args", ctx, required=True)
     grad_arrays = _arrays(args_grad, arg_names, "bind args_grad", ctx, required=False)
@@ -969,7 +969,7 @@ class Executor:
     def _reshaped(self, given: Mapping[str, Shape]) -> tuple[list[Shape], list[Shape]]:
         """The arguments' and auxiliary states' shapes after ``reshape(**given)``: given, inferred from the given
         ones (a 0 is a zero size here: these are the shapes of arrays to bind), else as they are now."""
-        nodes, arg_nodes, aux_nodes = self._symbol._arg_and_aux_nodes()
+        nodes, arg_nodes, aux_nodes = self._symbol.arg_and_aux_nodes()
         known: dict = {(n.id, 0): given[n.name] for n in arg_nodes if n.name in given}
         infer_shapes(nodes, known)
         arg_shapes = [tuple(known.get((n.id, 0)) or a.shape) for n, a in zip(arg_nodes, self.arg_arrays)]
@@ -1019,7 +1019,7 @@ def simple_bind(
     if not isinstance(ctx, Context):
         raise TypeError(f"simple_bind: ctx must be a Context such as sg.cpu(), got {ctx!r}")
     groups = check_group2ctx(group2ctx, ctx, "simple_bind")
-    nodes, arg_nodes, aux_nodes = symbol._arg_and_aux_nodes()
+    nodes, arg_nodes, aux_nodes = symbol.arg_and_aux_nodes()
     shapes = _bind_shapes(shapes or {}, [n.name for n in arg_nodes + aux_nodes])  # (warns at the caller's line)
     arg_shapes, aux_shapes, shape_map = _simple_bind_shapes(symbol, shapes, arg_nodes, aux_nodes)
     known = _simple_bind_types(nodes, arg_nodes + aux_nodes, type_dict)
@@ -1060,7 +1060,7 @@ def simple_bind(
 def _simple_bind_shapes(symbol, shapes, arg_nodes, aux_nodes):
     """``(argument shapes, auxiliary shapes, every value's shape)`` inferred from ``shapes``; each input's must be
     determined (a 0 dimension is unknown in MXNet's legacy shape mode: inference must determine it)."""
-    (arg_shapes, _, aux_shapes), shape_map = symbol._shape_map((), shapes)
+    (arg_shapes, _, aux_shapes), shape_map = symbol.shape_map((), shapes)
     unknown = [
         n.name for n, s in zip(arg_nodes + aux_nodes, list(arg_shapes) + list(aux_shapes)) if s is None or 0 in s
     ]

@@ -132,7 +132,7 @@ def _erfc_cf(xp, x):
     return xp.exp(-x * x) / (_SQRT_PI * _erfc_cf_denominator(x))
 
 
-def _erf_erfc(xp, x):
+def erf_erfc(xp, x):
     """(erf |x|, erfc |x|) in float64 with |x| handled by the accurate branch."""
     a = xp.abs(x)
     small = a < _ERF_SPLIT
@@ -145,7 +145,7 @@ def _erf_erfc(xp, x):
 
 def _erf(xp, x):
     x = x.astype(np.float64)
-    erf, _ = _erf_erfc(xp, x)
+    erf, _ = erf_erfc(xp, x)
     return xp.sign(x) * erf
 
 
@@ -191,7 +191,7 @@ def _erfinv(xp, y):
     tail = (1.0 - a_in) < _ERFC_AT_SPLIT
     x = xp.where(tail, 0.5, x0)
     for _ in range(2):
-        erf, _ = _erf_erfc(xp, x)
+        erf, _ = erf_erfc(xp, x)
         r = erf - a_in
         d = (2.0 / _SQRT_PI) * xp.exp(-x * x)  # erf'
         x = x - r / (d + x * r)  # Halley: f'' = -2 x f'
@@ -351,8 +351,8 @@ def _fix_mxnet(xp, x):
     return xp.where(xp.abs(f) < xp.abs(c), f, c)
 
 
-def _sigmoid(xp, x):
-    # Stable for large |x|: 1/(1+e^-x) for x >= 0, e^x/(1+e^x) otherwise.
+def stable_sigmoid(xp, x):
+    """sigmoid(x) in x's dtype, stable for large |x|: 1/(1+e^-x) for x >= 0, e^x/(1+e^x) otherwise."""
     e = xp.exp(-xp.abs(x))
     return xp.where(x >= 0, 1.0 / (1.0 + e), e / (1.0 + e)).astype(x.dtype, copy=False)
 
@@ -649,7 +649,7 @@ _unary("arctanh", _float_in(lambda xp, x: xp.arctanh(x)), lambda F, x, y, g: g /
 
 # -- activations ----------------------------------------------------------------
 # sigmoid' = s (1 - s)
-_unary("sigmoid", _float_in(_sigmoid), lambda F, x, y, g: g * (y * (1.0 - y)))
+_unary("sigmoid", _float_in(stable_sigmoid), lambda F, x, y, g: g * (y * (1.0 - y)))
 # relu' = 1 where x > 0 else 0 (MXNet takes 0 at x = 0)
 # (NaN passes through relu, as MXNet's IsNan(a) || a > 0 ? a : 0)
 # pinned: the recorded mask instead of x > 0 (NaN still passes)

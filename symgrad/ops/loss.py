@@ -384,9 +384,9 @@ def _regression(name, forward, residual, piece, doc):
 
 
 def _sigmoid_fwd(xp, x):
-    from .elemwise import _sigmoid
+    from .elemwise import stable_sigmoid
 
-    return _sigmoid(xp, x)
+    return stable_sigmoid(xp, x)
 
 
 _regression(

@@ -67,9 +67,9 @@ def _act_fwd(xp, x, act_type):
     if act_type == "relu":
         return xp.maximum(x, 0)
     if act_type == "sigmoid":
-        from .elemwise import _sigmoid
+        from .elemwise import stable_sigmoid
 
-        return _sigmoid(xp, x)
+        return stable_sigmoid(xp, x)
     if act_type == "tanh":
         return xp.tanh(x)
     if act_type == "softrelu":
@@ -142,10 +142,10 @@ _LEAKY = ("rrelu", "leaky", "prelu", "elu", "selu", "gelu")
 def _norm_cdf_fwd(xp, x):
     """Phi(x) = P(N(0,1) <= x) = erfc(-x / sqrt 2) / 2, from elemwise's float64 erf/erfc of |x|
     (erfc(-a) = 2 - erfc(a)), so both tails keep their relative precision."""
-    from .elemwise import _erf_erfc
+    from .elemwise import erf_erfc
 
     z = x.astype(np.float64) * (1.0 / math.sqrt(2.0))
-    _, erfc_abs = _erf_erfc(xp, z)
+    _, erfc_abs = erf_erfc(xp, z)
     return xp.where(z < 0, 0.5 * erfc_abs, 1.0 - 0.5 * erfc_abs).astype(x.dtype, copy=False)
 
 
