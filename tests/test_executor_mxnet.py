@@ -326,3 +326,21 @@ def test_gradient_computed_on_another_context_is_copied_to_its_argument():
     np.testing.assert_array_equal(exe.grad_arrays[0], [2.0, 2.0])
     assert exe.arg_contexts == [sg.cpu(0)]
     assert "to cpu(0)" in exe.debug_str() or "-> cpu(0)" in exe.debug_str()
+
+
+# -- a buffer given for a 'null' argument (MXNet 1.9.1: bind(args_grad={'x': a, ...}, grad_req={'x': 'null', ...})
+# keeps ``a`` in grad_dict['x'] and never writes it; simple_bind allocates none: grad_dict['x'] is None) ---------
+def test_bind_keeps_the_buffer_given_for_a_null_argument_untouched():
+    x, w = S.Variable("x"), S.Variable("w")
+    given = np.full(2, 7.0)
+    exe = (x * w).bind(
+        sg.cpu(),
+        {"x": np.ones(2), "w": np.full(2, 3.0)},
+        args_grad={"x": given, "w": np.zeros(2)},
+        grad_req={"x": "null", "w": "write"},
+    )
+    exe.forward(is_train=True)
+    exe.backward(np.ones(2))
+    assert exe.grad_dict["x"] is given and np.array_equal(given, [7.0, 7.0])  # MXNet printed [7. 7.]
+    np.testing.assert_array_equal(exe.grad_dict["w"], [1.0, 1.0])  # d(x*w)/dw = x = 1
+    assert (x * w).simple_bind(sg.cpu(), x=(2,), w=(2,), grad_req={"x": "null", "w": "write"}).grad_dict["x"] is None

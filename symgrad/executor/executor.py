@@ -283,11 +283,12 @@ def _infer_bound(nodes, inputs, arrays):
 
 
 def _check_grad_arrays(names, arg_arrays, grad_arrays, reqs, strict) -> None:
-    """Gradient arrays against the requests (in place: None where the request is 'null', 'null' where no array is
-    given; with ``strict``, a grad_req dict next to args_grad, a missing array is an error) and their arguments."""
+    """Gradient arrays against the requests (in place: 'null' where no array is given; with ``strict``, a grad_req
+    dict next to args_grad, a missing array is an error) and their arguments. An array given for a 'null' request
+    is kept and never written (MXNet 1.9.1's ``grad_dict`` holds it too)."""
     for i, n in enumerate(names):
         if reqs[n] == "null":
-            grad_arrays[i] = None
+            continue
         elif grad_arrays[i] is None:
             if strict:
                 raise BindError(f"bind: grad_req[{n!r}] is {reqs[n]!r} but args_grad has no array for {n!r}")
