@@ -160,13 +160,16 @@ def _rnn_location(seed=0):
 
 
 def test_check_numeric_gradient_foreach_rnn_cell():
-    check_numeric_gradient(_build("foreach_rnn"), _rnn_location(), dtype=np.float64, progress=False)
+    sym = _build("foreach_rnn")
+    checked = check_numeric_gradient(sym, _rnn_location(), dtype=np.float64, progress=False)
+    assert set(checked) == set(sym.list_arguments())  # every argument was compared (a mismatch raises)
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2, 3])
 def test_check_numeric_gradient_cond(seed):
     args = cases.inputs("cond_simple", seed)
-    check_numeric_gradient(_build("cond_simple"), args, dtype=np.float64, progress=False)
+    checked = check_numeric_gradient(_build("cond_simple"), args, dtype=np.float64, progress=False)
+    assert set(checked) == set(args)  # every argument was compared (a mismatch raises)
 
 
 @pytest.mark.parametrize(
@@ -175,20 +178,24 @@ def test_check_numeric_gradient_cond(seed):
 )
 def test_forward_only_cases_gradient_against_finite_differences(name, seed):
     """The chained loops of test_cut_subgraph_* / test_uniq_name, whose backward MXNet 1.9.1 cannot bind."""
-    check_numeric_gradient(_build(name), cases.inputs(name, seed), dtype=np.float64, progress=False)
+    args = cases.inputs(name, seed)
+    checked = check_numeric_gradient(_build(name), args, dtype=np.float64, progress=False)
+    assert set(checked) == set(args)  # every argument was compared (a mismatch raises)
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2, 3, 4, 5])
 def test_nested_cond_gradient_against_finite_differences(seed):
     """MXNet 1.9.1 cannot bind the backward of a nested cond (see control_flow_cases.FORWARD_ONLY)."""
-    check_numeric_gradient(_build("cond_nested"), cases.inputs("cond_nested", seed), dtype=np.float64, progress=False)
+    args = cases.inputs("cond_nested", seed)
+    checked = check_numeric_gradient(_build("cond_nested"), args, dtype=np.float64, progress=False)
+    assert set(checked) == set(args)  # every argument was compared (a mismatch raises)
 
 
 @pytest.mark.parametrize("seed", [0, 1])
 def test_check_numeric_gradient_while_loop(seed):
-    check_numeric_gradient(
-        _build("while_loop_sum"), cases.inputs("while_loop_sum", seed), dtype=np.float64, progress=False
-    )
+    args = cases.inputs("while_loop_sum", seed)
+    checked = check_numeric_gradient(_build("while_loop_sum"), args, dtype=np.float64, progress=False)
+    assert set(checked) == set(args)  # every argument was compared (a mismatch raises)
 
 
 def _second_order(sym, wrt_names, location):

@@ -297,16 +297,20 @@ def _index_grid(shape):
 
 
 def _check_index_array(sym, x, expected, head_shape=None):
-    check_symbolic_forward(sym, [x], [expected])
+    """The outputs and the (zero: an index array does not depend on the values) gradient; the checkers raise on
+    a mismatch, the caller asserts on what they return."""
+    outputs = check_symbolic_forward(sym, [x], [expected])
     head = np.ones(expected.shape if head_shape is None else head_shape)
-    check_symbolic_backward(sym, [x], [head], [np.zeros_like(x)])
+    grads = check_symbolic_backward(sym, [x], [head], [np.zeros_like(x)])
+    return outputs[0], grads["data"]
 
 
 @pytest.mark.parametrize("np_shape", [False, True])
 @pytest.mark.parametrize("shape", [(10,), (7, 5, 29), (2, 3, 1, 4, 2, 3)])
 def test_index_array_default(np_shape, shape):
     with _mode(np_shape):
-        _check_index_array(S.contrib.index_array(S.Variable("data")), np.ones(shape), _index_grid(shape))
+        out, grad = _check_index_array(S.contrib.index_array(S.Variable("data")), np.ones(shape), _index_grid(shape))
+    assert out.shape == (*shape, len(shape)) and not np.any(grad)
 
 
 @pytest.mark.parametrize("np_shape", [False, True])
@@ -315,14 +319,16 @@ def test_index_array_select_axes(np_shape, axes):
     shape = (2, 3, 1, 4, 2, 3)
     with _mode(np_shape):
         sym = S.contrib.index_array(S.Variable("data"), axes=axes)
-        _check_index_array(sym, np.ones(shape), _index_grid(shape)[..., list(axes)])
+        out, grad = _check_index_array(sym, np.ones(shape), _index_grid(shape)[..., list(axes)])
+    assert out.shape == (*shape, len(axes)) and not np.any(grad)
 
 
 def test_index_array_default_zero_dim_and_zero_size_np_mode():
     with _mode(True):
         sym = S.contrib.index_array(S.Variable("data"))
-        _check_index_array(sym, np.ones(()), np.zeros((0,)))
-        _check_index_array(sym, np.ones((0, 0, 0)), np.zeros((0, 0, 0, 3)))
+        scalar_out, _ = _check_index_array(sym, np.ones(()), np.zeros((0,)))
+        empty_out, _ = _check_index_array(sym, np.ones((0, 0, 0)), np.zeros((0, 0, 0, 3)))
+    assert scalar_out.shape == (0,) and empty_out.shape == (0, 0, 0, 3)
 
 
 def test_index_array_select_axes_zero_size_np_mode():

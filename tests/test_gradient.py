@@ -33,6 +33,7 @@ def _check(sym, values, wrt=None, rtol=1e-6, atol=1e-8):
             return sum(float((a * h).sum()) for a, h in zip(o, heads))
 
         np.testing.assert_allclose(exe.grad_dict[n], central_gradient(f, values[n]), rtol=rtol, atol=atol, err_msg=n)
+    return list(wrt)
 
 
 def _rand(*shape, lo=-1.0, hi=1.0, seed=0):
@@ -77,7 +78,7 @@ UNARY = [
 
 @pytest.mark.parametrize("name, fn, lo, hi", UNARY, ids=[u[0] for u in UNARY])
 def test_unary_gradients_match_finite_differences(name, fn, lo, hi):
-    _check(fn(a), {"a": _rand(2, 3, 3, lo=lo, hi=hi)})
+    assert _check(fn(a), {"a": _rand(2, 3, 3, lo=lo, hi=hi)}) == ["a"]  # a mismatch fails inside _check
 
 
 BINARY = [
@@ -104,7 +105,8 @@ BINARY = [
 @pytest.mark.parametrize("name, fn, sa, sb", BINARY, ids=[b_[0] for b_ in BINARY])
 def test_binary_gradients_match_finite_differences(name, fn, sa, sb):
     lo = 0.5 if name in ("power", "elemwise_div", "broadcast_div") else -1.0
-    _check(fn(a, b), {"a": _rand(*sa, lo=lo, hi=1.5, seed=1), "b": _rand(*sb, lo=lo, hi=1.5, seed=2)})
+    checked = _check(fn(a, b), {"a": _rand(*sa, lo=lo, hi=1.5, seed=1), "b": _rand(*sb, lo=lo, hi=1.5, seed=2)})
+    assert checked == ["a", "b"]  # a mismatch fails inside _check
 
 
 @pytest.mark.parametrize("flatten", [True, False])
@@ -116,7 +118,7 @@ def test_fully_connected_gradients(flatten, no_bias):
     values = {"x": _rand(2, 2, 3), "fc_weight": _rand(3, d, seed=1)}
     if not no_bias:
         values["fc_bias"] = _rand(3, seed=2)
-    _check(fc, values)
+    assert sorted(_check(fc, values)) == sorted(values)  # a mismatch fails inside _check
 
 
 def test_softmax_output_gradient_is_cross_entropy():

@@ -243,7 +243,7 @@ class _TwiceProp(mx.operator.CustomOpProp):
 
 @pytest.mark.gpu
 def test_nd_on_a_gpu_and_custom_ops_assigning_host_arrays():
-    cupy = pytest.importorskip("cupy")
+    cupy = pytest.importorskip("cupy", reason="no GPU / CuPy: CuPy is not installed (the gpu marker skips first)")
     with sg.gpu(0):
         a = sg.nd.array([1.0, 2.0])
         z = sg.nd.zeros((2, 2), dtype="float64")
@@ -267,7 +267,7 @@ def test_nd_on_a_gpu_and_custom_ops_assigning_host_arrays():
 @pytest.mark.gpu
 def test_docs_sigmoid_runs_unchanged_on_a_gpu():
     """The docs' Sigmoid calls ``in_data[0].asnumpy()``: on a gpu its arrays are CuPy arrays that answer it."""
-    cupy = pytest.importorskip("cupy")
+    cupy = pytest.importorskip("cupy", reason="no GPU / CuPy: CuPy is not installed (the gpu marker skips first)")
     x = np.array([0.0, 1.0, -2.0, 3.0])
     net = mx.sym.Custom(mx.sym.Variable("x"), op_type="nd_docs_sigmoid")
     grad = cupy.zeros(4)
