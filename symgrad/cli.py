@@ -25,7 +25,8 @@ import sys
 
 __all__ = ["main", "CLIError", "MODES", "DEFAULT_SAMPLES", "import_modules"]
 
-from .test_utils.model_check import DEFAULT_SAMPLES, MODES, ModelInputError, few, infer_shapes, prepare_model
+from .test_utils.model_check import DEFAULT_SAMPLES, MODES, ModelInputError, infer_shapes, prepare_model
+from .test_utils.report import few
 
 DTYPES = ("float16", "float32", "float64")
 GRAD_REQS = ("write", "add", "null")

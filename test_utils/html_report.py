@@ -16,6 +16,8 @@ import math
 import shlex
 from typing import Any, TypeAlias
 
+from .report import few
+
 #: ``test_utils.model_check.ModelCheckResult``: not imported, not even for the type checker (model_check imports
 #: this module for ``to_html``, and an import back would close a circle: tests/test_layers.py)
 ModelCheckResult: TypeAlias = Any
@@ -130,8 +132,7 @@ def _index(index: Any) -> str:
 
 
 def _few(names: list, k: int = 12) -> str:
-    shown = ", ".join(_e(n) for n in names[:k])
-    return shown + (f" and {len(names) - k} more" if len(names) > k else "")
+    return _e(few(names, k))
 
 
 # == the header: what was checked, the verdict, how to reproduce it =============================================

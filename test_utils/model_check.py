@@ -46,6 +46,7 @@ from symgrad.serialization import tojson
 from .context import to_device, to_numpy
 from .differencer import Progress
 from .frames import hide_from_pytest as _hide_from_pytest
+from .report import few
 
 if TYPE_CHECKING:
     from concurrent.futures import Executor
@@ -118,12 +119,6 @@ class ModelInputError(ValueError):
 
 
 # == the model's inputs =========================================================================================
-
-
-def few(names, k=8) -> str:
-    """Up to ``k`` names, then how many there are in all."""
-    names = list(names)
-    return ", ".join(names[:k]) + (f", ... ({len(names)} in all)" if len(names) > k else "")
 
 
 def _one_line(exc) -> str:

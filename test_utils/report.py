@@ -16,6 +16,7 @@ from .frames import hide_from_pytest
 from .seed import REPRODUCE_MARK, current_seed, reproduction, reproduction_line
 
 __all__ = [
+    "few",
     "Report",
     "GradientCheckError",
     "NondifferentiableError",
@@ -25,6 +26,12 @@ __all__ = [
     "format_index",
     "with_reproduction",
 ]
+
+
+def few(names, k=8) -> str:
+    """Up to ``k`` names, then how many there are in all (every report's short list: text, CLI and HTML)."""
+    names = list(names)
+    return ", ".join(map(str, names[:k])) + (f", ... ({len(names)} in all)" if len(names) > k else "")
 
 
 class NondifferentiablePointWarning(UserWarning):
