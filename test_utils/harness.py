@@ -422,6 +422,48 @@ def accumulation_noise(terms, total, squares, eps) -> np.ndarray:
     return eps / (2.0 * np.sqrt(3.0)) * np.sqrt(np.maximum(partial, 0.0))
 
 
+#: convolution ops whose output elements a fast algorithm computes together, a tile at a time, so that one
+#: element's rounding carries the terms of its neighbours in the tile: Winograd F(2x2, 3x3) (symgrad's kernels,
+#: cuDNN, oneDNN) forms a 2x2 tile of outputs (or of the data gradient) from one 4x4 transform, and the weight
+#: gradient of a filter-channel pair from one 4x4 transform for all its 3x3 taps. An element whose own terms
+#: all vanish (a tap that reads only zeros: dead ReLU outputs) is exact in a direct sum, but off by rounding
+#: of its neighbours' size in a transformed one (measured: float64 1e-13, float32 1e-4 beside taps of 1).
+_TILED_OUTPUTS = frozenset(
+    {
+        "Convolution",
+        "Convolution_v1",
+        "_npx_convolution",
+        "Deconvolution",
+        "_npx_deconvolution",
+        "_conv_forward_like",
+        "_conv_transpose_like",
+    }
+)
+_TILED_WEIGHT_GRADIENTS = frozenset({"_conv_weight_grad"})
+
+
+def tile_noise(op_name, sigma) -> np.ndarray:
+    """``accumulation_noise`` of a convolution's output (channel-first) as a tiled algorithm spreads it: for a
+    weight gradient the largest over the kernel taps of each filter-channel pair; for an output or a data
+    gradient the largest over each element's spatial neighbours within one step (every 2x2 tile that holds the
+    element, whatever the tiles' alignment). Other ops: ``sigma`` unchanged."""
+    sigma = np.asarray(sigma)
+    if sigma.ndim < 3 or op_name not in _TILED_OUTPUTS | _TILED_WEIGHT_GRADIENTS:
+        return sigma
+    spatial = tuple(range(2, sigma.ndim))
+    if op_name in _TILED_WEIGHT_GRADIENTS:
+        return np.broadcast_to(sigma.max(axis=spatial, keepdims=True), sigma.shape).copy()
+    spread = sigma.copy()
+    for axis in spatial:  # a separable max filter of width 3: the max over the box is the max of the maxes
+        step = spread.copy()
+        lo, hi = [slice(None)] * sigma.ndim, [slice(None)] * sigma.ndim
+        lo[axis], hi[axis] = slice(None, -1), slice(1, None)
+        np.maximum(step[tuple(lo)], spread[tuple(hi)], out=step[tuple(lo)])
+        np.maximum(step[tuple(hi)], spread[tuple(lo)], out=step[tuple(hi)])
+        spread = step
+    return spread
+
+
 def emulation_bits(dtype):
     """Significant bits whose rounding emulates ``dtype``'s on float64 values (float64 itself: all of them, so
     rounding leaves every float64 value where it is -- its forward rounding is already in the float64 run)."""
@@ -450,7 +492,8 @@ class RoundingEmulator:
     the convolutions' own float32 error 2 to 13 times one rounding of their output; emulating that one rounding
     alone, every emulated value's error fell 3.5 to 5.5 times short of the real one). Their outputs also get
     ``accumulation_noise`` -- from K (the op on ones), the sum and the sum of squared terms (the op on the
-    squares of its inputs), computed once on the exact run's values -- times a draw of unit variance, hashed
+    squares of its inputs), computed once on the exact run's values and spread over a convolution's tile
+    (``tile_noise``: Winograd forms neighbouring elements from one transform) -- times a draw of unit variance, hashed
     from the value like the rounding (so equal values still move alike), in the accumulation dtype (float16
     ops accumulate in float32). Other fused ops (a hidden ``_backward_X`` op's internal sums) are not modelled.
     """
@@ -532,7 +575,8 @@ class RoundingEmulator:
             if terms is None:  # the count of terms depends on the shapes alone
                 terms = self._terms[key] = self._op(node, [np.ones(x.shape) for x in inputs])
             squares = self._op(node, [np.square(x, dtype=np.float64) for x in inputs])
-            self._sigma[(self._row, node.id)] = accumulation_noise(terms, value, squares, self.acc_eps)
+            sigma = accumulation_noise(terms, value, squares, self.acc_eps)
+            self._sigma[(self._row, node.id)] = tile_noise(node.op.name, sigma)
         return value
 
     def _emulate(self, node, k, value, phase):

@@ -148,3 +148,52 @@ def test_check_consistency_float32_conv_net_rests_on_the_noise_model():
     planted = sym(conv1_weight=S.Variable("conv1_weight") * 1.001)
     with pytest.raises(GradientCheckError):
         check_consistency([sym, planted], ctx_list, arg_params=dict(args), rtol=1e-7, atol=1e-9)
+
+
+def test_tile_noise_spreads_over_the_kernel_taps_and_the_neighbouring_outputs():
+    """``tile_noise``: a weight gradient's noise is the largest of its filter-channel pair's taps; an output's the
+    largest within one step in every spatial direction (a box max computed here with explicit loops); other ops
+    keep theirs."""
+    rng = np.random.default_rng(0)
+    sigma = rng.random((2, 3, 5, 4))
+    wgrad = H.tile_noise("_conv_weight_grad", sigma)
+    for f in range(2):
+        for c in range(3):
+            assert np.all(wgrad[f, c] == sigma[f, c].max())
+    out = H.tile_noise("Convolution", sigma)
+    for i in range(5):
+        for j in range(4):
+            box = sigma[:, :, max(i - 1, 0) : i + 2, max(j - 1, 0) : j + 2]
+            assert np.array_equal(out[:, :, i, j], box.max(axis=(2, 3)))
+    assert np.array_equal(H.tile_noise("FullyConnected", sigma), sigma)
+
+
+def test_a_winograd_weight_gradient_tap_that_reads_only_zeros_is_allowed_its_tiles_rounding():
+    """The input is nonzero only on its first row and column, so the weight gradient's tap (2, 2), which (pad 1)
+    reads rows and columns 1..16, sums only zeros: exact in float64, but symgrad's float32 Winograd F(2x2, 3x3)
+    forms it from one 4x4 transform with the other taps and is off by ~1e-6 there (real rounding, not a bug:
+    failed before the noise of a tiled convolution was spread over its tile). A 0.1% error of the weight is
+    still caught at the same tolerances."""
+    rng = np.random.default_rng(0)
+    x = np.zeros((2, 4, 16, 16))
+    x[:, :, 0, :] = rng.standard_normal((2, 4, 16))
+    x[:, :, :, 0] = rng.standard_normal((2, 4, 16))
+    sym = S.Convolution(S.Variable("data"), num_filter=4, kernel=(3, 3), pad=(1, 1), name="c")
+    ctx_list = [
+        {"ctx": sg.cpu(0), "data": x.shape, "type_dict": dict.fromkeys(sym.list_arguments(), dt)}
+        for dt in (np.float64, np.float32)
+    ]
+    args = {"data": x, "c_weight": rng.standard_normal((4, 4, 3, 3)), "c_bias": rng.standard_normal(4)}
+    truth = check_consistency(sym, ctx_list, arg_params=dict(args), rtol=1e-7, atol=1e-9)
+    exe = sym.simple_bind(sg.cpu(), data=x.shape, type_dict=dict.fromkeys(sym.list_arguments(), np.float32))
+    for name, value in args.items():
+        exe.arg_dict[name][:] = value.astype(np.float32)
+    exe.forward(is_train=True)
+    exe.backward([np.ones((2, 4, 16, 16), np.float32)])
+    tap32 = np.asarray(exe.grad_dict["c_weight"])[:, :, 2, 2]
+    scale = np.max(np.abs(truth["c_weight"]))
+    assert np.max(np.abs(truth["c_weight"][:, :, 2, 2])) < 1e-12 * scale  # float64: zero to its own rounding
+    assert np.max(np.abs(tap32)) > 1e-9 * scale  # float32: the tile's rounding, far above the 1e-9 atol
+    planted = sym(c_weight=S.Variable("c_weight") * 1.001)
+    with pytest.raises(GradientCheckError, match="c_weight|data"):
+        check_consistency([sym, planted], ctx_list, arg_params=dict(args), rtol=1e-7, atol=1e-9)
