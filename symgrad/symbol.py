@@ -1234,6 +1234,20 @@ def _above(module: str):
     return importlib.import_module(f"{__package__}.{module}")
 
 
+def __getattr__(name: str) -> Any:
+    """MXNet's ``mx.symbol`` and ``mx.sym`` are one namespace: ``sg.symbol.FullyConnected``, ``sg.symbol.load``,
+    ``sg.symbol.contrib.foreach`` are ``sym``'s names (PEP 562: asked only for names this module lacks)."""
+    if not name.startswith("__"):
+        found = getattr(_above("sym"), name, None)
+        if found is not None:
+            return found
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r} (nor has symgrad.sym, MXNet's mx.sym)")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(dir(_above("sym"))))
+
+
 #: MXNet's op-name prefixes and the ``sym`` submodule each goes to (``_init_op_module``):
 #: ``_linalg_potrf`` is ``sym.linalg.potrf``; ``_random_*`` and ``_sample_*`` are ``sym.random.*``.
 NAMESPACE_PREFIXES = {

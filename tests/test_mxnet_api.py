@@ -34,6 +34,21 @@ def test_prefixed_ops_live_in_their_namespace_modules_as_mxnet_spells_them():
     assert contrib is S.contrib and image is S.image
 
 
+def test_mx_symbol_is_the_same_namespace_as_mx_sym():
+    """MXNet code spells the namespace both ways (``mx.symbol.FullyConnected``, ``mx.symbol.load``,
+    ``mx.symbol.contrib.foreach``): ``sg.symbol`` answers every name of ``sg.sym`` with the same object, lists
+    them in ``dir``, and a name neither has is an AttributeError naming it."""
+    mx = sg
+    for name in ("FullyConnected", "Convolution", "relu", "load", "load_json", "Group", "contrib", "linalg"):
+        assert getattr(mx.symbol, name) is getattr(mx.sym, name), name
+    assert mx.symbol.contrib.foreach is mx.sym.contrib.foreach
+    assert {"FullyConnected", "Symbol", "Variable"} <= set(dir(mx.symbol))
+    net = mx.symbol.FullyConnected(mx.symbol.Variable("x"), num_hidden=3, name="fc")
+    assert net.list_arguments() == ["x", "fc_weight", "fc_bias"]
+    with pytest.raises(AttributeError, match="'NoSuchOp'"):
+        mx.symbol.NoSuchOp
+
+
 def test_every_prefixed_registered_op_is_in_its_namespace():
     from symgrad.opdef import list_ops
 
