@@ -373,12 +373,8 @@ def perturb_relative(value, eps, rng):
     return (np.asarray(value, np.float64) * (1.0 + eps * u)).astype(value.dtype, copy=False)
 
 
-#: ops every output element of which is a sum of K terms accumulated in one op (a GEMM's K loop, a reduction), so
-#: that the rounding of its partial sums, not only that of its result, is in its error: unscaled bilinear
-#: contractions of two tensor inputs (convolutions and their adjoints, dot and its adjoints, FullyConnected; a
-#: further input is a bias added as one more term, or is read for its shape only) and plain sums over axes.
-#: Applied to the squares of its inputs such an op gives ``sum t^2`` of its terms ``t``; applied to ones, K.
-ACCUMULATING_OPS = frozenset(
+#: convolutions and their data adjoints: an output element sums a window of the input over the channels
+_CONVOLUTIONS = frozenset(
     {
         "Convolution",
         "Convolution_v1",
@@ -387,6 +383,18 @@ ACCUMULATING_OPS = frozenset(
         "_npx_deconvolution",
         "_conv_forward_like",
         "_conv_transpose_like",
+    }
+)
+
+
+#: ops every output element of which is a sum of K terms accumulated in one op (a GEMM's K loop, a reduction), so
+#: that the rounding of its partial sums, not only that of its result, is in its error: unscaled bilinear
+#: contractions of two tensor inputs (convolutions and their adjoints, dot and its adjoints, FullyConnected; a
+#: further input is a bias added as one more term, or is read for its shape only) and plain sums over axes.
+#: Applied to the squares of its inputs such an op gives ``sum t^2`` of its terms ``t``; applied to ones, K.
+ACCUMULATING_OPS = frozenset(
+    {
+        *_CONVOLUTIONS,
         "_conv_weight_grad",
         "FullyConnected",
         "dot",
@@ -422,36 +430,23 @@ def accumulation_noise(terms, total, squares, eps) -> np.ndarray:
     return eps / (2.0 * np.sqrt(3.0)) * np.sqrt(np.maximum(partial, 0.0))
 
 
-#: convolution ops whose output elements a fast algorithm computes together, a tile at a time, so that one
-#: element's rounding carries the terms of its neighbours in the tile: Winograd F(2x2, 3x3) (symgrad's kernels,
-#: cuDNN, oneDNN) forms a 2x2 tile of outputs (or of the data gradient) from one 4x4 transform, and the weight
-#: gradient of a filter-channel pair from one 4x4 transform for all its 3x3 taps. An element whose own terms
-#: all vanish (a tap that reads only zeros: dead ReLU outputs) is exact in a direct sum, but off by rounding
-#: of its neighbours' size in a transformed one (measured: float64 1e-13, float32 1e-4 beside taps of 1).
-_TILED_OUTPUTS = frozenset(
-    {
-        "Convolution",
-        "Convolution_v1",
-        "_npx_convolution",
-        "Deconvolution",
-        "_npx_deconvolution",
-        "_conv_forward_like",
-        "_conv_transpose_like",
-    }
-)
-_TILED_WEIGHT_GRADIENTS = frozenset({"_conv_weight_grad"})
-
-
 def tile_noise(op_name, sigma) -> np.ndarray:
     """``accumulation_noise`` of a convolution's output (channel-first) as a tiled algorithm spreads it: for a
     weight gradient the largest over the kernel taps of each filter-channel pair; for an output or a data
     gradient the largest over each element's spatial neighbours within one step (every 2x2 tile that holds the
-    element, whatever the tiles' alignment). Other ops: ``sigma`` unchanged."""
+    element, whatever the tiles' alignment). Other ops: ``sigma`` unchanged.
+
+    A fast convolution computes neighbouring elements together, so one element's rounding carries its tile's
+    terms: Winograd F(2x2, 3x3) (symgrad's kernels, cuDNN, oneDNN) forms a 2x2 tile of outputs (or of the data
+    gradient) from one 4x4 transform, and all 3x3 taps of a filter-channel pair's weight gradient from one. An
+    element whose own terms all vanish (a tap that reads only zeros: dead ReLU outputs) is exact in a direct sum
+    but off by its neighbours' rounding in a transformed one (measured: float64 1e-13, float32 1e-4 beside 1)."""
     sigma = np.asarray(sigma)
-    if sigma.ndim < 3 or op_name not in _TILED_OUTPUTS | _TILED_WEIGHT_GRADIENTS:
+    weight_grad = op_name == "_conv_weight_grad"
+    if sigma.ndim < 3 or not (weight_grad or op_name in _CONVOLUTIONS):
         return sigma
     spatial = tuple(range(2, sigma.ndim))
-    if op_name in _TILED_WEIGHT_GRADIENTS:
+    if weight_grad:
         return np.broadcast_to(sigma.max(axis=spatial, keepdims=True), sigma.shape).copy()
     spread = sigma.copy()
     for axis in spatial:  # a separable max filter of width 3: the max over the box is the max of the maxes
