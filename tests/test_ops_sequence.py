@@ -31,6 +31,18 @@ def test_shapes_and_mxnet_attribute_strings():
     assert rev.infer_shape(x=(4, 2)) == ([(4, 2), (2,)], [(4, 2)], [])
 
 
+@pytest.mark.parametrize("axis", [0, 1])
+def test_sequence_last_hidden_adjoint_fills_the_length_shape(axis):
+    """The adjoint ``_sequence_last_scatter(ograd, data, sequence_length)`` fills an unknown ``sequence_length``
+    shape with the batch size (it checked a copy and left it unknown), and still refuses a wrong one."""
+    g, x, n = S.Variable("g"), S.Variable("x"), S.Variable("n")
+    y = S._internal._sequence_last_scatter(g, x, n, use_sequence_length=True, axis=axis)
+    data = (5, 3, 2) if axis == 0 else (3, 5, 2)
+    assert y.infer_shape_partial(x=data) == ([(3, 2), data, (3,)], [data], [])
+    with pytest.raises(ShapeError, match="'sequence_length'"):
+        y.infer_shape(x=data, n=(4,))
+
+
 def test_float_lengths_are_truncated_as_mxnet():
     x = np.arange(12.0).reshape(4, 3)
     last = _forward(

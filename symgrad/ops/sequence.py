@@ -192,8 +192,9 @@ def _scatter_shape(params, in_shapes, out_shapes, where):
         return in_shapes, out_shapes
     ins = list(in_shapes)
     ins[0] = _last_out_shape(x, params["axis"])
-    _length_shape(params, ins[1:], _batch(x, params["axis"]), where)
-    return ins, [tuple(x)]
+    data_and_length = ins[1:]  # _length_shape checks and fills the list it is given, in place
+    _length_shape(params, data_and_length, _batch(x, params["axis"]), where)
+    return [ins[0], *data_and_length], [tuple(x)]
 
 
 def _scatter_fwd(xp, g, x, seq=None, *, use_sequence_length, axis):
