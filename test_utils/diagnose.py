@@ -257,6 +257,18 @@ _scaled.uses_context = True  # type: ignore[attr-defined]
 DRIFT_BAND = 0.08
 
 
+def _ratio_span(lo, hi) -> str:
+    """``varies from 0.98 to 1.02``, or ``is about 2`` where the two ends print alike."""
+    lo_text, hi_text = f"{float(lo):.3g}", f"{float(hi):.3g}"
+    return f"is about {lo_text}" if lo_text == hi_text else f"varies from {lo_text} to {hi_text}"
+
+
+def _rows_text(rows, axis) -> str:
+    """``row 2 along axis 0`` or ``rows 2, 5 along axis 0`` (the first six, then an ellipsis)."""
+    shown = ", ".join(str(int(r)) for r in rows[:6]) + (", ..." if len(rows) > 6 else "")
+    return f"{'row' if len(rows) == 1 else 'rows'} {shown} along axis {axis}"
+
+
 def _accumulated_drifting(actual, expected):
     """actual ~ n x expected, n >= 3, the ratio varying a few percent: n backward calls accumulated whose
     gradients differed a little (a training loop that never zeroes an input's gradient while the parameters
@@ -270,7 +282,7 @@ def _accumulated_drifting(actual, expected):
         return None
     lo, hi = float(ratio.min()), float(ratio.max())
     return Diagnosis(
-        f"actual ~ {n} x expected (the ratio varies from {lo:.3g} to {hi:.3g}): accumulated over {n} "
+        f"actual ~ {n} x expected (the ratio {_ratio_span(lo, hi)}): accumulated over {n} "
         f"backward calls (grad_req 'add', or a gradient not zeroed between calls) whose gradients "
         f"differed a little -- parameters updated between the calls",
         "accumulated",
@@ -482,10 +494,10 @@ def _selected_rows(actual, expected, bad, axis, values, counts, label):
     rows = np.flatnonzero(np.any(per_row(bad), axis=1))
     if not rows.size or not set(rows.tolist()) <= selected:
         return None
-    shown = ", ".join(str(int(r)) for r in rows[:6]) + (", ..." if rows.size > 6 else "")
+    where = _rows_text(rows, axis)
     if not np.any(per_row(expected)[rows]):
         return Diagnosis(
-            f"the rows {shown} along axis {axis}, which {label!r} selects but the forward ignores (the expected "
+            f"the {where}, which {label!r} selects but the forward ignores (the expected "
             "gradient there is 0), receive gradient -- a padding index or an ignored label that still gets (or "
             "sends) gradient",
             "ignored_index",
@@ -495,7 +507,7 @@ def _selected_rows(actual, expected, bad, axis, values, counts, label):
     if set(rows.tolist()) & once:
         return None
     return Diagnosis(
-        f"error confined to the rows {shown} along axis {axis}: exactly rows that {label!r} selects more than "
+        f"error confined to the {where}: exactly rows that {label!r} selects more than "
         "once (the rows it selects once agree) -- repeated indices whose gradients were overwritten instead of "
         "added (a scatter with = where += is due)",
         "repeated_indices",
@@ -914,7 +926,7 @@ def analyze(
     with np.errstate(divide="ignore", invalid="ignore"):
         ratio = a[bad] / e[bad]
     ratio = ratio[np.isfinite(ratio)]
-    rng = f"; the ratio {names[0]}/{names[1]} varies from {ratio.min():.3g} to {ratio.max():.3g}" if ratio.size else ""
+    rng = f"; the ratio {names[0]}/{names[1]} {_ratio_span(ratio.min(), ratio.max())}" if ratio.size else ""
     text = (
         f"no simple pattern: the error is spread over {n} of {m} elements ({100 * n / m:.3g}%) with no constant "
         f"ratio, offset, transposition or slice{rng} -- typical of a missing or wrong term (the product rule's "

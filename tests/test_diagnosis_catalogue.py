@@ -217,7 +217,7 @@ def test_rows_selected_more_than_once_are_named_as_repeated_indices():
     actual = np.zeros((4, 2))
     actual[idx] = g
     found = diagnose(actual, expected, context={"indices": [("idx", idx)]})
-    assert found.pattern == "repeated_indices" and "rows 2 along axis 0" in found
+    assert found.pattern == "repeated_indices" and "row 2 along axis 0" in found
     # a wrong row that is selected once is not this pattern
     actual[0] += 1.0
     assert (
@@ -278,3 +278,18 @@ def test_a_factor_reads_as_a_count_only_when_it_is_close_to_an_integer(k, patter
     expected = np.random.default_rng(0).standard_normal((4, 5))
     found = diagnose(k * expected, expected)
     assert found.pattern == pattern and says in found, found
+
+
+@pytest.mark.parametrize(
+    ("lo", "hi", "says"),
+    [
+        (2.0, 2.0000001, "is about 2"),
+        (2.96, 3.05, "varies from 2.96 to 3.05"),
+        (-0.283, 1.43, "varies from -0.283 to 1.43"),
+    ],
+)
+def test_a_ratio_range_whose_ends_print_alike_reads_as_one_value(lo, hi, says):
+    """Reports said "the ratio varies from 2 to 2" where both ends round to the same three digits."""
+    from symgrad.test_utils.diagnose import _ratio_span
+
+    assert _ratio_span(lo, hi) == says
