@@ -27,9 +27,11 @@ def test_forward_backward_gpu_matches_cpu():
         for n, s in shapes.items()
     }
     # outputs of both forwards, every gradient and the moving statistics BatchNorm updates in training
-    check_consistency(
+    truth = check_consistency(
         sym, entries, arg_params=args, aux_params=dict.fromkeys(sym.list_auxiliary_states(), 1.0), rtol=1e-8, atol=1e-12
     )
+    # a difference raised; the ground truth holds the outputs, every gradient and the moving statistics compared
+    assert set(sym.list_arguments()) | set(sym.list_auxiliary_states()) <= set(truth)
 
 
 def test_bind_rejects_host_arrays_on_gpu():

@@ -288,14 +288,16 @@ def test_backward_elemwise_mul_sum_tanh_derivations():
     a, b = S.Variable("a"), S.Variable("b")
     va, vb = _rng(10).standard_normal((3, 2)), _rng(11).standard_normal((3, 2))
     og = _rng(12).standard_normal((3, 2))
-    tu.check_symbolic_backward(S.elemwise_mul(a, b), [va, vb], [og], [og * vb, og * va])
-    tu.check_symbolic_backward(S.sum(a), [va], [np.array([2.5])], [np.full((3, 2), 2.5)])
-    tu.check_symbolic_backward(
+    # each call raises on a mismatch and returns the gradients it compared, by argument name
+    assert set(tu.check_symbolic_backward(S.elemwise_mul(a, b), [va, vb], [og], [og * vb, og * va])) == {"a", "b"}
+    assert set(tu.check_symbolic_backward(S.sum(a), [va], [np.array([2.5])], [np.full((3, 2), 2.5)])) == {"a"}
+    summed = tu.check_symbolic_backward(
         S.sum(a, axis=1), [va], [np.array([1.0, 2.0, 3.0])], [np.repeat([[1.0], [2.0], [3.0]], 2, axis=1)]
     )
-    tu.check_symbolic_backward(
+    tanh = tu.check_symbolic_backward(
         S.tanh(a), [va], [og], [og * (1 - np.tanh(va) ** 2)], dtype=np.float64, rtol=1e-10, atol=1e-12
     )
+    assert set(summed) == set(tanh) == {"a"} and tanh["a"].dtype == np.float64
 
 
 def test_backward_loss_head_without_out_grads():
@@ -305,7 +307,8 @@ def test_backward_loss_head_without_out_grads():
     p = np.exp(x - x.max(1, keepdims=True))
     p /= p.sum(1, keepdims=True)
     p[np.arange(4), y.astype(int)] -= 1.0
-    tu.check_symbolic_backward(S.SoftmaxOutput(d, lab), [x, y], None, {"data": p})
+    compared = tu.check_symbolic_backward(S.SoftmaxOutput(d, lab), [x, y], None, {"data": p})
+    assert "data" in compared  # a mismatch raised
 
 
 @pytest.mark.parametrize(
@@ -466,11 +469,15 @@ def test_numeric_gradient_batchnorm(dtype):
     d = S.Variable("data")
     loc = {"data": r.standard_normal((4, 3)), "bn_gamma": r.uniform(0.5, 1.5, 3), "bn_beta": r.standard_normal(3)}
     aux = {"bn_moving_mean": r.standard_normal(3) * 0.1, "bn_moving_var": r.uniform(0.5, 1.5, 3)}
-    tu.check_numeric_gradient(S.BatchNorm(d, fix_gamma=False, name="bn"), loc, aux_states=aux, dtype=dtype)
+    kept = {k: v.copy() for k, v in aux.items()}
+    training = tu.check_numeric_gradient(S.BatchNorm(d, fix_gamma=False, name="bn"), loc, aux_states=aux, dtype=dtype)
     # inference mode: global statistics in both passes
-    tu.check_numeric_gradient(
+    inference = tu.check_numeric_gradient(
         S.BatchNorm(d, fix_gamma=False, use_global_stats=True, name="bn"), loc, aux_states=aux, dtype=dtype
     )
+    assert set(training) == set(inference) == set(loc)  # every argument compared (a mismatch raised)
+    for k, v in aux.items():  # the user's moving statistics are left as they were
+        np.testing.assert_array_equal(v, kept[k])
 
 
 def test_numeric_gradient_reference_is_float64_and_exact_for_float64():

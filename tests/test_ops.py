@@ -181,7 +181,7 @@ def test_gradient_matches_finite_differences_float64(op):
     sym, args, aux, names = _float64_case(op)
     if op.grad_ref is not None:  # a loss head: its gradient is defined, not the derivative of its output
         want = op.grad_ref(*[args[n] for n in op.inputs])
-        check_symbolic_backward(
+        compared = check_symbolic_backward(
             sym,
             _location(op, sym, args),
             None,
@@ -198,7 +198,7 @@ def test_gradient_matches_finite_differences_float64(op):
         # is a failure, not something to re-draw
         xs, _, loc = _variables(op, args)
         sym = op.make(*xs.values())
-        check_numeric_gradient(
+        compared = check_numeric_gradient(
             sym,
             _location(op, sym, loc),
             aux_states=_aux(sym, aux),
@@ -209,6 +209,7 @@ def test_gradient_matches_finite_differences_float64(op):
             kinks="error",
             progress=False,
         )
+    assert set(names) <= set(compared), (op.name, sorted(compared))  # a mismatch raised; every gradient was compared
 
 
 @pytest.mark.parametrize("op", [o for o in GRAD_OPS if np.float32 in o.dtypes], ids=repr)
@@ -221,7 +222,7 @@ def test_gradient_float32_matches_float64(op):
     heads32 = None if heads is None else [h.astype(np.float32) for h in heads]
     for n in _grad_names(op):  # one call per argument: the absolute tolerance scales with that gradient
         scale = max(1.0, float(np.abs(g64[n]).max()))
-        check_symbolic_backward(
+        compared = check_symbolic_backward(
             sym,
             _location(op, sym, args32),
             heads32,
@@ -231,6 +232,7 @@ def test_gradient_float32_matches_float64(op):
             aux_states=_aux(sym, _cast(op, aux, np.float32)),
             dtype="asnumpy",
         )
+        assert compared[n].dtype == np.float32, (op.name, n)  # the float32 gradient itself was compared
 
 
 @pytest.mark.parametrize("op", GRAD_OPS, ids=repr)
@@ -240,7 +242,7 @@ def test_grad_req_add_and_null_from_dirty_buffers(op):
     ref = _write_gradients(op, sym, args, aux, heads)
     reqs = {n: ("null" if k == 1 else "add") for k, n in enumerate(names)}
     # 'add': buffer - dirty initial value == the 'write' gradient; 'null': the dirty buffer compared exactly
-    check_symbolic_backward(
+    compared = check_symbolic_backward(
         sym,
         _location(op, sym, args),
         heads,
@@ -251,6 +253,7 @@ def test_grad_req_add_and_null_from_dirty_buffers(op):
         grad_req=reqs,
         dtype="asnumpy",
     )
+    assert set(names) <= set(compared), (op.name, sorted(compared))
 
 
 # -- second order -------------------------------------------------------------------------------------------
