@@ -557,6 +557,12 @@ def list_ops() -> dict[str, OpDef]:
 # -- shared shape and dtype rules ---------------------------------------------
 
 
+def check_at_least(params, pname: str, low: int, where: str) -> None:
+    """Parameter ``pname`` (a count or a size) must be at least ``low``: else a ParamError naming it."""
+    if params[pname] < low:
+        raise ParamError(f"{where}: parameter {pname!r} must be >= {low}, got {params[pname]}")
+
+
 def shape_conflict(where: str, what: str, a, b) -> ShapeError:
     return ShapeError(f"{where}: shape mismatch for {what}: {tuple(a)} vs {tuple(b)}")
 
@@ -577,24 +583,61 @@ def same_shape(params, in_shapes, out_shapes, where="op"):
     return [s] * len(in_shapes), [s] * len(out_shapes)
 
 
-def like_input1(params, in_shapes, out_shapes, where):
-    """The output has the shape of input 1 (a hidden gradient op's ``like`` or ``data``), once that is known."""
-    like = in_shapes[1]
-    return in_shapes, [like] if like is not None else out_shapes
+def like_input(k: int) -> Callable:
+    """Shape rule: the output has the shape of input ``k`` (a hidden gradient op's ``like`` or ``data``), once
+    that is known."""
+
+    def rule(params, in_shapes, out_shapes, where):
+        like = in_shapes[k]
+        return in_shapes, [like] if like is not None else out_shapes
+
+    return rule
+
+
+#: the output has the shape of input 1, once that is known
+like_input1 = like_input(1)
+
+
+def output_like(k: int) -> Callable:
+    """Shape or dtype rule of a one-output op whose output is shaped (or typed) as its input ``k`` is: the
+    inputs come back unchanged and the output is input ``k``'s entry as it stands (None while unknown)."""
+
+    def rule(params, ins, outs, where):
+        return ins, [ins[k]]
+
+    return rule
+
+
+def wait_for_inputs(*positions: int) -> Callable[[Callable], Callable]:
+    """Decorator for a shape rule ``rule(params, in_shapes, out_shapes, where)`` that starts from the shapes of
+    its inputs at ``positions`` (all its inputs when none are named): while one of them is unknown (None) the
+    rule infers nothing and the shapes come back unchanged; once all are known, ``rule`` runs (with the same
+    arguments and the same name)."""
+
+    def decorate(rule: Callable) -> Callable:
+        @functools.wraps(rule)
+        def infer_shape(params, in_shapes, out_shapes, where):
+            if any(in_shapes[k] is None for k in positions or range(len(in_shapes))):
+                return in_shapes, out_shapes
+            return rule(params, in_shapes, out_shapes, where)
+
+        return infer_shape
+
+    return decorate
 
 
 def wait_for_first_input(rule: Callable) -> Callable:
-    """Decorator for a shape rule ``rule(params, in_shapes, out_shapes, where)`` that starts from its first
-    input's shape: while that shape is unknown (None) the rule infers nothing and the shapes come back
-    unchanged; once it is known, ``rule`` runs (with the same arguments and the same name)."""
+    """``wait_for_inputs(0)``: a shape rule that starts from its first input's shape runs once that is known."""
+    return wait_for_inputs(0)(rule)
 
-    @functools.wraps(rule)
-    def infer_shape(params, in_shapes, out_shapes, where):
-        if in_shapes[0] is None:
-            return in_shapes, out_shapes
-        return rule(params, in_shapes, out_shapes, where)
 
-    return infer_shape
+def expect_input_shape(ins: list, k: int, name: str, want, where: str, note: str = "") -> None:
+    """Input ``k`` (``name``) of a shape rule must have the shape ``want``: a known other shape is a ShapeError
+    (``note`` follows the expected shape in it), an unknown one is filled in (``ins`` is changed in place)."""
+    want = tuple(want)
+    if ins[k] is not None and tuple(ins[k]) != want:
+        raise ShapeError(f"{where}: input {name!r} has shape {tuple(ins[k])}, expected {want}{note}")
+    ins[k] = want
 
 
 def adjoint_shape(primal: str, primal_inputs: Sequence[int], like: int) -> Callable:
@@ -610,12 +653,10 @@ def adjoint_shape(primal: str, primal_inputs: Sequence[int], like: int) -> Calla
             op = get_op(primal)
             full = {k: spec.default for k, spec in op.params.items()} | dict(params)
             want = op.infer_shape(full, args, [None] * op.n_outputs(full), where)[1][0]
-            if want is not None and ins[0] is None:
-                ins[0] = tuple(want)
-            elif want is not None and tuple(ins[0]) != tuple(want):
-                raise ShapeError(
-                    f"{where}: input 'ograd' has shape {tuple(ins[0])}, expected {tuple(want)} (the shape of "
-                    f"{primal}'s output for inputs {', '.join(str(tuple(a)) for a in args)})"
+            if want is not None:
+                inputs = ", ".join(str(tuple(a)) for a in args)
+                expect_input_shape(
+                    ins, 0, "ograd", want, where, f" (the shape of {primal}'s output for inputs {inputs})"
                 )
         return ins, [ins[like]] if ins[like] is not None else out_shapes
 

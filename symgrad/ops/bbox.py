@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..base import ParamError, ShapeError
-from ..opdef import Param, host_array, register, wait_for_first_input
+from ..opdef import Param, host_array, output_like, register, wait_for_first_input, wait_for_inputs
 
 _FORMATS = ("corner", "center")
 
@@ -56,10 +56,9 @@ _NO_GRAD = (
 # -- box_iou ----------------------------------------------------------------------------------------------
 
 
+@wait_for_inputs(0, 1)
 def _box_iou_shape(params, in_shapes, out_shapes, where):
     lhs, rhs = in_shapes
-    if lhs is None or rhs is None:
-        return in_shapes, out_shapes
     for name, s in (("lhs", lhs), ("rhs", rhs)):
         if len(s) < 2 or s[-1] != 4:
             raise ShapeError(f"{where}: input {name!r} must be (..., 4) boxes, got {tuple(s)}")
@@ -138,10 +137,9 @@ register(
 # -- box_encode / box_decode ---------------------------------------------------------------------------
 
 
+@wait_for_inputs(2)
 def _box_encode_shape(params, in_shapes, out_shapes, where):
     samples, matches, anchors, refs, means, stds = in_shapes
-    if anchors is None:
-        return in_shapes, out_shapes
     if len(anchors) != 3 or anchors[-1] != 4:
         raise ShapeError(f"{where}: input 'anchors' must be (B, N, 4), got {tuple(anchors)}")
     if refs is not None and (len(refs) != 3 or refs[-1] != 4):
@@ -393,8 +391,8 @@ register(
     inputs=("ograd", "record", "data"),
     params={k: _NMS_PARAMS[k] for k in ("coord_start", "in_format", "out_format")},
     forward=_nms_scatter_fwd,
-    infer_shape=lambda params, in_shapes, out_shapes, where: (in_shapes, [in_shapes[0]]),
-    infer_type=lambda params, in_types, out_types, where: (in_types, [in_types[0]]),
+    infer_shape=output_like(0),
+    infer_type=output_like(0),
     no_grad_inputs=("record", "data"),
     grad_undefined_reason="box_nms's gradient routing is first-order only in symgrad",
     doc="box_nms's gradient: each kept row's head gradient back to its input row (hidden).",

@@ -23,8 +23,17 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..base import ParamError, ShapeError
-from ..opdef import Param, check_float, float_inputs, register, same_shape, wait_for_first_input
+from ..base import ShapeError
+from ..opdef import (
+    Param,
+    check_at_least,
+    check_float,
+    float_inputs,
+    register,
+    same_shape,
+    wait_for_first_input,
+    wait_for_inputs,
+)
 
 # ----------------------------------------------------------------------------
 # quadratic, div_sqrt_dim
@@ -274,8 +283,7 @@ _HEADS = {"heads": Param("int")}
 
 def _heads_prepare(op):
     def prepare(params, node_name):
-        if params["heads"] < 1:
-            raise ParamError(f"{op} {node_name!r}: parameter 'heads' must be >= 1, got {params['heads']}")
+        check_at_least(params, "heads", 1, f"{op} {node_name!r}")
         return params
 
     return prepare
@@ -398,10 +406,9 @@ def _selfatt_valatt_shape(params, in_shapes, out_shapes, where):
     return [qkv, (B * H, L, L)], [(L, B, H * D)]
 
 
+@wait_for_inputs(0, 1)
 def _encdec_qk_shape(params, in_shapes, out_shapes, where):
     q, kv = in_shapes
-    if q is None or kv is None:
-        return in_shapes, out_shapes
     H = params["heads"]
     D = _width(where, "queries", q, 1, H)
     Dk = _width(where, "keys_values", kv, 2, H)
@@ -412,10 +419,9 @@ def _encdec_qk_shape(params, in_shapes, out_shapes, where):
     return in_shapes, [(q[1] * H, q[0], kv[0])]
 
 
+@wait_for_inputs(0, 1)
 def _encdec_valatt_shape(params, in_shapes, out_shapes, where):
     kv, att = in_shapes
-    if kv is None or att is None:
-        return in_shapes, out_shapes
     H = params["heads"]
     D = _width(where, "keys_values", kv, 2, H)
     if len(att) != 3:

@@ -32,7 +32,16 @@ import math
 from .. import util
 from ..base import ParamError, ShapeError
 from ..kernels.conv import correlate, transpose, weight_grad
-from ..opdef import Param, acc_dtype, float_inputs, register
+from ..opdef import (
+    Param,
+    acc_dtype,
+    check_at_least,
+    expect_input_shape,
+    float_inputs,
+    register,
+    wait_for_first_input,
+    wait_for_inputs,
+)
 
 _LAYOUT = {1: "NCW", 2: "NCHW", 3: "NCDHW"}
 _ALL_LAYOUTS = ("NCW", "NCHW", "NCDHW", "NHWC", "NDHWC")
@@ -179,12 +188,6 @@ def _check_data(where, x, k):
         )
 
 
-def _check_input(where, ins, i, name, want, why):
-    if ins[i] is not None and tuple(ins[i]) != tuple(want):
-        raise ShapeError(f"{where}: input {name!r} has shape {tuple(ins[i])}, expected {tuple(want)} ({why})")
-    ins[i] = tuple(want)
-
-
 def sliding_out(X, k, s, d, p, where, size="input size"):
     """Output sizes of a kernel ``k`` (stride ``s``, dilate ``d``) sliding over the sizes ``X`` padded by ``p``;
     ``size`` names the input's sizes in the error."""
@@ -212,7 +215,7 @@ def _grouped_data(params, ins, where, deconv):
     it is unknown."""
     f, g = params["num_filter"], params["num_group"]
     if not params["no_bias"]:
-        _check_input(where, ins, 2, "bias", (f,), f"num_filter={f}")
+        expect_input_shape(ins, 2, "bias", (f,), where, f" (num_filter={f})")
     x = ins[0]
     if x is None:
         return None
@@ -227,7 +230,7 @@ def _grouped_data(params, ins, where, deconv):
         want, why = (c, f // g) + k, f"{c} input channels, num_filter={f} / num_group={g}, kernel={k}"
     else:
         want, why = (f, c // g) + k, f"num_filter={f}, {c} input channels / num_group={g}, kernel={k}"
-    _check_input(where, ins, 1, "weight", want, why)
+    expect_input_shape(ins, 1, "weight", want, where, f" ({why})")
     return x
 
 
@@ -268,7 +271,7 @@ def _conv_partial(params, ins, out_shapes, where):
         raise ShapeError(f"{where}: input 'weight' has shape {tuple(w)}, expected {want}")
     ins[1] = want
     if not params["no_bias"]:
-        _check_input(where, ins, 2, "bias", (f,), f"num_filter={f}")
+        expect_input_shape(ins, 2, "bias", (f,), where, f" (num_filter={f})")
     spatial = tuple(
         sliding_out((xi,), (ki,), (si,), (di,), (pi,), where)[0] if xi else 0
         for xi, ki, si, di, pi in zip(x[2:], k, s, d, p)
@@ -291,9 +294,12 @@ def _conv_fwd(xp, x, w, b=None, *, kernel, stride, dilate, pad, num_group, **_):
     return y.astype(x.dtype, copy=False)
 
 
-def _bias_grad(F, gy):
+def _with_bias_grad(F, n, gy, grads):
+    """``grads`` (data's and weight's), then the bias's gradient where the op has a bias."""
+    if n.params["no_bias"]:
+        return grads
     # y = ... + b[f] broadcast over every axis but 1  ->  db = sum of gy over those axes
-    return F.sum(gy, axis=1, exclude=True)
+    return [*grads, F.sum(gy, axis=1, exclude=True) if n.needs[2] else None]
 
 
 def _conv_grad(F, n, g):
@@ -301,13 +307,9 @@ def _conv_grad(F, n, g):
     x, w = n.inputs[0], n.inputs[1]
     gy = g[0]
     hp = _hidden_params(n.params)
-    out = [
-        F._conv_transpose_like(gy, w, x, **hp) if n.needs[0] else None,
-        F._conv_weight_grad(x, gy, **hp) if n.needs[1] else None,
-    ]
-    if not n.params["no_bias"]:
-        out.append(_bias_grad(F, gy) if n.needs[2] else None)
-    return out
+    dx = F._conv_transpose_like(gy, w, x, **hp) if n.needs[0] else None
+    dw = F._conv_weight_grad(x, gy, **hp) if n.needs[1] else None
+    return _with_bias_grad(F, n, gy, [dx, dw])
 
 
 def _conv_inputs(params):
@@ -395,13 +397,9 @@ def _deconv_grad(F, n, g):
     x, w = n.inputs[0], n.inputs[1]
     gy = g[0]
     hp = _hidden_params(n.params, n.params["target_shape"])
-    out = [
-        F._conv_forward_like(gy, w, x, **hp) if n.needs[0] else None,
-        F._conv_weight_grad(gy, x, **hp) if n.needs[1] else None,
-    ]
-    if not n.params["no_bias"]:
-        out.append(_bias_grad(F, gy) if n.needs[2] else None)
-    return out
+    dx = F._conv_forward_like(gy, w, x, **hp) if n.needs[0] else None
+    dw = F._conv_weight_grad(gy, x, **hp) if n.needs[1] else None
+    return _with_bias_grad(F, n, gy, [dx, dw])
 
 
 _DECONV_PARAMS = _conv_params(512, True)
@@ -458,10 +456,9 @@ def _like_shape(params, in_shapes, out_shapes, where):
     return in_shapes, [like] if like is not None else out_shapes
 
 
+@wait_for_inputs(0, 1)
 def _wgrad_shape(params, in_shapes, out_shapes, where):
     b, sm = in_shapes
-    if b is None or sm is None:
-        return in_shapes, out_shapes
     return in_shapes, [(sm[1], b[1] // params["num_group"]) + tuple(params["kernel"])]
 
 
@@ -527,10 +524,8 @@ def _bilinear_geom(scale):
 
 def _up_prepare(params, node_name):
     where = f"UpSampling {node_name!r}"
-    if params["scale"] < 1:
-        raise ParamError(f"{where}: parameter 'scale' must be >= 1, got {params['scale']}")
-    if params["num_args"] < 1:
-        raise ParamError(f"{where}: parameter 'num_args' must be >= 1, got {params['num_args']}")
+    check_at_least(params, "scale", 1, where)
+    check_at_least(params, "num_args", 1, where)
     return params
 
 
@@ -540,12 +535,11 @@ def _up_inputs(params):
     return [f"arg{i}" for i in range(params["num_args"])]
 
 
+@wait_for_first_input
 def _up_shape(params, in_shapes, out_shapes, where):
     sc = params["scale"]
     ins = list(in_shapes)
     x0 = ins[0]
-    if x0 is None:
-        return ins, out_shapes
     if len(x0) != 4:
         raise ShapeError(
             f"{where}: input {_up_inputs(params)[0]!r} has shape {tuple(x0)}; UpSampling needs 4-d "
@@ -560,7 +554,7 @@ def _up_shape(params, in_shapes, out_shapes, where):
                 f"got num_filter={params['num_filter']}"
             )
         k = _bilinear_geom(sc)[0]
-        _check_input(where, ins, 1, "weight", (c, 1) + k, f"channels {c}, kernel 2*scale - scale%2 = {k[0]}")
+        expect_input_shape(ins, 1, "weight", (c, 1) + k, where, f" (channels {c}, kernel 2*scale - scale%2 = {k[0]})")
         return ins, [(x0[0], c, oh, ow)]
     if any(s is None for s in ins):
         return ins, out_shapes

@@ -33,7 +33,7 @@ import numpy as np
 
 from .. import util
 from ..base import ParamError, ShapeError
-from ..opdef import Param, normalize_axis, register, wait_for_first_input
+from ..opdef import Param, check_at_least, normalize_axis, register, wait_for_first_input
 from .reduce import reduce_axes, reduced_shape
 
 _CTX = Param("str", "", doc="device of the output in MXNet's imperative calls; ignored")
@@ -432,8 +432,7 @@ register(
 
 
 def _multi_all_finite_prepare(params, name):
-    if params["num_arrays"] < 1:
-        raise ParamError(f"multi_all_finite {name!r}: parameter 'num_arrays' must be >= 1, got {params['num_arrays']}")
+    check_at_least(params, "num_arrays", 1, f"multi_all_finite {name!r}")
     return params
 
 

@@ -23,7 +23,18 @@ import numpy as np
 
 from .. import util
 from ..base import ParamError, ShapeError
-from ..opdef import Param, broadcast_shapes, elementwise, float_inputs, get_op, masked, register, same_shape
+from ..opdef import (
+    Param,
+    broadcast_shapes,
+    elementwise,
+    float_inputs,
+    get_op,
+    masked,
+    output_like,
+    register,
+    same_shape,
+    wait_for_inputs,
+)
 
 
 def _keep(r, like):
@@ -531,7 +542,7 @@ def _fused_backward(name, grad, reads, params):
         specialize=specialize,
         params=params,
         infer_shape=same_shape,
-        infer_type=lambda p, i, o, w: (i, [i[0]]),
+        infer_type=output_like(0),
         gradient=rule,
         doc=f"Hidden: the backward of {name} as one instruction (ograd times its derivative).",
     )
@@ -548,8 +559,8 @@ register(
     forward=_zero_grad_if_int_forward,
     # like's dtype known at bind and not an integer: the op is its first input (no instruction left to run)
     specialize=lambda xp, in_types: None if _is_int(in_types[1]) else (None, (), ()),
-    infer_shape=lambda p, i, o, w: (i, [i[0]]),
-    infer_type=lambda p, i, o, w: (i, [i[0]]),
+    infer_shape=output_like(0),
+    infer_type=output_like(0),
     no_grad_inputs=("like",),
     # linear in data (identity or zero, fixed by like's dtype): the adjoint is the same map
     gradient=lambda F, n, g: [F._zero_grad_if_int(g[0], n.inputs[1]), None],
@@ -1078,10 +1089,9 @@ _scalar(
 # ----------------------------------------------------------------------------
 
 
+@wait_for_inputs(0, 1)
 def _broadcast_shape(params, in_shapes, out_shapes, where):
     a, b = in_shapes
-    if a is None or b is None:
-        return in_shapes, out_shapes
     return in_shapes, [broadcast_shapes(a, b, where)]
 
 
@@ -1404,7 +1414,7 @@ def adjoint_pair(names, forwards, docs, **spec):
             name,
             inputs=("data", "like"),
             forward=forward,
-            infer_shape=lambda p, i, o, w: (i, [i[1]]),
+            infer_shape=output_like(1),
             gradient=_adjoint_of(other),
             doc=doc,
             **spec,
@@ -1525,7 +1535,7 @@ register(
     inputs=("lhs", "rhs"),
     forward=lambda xp, a, b: a.copy(),
     infer_shape=same_shape,  # MXNet: lhs, rhs and the output share one shape (inference flows through rhs)
-    infer_type=lambda params, in_types, out_types, where: (in_types, [in_types[0]]),
+    infer_type=output_like(0),
     no_grad_inputs=("rhs",),
     gradient=lambda F, n, g: [F.identity(g[0]), None],  # y = lhs; rhs only lends its attributes
     doc="lhs unchanged (MXNet uses it to give lhs rhs's storage attributes).",

@@ -18,7 +18,7 @@ import math
 import numpy as np
 
 from ..base import ParamError, ShapeError
-from ..opdef import Param, adjoint_shape, register, wait_for_first_input
+from ..opdef import Param, adjoint_shape, output_like, register, wait_for_first_input
 
 # -- shared shape rules --------------------------------------------------------------------------------
 
@@ -70,8 +70,8 @@ register(
     "_image_to_tensor_adjoint",
     inputs=("ograd", "data"),
     forward=_from_tensor_fwd,
-    infer_shape=lambda params, in_shapes, out_shapes, where: (in_shapes, [in_shapes[1]]),
-    infer_type=lambda params, it, ot, where: (it, [it[1]]),
+    infer_shape=output_like(1),
+    infer_type=output_like(1),
     no_grad_inputs=("data",),
     # linear in g; its adjoint is to_tensor again (in g's dtype)
     gradient=lambda F, n, g: [F._cast_like(F._image_to_tensor(g[0]), n.inputs[0]), None],
@@ -202,8 +202,8 @@ register(
     inputs=("ograd", "data"),
     params=_CROP_PARAMS,
     forward=_crop_adjoint_fwd,
-    infer_shape=lambda params, in_shapes, out_shapes, where: (in_shapes, [in_shapes[1]]),
-    infer_type=lambda params, it, ot, where: (it, [it[0]]),
+    infer_shape=output_like(1),
+    infer_type=output_like(0),
     no_grad_inputs=("data",),
     # linear in g; its adjoint reads the window back: the crop
     gradient=lambda F, n, g: [F._image_crop(g[0], **n.params), None],
@@ -350,8 +350,8 @@ register(
     inputs=("ograd", "data"),
     params=_RESIZE_PARAMS,
     forward=_adjoint_fwd,
-    infer_shape=lambda params, in_shapes, out_shapes, where: (in_shapes, [in_shapes[1]]),
-    infer_type=lambda params, it, ot, where: (it, [it[0]]),
+    infer_shape=output_like(1),
+    infer_type=output_like(0),
     no_grad_inputs=("data",),
     # linear in g with the transposed matrices: its adjoint is the resize
     gradient=lambda F, n, g: [F._image_resize(g[0], **n.params), None],
@@ -376,8 +376,8 @@ register(
     inputs=("data", "flag"),
     params={"axis_from_end": Param("int")},
     forward=_flip_if_fwd,
-    infer_shape=lambda params, in_shapes, out_shapes, where: (in_shapes, [in_shapes[0]]),
-    infer_type=lambda params, in_types, out_types, where: (in_types, [in_types[0]]),
+    infer_shape=output_like(0),
+    infer_type=output_like(0),
     no_grad_inputs=("flag",),
     # a flip or the identity, chosen by flag: symmetric permutations, each its own adjoint
     gradient=lambda F, n, g: [F._image_flip_if(g[0], n.inputs[1], **n.params), None],
@@ -526,7 +526,7 @@ register(
     params={"mean": Param("bool", False)},
     forward=_grey_adjoint_fwd,
     infer_shape=adjoint_shape("_image_grey", (1,), like=1),
-    infer_type=lambda params, in_types, out_types, where: (in_types, [in_types[0]]),
+    infer_type=output_like(0),
     no_grad_inputs=("data",),
     gradient=lambda F, n, g: [F._image_grey(g[0], **n.params), None],
     doc="_image_grey's gradient: the head gradient spread over the channels by their luminance weights (hidden).",

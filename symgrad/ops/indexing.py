@@ -24,7 +24,16 @@ from __future__ import annotations
 import numpy as np
 
 from ..base import ParamError, ShapeError
-from ..opdef import Param, acc_dtype, adjoint_shape, normalize_axis, register, wait_for_first_input
+from ..opdef import (
+    Param,
+    acc_dtype,
+    adjoint_shape,
+    check_at_least,
+    normalize_axis,
+    register,
+    wait_for_first_input,
+    wait_for_inputs,
+)
 from .shape import split_grad
 
 _INDEX_DTYPES = ("uint8", "int32", "int64", "float16", "float32", "float64")
@@ -70,10 +79,9 @@ def _take_out(a, idx, axis, where):
     return ax, tuple(a[:ax]) + tuple(idx) + tuple(a[ax + 1 :])
 
 
+@wait_for_inputs(0, 1)
 def _take_shape(params, in_shapes, out_shapes, where):
     a, idx = in_shapes
-    if a is None or idx is None:
-        return in_shapes, out_shapes
     if len(a) == 0:
         raise ShapeError(f"{where}: input 'a' must be at least 1-d")
     return in_shapes, [_take_out(a, idx, params["axis"], where)[1]]
@@ -524,10 +532,9 @@ def _nd_check_indices(ishape, ndim, where, what):
         raise ShapeError(f"{where}: at most 10 axes can be indexed (MXNet), got {ishape[0]}")
 
 
+@wait_for_inputs(0, 1)
 def _gather_nd_shape(params, in_shapes, out_shapes, where):
     d, i = in_shapes
-    if d is None or i is None:
-        return in_shapes, out_shapes
     _nd_check_indices(i, len(d), where, "'data'")
     return in_shapes, [tuple(i[1:]) + tuple(d[i[0] :])]
 
@@ -900,8 +907,7 @@ def _split_v2_n(params):
 
 
 def _split_v2_prepare(params, name):
-    if params["sections"] < 0:
-        raise ParamError(f"_split_v2 {name!r}: parameter 'sections' must be >= 0, got {params['sections']}")
+    check_at_least(params, "sections", 0, f"_split_v2 {name!r}")
     if _split_v2_n(params) == 0:
         raise ParamError(f"_split_v2 {name!r}: give 'sections' > 0 or a non-empty 'indices'")
     return params

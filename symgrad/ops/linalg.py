@@ -26,7 +26,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..base import ShapeError, SymgradError
-from ..opdef import Param, register, same_type, wait_for_first_input
+from ..opdef import Param, expect_input_shape, register, same_type, wait_for_first_input, wait_for_inputs
 from .matrix import gemm2_fwd, gemm2_out, matmul_grads
 
 _LA_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
@@ -156,14 +156,13 @@ def _la_error(op, what):
 # ----------------------------------------------------------------------------
 
 
+@wait_for_inputs(0, 1)
 def _gemm_shape(params, in_shapes, out_shapes, where):
     a, b, c = in_shapes
-    if a is None or b is None:
-        return in_shapes, out_shapes
     out = gemm2_out(params, a, b, where)[1]
-    if c is not None and tuple(c) != out:
-        raise ShapeError(f"{where}: input 'C' has shape {tuple(c)}, expected {out} (the shape of alpha*op(A)*op(B))")
-    return [a, b, out], [out]
+    ins = [a, b, c]
+    expect_input_shape(ins, 2, "C", out, where, " (the shape of alpha*op(A)*op(B))")
+    return ins, [out]
 
 
 def _gemm_fwd(xp, a, b, c, transpose_a, transpose_b, alpha, beta, axis):
@@ -303,10 +302,9 @@ _TRI_PARAMS = {
 }
 
 
+@wait_for_inputs(0, 1)
 def _tri_shape(params, in_shapes, out_shapes, where):
     a, b = in_shapes
-    if a is None or b is None:
-        return in_shapes, out_shapes
     a, b = tuple(a), tuple(b)
     if len(a) < 2 or len(a) != len(b):
         raise ShapeError(f"{where}: inputs 'A' {a} and 'B' {b} must have the same ndim >= 2")

@@ -19,7 +19,16 @@ from typing import Any
 import numpy as np
 
 from ..base import ParamError, ShapeError
-from ..opdef import Param, check_float, float_inputs, register, same_shape, wait_for_first_input
+from ..opdef import (
+    Param,
+    check_float,
+    expect_input_shape,
+    float_inputs,
+    output_like,
+    register,
+    same_shape,
+    wait_for_first_input,
+)
 
 
 def _label_type(params, in_types, out_types, where):
@@ -47,7 +56,7 @@ def _head_backward(name, head, params, forward, **spec):
         inputs=("out", "label"),
         params=params,
         forward=forward,
-        infer_shape=lambda p, i, o, w: (i, [i[0]]),
+        infer_shape=output_like(0),
         infer_type=_grad_type,
         gradient=None,
         grad_undefined_reason=f"{head} is a loss head whose backward is the fused hidden op {name}: "
@@ -497,10 +506,9 @@ def _svm_shape(params, in_shapes, out_shapes, where):
     data = tuple(data)
     if len(data) == 0:
         raise ShapeError(f"{where}: input 'data' must be at least 1-d (..., classes), got ()")
-    want = data[:-1]
-    if label is not None and tuple(label) != want:
-        raise ShapeError(f"{where}: input 'label' has shape {tuple(label)}, expected {want} for data {data}")
-    return [data, want], [data]
+    ins = [data, label]
+    expect_input_shape(ins, 1, "label", data[:-1], where, f" for data {data}")
+    return ins, [data]
 
 
 def _svm_bwd(xp, out, label, *, margin, regularization_coefficient, use_linear):
@@ -578,9 +586,9 @@ def _sce_shape(params, in_shapes, out_shapes, where):
     data = tuple(data)
     if len(data) != 2:
         raise ShapeError(f"{where}: input 'data' must be 2-d (batch, classes), got {data}")
-    if label is not None and tuple(label) != data[:1]:
-        raise ShapeError(f"{where}: input 'label' has shape {tuple(label)}, expected {data[:1]} for data {data}")
-    return [data, data[:1]], [(1,)]
+    ins = [data, label]
+    expect_input_shape(ins, 1, "label", data[:1], where, f" for data {data}")
+    return ins, [(1,)]
 
 
 def _class_labels(xp, label, n_classes, op):
@@ -661,9 +669,7 @@ def _ctc_shape(params, in_shapes, out_shapes, where):
                 f"{where}: the label length {label[1]} exceeds the sequence length {data[0]} of data {data}"
             )
     for k, name in enumerate(_ctc_inputs(params)[2:], start=2):
-        if ins[k] is not None and tuple(ins[k]) != (data[1],):
-            raise ShapeError(f"{where}: input {name!r} has shape {tuple(ins[k])}, expected ({data[1]},)")
-        ins[k] = (data[1],)
+        expect_input_shape(ins, k, name, (data[1],), where)
     return ins, [(data[1],), data]
 
 
@@ -805,8 +811,8 @@ register(
     "_backward_ctc_loss",
     inputs=("ograd", "grad"),
     forward=lambda xp, ograd, grad: (grad * ograd.reshape(1, -1, 1)).astype(grad.dtype, copy=False),
-    infer_shape=lambda p, i, o, w: (i, [i[1]]),
-    infer_type=lambda p, i, o, w: (i, [i[1]]),
+    infer_shape=output_like(1),
+    infer_type=output_like(1),
     gradient=None,
     grad_undefined_reason="CTCLoss computes its gradient in the forward pass (alpha-beta recursion) and "
     "scales it in the hidden op _backward_ctc_loss, which has no gradient rule: second-order gradients "

@@ -22,7 +22,7 @@ import numpy as np
 
 from .. import util
 from ..base import ParamError, ShapeError
-from ..opdef import Param, adjoint_shape, float_inputs, register
+from ..opdef import Param, adjoint_shape, expect_input_shape, float_inputs, output_like, register, wait_for_inputs
 
 
 def _mm(xp, a, b):
@@ -136,10 +136,9 @@ def _dot_specialize(xp, in_types, transpose_a, transpose_b, forward_stype=None):
     return kernel, (), ()
 
 
+@wait_for_inputs(0, 1)
 def _dot_shape(params, in_shapes, out_shapes, where):
     a, b = in_shapes
-    if a is None or b is None:
-        return in_shapes, out_shapes
     return in_shapes, [dot_shapes(a, b, params["transpose_a"], params["transpose_b"], where)[3]]
 
 
@@ -262,10 +261,9 @@ def _batch_dot_out(a, b, ta, tb, where):
     return tuple(a[:-2]) + (m, n)
 
 
+@wait_for_inputs(0, 1)
 def _batch_dot_shape(params, in_shapes, out_shapes, where):
     a, b = in_shapes
-    if a is None or b is None:
-        return in_shapes, out_shapes
     return in_shapes, [_batch_dot_out(a, b, params["transpose_a"], params["transpose_b"], where)]
 
 
@@ -326,10 +324,9 @@ def gemm2_out(params, a, b, where):
     return axis, tuple(out)
 
 
+@wait_for_inputs(0, 1)
 def _gemm2_shape(params, in_shapes, out_shapes, where):
     a, b = in_shapes
-    if a is None or b is None:
-        return in_shapes, out_shapes
     return in_shapes, [gemm2_out(params, a, b, where)[1]]
 
 
@@ -391,7 +388,7 @@ def _fc_prepare(params, name):
 
 
 def _fc_shape(params, in_shapes, out_shapes, where):
-    x, w = in_shapes[0], in_shapes[1]
+    x = in_shapes[0]
     h = params["num_hidden"]
     ins = list(in_shapes)
     if not params["no_bias"]:
@@ -412,12 +409,8 @@ def _fc_shape(params, in_shapes, out_shapes, where):
     else:
         d = x[-1]
         out = tuple(x[:-1]) + (h,)
-    if w is not None and tuple(w) != (h, d):
-        raise ShapeError(
-            f"{where}: input 'weight' has shape {tuple(w)}, expected {(h, d)} "
-            f"(num_hidden={h}, data {tuple(x)}, flatten={params['flatten']})"
-        )
-    ins[1] = (h, d)
+    note = f" (num_hidden={h}, data {tuple(x)}, flatten={params['flatten']})"
+    expect_input_shape(ins, 1, "weight", (h, d), where, note)
     o = out_shapes[0]
     if util.zeros_are_unknown() and o is not None and len(o) == len(out):
         # MXNet's backward step: the output's leading dimensions are the data's (batch size, and every axis
@@ -510,9 +503,8 @@ def _khatri_rao_fwd(xp, *mats, num_args):
     return out.reshape(-1, mats[0].shape[1])
 
 
+@wait_for_inputs()
 def _khatri_rao_shape(params, in_shapes, out_shapes, where):
-    if any(s is None for s in in_shapes):
-        return in_shapes, out_shapes
     for k, s in enumerate(in_shapes):
         if len(s) != 2:
             raise ShapeError(f"{where}: input 'arg{k}' must be a matrix, got shape {tuple(s)}")
@@ -564,7 +556,7 @@ register(
     params={"index": Param("int"), "num_args": Param("int")},
     forward=_kr_adjoint_fwd,
     infer_shape=lambda params, in_shapes, out_shapes, where: (in_shapes, [in_shapes[1 + params["index"]]]),
-    infer_type=lambda params, in_types, out_types, where: (in_types, [in_types[0]]),
+    infer_type=output_like(0),
     gradient=_kr_adjoint_grad,
     doc="khatri_rao's gradient for input ``index`` (hidden).",
 )

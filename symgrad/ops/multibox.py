@@ -20,7 +20,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..base import ParamError, ShapeError, SymgradError
-from ..opdef import Param, float_inputs, host_array, register
+from ..opdef import Param, float_inputs, host_array, register, wait_for_inputs
 
 _NO_GRAD = (
     "MXNet 1.9.1 defines its gradient as zero, which is not its derivative (its outputs move "
@@ -75,10 +75,9 @@ def _target_prepare(params, node):
     return p
 
 
+@wait_for_inputs(0, 1, 2)
 def _target_shape(params, in_shapes, out_shapes, where):
     anchor, label, cls_pred = in_shapes
-    if anchor is None or label is None or cls_pred is None:
-        return in_shapes, out_shapes
     _check_ndim(where, "anchor", anchor, 3, "(1, num_anchors, 4)")
     if anchor[0] != 1 or anchor[1] < 1 or anchor[2] != 4:
         raise ShapeError(
@@ -283,10 +282,9 @@ def _detection_prepare(params, node):
     return p
 
 
+@wait_for_inputs(0, 1, 2)
 def _detection_shape(params, in_shapes, out_shapes, where):
     cls_prob, loc_pred, anchor = in_shapes
-    if cls_prob is None or loc_pred is None or anchor is None:
-        return in_shapes, out_shapes
     _check_ndim(where, "cls_prob", cls_prob, 3, "(batch, num_classes, num_anchors)")
     _check_ndim(where, "loc_pred", loc_pred, 2, "(batch, num_anchors * 4)")
     _check_ndim(where, "anchor", anchor, 3, "(1, num_anchors, 4)")

@@ -26,6 +26,7 @@ from ..opdef import (
     check_float,
     data_axis,
     elementwise,
+    expect_input_shape,
     float_inputs,
     masked,
     normalize_axis,
@@ -831,13 +832,13 @@ def _embedding_prepare(params, name):
 
 
 def _embedding_shape(params, in_shapes, out_shapes, where):
-    data, w = in_shapes
+    ins = list(in_shapes)
     want = (params["input_dim"], params["output_dim"])
-    if w is not None and tuple(w) != want:
-        raise ShapeError(f"{where}: input 'weight' has shape {tuple(w)}, expected {want} (input_dim, output_dim)")
+    expect_input_shape(ins, 1, "weight", want, where, " (input_dim, output_dim)")
+    data = ins[0]
     if data is None:
-        return [data, want], out_shapes
-    return [data, want], [tuple(data) + (params["output_dim"],)]
+        return ins, out_shapes
+    return ins, [tuple(data) + (params["output_dim"],)]
 
 
 def _embedding_type(params, in_types, out_types, where):

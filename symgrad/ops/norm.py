@@ -25,7 +25,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..base import ParamError, ShapeError
-from ..opdef import Param, acc_dtype, float_inputs, register, same_shape, wait_for_first_input
+from ..opdef import Param, acc_dtype, check_at_least, float_inputs, register, same_shape, wait_for_first_input
 from .nn import (
     BN_COMMON_PARAMS,
     BN_SPEC,
@@ -134,8 +134,7 @@ register(
 
 
 def _gn_prepare(params, name):
-    if params["num_groups"] < 1:
-        raise ParamError(f"GroupNorm {name!r}: parameter 'num_groups' must be >= 1, got {params['num_groups']}")
+    check_at_least(params, "num_groups", 1, f"GroupNorm {name!r}")
     return params
 
 

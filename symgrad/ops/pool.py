@@ -24,7 +24,7 @@ import numpy as np
 
 from ..base import ParamError, ShapeError
 from ..kernels.conv import hi_pad, padded, tap_ranges, tap_slices
-from ..opdef import Decision, Param, acc_dtype, float_inputs, like_input1, register, wait_for_first_input
+from ..opdef import Decision, Param, acc_dtype, float_inputs, like_input1, output_like, register, wait_for_first_input
 from .conv import check_layout, spatial_param
 
 _POOL_PARAMS = {
@@ -577,8 +577,8 @@ register(
     "_pool_max_scatter_at",
     inputs=("ograd", "workspace", "like"),
     forward=_scatter_at_fwd,
-    infer_shape=lambda p, i, o, w: (i, [i[2]]),
-    infer_type=lambda p, i, o, w: (i, [i[0]]),
+    infer_shape=output_like(2),
+    infer_type=output_like(0),
     no_grad_inputs=("workspace", "like"),
     gradient=lambda F, n, g: [F._pool_max_gather_at(g[0], n.inputs[1]), None, None],
     doc="Max pooling's gradient from its workspace: ``ograd`` added at the flat indices ``workspace`` (-1 "
@@ -588,8 +588,8 @@ register(
     "_pool_max_gather_at",
     inputs=("value", "workspace"),
     forward=_gather_at_fwd,
-    infer_shape=lambda p, i, o, w: (i, [i[1]]),
-    infer_type=lambda p, i, o, w: (i, [i[0]]),
+    infer_shape=output_like(1),
+    infer_type=output_like(0),
     no_grad_inputs=("workspace",),
     gradient=lambda F, n, g: [F._pool_max_scatter_at(g[0], n.inputs[1], n.inputs[0]), None],
     doc="``value`` read at max pooling's workspace indices (0 where -1): adjoint of _pool_max_scatter_at (hidden).",
@@ -645,7 +645,7 @@ register(
     inputs=("ograd", "data", "output"),
     params=dict(_POOL_PARAMS),
     forward=_lp_backward_fwd,
-    infer_shape=lambda p, i, o, w: (i, [i[1]]),
+    infer_shape=output_like(1),
     gradient=None,
     grad_undefined_reason="lp Pooling (p_value 2 or 3) uses the fused hidden op _backward_Pooling, which has no "
     "gradient rule: second-order gradients through it are not defined",

@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 
 from ..base import ParamError, ShapeError
-from ..opdef import Param, check_float, register, wait_for_first_input
+from ..opdef import Param, check_float, output_like, register, wait_for_first_input, wait_for_inputs
 from .elemwise import adjoint_pair, log_gamma
 
 __all__ = ["generator", "seed_generators"]
@@ -494,8 +494,8 @@ register(
     inputs=("ograd", "data", "sample"),
     params={"shape": Param("shape", ()), "get_prob": Param("bool", False), "dtype": Param("dtype", np.dtype(np.int32))},
     forward=_multinomial_bwd,
-    infer_shape=lambda p, i, o, w: (i, [i[1]]),
-    infer_type=lambda p, i, o, w: (i, [i[1]]),
+    infer_shape=output_like(1),
+    infer_type=output_like(1),
     gradient=None,
     grad_undefined_reason="_sample_multinomial's log-probability gradient is the fused hidden op "
     "_backward_sample_multinomial, which has no gradient rule: second-order gradients through it are not defined",
@@ -785,7 +785,7 @@ def _reduce_fwd(xp, g, like):
 
 def _adjoint_pair(names, forwards, docs):
     """``elemwise.adjoint_pair`` with the output in data's dtype and no gradient sought for ``like``."""
-    adjoint_pair(names, forwards, docs, infer_type=lambda p, i, o, w: (i, [i[0]]), no_grad_inputs=("like",))
+    adjoint_pair(names, forwards, docs, infer_type=output_like(0), no_grad_inputs=("like",))
 
 
 # expand: E p = p broadcast over trailing axes; reduce: R g = sum over those axes. <R g, p> = <g, E p>:
@@ -823,10 +823,9 @@ def _dirichlet_check(alpha, sample, where):
         )
 
 
+@wait_for_inputs(0, 1)
 def _dirichlet_shape(params, in_shapes, out_shapes, where):
     sample, alpha = in_shapes
-    if sample is None or alpha is None:
-        return in_shapes, out_shapes
     _dirichlet_check(alpha, sample, where)
     return in_shapes, [tuple(sample[:-1]) if len(sample) > 1 else (1,)]
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..base import ParamError, ShapeError
-from ..opdef import Decision, Param, normalize_axis, register, wait_for_first_input
+from ..opdef import Decision, Param, normalize_axis, register, wait_for_first_input, wait_for_inputs
 
 _REDUCE_PARAMS = {
     "axis": Param("axis", None),
@@ -474,10 +474,9 @@ def _unreduce_fwd(xp, g, like, axis, keepdims, exclude, mean):
     return out
 
 
+@wait_for_inputs(1)
 def _unreduce_shape(params, in_shapes, out_shapes, where):
     g, like = in_shapes
-    if like is None:
-        return in_shapes, out_shapes
     axes = reduce_axes(len(like), params["axis"], params["exclude"], where)
     return [reduced_shape(like, axes, params["keepdims"]), like], [like]
 

@@ -39,7 +39,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..base import ParamError, ShapeError
-from ..opdef import Param, acc_dtype, check_float, register
+from ..opdef import Param, acc_dtype, check_at_least, check_float, expect_input_shape, register, wait_for_first_input
 
 _GATES = {"rnn_relu": 1, "rnn_tanh": 1, "lstm": 4, "gru": 3}
 
@@ -66,10 +66,8 @@ _RNN_PARAMS = {
 def _prepare(params, node_name):
     where = f"RNN {node_name!r}"
     mode = params["mode"]
-    if params["state_size"] < 1:
-        raise ParamError(f"{where}: parameter 'state_size' must be >= 1, got {params['state_size']}")
-    if params["num_layers"] < 1:
-        raise ParamError(f"{where}: parameter 'num_layers' must be >= 1, got {params['num_layers']}")
+    check_at_least(params, "state_size", 1, where)
+    check_at_least(params, "num_layers", 1, where)
     if not 0.0 <= params["p"] < 1.0:
         raise ParamError(f"{where}: parameter 'p' (dropout between layers) must be in [0, 1), got {params['p']}")
     proj = params["projection_size"]
@@ -164,11 +162,10 @@ def _unpack(w, params, input_size):
     return cells
 
 
+@wait_for_first_input
 def _rnn_shape(params, in_shapes, out_shapes, where):
     names = _input_names(params)
     x = in_shapes[0]
-    if x is None:
-        return in_shapes, out_shapes
     if len(x) != 3:
         raise ShapeError(
             f"{where}: input 'data' has shape {tuple(x)}; RNN needs 3-d data (sequence length, batch, input size)"
@@ -183,21 +180,17 @@ def _rnn_shape(params, in_shapes, out_shapes, where):
         "sequence_length": (N,),
     }
     last = "projection_size" if params["projection_size"] else "state_size"
-    ins = []
-    for name, s in zip(names, in_shapes):
-        if s is not None and tuple(s) != want[name]:
-            detail = {
-                "parameters": f"the packed weights and biases of {L} layer(s) of mode={params['mode']!r}, "
-                f"state_size={H}, input size {I}",
-                "state": f"(num_layers*directions, batch, {last})",
-                "state_cell": "(num_layers*directions, batch, state_size)",
-                "sequence_length": "(batch,)",
-            }.get(name, "")
-            raise ShapeError(
-                f"{where}: input {name!r} has shape {tuple(s)}, expected {want[name]}"
-                + (f" ({detail})" if detail else "")
-            )
-        ins.append(want[name])
+    details = {
+        "parameters": f"the packed weights and biases of {L} layer(s) of mode={params['mode']!r}, "
+        f"state_size={H}, input size {I}",
+        "state": f"(num_layers*directions, batch, {last})",
+        "state_cell": "(num_layers*directions, batch, state_size)",
+        "sequence_length": "(batch,)",
+    }
+    ins = list(in_shapes)
+    for k, name in enumerate(names):
+        note = f" ({details[name]})" if name in details else ""
+        expect_input_shape(ins, k, name, want[name], where, note)
     outs = [(T, N, D * O)]
     if params["state_outputs"]:
         outs.append((L * D, N, O))

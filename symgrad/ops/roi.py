@@ -38,7 +38,16 @@ import math
 import numpy as np
 
 from ..base import ParamError, ShapeError
-from ..opdef import Param, acc_dtype, check_float, host_array, register, wait_for_first_input
+from ..opdef import (
+    Param,
+    acc_dtype,
+    check_at_least,
+    check_float,
+    host_array,
+    output_like,
+    register,
+    wait_for_first_input,
+)
 
 # MXNet's kernels compute ROI geometry in acc_dtype: the data's dtype, float32 for float16
 
@@ -227,8 +236,8 @@ register(
     "_roi_pool_scatter",
     inputs=("ograd", "maxidx", "like"),
     forward=lambda xp, g, idx, like: _scatter_flat(xp, g, idx, like),
-    infer_shape=lambda p, i, o, w: (i, [i[2]]),
-    infer_type=lambda p, i, o, w: (i, [i[0]]),
+    infer_shape=output_like(2),
+    infer_type=output_like(0),
     gradient=lambda F, n, g: [F._roi_pool_gather(g[0], n.inputs[1]), None, None],
     no_grad_inputs=("maxidx", "like"),
     doc="ROIPooling's gradient: ograd added at the flat indices maxidx of an array shaped like ``like`` (hidden).",
@@ -237,8 +246,8 @@ register(
     "_roi_pool_gather",
     inputs=("value", "maxidx"),
     forward=lambda xp, v, idx: _gather_flat(xp, v, idx),
-    infer_shape=lambda p, i, o, w: (i, [i[1]]),
-    infer_type=lambda p, i, o, w: (i, [i[0]]),
+    infer_shape=output_like(1),
+    infer_type=output_like(0),
     gradient=lambda F, n, g: [F._roi_pool_scatter(g[0], n.inputs[1], n.inputs[0]), None],
     no_grad_inputs=("maxidx",),
     doc="``value`` read at the flat indices maxidx (0 where -1): adjoint of _roi_pool_scatter (hidden).",
@@ -407,8 +416,8 @@ def _register_linear_in_data(name, adjoint, params, prepare, forward, adjoint_fo
         inputs=("ograd", "rois", "like"),
         params=dict(params),
         forward=adjoint_forward,
-        infer_shape=lambda p, i, o, w: (i, [i[2]]),
-        infer_type=lambda p, i, o, w: (i, [i[0]]),
+        infer_shape=output_like(2),
+        infer_type=output_like(0),
         # A^T is linear; its adjoint is A, i.e. the op itself
         gradient=lambda F, n, g: [getattr(F, name)(g[0], n.inputs[1], **n.params), None, None],
         no_grad_inputs=("rois", "like"),
@@ -640,12 +649,8 @@ def _proposal_prepare(opname):
     def prepare(params, name):
         where = f"{opname} {name!r}"
         out = dict(params)
-        if params["rpn_post_nms_top_n"] < 1:
-            raise ParamError(
-                f"{where}: parameter 'rpn_post_nms_top_n' must be >= 1, got {params['rpn_post_nms_top_n']}"
-            )
-        if params["feature_stride"] < 1:
-            raise ParamError(f"{where}: parameter 'feature_stride' must be >= 1, got {params['feature_stride']}")
+        check_at_least(params, "rpn_post_nms_top_n", 1, where)
+        check_at_least(params, "feature_stride", 1, where)
         return out
 
     return prepare
@@ -1175,7 +1180,7 @@ register(
     prepare=_dpsroi_prepare("_deformable_psroi_scatter"),
     forward=_dpsroi_scatter_fwd,
     infer_shape=lambda p, i, o, w: (i, [i[-1]]),
-    infer_type=lambda p, i, o, w: (i, [i[0]]),
+    infer_type=output_like(0),
     gradient=_dpsroi_scatter_grad,
     no_grad_inputs=("rois", "like"),
     doc="Adjoint of _deformable_psroi_sample in data (hidden; ``like`` gives the data shape).",
@@ -1216,8 +1221,8 @@ register(
     params=dict(_TRANS_PACK_PARAMS),
     prepare=_dpsroi_prepare("_deformable_psroi_trans_pack"),
     forward=_trans_pack_fwd,
-    infer_shape=lambda p, i, o, w: (i, [i[1]]),
-    infer_type=lambda p, i, o, w: (i, [i[0]]),
+    infer_shape=output_like(1),
+    infer_type=output_like(0),
     # linear; adjoint: read each output's trans entry back (unpack)
     gradient=lambda F, n, g: [F._deformable_psroi_trans_unpack(g[0], n.inputs[0], **n.params), None],
     no_grad_inputs=("like",),
@@ -1229,8 +1234,8 @@ register(
     params=dict(_TRANS_PACK_PARAMS),
     prepare=_dpsroi_prepare("_deformable_psroi_trans_unpack"),
     forward=_trans_unpack_fwd,
-    infer_shape=lambda p, i, o, w: (i, [i[1]]),
-    infer_type=lambda p, i, o, w: (i, [i[0]]),
+    infer_shape=output_like(1),
+    infer_type=output_like(0),
     gradient=lambda F, n, g: [F._deformable_psroi_trans_pack(g[0], n.inputs[0], **n.params), None],
     no_grad_inputs=("like",),
     doc="Adjoint of _deformable_psroi_trans_pack (hidden).",

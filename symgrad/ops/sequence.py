@@ -21,7 +21,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..base import ParamError, ShapeError
-from ..opdef import Param, check_float, register, wait_for_first_input
+from ..opdef import Param, check_float, expect_input_shape, register, wait_for_first_input, wait_for_inputs
 
 _SEQ_PARAMS = {
     "use_sequence_length": Param("bool", False),
@@ -54,13 +54,8 @@ def _length_shape(params, ins, batch, where):
     """Check / fill the shape of the optional ``sequence_length`` input: (batch,)."""
     if not params["use_sequence_length"]:
         return
-    want = (batch,)
-    if ins[1] is not None and tuple(ins[1]) != want:
-        raise ShapeError(
-            f"{where}: input 'sequence_length' has shape {tuple(ins[1])}, expected {want} (the batch size; "
-            f"sequence axis {params['axis']})"
-        )
-    ins[1] = want
+    note = f" (the batch size; sequence axis {params['axis']})"
+    expect_input_shape(ins, 1, "sequence_length", (batch,), where, note)
 
 
 def sequence_shape(out_shape):
@@ -186,10 +181,9 @@ def _scatter_inputs(params):
     return ["ograd", "data", "sequence_length"] if params["use_sequence_length"] else ["ograd", "data"]
 
 
+@wait_for_inputs(1)
 def _scatter_shape(params, in_shapes, out_shapes, where):
     x = in_shapes[1]
-    if x is None:
-        return in_shapes, out_shapes
     ins = list(in_shapes)
     ins[0] = _last_out_shape(x, params["axis"])
     data_and_length = ins[1:]  # _length_shape checks and fills the list it is given, in place

@@ -21,7 +21,7 @@ import numpy as np
 
 from .. import util
 from ..base import ParamError, ShapeError
-from ..opdef import Param, like_input1, normalize_axis, register, same_shape, wait_for_first_input
+from ..opdef import Param, like_input1, normalize_axis, register, same_shape, wait_for_first_input, wait_for_inputs
 
 
 def _prod(dims):
@@ -289,10 +289,9 @@ def _reshape_like_target(params, a, b, where):
     return out
 
 
+@wait_for_inputs(0, 1)
 def _reshape_like_shape(params, in_shapes, out_shapes, where):
     a, b = in_shapes
-    if a is None or b is None:
-        return in_shapes, out_shapes
     return in_shapes, [_reshape_like_target(params, a, b, where)]
 
 
@@ -966,10 +965,9 @@ def _slice_like_out(params, x, like, where):
     return tuple(out)
 
 
+@wait_for_inputs(0, 1)
 def _slice_like_shape(params, in_shapes, out_shapes, where):
     x, like = in_shapes
-    if x is None or like is None:
-        return in_shapes, out_shapes
     return in_shapes, [_slice_like_out(params, x, like, where)]
 
 

@@ -24,8 +24,10 @@ from ..opdef import (
     acc_dtype,
     check_float,
     data_axis,
+    expect_input_shape,
     float_inputs,
     normalize_axis,
+    output_like,
     register,
     wait_for_first_input,
 )
@@ -69,13 +71,7 @@ def _shape(params, in_shapes, out_shapes, where):
     ax = data_axis(x, params["axis"], where)
     ins = list(in_shapes)
     if params["use_length"]:
-        want = _length_shape(x, ax)
-        if ins[1] is not None and tuple(ins[1]) != want:
-            raise ShapeError(
-                f"{where}: input 'length' has shape {tuple(ins[1])}, expected {want} (data {tuple(x)} "
-                f"without axis {ax})"
-            )
-        ins[1] = want
+        expect_input_shape(ins, 1, "length", _length_shape(x, ax), where, f" (data {tuple(x)} without axis {ax})")
     return ins, [x]
 
 
@@ -186,8 +182,8 @@ register(
     inputs=("data", "length"),
     params={"axis": Param("int", -1)},
     forward=_length_mask_fwd,
-    infer_shape=lambda p, i, o, w: (i, [i[0]]),
-    infer_type=lambda p, i, o, w: (i, [i[0]]),
+    infer_shape=output_like(0),
+    infer_type=output_like(0),
     gradient=lambda F, n, g: [None, None],  # a 0/1 constant
     no_grad_inputs=("length",),
     doc="1 before each row's length along ``axis``, 0 after (log_softmax's gradient with use_length); hidden.",

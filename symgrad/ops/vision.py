@@ -39,7 +39,18 @@ import numpy as np
 
 from ..base import ParamError, ShapeError
 from ..kernels.conv import hi_pad, im2col_columns, tap_slices
-from ..opdef import Param, acc_dtype, float_inputs, like_input1, register, wait_for_first_input
+from ..opdef import (
+    Param,
+    acc_dtype,
+    check_at_least,
+    expect_input_shape,
+    float_inputs,
+    like_input,
+    like_input1,
+    register,
+    wait_for_first_input,
+    wait_for_inputs,
+)
 from .conv import check_layout, sliding_out, spatial_param
 
 # ----------------------------------------------------------------------------
@@ -865,10 +876,9 @@ register(
 )
 
 
+@wait_for_inputs(1)
 def _im2col_adj_shape(params, in_shapes, out_shapes, where):
     like = in_shapes[1]
-    if like is None:
-        return in_shapes, out_shapes
     return _col2im_shape(params, in_shapes[:1], out_shapes, where, X=tuple(like[2:]))[0] + [like], [tuple(like)]
 
 
@@ -1317,11 +1327,10 @@ def _col2im_grads(F, n, g, mask):
     return [dcols, *rest[1:], None]
 
 
+@wait_for_inputs(0, 1)
 def _dcol_shape(params, in_shapes, out_shapes, where):
     """(N, C*K) + the offset's spatial size, from data and offset (inputs 0 and 1; a mask may follow)."""
     d, off = in_shapes[0], in_shapes[1]
-    if d is None or off is None:
-        return in_shapes, out_shapes
     return in_shapes, [(d[0], d[1] * math.prod(params["kernel"])) + tuple(off[2:])]
 
 
@@ -1356,7 +1365,7 @@ register(
     params={**_DEFORM_GEOM, **_order_params()},
     prepare=_deform_prepare("_deformable_col2im"),
     forward=_deform_col2im_fwd,
-    infer_shape=lambda p, i, o, w: (i, [i[2]] if i[2] is not None else o),
+    infer_shape=like_input(2),
     no_grad_inputs=("like",),
     gradient=_dc2i_grad,
     doc="Adjoint of _deformable_im2col in its data (hidden; ``like`` gives the image shape).",
@@ -1409,10 +1418,8 @@ def _dconv_shape(params, in_shapes, out_shapes, where):
     kh, kw = params["kernel"]
     K = kh * kw
     if not params["no_bias"]:
-        if ins[3] is not None and tuple(ins[3]) != (f,):
-            raise ShapeError(f"{where}: input 'bias' has shape {tuple(ins[3])}, expected ({f},) (num_filter)")
-        ins[3] = (f,)
-    x, off = ins[0], ins[1]
+        expect_input_shape(ins, 3, "bias", (f,), where, " (num_filter)")
+    x = ins[0]
     if x is None:
         return ins, out_shapes
     _shape4(where, "data", x, "(batch, channel, H, W) input")
@@ -1421,18 +1428,10 @@ def _dconv_shape(params, in_shapes, out_shapes, where):
         raise ShapeError(f"{where}: num_group={g} must divide the {c} input channels of data {tuple(x)}")
     if c % dg:
         raise ShapeError(f"{where}: num_deformable_group={dg} must divide the {c} input channels of data {tuple(x)}")
-    want_w = (f, c // g, kh, kw)
-    if ins[2] is not None and tuple(ins[2]) != want_w:
-        raise ShapeError(f"{where}: input 'weight' has shape {tuple(ins[2])}, expected {want_w}")
-    ins[2] = want_w
+    expect_input_shape(ins, 2, "weight", (f, c // g, kh, kw), where)
     Y = _deform_out(params, x[2], x[3], where)
-    want_off = (x[0], 2 * K * dg) + Y
-    if off is not None and tuple(off) != want_off:
-        raise ShapeError(
-            f"{where}: input 'offset' has shape {tuple(off)}, expected {want_off} (batch, "
-            f"2*kernel_h*kernel_w*num_deformable_group, output H, output W)"
-        )
-    ins[1] = want_off
+    what = " (batch, 2*kernel_h*kernel_w*num_deformable_group, output H, output W)"
+    expect_input_shape(ins, 1, "offset", (x[0], 2 * K * dg) + Y, where, what)
     return ins, [(x[0], f) + Y]
 
 
@@ -1596,7 +1595,7 @@ register(
     params={**_DEFORM_GEOM, **_order_params()},
     prepare=_deform_prepare("_modulated_deformable_col2im"),
     forward=_mdeform_col2im_fwd,
-    infer_shape=lambda p, i, o, w: (i, [i[3]] if i[3] is not None else o),
+    infer_shape=like_input(3),
     no_grad_inputs=("like",),
     gradient=_mdc2i_grad,
     doc="Adjoint of _modulated_deformable_im2col in its data (hidden; ``like`` gives the image shape).",
@@ -1633,11 +1632,7 @@ def _mdconv_inputs(params):
 
 def _mdconv_prepare(params, node_name):
     out = _deform_prepare("_contrib_ModulatedDeformableConvolution")(params, node_name)
-    if params["im2col_step"] < 1:
-        raise ParamError(
-            f"_contrib_ModulatedDeformableConvolution {node_name!r}: parameter 'im2col_step' must be "
-            f">= 1, got {params['im2col_step']}"
-        )
+    check_at_least(params, "im2col_step", 1, f"_contrib_ModulatedDeformableConvolution {node_name!r}")
     return out
 
 
@@ -1646,7 +1641,7 @@ def _mdconv_shape(params, in_shapes, out_shapes, where):
     no_mask = list(in_shapes[:2]) + list(in_shapes[3:])
     ins, outs = _dconv_shape(params, no_mask, out_shapes, where)
     ins = list(ins[:2]) + [in_shapes[2]] + list(ins[2:])
-    x, mask = ins[0], ins[2]
+    x = ins[0]
     if x is None:
         return ins, outs
     f, dg, step = params["num_filter"], params["num_deformable_group"], params["im2col_step"]
@@ -1658,12 +1653,8 @@ def _mdconv_shape(params, in_shapes, out_shapes, where):
             f"im2col_step={step} (as MXNet)"
         )
     want = (x[0], math.prod(params["kernel"]) * dg) + tuple(outs[0][2:])
-    if mask is not None and tuple(mask) != want:
-        raise ShapeError(
-            f"{where}: input 'mask' has shape {tuple(mask)}, expected {want} (batch, "
-            f"kernel_h*kernel_w*num_deformable_group, output H, output W)"
-        )
-    ins[2] = want
+    what = " (batch, kernel_h*kernel_w*num_deformable_group, output H, output W)"
+    expect_input_shape(ins, 2, "mask", want, where, what)
     return ins, outs
 
 
