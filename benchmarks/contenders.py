@@ -42,6 +42,7 @@ CHAIN_LINKS, CHAIN_SCALE, CHAIN_SIZE = 200, 1.01, 16
 BIND_SHAPE = (8, 8)
 RESNET_DATA = (2, 3, 224, 224)
 DENSENET_DATA = (1, 3, 224, 224)
+DENSENET_JSON = str(ZOO / "densenet121-symbol.json")
 NUMCHECK_DATA = (2, 3, 8, 8)
 
 
@@ -172,6 +173,37 @@ def numcheck_arrays(seed):
     }
 
 
+def train_step(exe, head=None, sync=None):
+    """The timed step of an executor (symgrad's or MXNet's): a training forward, the backward with ``head``
+    (None: the loss heads' own), then ``sync`` (MXNet's ``nd.waitall``: its engine is asynchronous)."""
+    head_args = () if head is None else (head,)
+
+    def step():
+        exe.forward(is_train=True)
+        exe.backward(*head_args)
+        if sync is not None:
+            sync()
+
+    return step
+
+
+def bind_case(build, ctx, sync=None, count_aux=False, **shapes):
+    """A build + bind workload: the step builds the graph with ``build()`` and binds it on ``ctx`` (grad_req write)
+    to ``shapes``, then ``sync``; the check counts the arguments (and, with ``count_aux``, the auxiliary states)."""
+
+    def step():
+        exe = build().simple_bind(ctx, grad_req="write", **shapes)
+        if sync is not None:
+            sync()
+        return exe
+
+    exe = step()
+    check = {"n_args": len(exe.arg_dict)}
+    if count_aux:
+        check["n_aux"] = len(exe.aux_dict)
+    return Case(step, check)
+
+
 # ----------------------------------------------------------------------------
 # symgrad (imports the checkout this file sits in, installed or not)
 # ----------------------------------------------------------------------------
@@ -199,11 +231,7 @@ def mlp_symgrad(seed):
     for name, value in mlp_arrays(seed).items():
         exe.arg_dict[name][...] = value
     bc.verify_mlp(exe, [bc.NumpyMLP(exe)])  # symgrad == bench_core's numpy reference, or no timing at all
-
-    def step():
-        exe.forward(is_train=True)
-        exe.backward()
-
+    step = train_step(exe)
     step()
     return Case(step, grad_norms(MLP_PARAMS, [exe.grad_dict[n] for n in MLP_PARAMS]))
 
@@ -213,12 +241,7 @@ def chain_symgrad(seed):
     sg = _symgrad()
     exe = chain_net(sg.sym).simple_bind(sg.cpu(), grad_req="write", x=(CHAIN_SIZE,))
     exe.arg_dict["x"][...] = chain_input(seed)
-    head = np.ones(CHAIN_SIZE, np.float32)
-
-    def step():
-        exe.forward(is_train=True)
-        exe.backward(head)
-
+    step = train_step(exe, np.ones(CHAIN_SIZE, np.float32))
     step()
     return Case(
         step,
@@ -231,11 +254,7 @@ def chain_symgrad(seed):
 def resnet18_symgrad(seed):
     sg = _symgrad()
     exe, head = bind_zoo_resnet18(sg.sym, sg.cpu(), seed)
-
-    def step():
-        exe.forward(is_train=True)
-        exe.backward(head)
-
+    step = train_step(exe, head)
     step()
     w = "resnetv10_dense0_weight"
     return Case(
@@ -246,25 +265,14 @@ def resnet18_symgrad(seed):
 @bind_workloads("symgrad")
 def _bind_chain_symgrad(n_nodes):
     sg, bc = _symgrad(), _bench_core()
-
-    def step():
-        out = bc.build_chain(n_nodes)  # x -> tanh -> +1.0 -> tanh -> ... (bench_core's chain)
-        return out.simple_bind(sg.cpu(), grad_req="write", x=BIND_SHAPE)
-
-    exe = step()
-    return Case(step, {"n_args": len(exe.arg_dict)})
+    # x -> tanh -> +1.0 -> tanh -> ... (bench_core's chain)
+    return bind_case(lambda: bc.build_chain(n_nodes), sg.cpu(), x=BIND_SHAPE)
 
 
 @workload("densenet", "symgrad")
 def densenet_symgrad(seed):
     sg = _symgrad()
-    path = str(ZOO / "densenet121-symbol.json")
-
-    def step():
-        return sg.sym.load(path).simple_bind(sg.cpu(), grad_req="write", data=DENSENET_DATA)
-
-    exe = step()
-    return Case(step, {"n_args": len(exe.arg_dict), "n_aux": len(exe.aux_dict)})
+    return bind_case(lambda: sg.sym.load(DENSENET_JSON), sg.cpu(), count_aux=True, data=DENSENET_DATA)
 
 
 @workload("numcheck", "symgrad")
@@ -337,12 +345,7 @@ def mlp_mxnet(seed):
     exe = out.simple_bind(mx.cpu(), grad_req=req, data=(MLP_BATCH, MLP_LAYERS[0]))
     for name, value in mlp_arrays(seed).items():
         exe.arg_dict[name][:] = value
-
-    def step():
-        exe.forward(is_train=True)
-        exe.backward()
-        mx.nd.waitall()
-
+    step = train_step(exe, sync=mx.nd.waitall)
     step()
     return Case(step, grad_norms(MLP_PARAMS, [exe.grad_dict[n].asnumpy() for n in MLP_PARAMS]))
 
@@ -352,13 +355,7 @@ def chain_mxnet(seed):
     mx = _mx()
     exe = chain_net(mx.sym).simple_bind(mx.cpu(), grad_req="write", x=(CHAIN_SIZE,))
     exe.arg_dict["x"][:] = chain_input(seed)
-    head = mx.nd.ones(CHAIN_SIZE)
-
-    def step():
-        exe.forward(is_train=True)
-        exe.backward(head)
-        mx.nd.waitall()
-
+    step = train_step(exe, mx.nd.ones(CHAIN_SIZE), mx.nd.waitall)
     step()
     return Case(step, grad_norms(["x"], [exe.grad_dict["x"].asnumpy()]))
 
@@ -367,13 +364,7 @@ def chain_mxnet(seed):
 def resnet18_mxnet(seed):
     mx = _mx()
     exe, head = bind_zoo_resnet18(mx.sym, mx.cpu(), seed)
-    head = mx.nd.array(head)
-
-    def step():
-        exe.forward(is_train=True)
-        exe.backward(head)
-        mx.nd.waitall()
-
+    step = train_step(exe, mx.nd.array(head), mx.nd.waitall)
     step()
     w = "resnetv10_dense0_weight"
     return Case(
@@ -389,30 +380,19 @@ def resnet18_mxnet(seed):
 def _bind_chain_mxnet(n_nodes):
     mx = _mx()
 
-    def step():
+    def build():
         y = mx.sym.Variable("x")
         for k in range(n_nodes):  # the same chain as bench_core.build_chain
             y = mx.sym.tanh(y) if k % 2 == 0 else y + 1.0
-        exe = y.simple_bind(mx.cpu(), grad_req="write", x=BIND_SHAPE)
-        mx.nd.waitall()
-        return exe
+        return y
 
-    exe = step()
-    return Case(step, {"n_args": len(exe.arg_dict)})
+    return bind_case(build, mx.cpu(), mx.nd.waitall, x=BIND_SHAPE)
 
 
 @workload("densenet", "mxnet")
 def densenet_mxnet(seed):
     mx = _mx()
-    path = str(ZOO / "densenet121-symbol.json")
-
-    def step():
-        exe = mx.sym.load(path).simple_bind(mx.cpu(), grad_req="write", data=DENSENET_DATA)
-        mx.nd.waitall()
-        return exe
-
-    exe = step()
-    return Case(step, {"n_args": len(exe.arg_dict), "n_aux": len(exe.aux_dict)})
+    return bind_case(lambda: mx.sym.load(DENSENET_JSON), mx.cpu(), mx.nd.waitall, count_aux=True, data=DENSENET_DATA)
 
 
 @workload("numcheck", "mxnet")

@@ -436,16 +436,22 @@ def check_backward(
     )
 
 
+def _arrays(values, who, label, why=""):
+    """``values`` (an array or a sequence of them) as a tuple; TypeError naming ``label[i]`` for a non-array."""
+    xs = as_tuple(values)
+    for i, x in enumerate(xs):
+        if array_context(x) is None:
+            raise TypeError(f"{who}: {label}[{i}] must be a numpy or CuPy array{why}, got {type(x).__name__}")
+    return xs
+
+
 def _validate(who, func, x_data, params, eps, atol, rtol, no_grads, dtype, names, flags=None):
     """Phase 1: the graph of ``func`` at ``x_data`` and the validated options (``flags``: ``{name: value}`` of the
     boolean options, which must be True or False)."""
     check_callable(func, who)
     for label, v in (flags or {}).items():
         check_flag(v, who, label)
-    xs = as_tuple(x_data)
-    for i, x in enumerate(xs):
-        if array_context(x) is None:
-            raise TypeError(f"{who}: x_data[{i}] must be a numpy or CuPy array, got {type(x).__name__}")
+    xs = _arrays(x_data, who, "x_data")
     names = list(names) if names is not None else [f"x{i}" for i in range(len(xs))]
     if no_grads is None:
         no_grads = [np.dtype(x.dtype).kind != "f" for x in xs]
@@ -953,18 +959,10 @@ def check_double_backward(
     """
     who = "check_double_backward"
     check_callable(func, who)
-    xs = as_tuple(x_data)
-    for i, x in enumerate(xs):
-        if array_context(x) is None:
-            raise TypeError(f"{who}: x_data[{i}] must be a numpy or CuPy array, got {type(x).__name__}")
+    xs = _arrays(x_data, who, "x_data")
     n_x = len(xs)
-    gys = None if y_grad is None else as_tuple(y_grad)
-    for i, g in enumerate(gys or ()):
-        if array_context(g) is None:
-            raise TypeError(
-                f"{who}: y_grad[{i}] must be a numpy or CuPy array (the head gradients are inputs of "
-                f"the first-order gradient), got {type(g).__name__}"
-            )
+    why = " (the head gradients are inputs of the first-order gradient)"
+    gys = None if y_grad is None else _arrays(y_grad, who, "y_grad", why)
     float_x = [np.dtype(x.dtype).kind == "f" for x in xs]
     ggx = list(as_tuple(x_grad_grad))
     if len(ggx) == n_x and len(ggx) != sum(float_x):

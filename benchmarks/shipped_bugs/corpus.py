@@ -214,20 +214,27 @@ def _same(*shapes):
 
 # == nan_at_special_point =============================================================================================
 
+
+def _norm_over_norm(id, repo, issue, shape, special_shape):
+    """||x|| over all elements whose shipped backward was g*x/||x||: 0/0 = NaN at x = 0 (the fix: 0 there); drawn
+    of ``shape``, all zeros of ``special_shape`` at the special point."""
+    add(
+        id,
+        repo,
+        issue,
+        "nan_at_special_point",
+        ["x"],
+        _scalar,
+        lambda x: np.sqrt(np.sum(x * x)),
+        lambda g, y, x: [g * x / y],
+        lambda g, y, x: [g * _safe_div(x, y) * (y > 0)],
+        lambda r, dt: {"x": _n(r, shape, dt)},
+        lambda r, dt: {"x": np.zeros(special_shape, dt)},
+    )
+
+
 # pytorch/pytorch#2421 -- norm backward divided by the saved norm: g*x/||x||, 0/0 = NaN at x = 0.
-add(
-    "torch-norm-zero-nan",
-    "pytorch/pytorch",
-    2421,
-    "nan_at_special_point",
-    ["x"],
-    _scalar,
-    lambda x: np.sqrt(np.sum(x * x)),
-    lambda g, y, x: [g * x / y],
-    lambda g, y, x: [g * _safe_div(x, y) * (y > 0)],
-    lambda r, dt: {"x": _n(r, (3, 4), dt)},
-    lambda r, dt: {"x": np.zeros((3, 4), dt)},
-)
+_norm_over_norm("torch-norm-zero-nan", "pytorch/pytorch", 2421, (3, 4), (3, 4))
 
 # tensorflow/tensorflow#12071 -- norm = sqrt(sum(x*x), axis=1): (0.5/sqrt(s)) * 2x * g, inf*0 = NaN on a zero row.
 add(
@@ -245,19 +252,7 @@ add(
 )
 
 # HIPS/autograd#151 -- linalg.norm vjp g*x/norm(x): NaN at the zero vector.
-add(
-    "autograd-linalg-norm-zero-nan",
-    "HIPS/autograd",
-    151,
-    "nan_at_special_point",
-    ["x"],
-    _scalar,
-    lambda x: np.sqrt(np.sum(x * x)),
-    lambda g, y, x: [g * x / y],
-    lambda g, y, x: [g * _safe_div(x, y) * (y > 0)],
-    lambda r, dt: {"x": _n(r, (5,), dt)},
-    lambda r, dt: {"x": np.zeros((3,), dt)},
-)
+_norm_over_norm("autograd-linalg-norm-zero-nan", "HIPS/autograd", 151, (5,), (3,))
 
 # tenstorrent/tt-metal#55585 -- moreh_norm_backward sign(x)|x|^(p-1) * y * dy / y^p, no guard: NaN on an all-zero
 # slice (here p = 3 over dim 1).
@@ -468,49 +463,54 @@ add(
     lambda r, dt: {"x": np.array([[0.0, 2.0, 3.0], [1.5, 0.5, 2.0]], dt)},
 )
 
+
+def _cumprod_over_x(id, repo, issue, axis, shape, special, bad=None):
+    """cumprod along ``axis`` whose shipped backward was reverse_cumsum(g*cumprod(x))/x: NaN where x == 0 (``bad``:
+    another shipped form of it); the fix is division-free (``_cumprod_grad``). Drawn of ``shape``."""
+    add(
+        id,
+        repo,
+        issue,
+        "nan_at_special_point",
+        ["x"],
+        _same,
+        lambda x: np.cumprod(x, axis=axis),
+        bad or (lambda g, y, x: [_rev_cumsum(g * y, axis) / x]),
+        lambda g, y, x: [_cumprod_grad(g, x, axis)],
+        lambda r, dt: {"x": _n(r, shape, dt)},
+        special,
+    )
+
+
 # tensorflow/tensorflow#3862 -- cumprod backward reverse_cumsum(g*cumprod(x))/x: NaN where x == 0 (axis 1).
-add(
+_cumprod_over_x(
     "tf-cumprod-zero-nan",
     "tensorflow/tensorflow",
     3862,
-    "nan_at_special_point",
-    ["x"],
-    _same,
-    lambda x: np.cumprod(x, axis=1),
-    lambda g, y, x: [_rev_cumsum(g * y, 1) / x],
-    lambda g, y, x: [_cumprod_grad(g, x, 1)],
-    lambda r, dt: {"x": _n(r, (3, 4), dt)},
+    1,
+    (3, 4),
     lambda r, dt: {"x": _n(r, (3, 4), dt) * np.array([1, 1, 0, 1], dt)},
 )
 
 # tensorflow/tensorflow#119430 -- same formula with 0/0 silently replaced by 0 (div_no_nan): finite but wrong,
 # [0, 2, 3] -> [0, 0, 0] instead of [9, 0, 0] (1-D).
-add(
+_cumprod_over_x(
     "tf-cumprod-zero-masked-to-zero",
     "tensorflow/tensorflow",
     119430,
-    "nan_at_special_point",
-    ["x"],
-    _same,
-    lambda x: np.cumprod(x, axis=0),
-    lambda g, y, x: [np.where(x == 0, 0, _safe_div(_rev_cumsum(g * y, 0), x))],
-    lambda g, y, x: [_cumprod_grad(g, x, 0)],
-    lambda r, dt: {"x": _n(r, (5,), dt)},
+    0,
+    (5,),
     lambda r, dt: {"x": np.array([0.0, 2.0, 3.0], dt)},
+    bad=lambda g, y, x: [np.where(x == 0, 0, _safe_div(_rev_cumsum(g * y, 0), x))],
 )
 
 # pymc-devs/pytensor#1911 -- CumOp.L_op cumsum((cumprod(x)*g)[::-1])[::-1] / x: NaN where x == 0 (axis 0).
-add(
+_cumprod_over_x(
     "pytensor-cumprod-zero-nan",
     "pymc-devs/pytensor",
     1911,
-    "nan_at_special_point",
-    ["x"],
-    _same,
-    lambda x: np.cumprod(x, axis=0),
-    lambda g, y, x: [_rev_cumsum(g * y, 0) / x],
-    lambda g, y, x: [_cumprod_grad(g, x, 0)],
-    lambda r, dt: {"x": _n(r, (4, 3), dt)},
+    0,
+    (4, 3),
     lambda r, dt: {"x": _n(r, (4, 3), dt) * np.array([[1, 1, 1], [1, 0, 1], [1, 1, 1], [0, 1, 1]], dt)},
 )
 
