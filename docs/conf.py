@@ -30,6 +30,8 @@ extensions = [
     "sphinx.ext.viewcode",
     # the operator reference, generated from the op registry (docs/_ext/symgrad_opref.py)
     "symgrad_opref",
+    # the example HTML report report.rst links, written into docs/_build (docs/_ext/symgrad_report_example.py)
+    "symgrad_report_example",
 ]
 
 # the docstrings are Google style ("Args:", "Returns:", "Attributes:")

@@ -92,6 +92,29 @@ def _bilinear(img, y, x):
     return hy * hx * img[yl, xl] + hy * lx * img[yl, xh] + ly * hx * img[yh, xl] + ly * lx * img[yh, xh]
 
 
+def _bin_points(y0, x0, rh, rw, pooled, ratio, ph, pw):
+    """The sampling points of bin (ph, pw) of an rh x rw region with corner (y0, x0), split into ``pooled``
+    bins: the centres of a gh x gw grid over the bin, gh = ``ratio`` if ratio > 0 else ceil(bin height) (gw
+    likewise), row by row."""
+    PH, PW = pooled
+    bh, bw = rh / PH, rw / PW
+    gh = ratio if ratio > 0 else math.ceil(rh / PH)
+    gw = ratio if ratio > 0 else math.ceil(rw / PW)
+    return [
+        (y0 + ph * bh + (iy + 0.5) * bh / gh, x0 + pw * bw + (ix + 0.5) * bw / gw)
+        for iy in range(gh)
+        for ix in range(gw)
+    ]
+
+
+def _bin_mean(plane, points):
+    """The mean of ``plane`` sampled bilinearly at ``points`` ((y, x) pairs), summed in order."""
+    acc = 0.0
+    for y, x in points:
+        acc += _bilinear(plane, y, x)
+    return acc / len(points)
+
+
 def _roi_align(data, rois, pooled, scale, ratio=-1, ps=False, aligned=False):
     N, C, H, W = data.shape
     PH, PW = pooled
@@ -104,19 +127,11 @@ def _roi_align(data, rois, pooled, scale, ratio=-1, ps=False, aligned=False):
         rw, rh = ew - sw, eh - sh
         if not aligned:
             rw, rh = max(rw, 1.0), max(rh, 1.0)
-        bh, bw = rh / PH, rw / PW
-        gh = ratio if ratio > 0 else math.ceil(rh / PH)
-        gw = ratio if ratio > 0 else math.ceil(rw / PW)
         for c in range(co):
             for ph in range(PH):
                 for pw in range(PW):
                     plane = data[b, c * PH * PW + ph * PW + pw] if ps else data[b, c]
-                    acc = 0.0
-                    for iy in range(gh):
-                        y = sh + ph * bh + (iy + 0.5) * bh / gh
-                        for ix in range(gw):
-                            acc += _bilinear(plane, y, sw + pw * bw + (ix + 0.5) * bw / gw)
-                    out[r, c, ph, pw] = acc / (gh * gw)
+                    out[r, c, ph, pw] = _bin_mean(plane, _bin_points(sh, sw, rh, rw, pooled, ratio, ph, pw))
     return out
 
 
@@ -129,21 +144,15 @@ def _rroi_align(data, rois, pooled, scale, ratio=-1):
         cx, cy = roi[1] * scale, roi[2] * scale
         rw, rh = max(roi[3] * scale, 1.0), max(roi[4] * scale, 1.0)
         t = roi[5] * math.pi / 180
-        bh, bw = rh / PH, rw / PW
-        gh = ratio if ratio > 0 else math.ceil(rh / PH)
-        gw = ratio if ratio > 0 else math.ceil(rw / PW)
         for c in range(C):
             for ph in range(PH):
                 for pw in range(PW):
-                    acc = 0.0
-                    for iy in range(gh):
-                        yy = -rh / 2 + ph * bh + (iy + 0.5) * bh / gh
-                        for ix in range(gw):
-                            xx = -rw / 2 + pw * bw + (ix + 0.5) * bw / gw
-                            x = xx * math.cos(t) + yy * math.sin(t) + cx
-                            y = yy * math.cos(t) - xx * math.sin(t) + cy
-                            acc += _bilinear(data[b, c], y, x)
-                    out[r, c, ph, pw] = acc / (gh * gw)
+                    # the grid of the region centred at 0, rotated by t about (cx, cy)
+                    points = [
+                        (yy * math.cos(t) - xx * math.sin(t) + cy, xx * math.cos(t) + yy * math.sin(t) + cx)
+                        for yy, xx in _bin_points(-rh / 2, -rw / 2, rh, rw, pooled, ratio, ph, pw)
+                    ]
+                    out[r, c, ph, pw] = _bin_mean(data[b, c], points)
     return out
 
 

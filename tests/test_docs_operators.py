@@ -323,6 +323,21 @@ def test_derivations_quote_their_source(entries):
     assert quoted > 800
 
 
+def test_an_op_a_helper_registers_quotes_the_comment_at_the_helper_call(entries):
+    # _sum_to_like's rule is adjoint_pair's ``_adjoint_of`` lambda, shared by every adjoint pair; its own
+    # derivation sits above its ``adjoint_pair(("_sum_to_like", "_broadcast_to_like"), ...)`` call in
+    # symgrad/ops/elemwise.py: sum_to S is linear, so d/da <g, S a> = broadcast(g, a.shape)
+    derivation = entries["_sum_to_like"].text.split("Derivation.", 1)[1]
+    where, block = re.match(r" From ``([^`]+)``::\n\n((?:      .*\n)+)", derivation).groups()
+    assert "d/da <g, S a> = broadcast(g, a.shape)" in block
+    path, line = re.fullmatch(r"(.+), line (\d+) \(adjoint_pair call\)", where).groups()
+    assert path == "symgrad/ops/elemwise.py"
+    source = (ROOT / path).read_text(encoding="utf-8").splitlines()
+    assert source[int(line) - 1] == "adjoint_pair("  # the cited line is the call
+    assert "d/da <g, S a> = broadcast(g, a.shape)" in source[int(line) - 2]  # the comment right above it
+    assert "the pair's own derivation is at its call" in derivation  # the helper's general rule follows
+
+
 def test_declared_dtypes_cover_the_dtypes_the_operator_table_proves(entries):
     documented = _documented(entries)
     checked = 0

@@ -16,7 +16,9 @@ One entry per registered name, grouped by family (the module that registers it: 
 - accepted dtypes: the op's own dtype rule (``OpDef.infer_type``, ``same_type`` when None) probed with each
   dtype symgrad names (``symgrad.opdef.DTYPE_TO_MX``'s float and integer types present in numpy).
 - derivation: the comments (and docstrings) at the gradient rule's source: above and inside its definition,
-  of the ``F``-taking helpers it calls, and of the forward kernel of the fused ``_backward_*`` op it emits.
+  of the ``F``-taking helpers it calls, and of the forward kernel of the fused ``_backward_*`` op it emits;
+  for a rule a registration helper made (``adjoint_pair``), first the comments at the helper's call that
+  names the op.
 
 Everything above is plain Python importable without Sphinx (``tests/test_docs_operators.py`` calls it); the
 Sphinx part (``setup``) writes ``docs/operators/_generated/<family>.rst`` and ``names.inc`` at
@@ -582,6 +584,10 @@ def source_note(fn, inner: bool = True, doc: bool = True) -> SourceNote | None:
             head = _siblings_above(path, stmt)
             if head is not None:
                 lines += _block_above(path, head.lineno)[1]
+        factory = _enclosing_def(path, node)
+        if not lines and factory is not None:  # a bare lambda a helper registers: the helper's own words
+            lines += _block_above(path, min([factory.lineno] + [d.lineno for d in factory.decorator_list]))[1]
+            lines += (ast.get_docstring(factory) or "").splitlines()
         return SourceNote(_where(fn, node.lineno), lines)
     assert isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
     factory = _enclosing_def(path, node)
@@ -623,6 +629,44 @@ def _is_machinery(fn) -> bool:
     """A closure made by a registration helper (``_unary.<locals>.rule``): its code is shared by many ops,
     the op's own rule is among its closure's values."""
     return "<locals>" in fn.__qualname__
+
+
+def _literal_names(call: ast.Call) -> set[str]:
+    """The strings a call passes by position, alone or in a tuple or list (``adjoint_pair(("a", "b"), ...)``)."""
+    found = set()
+    for arg in call.args:
+        for item in arg.elts if isinstance(arg, (ast.Tuple, ast.List)) else [arg]:
+            if isinstance(item, ast.Constant) and isinstance(item.value, str):
+                found.add(item.value)
+    return found
+
+
+@functools.cache
+def _module_calls(module: str) -> dict[str, list[ast.stmt]]:
+    """``{name: module-level call statements passing it by literal}`` of a family module."""
+    out: dict[str, list[ast.stmt]] = {}
+    for stmt in _tree(_source_path(importlib.import_module(module))).body:
+        if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call):
+            for name in _literal_names(stmt.value):
+                out.setdefault(name, []).append(stmt)
+    return out
+
+
+def call_site_note(op: OpDef) -> SourceNote | None:
+    """For a rule a registration helper made (``adjoint_pair``'s ``_adjoint_of``), the comments at the helper's
+    call that names the op: the block above the call statement and the comments inside it, where the op's own
+    derivation is written (the helper's comment is about every op it registers)."""
+    for module in dict.fromkeys([family_of(op), op.forward.__module__]):
+        path = _source_path(importlib.import_module(module))
+        for name in [op.name, *aliases_of(op)]:
+            for stmt in _module_calls(module).get(name, []):
+                lines = _block_above(path, stmt.lineno)[1] + _inside(path, stmt.lineno, stmt.end_lineno or stmt.lineno)
+                if lines:
+                    func = stmt.value.func  # type: ignore[attr-defined]
+                    label = getattr(func, "id", None) or getattr(func, "attr", "call")
+                    rel = path.relative_to(REPO).as_posix()
+                    return SourceNote(f"{rel}, line {stmt.lineno} ({label} call)", lines)
+    return None
 
 
 def _user_functions(fn, ops: dict, seen: set, depth: int = 0) -> list:
@@ -697,6 +741,10 @@ def derivation(op: OpDef) -> list[SourceNote]:
             if code is not None:
                 code.where += ": no comment; the rule's code"
                 notes.append(code)
+    # a rule a registration helper made: the op's own words are at the helper's call, first
+    call = call_site_note(op) if any(_is_machinery(fn) for fn in rules) else None
+    if call is not None:
+        notes.insert(0, call)
     # helpers the rules call with F (``affine_norm_vjp``, ``normalize_vjp``), one level down and two
     modules = set(family_modules())
     helpers = list(rules)
