@@ -10,8 +10,9 @@ in one O(n) pass.
 Unknown dimensions (MXNet's partial shapes). Inside the engine a negative dimension (-1) is unknown and
 0 a real size, as in MXNet's NumPy shape semantics; callers convert MXNet's legacy reading (0 unknown)
 at the edge (``Symbol.infer_shape``). Shape rules are written in the legacy convention: at a node where
-some shape holds an unknown dimension the rule is handed 0 in its place (``_legacy_call``), and every 0
-dimension of its answer is taken as unknown again -- where a real 0 was known before, merging keeps it.
+some shape holds an unknown dimension the rule is handed 0 in its place (``_call``), and a 0 dimension of its
+answer is taken as unknown again unless it is a copy of a real 0 the node knew (``_real_zero_marks``): a known
+``(0, 3)`` output fills its partial input ``(-1, 3)`` to ``(0, 3)``, as MXNet's NumPy shape mode does.
 """
 
 from __future__ import annotations
@@ -44,25 +45,74 @@ def _unknown(shape) -> bool:
     return shape is not None and min(shape, default=0) < 0
 
 
-def _to_legacy(shape):
-    """``shape`` in the legacy reading the rules are written in: an unknown dimension is 0."""
-    return None if shape is None else tuple(0 if d < 0 else int(d) for d in shape)
+#: what a real 0 dimension is handed to a rule as in ``_real_zero_marks``'s second call: a size no shape has, so
+#: an answer dimension equal to it was copied from a real 0 (a prime: no divisibility check a rule makes passes
+#: by chance more often than with a real size)
+_ZERO_MARK = 1_000_003
 
 
-def _from_legacy(shape):
-    """A rule's answer at a node with unknown dimensions: each 0 dimension unknown again (-1)."""
-    return None if shape is None else tuple(-1 if d == 0 else int(d) for d in shape)
+def _to_legacy(shape, zero=0):
+    """``shape`` in the legacy reading the rules are written in: an unknown dimension is 0 (a real 0 is
+    ``zero``: 0 as well, or ``_ZERO_MARK``)."""
+    return None if shape is None else tuple(0 if d < 0 else zero if d == 0 else int(d) for d in shape)
+
+
+def _from_legacy(shape, marks=None):
+    """A rule's answer at a node with unknown dimensions: each 0 dimension unknown again (-1), but where
+    ``marks`` (the same slot's answer with real zeros marked) holds ``_ZERO_MARK``: that one is a real 0."""
+    if shape is None:
+        return None
+    if marks is None or len(marks) != len(shape):
+        return tuple(-1 if d == 0 else int(d) for d in shape)
+    return tuple(-1 if d == 0 and m != _ZERO_MARK else int(d) for d, m in zip(shape, marks))
+
+
+def _legacy_call(rule, node, ins, outs, zero=0):
+    """``rule``'s answer with the shapes in the legacy reading (``util.unknown_zeros()`` true while it runs)."""
+    with util.unknown_zeros():
+        return rule(node.params, [_to_legacy(v, zero) for v in ins], [_to_legacy(v, zero) for v in outs], where(node))
+
+
+def _real_zero_marks(rule, node, ins, outs) -> tuple[list, list]:
+    """The rule's ``(ins, outs)`` answer with every real 0 dimension handed to it as ``_ZERO_MARK``; two empty
+    lists when no known shape has a real 0 (or the marked calls fail).
+
+    The legacy reading cannot tell a real 0 from an unknown dimension, so an answer's 0 is ambiguous; marked,
+    a dimension the rule copied from a real 0 comes back as the mark (``(0, 3) + (-1, 3)``: the input's
+    ``(-1, 3)`` is ``(0, 3)``). A dimension computed from a real 0 (a sum, a product) comes back as some other
+    number: it stays unknown, as the legacy reading leaves it. A rule that refuses the mark beside a 0 it takes
+    for unknown (``elemwise_add`` of ``(mark, 3)`` and ``(0, 3)``) is asked again with the partial shapes left
+    out, as ``_retry`` does.
+    """
+    if not any(v is not None and 0 in v for v in (*ins, *outs)):
+        return [], []
+    partial = [None if _unknown(v) else v for v in ins], [None if _unknown(v) else v for v in outs]
+    for trial_ins, trial_outs in ((ins, outs), partial):
+        try:
+            marked_ins, marked_outs = _legacy_call(rule, node, trial_ins, trial_outs, _ZERO_MARK)
+        except Exception:  # a rule that refuses the marked sizes
+            continue
+        return list(marked_ins), list(marked_outs)
+    return [], []
+
+
+def _nth(values: list, j: int):
+    """``values[j]``, or None past its end (a rule's answer may be short)."""
+    return values[j] if j < len(values) else None
 
 
 def _call(rule, node, ins, outs, kind):
     """``rule``'s ``(ins, outs)`` answer for ``node``. Where a shape holds an unknown dimension the rule sees it
-    as 0 (MXNet's legacy reading; ``util.unknown_zeros()`` says so while it runs) and a 0 in its answer is read
-    back as unknown."""
+    as 0 (MXNet's legacy reading) and a 0 in its answer is read back as unknown, unless it is a real 0 carried
+    over from a known shape (``_real_zero_marks``)."""
     if kind != "shape" or not (any(map(_unknown, ins)) or any(map(_unknown, outs))):
         return rule(node.params, ins, outs, where(node))
-    with util.unknown_zeros():
-        new_ins, new_outs = rule(node.params, [_to_legacy(v) for v in ins], [_to_legacy(v) for v in outs], where(node))
-    return [_from_legacy(v) for v in new_ins], [_from_legacy(v) for v in new_outs]
+    new_ins, new_outs = _legacy_call(rule, node, ins, outs)
+    in_marks, out_marks = _real_zero_marks(rule, node, ins, outs)
+    return (
+        [_from_legacy(v, _nth(in_marks, j)) for j, v in enumerate(new_ins)],
+        [_from_legacy(v, _nth(out_marks, j)) for j, v in enumerate(new_outs)],
+    )
 
 
 def _retry(node, rule, ins, outs, kind, first):

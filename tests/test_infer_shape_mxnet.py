@@ -161,6 +161,25 @@ def test_np_shape_zero_is_a_size():
         assert S.sin(x).infer_shape_partial(x=(-1, 2)) == ([(-1, 2)], [(-1, 2)], [])
 
 
+def test_np_shape_real_zero_fills_a_partial_input_backwards():
+    # A known (0, ...) output (from the fully known 'e' / 'z') fills the partial input (-1, ...) of the node that
+    # makes it: the 0 is a size, not an unknown dimension. Expected values: MXNet 1.9.1, same graphs, under
+    # mx.util.np_shape(True) (the real 0 used to come back as -1 for 'a', 'b' and 'x').
+    a, b, e = S.Variable("a"), S.Variable("b"), S.Variable("e")
+    d = S.elemwise_add(S.elemwise_add(a, b, name="c"), e, name="d")
+    fc = S.FullyConnected(S.Variable("x"), num_hidden=4, name="fc")
+    out = S.elemwise_add(fc, S.Variable("z"), name="o")
+    with util.np_shape(True):
+        assert d.infer_shape_partial(a=(-1, 3), e=(0, 3)) == ([(0, 3), (0, 3), (0, 3)], [(0, 3)], [])
+        assert d.get_internals().infer_shape_partial(a=(-1, 3), e=(0, 3))[1] == [(0, 3)] * 5
+        assert out.infer_shape_partial(x=(-1, 2), z=(0, 4)) == ([(0, 2), (4, 2), (4,), (0, 4)], [(0, 4)], [])
+        # and forwards: a known (0, 3) beside a partial (-1, 3) (MXNet: every shape (0, 3))
+        assert S.elemwise_add(a, b).infer_shape_partial(a=(0, 3), b=(-1, 3)) == ([(0, 3), (0, 3)], [(0, 3)], [])
+        # a size computed from a real 0 and an unknown one is found once the unknown one is (MXNet: (0, 5))
+        cat = S.concat(a, b, dim=1)
+        assert cat.infer_shape_partial(a=(0, 2), b=(-1, 3)) == ([(0, 2), (0, 3)], [(0, 5)], [])
+
+
 def test_slice_partial_infer():
     data = S.var("data", shape=(0, 20))
     cases = [
