@@ -26,18 +26,19 @@ length is only known at run time (an unrolled expansion would need the trip coun
 from __future__ import annotations
 
 import itertools
+import warnings
 from collections.abc import Callable, Sequence
 
 import numpy as np
 
 from .base import AttrScope, NameManager, ParamError, ShapeError
 from .gradient import build_gradients
-from .graph import SUBGRAPHS, Entry, Node, topo_order
+from .graph import SUBGRAPHS, Entry, Node, subgraphs, topo_order
 from .infer import infer_shapes, infer_types
 from .opdef import Param, get_op, register
 from .symbol import F, Group, Symbol, Variable
 
-__all__ = ["foreach", "while_loop", "cond"]
+__all__ = ["foreach", "while_loop", "cond", "input_readers"]
 
 _SUBGRAPH_ATTR = "__subgraph_name__"
 
@@ -46,15 +47,18 @@ _SUBGRAPH_ATTR = "__subgraph_name__"
 
 
 class _Program:
-    """A subgraph ready to run: its variables (``list_inputs()`` order), op nodes in order and output entries."""
+    """A subgraph ready to run: its variables (``list_inputs()`` order), op nodes in order and output entries;
+    ``where`` (the control-flow op running it) names it in warnings."""
 
-    __slots__ = ("variables", "ops", "heads")
+    __slots__ = ("variables", "ops", "heads", "where", "warned")
 
-    def __init__(self, sub: Symbol) -> None:
-        nodes = topo_order(sub._outputs)
+    def __init__(self, sub: Symbol, where: str = "subgraph") -> None:
+        nodes = topo_order(sub.output_entries())
         self.variables = [n for n in nodes if n.op is None]
         self.ops = [n for n in nodes if n.op is not None]
-        self.heads = list(sub._outputs)
+        self.heads = list(sub.output_entries())
+        self.where = where
+        self.warned: set[int] = set()
 
     def __call__(self, xp, inputs: Sequence, is_train: bool) -> list:
         vals = {(v.id, 0): a for v, a in zip(self.variables, inputs)}
@@ -67,15 +71,38 @@ class _Program:
                 else op.forward(xp, *args, **node.params)
             )
             if op.mutates_aux:
-                res = res[0]  # (outputs, auxiliary updates): a subgraph keeps no auxiliary state
+                res, updates = res  # (outputs, auxiliary updates): a subgraph keeps no auxiliary state
+                if any(u is not None for u in updates):
+                    self._warn_dropped(node)
             outs = res if callable(op.num_outputs) or node.num_outputs > 1 else (res,)
             for k, r in enumerate(outs):
                 vals[(node.id, k)] = r
         return [vals[(n.id, i)] for n, i in self.heads]
 
+    def _warn_dropped(self, node: Node) -> None:
+        """Warn (once per run of the control-flow node) that ``node`` updated auxiliary states that are dropped.
 
-def _programs(params) -> list[_Program]:
-    return [_Program(s) for s in params[SUBGRAPHS]]
+        MXNet 1.9.1 does the same: a subgraph's auxiliary states (a BatchNorm's moving statistics in a foreach
+        body) become plain inputs of the control-flow node (``list_arguments()``, not
+        ``list_auxiliary_states()``), and a forward in training never writes them back (measured: the moving
+        mean and variance stay as bound, under ``autograd.train_mode()`` too).
+        """
+        if node.id in self.warned:
+            return
+        self.warned.add(node.id)
+        names = ", ".join(repr(src.name) for src, _ in node.inputs[node.num_args() :])
+        warnings.warn(
+            f"{self.where}: {node.op_name} {node.name!r} in a control-flow subgraph computed new values of its "
+            f"auxiliary states ({names}) in training, and they are dropped: a subgraph's auxiliary states are "
+            "plain inputs of the control-flow node and are never written back (MXNet 1.9.1 drops them too). "
+            "Apply it outside the loop or branch, or freeze its statistics (use_global_stats=True).",
+            UserWarning,
+            stacklevel=2,
+        )
+
+
+def _programs(params, where: str) -> list[_Program]:
+    return [_Program(s, where) for s in params[SUBGRAPHS]]
 
 
 def _own(xp, outs: list, inputs: Sequence) -> list:
@@ -98,6 +125,53 @@ def _meta(sub: Symbol, in_shapes, in_types) -> tuple[list, list]:
     types = infer_types(prog.ops, {(v.id, 0): t for v, t in zip(prog.variables, in_types)})
     keys = [(n.id, i) for n, i in prog.heads]
     return [shapes.get(k) for k in keys], [types.get(k) for k in keys]
+
+
+# -- who reads a control-flow node's inputs ---------------------------------------------------------------------
+
+
+_COND_LOCS = ("cond_input_locs", "then_input_locs", "else_input_locs")
+
+
+def _feeds(node: Node) -> list[list[int]]:
+    """For each subgraph of the control-flow ``node``, the node input that feeds each of its variables."""
+    p = node.params
+    if node.op_name == "_foreach":  # the input positions, placed where the *_locs put the inputs' values
+        n = len(p["in_data_locs"]) + len(p["in_state_locs"]) + len(p["remain_locs"])
+        return [_foreach_sub_values(p, list(range(n)), n)]
+    keys = ("cond_input_locs", "func_input_locs") if node.op_name == "_while_loop" else _COND_LOCS
+    return [list(p[k]) for k in keys]  # for each variable, the input it reads
+
+
+def input_readers(node: Node) -> list[list[tuple[Node, int]]]:
+    """For each input of ``node``, the operator nodes that really read it, as ``(node, input position)``.
+
+    An ordinary op reads its own inputs: ``[[(node, 0)], [(node, 1)], ...]``. A control-flow node only passes
+    its inputs on to its subgraphs: its readers are the ops of the subgraphs that read the variable an input
+    feeds, looking through nested control-flow nodes (a ``fc_weight`` fed to a foreach is read as the weight
+    of the body's FullyConnected). A symgrad extension for tools: ``viz.print_summary`` counts what a loop
+    body reads as a weight as a parameter.
+
+    >>> import symgrad as sg
+    >>> S = sg.sym
+    >>> out, _ = S.contrib.foreach(lambda x, st: (S.FullyConnected(x, num_hidden=2, name="fc"), st),
+    ...                            S.var("data"), [S.var("h")])
+    >>> loop = out.output_entries()[0][0]  # the _foreach node
+    >>> [[n.input_names()[k] for n, k in r] for r in input_readers(loop)]  # data, h, fc_weight, fc_bias
+    [['data'], ['data'], ['weight'], ['bias']]
+    """
+    if not subgraphs(node) or node.op_name not in ("_foreach", "_while_loop", "_cond"):
+        return [[(node, k)] for k in range(len(node.inputs))]
+    readers: list[list[tuple[Node, int]]] = [[] for _ in node.inputs]
+    for sub, feeds in zip(subgraphs(node), _feeds(node)):
+        prog = _Program(sub)
+        fed = {v.id: feeds[k] for k, v in enumerate(prog.variables)}
+        for op in prog.ops:
+            inner = input_readers(op)
+            for k, (src, _) in enumerate(op.inputs):
+                if src.id in fed:
+                    readers[fed[src.id]].extend(inner[k])
+    return readers
 
 
 # -- inference through a subgraph ------------------------------------------------------------------------------
@@ -177,7 +251,7 @@ def _check_foreach(params, n_inputs, where_):
 
 def _foreach_forward(xp, *inputs, is_train=False, **params):
     _check_foreach(params, len(inputs), "_foreach")
-    (prog,) = _programs(params)
+    (prog,) = _programs(params, "_foreach")
     data, states, _ = _foreach_split(params, list(inputs))
     n = data[0].shape[0]
     for d in data:
@@ -292,7 +366,7 @@ def _check_while(params, n_inputs, where_):
 
 def _while_forward(xp, *inputs, is_train=False, **params):
     _check_while(params, len(inputs), "_while_loop")
-    cond_prog, func_prog = _programs(params)
+    cond_prog, func_prog = _programs(params, "_while_loop")
     values = list(inputs)
     cond_locs, func_locs, var_locs = params["cond_input_locs"], params["func_input_locs"], params["func_var_locs"]
     nod, m = params["num_out_data"], params["max_iterations"]
@@ -389,7 +463,7 @@ def _check_cond(params, n_inputs, where_):
 
 def _cond_forward(xp, *inputs, is_train=False, **params):
     _check_cond(params, len(inputs), "_cond")
-    pred, then_prog, else_prog = _programs(params)
+    pred, then_prog, else_prog = _programs(params, "_cond")
     (c,) = pred(xp, _pick(inputs, params["cond_input_locs"]), is_train)
     if _as_bool(xp, c, "_cond"):
         prog, locs = then_prog, params["then_input_locs"]
@@ -402,8 +476,7 @@ def _cond_rule(kind):
     def rule(params, in_types, out_types, where_):
         _check_cond(params, len(in_types), where_)
         ins, outs = list(in_types), list(out_types)
-        keys = ("cond_input_locs", "then_input_locs", "else_input_locs")
-        for sub, key in zip(params[SUBGRAPHS], keys):
+        for sub, key in zip(params[SUBGRAPHS], _COND_LOCS):
             sub_outs = [None] if key == "cond_input_locs" else outs
             got_in, got_out = _infer_sub(where_, sub, _pick(ins, params[key]), sub_outs, kind)
             for loc, v in zip(params[key], got_in):
@@ -489,7 +562,7 @@ def make_foreach(sub: Symbol, bound: dict[int, Entry], data_vars, state_vars, nu
     remain = [v for v in order if v.id not in special]
     inputs = [bound[v.id] for v in (*data_vars, *state_vars, *remain)]
     params = {
-        "num_outputs": len(sub._outputs),
+        "num_outputs": len(sub.output_entries()),
         "num_out_data": num_out_data,
         "in_state_locs": [pos[v.id] for v in state_vars],
         "in_data_locs": [pos[v.id] for v in data_vars],
@@ -511,7 +584,7 @@ def make_while_loop(cond_sub, func_sub, bound, var_nodes, num_out_data, max_iter
             raise ValueError(f"while_loop: loop variable {k} ({v.name!r}) is not used by the loop body")
         var_locs.append(order.index(v.id))
     params = {
-        "num_outputs": len(func_sub._outputs),
+        "num_outputs": len(func_sub.output_entries()),
         "num_out_data": num_out_data,
         "max_iterations": int(max_iterations),
         "cond_input_locs": cond_locs,
@@ -526,10 +599,10 @@ def make_cond(pred_sub, then_sub, else_sub, bound, name=None, private=frozenset(
     ``private`` get inputs of their own (``_Inputs``)."""
     union = _Inputs(private)
     locs = [union.locs(s, bound) for s in (pred_sub, then_sub, else_sub)]
-    if len(then_sub._outputs) != len(else_sub._outputs):
+    if len(then_sub.output_entries()) != len(else_sub.output_entries()):
         raise ValueError("cond: the then and else branches have different numbers of outputs")
     params = {
-        "num_outputs": len(then_sub._outputs),
+        "num_outputs": len(then_sub.output_entries()),
         "cond_input_locs": locs[0],
         "then_input_locs": locs[1],
         "else_input_locs": locs[2],
@@ -582,7 +655,7 @@ def _regroup(args, fmt):
 def _uniq_name(sym: Symbol) -> str:
     """MXNet's ``_get_sym_uniq_name``: ``<name>-<value index>``, the index of the output ``sym`` is of its node
     (``_foreach0-1`` for a loop's second output), so two outputs of one node give two names (test_uniq_name)."""
-    return f"{sym.name}-{sym._outputs[0][1]}"
+    return f"{sym.name}-{sym.output_entries()[0][1]}"
 
 
 def _single(sym: Symbol, what: str) -> Symbol:
@@ -604,7 +677,7 @@ def _subgraph_outputs(outs: Sequence[Symbol], name: str, n_out: int | None = Non
     out_names = {o.name for o in outs[:n_out]} if n_out is not None else set()
     result = []
     for k, o in enumerate(outs):
-        node = o._outputs[0][0]
+        node = o.output_entries()[0][0]
         repeated = n_out is not None and k >= n_out and o.name in out_names
         if o.name in input_names or repeated or not _inside(node, name):
             with AttrScope(**{_SUBGRAPH_ATTR: name}):
@@ -618,7 +691,7 @@ def _cut(outs: Sequence[Symbol], name: str) -> tuple[Symbol, dict[int, Entry]]:
     outside it (MXNet's ``MXSymbolCutSubgraph``): such an entry becomes a new variable named after it. Returns the
     subgraph and ``{variable node id: outer entry}`` for its variables (a variable made in the scope is bound
     to a fresh copy of itself, MXNet's ``copy.deepcopy``); ``_cut_ids`` tells the cut variables."""
-    heads = [o._outputs[0] for o in outs]
+    heads = [o.output_entries()[0] for o in outs]
     new: dict[int, Node] = {}
     cut: dict[tuple, Node] = {}
     bound: dict[int, Entry] = {}
@@ -692,8 +765,8 @@ def foreach(body: Callable, data, init_states, name: str = "foreach"):
     scope, holders, sub_outs, n_out, n_new, out_fmt = _build_subgraph(name, run, flat_data + flat_states, foreach=True)
     sub, bound = _cut(sub_outs, scope)
     for h, outer in zip(holders, flat_data + flat_states):
-        bound[h._outputs[0][0].id] = outer._outputs[0]
-    holder_nodes = [h._outputs[0][0] for h in holders]
+        bound[h.output_entries()[0][0].id] = outer.output_entries()[0]
+    holder_nodes = [h.output_entries()[0][0] for h in holders]
     node = make_foreach(sub, bound, holder_nodes[:n_data], holder_nodes[n_data:], n_out)
     outs, _ = _regroup([node[i] for i in range(n_out)], out_fmt)
     states, _ = _regroup([node[n_out + k] for k in range(n_new)], state_fmt)
@@ -747,9 +820,9 @@ def while_loop(cond: Callable, func: Callable, loop_vars, max_iterations=None, n
     bound.update(fbound)
     for holders in (cholders, fholders):
         for h, outer in zip(holders, flat_vars):
-            bound[h._outputs[0][0].id] = outer._outputs[0]
+            bound[h.output_entries()[0][0].id] = outer.output_entries()[0]
     _share_free_copies(bound)
-    var_nodes = [h._outputs[0][0] for h in fholders]
+    var_nodes = [h.output_entries()[0][0] for h in fholders]
     node = make_while_loop(cond_sub, func_sub, bound, var_nodes, n_step, max_iterations, private=frozenset(private))
     outs, _ = _regroup([node[i] for i in range(n_step)], out_fmt)
     final, _ = _regroup([node[n_step + k] for k in range(len(flat_vars))], var_fmt)
@@ -790,12 +863,12 @@ def cond(pred: Symbol, then_func: Callable, else_func: Callable, name: str = "co
         private |= {k for k in _cut_ids(b, scope) if b[k][0].op is not None}
         bound.update(b)
         subs.append(sub)
-    if len(subs[0]._outputs) != 1:
+    if len(subs[0].output_entries()) != 1:
         raise ValueError("cond: pred should always be a single output")
-    if len(subs[1]._outputs) != len(subs[2]._outputs):
+    if len(subs[1].output_entries()) != len(subs[2].output_entries()):
         raise ValueError("cond: number of outputs differs between then-branch and else-branch")
     then_fmt = fmts[1]
-    flat_then = subs[1]._outputs
+    flat_then = subs[1].output_entries()
     _share_free_copies(bound)
     node = make_cond(subs[0], subs[1], subs[2], bound, private=frozenset(private))
     outs, _ = _regroup([node[i] for i in range(len(flat_then))], then_fmt)
@@ -821,8 +894,8 @@ def _hole(prefix: str) -> Symbol:
 def _vjp(sub: Symbol, head_grads: Sequence[Symbol | None], wrt: Sequence[Node]) -> list[Symbol]:
     """``d <head_grads, sub(...)> / d wrt`` as Symbols over the variables of ``sub`` and ``head_grads``; an input
     that no output depends on gets ``zeros_like`` of itself (so every gradient is a Symbol of the right shape)."""
-    heads = [e for e, g in zip(sub._outputs, head_grads) if g is not None]
-    hgs = [g._outputs[0] for g in head_grads if g is not None]
+    heads = [e for e, g in zip(sub.output_entries(), head_grads) if g is not None]
+    hgs = [g.output_entries()[0] for g in head_grads if g is not None]
     entries = build_gradients(heads, hgs, list(wrt)) if heads else [None] * len(wrt)
     return [F.zeros_like(Symbol([(v, 0)])) if e is None else Symbol([e]) for e, v in zip(entries, wrt)]
 
@@ -850,20 +923,20 @@ def _foreach_gradient(F_, gnode, out_grads):
     body = _group([*step_d, *step_s, *new_acc])
     bound: dict[int, Entry] = {}
     rev = [F.reverse(x, axis=0) for x in (*data, *seq, *out_grads[:nod])]
-    for v, x in zip([*d_vars, *s_vars, *[h._outputs[0][0] for h in go]], rev):
-        bound[v.id] = x._outputs[0]
+    for v, x in zip([*d_vars, *s_vars, *[h.output_entries()[0][0] for h in go]], rev):
+        bound[v.id] = x.output_entries()[0]
     init = [*out_grads[nod:], *[F.zeros_like(r) for r in remains]]
-    for v, x in zip([h._outputs[0][0] for h in (*gs, *acc)], init):
-        bound[v.id] = x._outputs[0]
+    for v, x in zip([h.output_entries()[0][0] for h in (*gs, *acc)], init):
+        bound[v.id] = x.output_entries()[0]
     for v, x in zip(r_vars, remains):
-        bound[v.id] = x._outputs[0]
+        bound[v.id] = x.output_entries()[0]
     body_vars = {v.id for v in _Program(body).variables}
     if d_vars[0].id not in body_vars:  # the loop's length comes from a data input: keep one in the body
         step_d[0] = step_d[0] + F.zeros_like(Symbol([(d_vars[0], 0)]))
         body = _group([*step_d, *step_s, *new_acc])
         body_vars = {v.id for v in _Program(body).variables}
-    data_nodes = [v for v in (*d_vars, *s_vars, *[h._outputs[0][0] for h in go]) if v.id in body_vars]
-    state_nodes = [h._outputs[0][0] for h in (*gs, *acc)]
+    data_nodes = [v for v in (*d_vars, *s_vars, *[h.output_entries()[0][0] for h in go]) if v.id in body_vars]
+    state_nodes = [h.output_entries()[0][0] for h in (*gs, *acc)]
     back = make_foreach(body, bound, data_nodes, state_nodes, nd)
     grads = [F.reshape_like(F.reverse(back[j], axis=0), data[j]) for j in range(nd)]
     grads += [back[nd + k] for k in range(ns + len(remains))]
@@ -872,9 +945,9 @@ def _foreach_gradient(F_, gnode, out_grads):
 
 def _recorded_states(sub, d_vars, s_vars, nod, data, states, remains, r_vars):
     """The states each step of the loop starts from, stacked (a foreach whose body also outputs its states)."""
-    heads = [Symbol([e]) for e in sub._outputs]
+    heads = [Symbol([e]) for e in sub.output_entries()]
     record = _group([*heads[:nod], *[F.identity(Symbol([(v, 0)])) for v in s_vars], *heads[nod:]])
-    bound = {v.id: x._outputs[0] for v, x in zip([*d_vars, *s_vars, *r_vars], [*data, *states, *remains])}
+    bound = {v.id: x.output_entries()[0] for v, x in zip([*d_vars, *s_vars, *r_vars], [*data, *states, *remains])}
     node = make_foreach(record, bound, d_vars, s_vars, nod + len(s_vars))
     return [node[nod + k] for k in range(len(s_vars))]
 
@@ -887,17 +960,17 @@ def _cond_gradient(F_, gnode, out_grads):
     n = len(inputs)
     bound: dict[int, Entry] = {}
     for v, loc in zip(_Program(pred_sub).variables, params["cond_input_locs"]):
-        bound[v.id] = inputs[loc]._outputs[0]
+        bound[v.id] = inputs[loc].output_entries()[0]
     heads = _holes("__cf_ograd", out_grads)
     for h, g in zip(heads, out_grads):
-        bound[h._outputs[0][0].id] = g._outputs[0]
+        bound[h.output_entries()[0][0].id] = g.output_entries()[0]
     branches = []
     for sub, key in ((then_sub, "then_input_locs"), (else_sub, "else_input_locs")):
         svars = _Program(sub).variables
         grads = _vjp(sub, heads, svars)
         by_input: dict[int, Symbol] = {}
         for v, loc, g in zip(svars, params[key], grads):
-            bound[v.id] = inputs[loc]._outputs[0]
+            bound[v.id] = inputs[loc].output_entries()[0]
             by_input[loc] = by_input[loc] + g if loc in by_input else g
         outs = []
         for i in range(n):
@@ -905,7 +978,7 @@ def _cond_gradient(F_, gnode, out_grads):
                 outs.append(by_input[i])
             else:  # an input this branch never reads: a zero gradient shaped by a variable bound to the input
                 hole = _hole(f"__cf_in{i}_")
-                bound[hole._outputs[0][0].id] = inputs[i]._outputs[0]
+                bound[hole.output_entries()[0][0].id] = inputs[i].output_entries()[0]
                 outs.append(F.zeros_like(hole))
         branches.append(_group([F.identity(o) for o in outs]))
     node = make_cond(pred_sub, branches[0], branches[1], bound)
@@ -944,10 +1017,10 @@ def _while_gradient(F_, gnode, out_grads):
     bound: dict[int, Entry] = {}
     outer = [count - 1, *out_grads[nod:], *[F.zeros_like(inputs[loc]) for _, loc in free]]
     for h, x in zip([k, *gs, *acc], outer):
-        bound[h._outputs[0][0].id] = x._outputs[0]
+        bound[h.output_entries()[0][0].id] = x.output_entries()[0]
     for h, x in zip([*seqs, *ogs, *frees], [*seq, *out_grads[:nod], *[inputs[loc] for _, loc in free]]):
-        bound[h._outputs[0][0].id] = x._outputs[0]
-    var_nodes = [h._outputs[0][0] for h in (k, *gs, *acc)]
+        bound[h.output_entries()[0][0].id] = x.output_entries()[0]
+    var_nodes = [h.output_entries()[0][0] for h in (k, *gs, *acc)]
     back = make_while_loop(cond_back, func_back, bound, var_nodes, 0, m)
     grads: list = [None] * len(inputs)
     for j, loc in enumerate(var_locs):
@@ -970,20 +1043,20 @@ def _recorded_loop(gnode, cond_sub, func_sub, loop_vars):
     """Rerun the loop also stacking the loop variables each step starts from, and counting the steps."""
     params = gnode.params
     nod = params["num_out_data"]
-    heads = [Symbol([e]) for e in func_sub._outputs]
+    heads = [Symbol([e]) for e in func_sub.output_entries()]
     counter = _hole("__cf_count")
     record = _group([*[F.identity(Symbol([(v, 0)])) for v in loop_vars], *heads[nod:], F.identity(counter + 1)])
     cvars = _Program(cond_sub).variables
     fvars = _Program(func_sub).variables
     bound: dict[int, Entry] = {}
     for v, loc in zip(cvars, params["cond_input_locs"]):
-        bound[v.id] = gnode.inputs[loc]._outputs[0]
+        bound[v.id] = gnode.inputs[loc].output_entries()[0]
     for v, loc in zip(fvars, params["func_input_locs"]):
-        bound[v.id] = gnode.inputs[loc]._outputs[0]
+        bound[v.id] = gnode.inputs[loc].output_entries()[0]
     zero = F._zeros(shape=(1,), dtype="float32")
-    bound[counter._outputs[0][0].id] = zero._outputs[0]
+    bound[counter.output_entries()[0][0].id] = zero.output_entries()[0]
     node = make_while_loop(
-        cond_sub, record, bound, [*loop_vars, counter._outputs[0][0]], len(loop_vars), params["max_iterations"]
+        cond_sub, record, bound, [*loop_vars, counter.output_entries()[0][0]], len(loop_vars), params["max_iterations"]
     )
     n = len(loop_vars)
     return [node[j] for j in range(n)], node[n + n]
@@ -996,63 +1069,68 @@ def _locs_param(doc: str) -> Param:
     return Param("shape", doc=doc)
 
 
-_foreach_op = register(
+def _register(name: str, rules: tuple, inputs: Callable, sizes: tuple[str, str], params: dict[str, Param], doc: str):
+    """Register one control-flow op: ``rules`` are its (forward, shape rule, dtype rule, gradient); the parameters
+    every control-flow op has (``num_args``: the inputs, ``sizes[0]`` how its subgraphs count, ``num_outputs``:
+    the outputs of ``sizes[1]``) come before its own ``params``; its subgraphs run in training mode when the
+    executor does."""
+    forward, infer_shape, infer_type, gradient = rules
+    return register(
+        name,
+        forward=forward,
+        infer_shape=infer_shape,
+        infer_type=infer_type,
+        gradient=gradient,
+        inputs=inputs,
+        params={
+            "num_args": Param("int", doc=f"number of inputs, {sizes[0]}"),
+            "num_outputs": Param("int", doc=f"number of outputs of {sizes[1]}"),
+            **params,
+        },
+        num_outputs=lambda p: p["num_outputs"],
+        needs_is_train=True,
+        doc=doc,
+    )
+
+
+_foreach_op = _register(
     "_foreach",
-    forward=_foreach_forward,
-    infer_shape=_foreach_shape,
-    infer_type=_foreach_type,
-    gradient=_foreach_gradient,
-    inputs=_foreach_inputs,
-    params={
-        "num_args": Param("int", doc="number of inputs, the subgraph counted as one"),
-        "num_outputs": Param("int", doc="number of outputs of the subgraph"),
+    (_foreach_forward, _foreach_shape, _foreach_type, _foreach_gradient),
+    _foreach_inputs,
+    ("the subgraph counted as one", "the subgraph"),
+    {
         "num_out_data": Param("int", doc="how many of them are per-step data outputs (the rest are states)"),
         "in_state_locs": _locs_param("the subgraph inputs the loop states feed"),
         "in_data_locs": _locs_param("the subgraph inputs the data slices feed"),
         "remain_locs": _locs_param("the subgraph inputs the other inputs feed"),
     },
-    num_outputs=lambda p: p["num_outputs"],
-    needs_is_train=True,
-    doc="Run a for loop over axis 0 of the data inputs with a subgraph (sym.contrib.foreach).",
+    "Run a for loop over axis 0 of the data inputs with a subgraph (sym.contrib.foreach).",
 )
-_while_op = register(
+_while_op = _register(
     "_while_loop",
-    forward=_while_forward,
-    infer_shape=_while_shape,
-    infer_type=_while_type,
-    gradient=_while_gradient,
-    inputs=_while_inputs,
-    params={
-        "num_args": Param("int", doc="number of inputs, the two subgraphs counted"),
-        "num_outputs": Param("int", doc="number of outputs of the body"),
+    (_while_forward, _while_shape, _while_type, _while_gradient),
+    _while_inputs,
+    ("the two subgraphs counted", "the body"),
+    {
         "num_out_data": Param("int", doc="how many of them are per-step outputs (the rest are loop variables)"),
         "max_iterations": Param("int", doc="maximum number of iterations"),
         "cond_input_locs": _locs_param("the inputs the condition reads"),
         "func_input_locs": _locs_param("the inputs the body reads"),
         "func_var_locs": _locs_param("the body inputs that are loop variables"),
     },
-    num_outputs=lambda p: p["num_outputs"],
-    needs_is_train=True,
-    no_grad_inputs=(),
-    doc="Run a while loop with a condition subgraph and a body subgraph (sym.contrib.while_loop).",
+    "Run a while loop with a condition subgraph and a body subgraph (sym.contrib.while_loop).",
 )
-_cond_op = register(
+_cond_op = _register(
     "_cond",
-    forward=_cond_forward,
-    infer_shape=_cond_rule("shape"),
-    infer_type=_cond_rule("dtype"),
-    gradient=_cond_gradient,
-    inputs=_cond_inputs,
-    params={
-        "num_args": Param("int", doc="number of inputs, the three subgraphs counted"),
-        "num_outputs": Param("int", doc="number of outputs of each branch"),
+    (_cond_forward, _cond_rule("shape"), _cond_rule("dtype"), _cond_gradient),
+    _cond_inputs,
+    ("the three subgraphs counted", "each branch"),
+    {
         "cond_input_locs": _locs_param("the inputs the condition reads"),
         "then_input_locs": _locs_param("the inputs the then branch reads"),
         "else_input_locs": _locs_param("the inputs the else branch reads"),
     },
-    num_outputs=lambda p: p["num_outputs"],
-    needs_is_train=True,
-    doc="Run one of two subgraphs as a condition subgraph decides (sym.contrib.cond).",
+    "Run one of two subgraphs as a condition subgraph decides (sym.contrib.cond).",
 )
 for _op, _n in ((_foreach_op, 1), (_while_op, 2), (_cond_op, 3)):
     _op.num_subgraphs = _n  # type: ignore[attr-defined]  # (read by serialization through getattr)

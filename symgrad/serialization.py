@@ -133,7 +133,7 @@ def _to_doc(sym: Symbol, unresolved: list[str] | None = None, warn: bool = True)
     (a warning when the caller gives none and ``warn``)."""
     own = unresolved is None and warn
     unresolved = [] if unresolved is None else unresolved
-    nodes = topo_order(sym._outputs)
+    nodes = topo_order(sym.output_entries())
     check_unique_names(nodes)
     mx_axes = _mxnet_axes(sym, nodes, unresolved)
     index = {n.id: i for i, n in enumerate(nodes)}
@@ -163,7 +163,7 @@ def _to_doc(sym: Symbol, unresolved: list[str] | None = None, warn: bool = True)
         if node.op is None:
             arg_nodes.append(i)
         row_ptr.append(row_ptr[-1] + node.num_outputs)
-    heads = [[index[n.id], j, 0] for n, j in sym._outputs]
+    heads = [[index[n.id], j, 0] for n, j in sym.output_entries()]
     if own:
         _warn_negative_axes(unresolved)
     return {

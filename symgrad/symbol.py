@@ -224,6 +224,14 @@ class Symbol:
         """The output names, MXNet's way: ``x`` for a variable, ``fc_output``, ``split0_output1``."""
         return [node.output_name(i) for node, i in self._outputs]
 
+    def output_entries(self) -> tuple[Entry, ...]:
+        """The DAG entries ``(node, output index)`` behind this symbol's outputs, in ``list_outputs()`` order.
+
+        A symgrad extension (MXNet's Symbol has no such method) for the graph passes above this module (control
+        flow, the executor, serialization, viz): a tuple, so the Symbol cannot be changed through it.
+        """
+        return self._outputs
+
     def topo_nodes(self) -> list[Node]:
         """Every node this symbol's outputs depend on, inputs before their users: a fresh list.
 

@@ -37,7 +37,8 @@ import numpy as np
 
 from . import util
 from .base import StrPath
-from .graph import Node, aux_variable_ids
+from .control_flow import input_readers
+from .graph import Node
 
 if TYPE_CHECKING:
     import graphviz
@@ -105,7 +106,7 @@ def _distinct(symbol):
             name = twins[name][-1]
         inputs = [(new[src.id], i) for src, i in n.inputs]
         new[n.id] = Node(n.op, name, n.params, n.attrs, inputs, n.num_outputs)
-    outputs = [(new[n.id], i) for n, i in symbol._outputs]
+    outputs = [(new[n.id], i) for n, i in symbol.output_entries()]
     return type(symbol)(outputs), {new[n.id].id: n for n in nodes}, twins
 
 
@@ -121,7 +122,7 @@ def _infer(symbol, given, what, who):
         raise TypeError(f"{who}: {what} must be a dict name -> {what}, got {type(given).__name__}")
     distinct, original, twins = _distinct(symbol)
     internals = distinct.get_internals()
-    keys = [(original[n.id].id, i) for n, i in internals._outputs]
+    keys = [(original[n.id].id, i) for n, i in internals.output_entries()]
     infer = internals.infer_shape_partial if what == "shape" else internals.infer_type_partial
     given = {new: v for name, v in (given or {}).items() for new in twins.get(name, [name])}
     try:
@@ -146,16 +147,22 @@ def _graph(symbol):
     states and of the index inputs (labels, indices: variables that only feed inputs their op never
     differentiates)."""
     nodes = symbol.topo_nodes()
-    params, aux = set(), aux_variable_ids(nodes)
+    params, aux = set(), set()
     uses: dict = {}
     for node in nodes:
         if node.op is None:
             continue
-        for (src, _), slot in zip(node.inputs, node.input_names()):
+        # who reads each input: the node itself, or for a control-flow node the ops of its subgraphs (a weight
+        # only a loop body reads is a parameter of the loop, counted once on its row)
+        for (src, _), readers in zip(node.inputs, input_readers(node)):
             if src.op is None:
-                if slot in PARAM_SLOTS:
-                    params.add(src.id)
-                uses.setdefault(src.id, []).append(slot in tuple(node.op.no_grad_inputs))
+                for reader, k in readers:
+                    slot = reader.input_names()[k]
+                    if slot in PARAM_SLOTS:
+                        params.add(src.id)
+                    if k >= reader.num_args():
+                        aux.add(src.id)
+                    uses.setdefault(src.id, []).append(slot in tuple(reader.op.no_grad_inputs))
     labels = {v for v, index in uses.items() if all(index) and v not in aux}
     return nodes, params, aux, labels
 

@@ -8,6 +8,7 @@ tests/python/unittest/test_contrib_control_flow.py whose behaviour it checks.
 
 import json
 import sys
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -501,3 +502,53 @@ def test_a_sampling_op_inside_a_loop_body_is_refused_by_name():
     outs, _ = sg.sym.contrib.foreach(body, data, [init])
     with pytest.raises(RandomOpError, match="random sampling op _random_uniform 'noise'"):
         check_numeric_gradient(outs, [np.ones((3, 2)), np.zeros(2)], dtype=np.float64)
+
+
+def test_auxiliary_updates_inside_a_subgraph_are_dropped_with_a_warning():
+    """A BatchNorm in a loop body (or a branch) computes new moving statistics in training, which MXNet 1.9.1
+    drops: they are plain arguments of the control-flow node and no forward writes them back. symgrad drops them
+    as MXNet does and says so. MXNet's values, measured on the same graphs (with ``autograd.train_mode()``, the
+    body runs BatchNorm on batch statistics as symgrad does): arguments ['data', 'init', 'bn_gamma', 'bn_beta',
+    'bn_moving_mean', 'bn_moving_var'], no auxiliary states, moving mean [0 0 0 0] and variance [1 1 1 1]
+    unchanged after forward(is_train=True); the cond's 'bn2_moving_mean' stays [0 0 0 0] likewise."""
+    S = sg.sym
+    data, init = S.var("data"), S.var("init")
+
+    def body(x, states):
+        out = S.BatchNorm(x, name="bn", fix_gamma=False, momentum=0.5) + states[0]
+        return out, [out]
+
+    outs, _ = S.contrib.foreach(body, data, [init])
+    assert outs.list_arguments() == ["data", "init", "bn_gamma", "bn_beta", "bn_moving_mean", "bn_moving_var"]
+    assert outs.list_auxiliary_states() == []
+    x = np.arange(24, dtype=np.float32).reshape(2, 3, 4)
+    args = {"data": x, "init": np.zeros((3, 4), np.float32)}
+    args |= {f"bn_{k}": np.full(4, v, np.float32) for k, v in (("gamma", 1), ("beta", 0))}
+    args |= {"bn_moving_mean": np.zeros(4, np.float32), "bn_moving_var": np.ones(4, np.float32)}
+    exe = outs.bind(sg.cpu(), dict(args))
+    with pytest.warns(UserWarning, match=r"_foreach: BatchNorm 'bn' .*'bn_moving_mean', 'bn_moving_var'.*dropped"):
+        (y,) = exe.forward(is_train=True)
+    np.testing.assert_array_equal(exe.arg_dict["bn_moving_mean"], np.zeros(4))
+    np.testing.assert_array_equal(exe.arg_dict["bn_moving_var"], np.ones(4))
+    # numpy: step t normalises x[t] over axis 0 with its batch statistics (eps 1e-3) and adds the last output
+    norm = (x - x.mean(axis=1, keepdims=True)) / np.sqrt(x.var(axis=1, keepdims=True) + 1e-3)
+    np.testing.assert_allclose(y, np.cumsum(norm, axis=0), rtol=1e-5, atol=1e-5)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # inference reads the moving statistics and updates nothing: no warning
+        exe.forward(is_train=False)
+
+    x2 = S.var("x")
+    branch = S.contrib.cond(S.sum(x2) > 0, lambda: S.BatchNorm(x2, name="bn2", fix_gamma=False), lambda: x2)
+    exe = branch.bind(
+        sg.cpu(),
+        {
+            "x": x[0],
+            "bn2_gamma": np.ones(4, np.float32),
+            "bn2_beta": np.zeros(4, np.float32),
+            "bn2_moving_mean": np.zeros(4, np.float32),
+            "bn2_moving_var": np.ones(4, np.float32),
+        },
+    )
+    with pytest.warns(UserWarning, match=r"_cond: BatchNorm 'bn2' .*dropped"):
+        exe.forward(is_train=True)
+    np.testing.assert_array_equal(exe.arg_dict["bn2_moving_mean"], np.zeros(4))

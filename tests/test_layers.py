@@ -105,6 +105,62 @@ def _private_methods_and_local_names(trees: dict) -> tuple:
     return methods, local
 
 
+def _assigned(item) -> list:
+    """The targets an assignment statement (plain or annotated) binds."""
+    if isinstance(item, ast.Assign):
+        return list(item.targets)
+    return [item.target] if isinstance(item, ast.AnnAssign) else []
+
+
+def _class_private_attributes(cls: ast.ClassDef) -> set:
+    """The private attribute names a class defines: its ``__slots__`` strings, the names its body binds and the
+    ``self._x`` its methods assign."""
+    names = set()
+    for item in ast.walk(cls):
+        for t in _assigned(item):
+            if isinstance(t, ast.Name) and t.id == "__slots__" and isinstance(item.value, (ast.Tuple, ast.List)):
+                names.update(e.value for e in item.value.elts if isinstance(e, ast.Constant))
+            elif isinstance(t, ast.Name) and item in cls.body:
+                names.add(t.id)
+            elif isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == "self":
+                names.add(t.attr)
+    return {n for n in names if isinstance(n, str) and _is_private(n)}
+
+
+def _private_attributes(trees: dict) -> dict:
+    """``{private attribute name: the modules whose classes define it}``."""
+    owners: dict = {}
+    for path, tree in trees.items():
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ClassDef):
+                for name in _class_private_attributes(node):
+                    owners.setdefault(name, set()).add(path)
+    return owners
+
+
+#: ``Class._name`` reads that are MXNet's own spelling of a user-facing hook, kept where MXNet keeps it:
+#: ``AttrScope._subgraph_names`` counts control-flow subgraphs, and MXNet users assign it (test_scope.py)
+MXNET_SPELLED = {"AttrScope._subgraph_names"}
+
+
+def _private_attribute_reads(trees: dict, local: dict) -> list:
+    """``<expr>._name`` reads (not calls: ``test_no_module_reaches_into_another_modules_privates`` checks those)
+    of a private attribute that a class of another module defines, by a module defining no such name itself."""
+    owners = _private_attributes(trees)
+    found = []
+    for path, tree in trees.items():
+        called = {id(n.func) for n in ast.walk(tree) if isinstance(n, ast.Call)}
+        for node in ast.walk(tree):
+            if not (isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Load) and _is_private(node.attr)):
+                continue
+            name, owner = node.attr, ast.unparse(node.value)
+            if id(node) in called or owner in ("self", "cls", "super()") or name in local[path]:
+                continue
+            if path not in owners.get(name, {path}) and f"{owner}.{name}" not in MXNET_SPELLED:
+                found.append(f"{path}:{node.lineno}: {owner}.{name} ({', '.join(sorted(owners[name]))})")
+    return found
+
+
 def test_no_module_reaches_into_another_modules_privates():
     """``../shared/DESIGN.md``: no module of symgrad/ or test_utils/ uses another module's private names.
 
@@ -114,7 +170,9 @@ def test_no_module_reaches_into_another_modules_privates():
     calls of a private method that a class of another module defines (``symbol._nodes()`` from viz.py), where
     the calling module defines no function, class or attribute of that name itself and ``<expr>`` is not
     ``self``, ``cls`` or ``super()``. Hidden operators called through the op namespace (``F._backward_relu``)
-    are no methods of a class, so the rule leaves them alone.
+    are no methods of a class, so the rule leaves them alone. (3) ``<expr>._name`` attribute reads, on the
+    same terms, of a private attribute a class of another module defines (``sym._outputs``, a ``__slots__``
+    name of Symbol: ``sym.output_entries()`` is the public way).
     """
     trees = _modules()
     methods, local = _private_methods_and_local_names(trees)
@@ -132,4 +190,15 @@ def test_no_module_reaches_into_another_modules_privates():
                     continue
                 if path not in methods.get(name, {path}):
                     found.append(f"{path}:{node.lineno}: {owner}.{name}(...) ({', '.join(sorted(methods[name]))})")
-    assert found == []
+    assert found + _private_attribute_reads(trees, local) == []
+
+
+def test_the_private_reach_rule_catches_attribute_reads():
+    """Rule (3) of the test above on a planted module pair: a read of another module's slot is caught; the same
+    read in the owning module, through ``self``, or of a name the reader defines itself is not."""
+    owner = ast.parse("class Sym:\n    __slots__ = ('_outs',)\n    def first(self):\n        return self._outs[0]\n")
+    reader = ast.parse("def heads(sym):\n    return sym._outs\n")
+    shadow = ast.parse("class Box:\n    def __init__(self):\n        self._outs = []\ndef f(b):\n    return b._outs\n")
+    trees = {"a/sym.py": owner, "a/viz.py": reader, "a/box.py": shadow}
+    _, local = _private_methods_and_local_names(trees)
+    assert _private_attribute_reads(trees, local) == ["a/viz.py:2: sym._outs (a/box.py, a/sym.py)"]

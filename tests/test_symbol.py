@@ -564,3 +564,16 @@ def test_deep_chains_need_no_recursion():
         ref = ref * 1.001 + 0.001
     np.testing.assert_allclose(out, ref, rtol=1e-12)
     np.testing.assert_allclose(gx, np.full(4, 1.001**1500), rtol=1e-12)
+
+
+def test_output_entries_is_the_public_read_of_the_outputs():
+    """``output_entries()``: the ``(node, output index)`` entries in ``list_outputs()`` order, as a tuple (what
+    control_flow, the executor, serialization and viz read instead of the private ``_outputs``)."""
+    fc = S.FullyConnected(S.Variable("x"), num_hidden=2, name="fc")
+    bn = S.BatchNorm(fc, name="bn", output_mean_var=True)
+    group = S.Group([bn[2], fc, bn[0]])
+    entries = group.output_entries()
+    assert isinstance(entries, tuple)
+    assert [(node.name, k) for node, k in entries] == [("bn", 2), ("fc", 0), ("bn", 0)]
+    assert [node.output_name(k) for node, k in entries] == group.list_outputs()
+    assert S.Group([S.Symbol(list(entries))]).list_outputs() == group.list_outputs()  # rebuilds the same outputs

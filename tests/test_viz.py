@@ -190,3 +190,29 @@ def test_print_summary_of_two_variables_of_one_name(capsys):
     rows = [line.split() for line in capsys.readouterr().out.splitlines() if line.startswith("fc(")]
     # each fc row: its own output shape and parameter count (200*128 + 128, 128*10 + 10)
     assert rows == [["fc(FullyConnected)", "128", "25728", "data"], ["fc(FullyConnected)", "10", "1290", "relu1"]]
+
+
+def test_print_summary_counts_the_weights_a_loop_body_reads(capsys):
+    """A FullyConnected inside a foreach body: its weight and bias are inputs of the _foreach node, and they are
+    that loop's parameters (counted once on its row: the body shares them across steps), not layers.
+
+    MXNet 1.9.1's ``mx.viz.print_summary`` on this graph prints 0 for _foreach0 and 2 for head (it looks up the
+    shape of '_foreach0_output', which a multi-output node does not have), total 2: no count a user can use. On
+    the same layers unrolled (FullyConnected(5) on data of (3, 4), tanh, FullyConnected(2)) it prints fc 25,
+    head 12, total 37: the counts expected here (5 * 4 + 5 and 2 * 5 + 2)."""
+    data, init = S.var("data"), S.var("init")
+
+    def body(x, states):
+        out = S.Activation(S.FullyConnected(x, num_hidden=5, name="fc") + states[0], act_type="tanh", name="act")
+        return out, [out]
+
+    _, states = S.contrib.foreach(body, data, [init])
+    net = S.FullyConnected(states[0], num_hidden=2, name="head")
+    sg.viz.print_summary(net, shape={"data": (7, 3, 4), "init": (3, 5)})
+    out = capsys.readouterr().out
+    rows = [line.split() for line in out.splitlines() if "(" in line and not line.startswith("Layer")]
+    loop = next(r for r in rows if r[0].endswith("(_foreach)"))  # _foreach<n>: numbered by the NameManager
+    assert loop[1:3] == ["3x5", str(5 * 4 + 5)]
+    assert next(r for r in rows if r[0] == "head(FullyConnected)")[1:3] == ["2", str(2 * 5 + 2)]
+    assert [r[0] for r in rows] == ["data(null)", "init(null)", loop[0], "head(FullyConnected)"]  # no weight rows
+    assert "Total params: 37\n" in out

@@ -358,7 +358,7 @@ class Executor:
         self.grad_arrays = grad_arrays
         self.aux_arrays = b.aux
         known, types = dict(b.shapes), b.types
-        heads = list(symbol._outputs)
+        heads = list(symbol.output_entries())
         self._head_shapes = [known.get((n.id, i)) for n, i in heads]
         self._head_types = [types.get((n.id, i)) for n, i in heads]
         self._pending_aux: dict = {}
