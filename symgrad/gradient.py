@@ -58,7 +58,7 @@ class GradNode:
 def _sum(entries):
     if len(entries) == 1:
         return entries[0]
-    return F.add_n(*[Symbol([e]) for e in entries])._outputs[0]
+    return F.add_n(*[Symbol([e]) for e in entries]).output_entries()[0]
 
 
 def _depends(node, dep) -> bool:
@@ -187,15 +187,15 @@ def _differentiate(node, acc, dep, scope, loss_scale, F) -> None:
     for slot, g in enumerate(in_grads):
         if g is None or not needs[slot]:
             continue
-        if not isinstance(g, Symbol) or len(g._outputs) != 1:
+        if not isinstance(g, Symbol) or len(g.output_entries()) != 1:
             raise SymgradError(f"gradient rule of {op.name} returned {g!r} for input {node.input_names()[slot]!r}")
         src, idx = inputs[slot]
         key = (src.id, idx)
         entries = acc.get(key)
         if entries is None:
-            acc[key] = [g._outputs[0]]
+            acc[key] = [g.output_entries()[0]]
         else:
-            entries.append(g._outputs[0])
+            entries.append(g.output_entries()[0])
 
 
 def _needs(node, op, dep) -> list:
@@ -225,7 +225,7 @@ def expansion_gradients(expand: Callable[..., Symbol], inputs: Sequence[Symbol],
     holes = [Variable(f"__expand_in{k}__") for k in range(len(inputs))]
     head_var = Variable("__expand_head__")
     expr = expand(*holes)
-    entries = _build(expr._outputs, [head_var._outputs[0]], [h._outputs[0][0] for h in holes])
+    entries = _build(expr.output_entries(), [head_var.output_entries()[0]], [h.output_entries()[0][0] for h in holes])
     subs = {f"__expand_in{k}__": s for k, s in enumerate(inputs)}
     subs["__expand_head__"] = head
     result = []
@@ -252,7 +252,7 @@ def _entries(symbols: Symbol | Iterable[Symbol], what: str) -> list[Entry]:
     for s in symbols:
         if not isinstance(s, Symbol):
             raise TypeError(f"grad: {what} must be Symbols, got {type(s).__name__}")
-        out.extend(s._outputs)
+        out.extend(s.output_entries())
     return out
 
 
