@@ -184,8 +184,9 @@ def _backward_probes(sym, ctx, loc, aux, heads, name) -> dict:
     gradient's shape (a backward returning one of them returned the wrong array). Nothing for loss heads (their
     gradient does not depend on a head gradient). Cost: one forward and one backward per (output, axis), and one.
     """
-    from .probes import index_like
+    from .probes import index_inputs, index_like
 
+    maybe_index = index_inputs(sym)
     found: dict[str, Any] = {
         "arrays": [
             (f"the value of argument {k!r}", np.asarray(to_numpy(v), np.float64))
@@ -196,7 +197,7 @@ def _backward_probes(sym, ctx, loc, aux, heads, name) -> dict:
         "indices": [
             (k, np.rint(np.asarray(to_numpy(v), np.float64)).astype(np.int64))
             for k, v in loc.items()
-            if k != name and index_like(to_numpy(v))
+            if k != name and index_like(to_numpy(v)) and (k in maybe_index or np.asarray(v).dtype.kind in "iu")
         ],
     }
     if any(h is None for h in heads):

@@ -78,6 +78,21 @@ def index_like(v: object) -> bool:
     return v.dtype.kind in "iu" or bool(np.all(np.isfinite(v)) and np.all(v == np.round(v)))
 
 
+def index_inputs(sym) -> set[str]:
+    """The variables of ``sym`` that may hold indices: every op reading them reads them through an input it
+    takes no gradient for (``take``'s indices, a label) or is an opaque ``Custom`` op (which declares none). A
+    float argument holding integers by chance (a bias initialised to 0) that feeds a convolution is not one."""
+    uses: dict[str, list[bool]] = {}
+    for data in sym.to_networkx().nodes.values():
+        node = data["node"]
+        if node.op is None:
+            continue
+        for (src, _), slot in zip(node.inputs, node.input_names()):
+            if src.op is None:
+                uses.setdefault(src.name, []).append(node.op.name == "Custom" or slot in tuple(node.op.no_grad_inputs))
+    return {name for name, reads in uses.items() if all(reads)}
+
+
 @dataclass
 class Point:
     """A derived point: ``label`` names it in reports, ``values`` are every input there, ``region`` the elements

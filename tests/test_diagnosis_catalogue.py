@@ -293,3 +293,23 @@ def test_a_ratio_range_whose_ends_print_alike_reads_as_one_value(lo, hi, says):
     from symgrad.test_utils.diagnose import _ratio_span
 
     assert _ratio_span(lo, hi) == says
+
+
+def test_a_float_parameter_holding_integers_is_not_taken_for_an_index():
+    """A bias initialised to 0 (integers by chance) fed a "repeated indices ... rows that 'c1_bias' selects"
+    diagnosis; only variables read through an index slot (``take``'s indices) or by a Custom op count."""
+    from symgrad.test_utils.mxnet_checks import diagnosis_context
+
+    S = sg.sym
+    data, idx = S.Variable("data"), S.Variable("idx")
+    net = S.take(S.FullyConnected(data, num_hidden=4, name="fc"), idx)
+    rng = np.random.default_rng(0)
+    loc = {
+        "data": rng.standard_normal((3, 5)),
+        "fc_weight": rng.standard_normal((4, 5)),
+        "fc_bias": np.zeros(4),
+        "idx": np.array([0.0, 2.0, 2.0]),
+    }
+    heads = [rng.standard_normal((3, 4))]
+    found = diagnosis_context(net, sg.cpu(), loc, {}, heads, "data", [(3, 4)])
+    assert [name for name, _ in found["indices"]] == ["idx"]
