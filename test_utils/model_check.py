@@ -28,6 +28,7 @@ The cost model (``mode="fast"``, the default) fits a network:
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import gc
 import json
 import math
@@ -482,6 +483,14 @@ class ModelCheckResult:
     def lines(self) -> list[str]:
         """The whole text report (``str(result)``): the table, the pinning, the faulty nodes and the summary."""
         out = self.table() + [""]
+        moved = self.header.get("moved_off_ties")
+        if moved:
+            out.append(
+                f"checked at a point moved off exact ties: at the given point {few(moved['failed_at_given_point'])} "
+                f"failed where unpinned node(s) {few(moved['nodes'], 4)} read exactly equal values (several units "
+                "on a kink at once, which no finite difference can judge from outside the node); every float "
+                f"argument was moved by up to {moved['share_of_rms']:g} of its RMS (seeded) and checked again"
+            )
         if self.pinning is not None:
             out.append(_pinning_line(self.pinning))
         for fault in self.faults:
@@ -1584,7 +1593,10 @@ def check_model(
         (bisection of the direction's support down to 8 elements, then per-element differences on those and
         up to 16 random others) and, with ``locate``, every op node is checked alone at its recorded inputs to
         name the faulty ones (``NodeFault``). ``"sample"``: central differences of ``samples`` random elements
-        per argument; ``"full"``: ``check_numeric_gradient`` per argument.
+        per argument; ``"full"``: ``check_numeric_gradient`` per argument. A check that fails where an unpinned
+        node (opaque, or any with ``pin=False``) reads exactly equal values -- several units on a kink at once,
+        which no difference can judge from outside the node -- runs again at a point with every float argument
+        moved by up to ``MOVE_OFF_TIES`` (1e-3) of its RMS, and says so (``header["moved_off_ties"]``).
 
     Cost:
         Fast mode, every gradient right: one analytic forward and backward, about ten float64 forwards for
@@ -1593,7 +1605,8 @@ def check_model(
         large the argument. A localised argument adds 2 partial forwards per bisection level and 2 per element
         compared; ``locate`` adds one small check per op node. Sample mode: 2 partial forwards per sampled
         element; full mode: ``check_numeric_gradient``'s cost per argument. ``workers``/``executor`` share the
-        arguments between processes.
+        arguments between processes. A failure at exact ties of an unpinned node costs one float64 forward of
+        every node output and then the whole check again.
 
     Tolerance:
         Each element may err by ``t_i = rtol * (max|g| + |g_i|) + analytic noise_i``: ``rtol`` from ``dtype``'s
@@ -1645,28 +1658,18 @@ def check_model(
     ctx = cpu() if ctx is None else ctx
     workers = _check_workers(workers, executor, ctx)
     prep = model if isinstance(model, PreparedModel) else prepare_model(model, params, shapes, seed)
-    rows = _rows(prep, grad_req)
-    check = _ModelCheck(prep, rows, dtype, ctx, mode, samples, seed, directions, progress, executor, pin, locate)
-    check.workers = workers
-    result = ModelCheckResult(prep.label, np.dtype(dtype).name, mode, int(seed), [rows[n] for n in prep.args])
-    result.graph = ModelCheckResult._graph(prep.sym)
-    result.header = {"given": prep.given, "ignored_params": prep.ignored, "dropout_as_identity": prep.dropouts}
-    np.random.seed(seed)  # the checkers' own draws (full mode's projection weights, dirty buffers)
-    t0 = time.perf_counter()
-    try:
-        _run(check, result)
-    except KeyboardInterrupt as stop:
-        result.partial = True
-        result.interrupted = "SIGTERM" if isinstance(stop, CheckInterrupted) else "SIGINT"
-        if not keep_partial:
-            raise
-    finally:
-        result.seconds = time.perf_counter() - t0
-        # the executors, plans and harnesses of the check hold reference cycles (generated runners, closures):
-        # without a collection here they outlive the call until a full gc, with every parameter copy they hold
-        # (measured: +560 MB per ResNet-18 check in a loop; VGG-11's 8.5 GB each was OOM-killed on the third)
-        del check
-        gc.collect()
+    settings = (grad_req, dtype, ctx, mode, samples, seed, directions, progress, executor, workers, pin, locate)
+    result = _attempt(prep, settings, keep_partial)
+    tied = [] if result.ok or result.partial else _tied_unpinned_nodes(prep, result.pinning)
+    if tied:  # judge the point off the ties instead (MOVE_OFF_TIES): the given one cannot be judged from outside
+        first = result
+        result = _attempt(_moved_off_ties(prep, seed), settings, keep_partial)
+        result.seconds += first.seconds
+        result.header["moved_off_ties"] = {
+            "nodes": tied,
+            "failed_at_given_point": [r["name"] for r in first.failed],
+            "share_of_rms": MOVE_OFF_TIES,
+        }
     for verdict, why in (
         (
             "imprecise",
@@ -1693,6 +1696,98 @@ def check_model(
             seed=result.seed,
         )
     return result
+
+
+def _attempt(prep, settings, keep_partial) -> ModelCheckResult:
+    """One whole check of ``prep`` (``settings``: ``check_model``'s options, in ``_attempt``'s order)."""
+    grad_req, dtype, ctx, mode, samples, seed, directions, progress, executor, workers, pin, locate = settings
+    rows = _rows(prep, grad_req)
+    check = _ModelCheck(prep, rows, dtype, ctx, mode, samples, seed, directions, progress, executor, pin, locate)
+    check.workers = workers
+    result = ModelCheckResult(prep.label, np.dtype(dtype).name, mode, int(seed), [rows[n] for n in prep.args])
+    result.graph = ModelCheckResult._graph(prep.sym)
+    result.header = {"given": prep.given, "ignored_params": prep.ignored, "dropout_as_identity": prep.dropouts}
+    np.random.seed(seed)  # the checkers' own draws (full mode's projection weights, dirty buffers)
+    t0 = time.perf_counter()
+    try:
+        _run(check, result)
+    except KeyboardInterrupt as stop:
+        result.partial = True
+        result.interrupted = "SIGTERM" if isinstance(stop, CheckInterrupted) else "SIGINT"
+        if not keep_partial:
+            raise
+    finally:
+        result.seconds = time.perf_counter() - t0
+        # the executors, plans and harnesses of the check hold reference cycles (generated runners, closures):
+        # without a collection here they outlive the call until a full gc, with every parameter copy they hold
+        # (measured: +560 MB per ResNet-18 check in a loop; VGG-11's 8.5 GB each was OOM-killed on the third)
+        del check
+        gc.collect()
+    return result
+
+
+# -- a point off exact ties ------------------------------------------------------------------------------------
+
+#: a failing check whose numeric side leaves decisions unpinned (opaque ``Custom`` ops, ops without a pinned
+#: rule, ``pin=False``) at nodes reading exactly tied inputs is run again with every float argument (not index
+#: inputs, not auxiliary states) moved by up to this share of its RMS (1 where it is all 0), uniformly, seeded
+MOVE_OFF_TIES = 1e-3
+
+
+def _tied_unpinned_nodes(prep, pinning) -> list[str]:
+    """The unpinned decision nodes (``pinning``'s opaque and unpinnable ones; with ``pin=False``, no pinning,
+    every decision node and every ``Custom`` one) a float input of which holds exactly equal values at the point.
+
+    Exact ties are structure, not chance: a convolution with a zero bias over a zero border outputs exact zeros,
+    and a Python relu after it then has many units on their kink at once. Moving one argument element moves
+    several of them off it together, to either side, and the one-sided derivatives a finite difference sees
+    need not bracket the backward's value, which picks a side at every unit separately (relu'(0) = 0 at each):
+    measured, a correct custom relu there failed and was named the faulty node. Pinning cannot see into such
+    a node, and the kink test cannot judge it from outside; a point off the ties can be judged. A generic
+    point (random data, trained weights) has no exact ties, and nothing changes there.
+    """
+    if pinning is not None:
+        names = set(pinning.opaque) | set(pinning.unpinnable)
+        wanted = lambda node: node.name in names
+    else:
+        wanted = lambda node: node.op.name == "Custom" or node.op.decisions is not None
+    nodes = [n["node"] for n in prep.sym.to_networkx().nodes.values() if n["node"].op is not None]
+    nodes = [n for n in nodes if wanted(n)]
+    if not nodes:
+        return []
+    values = _entry_values(prep)
+    tied = []
+    for node in nodes:
+        for src, idx in node.inputs:
+            v = values.get(src.name if src.op is None else src.output_name(idx))
+            if v is not None and v.dtype.kind == "f" and v.size > 1 and np.unique(v).size < v.size:
+                tied.append(node.name)
+                break
+    return tied
+
+
+def _entry_values(prep) -> dict:
+    """Every argument's and every node output's value at ``prep``'s point (float64, one training forward)."""
+    from symgrad.context import cpu
+
+    internals = prep.sym.get_internals()
+    exe = internals.bind(cpu(), {k: v.copy() for k, v in prep.args.items()}, grad_req="null", aux_states=dict(prep.aux))
+    outs = exe.forward(is_train=True)
+    values = {name: np.asarray(to_numpy(o)) for name, o in zip(internals.list_outputs(), outs)}
+    return {**{k: np.asarray(v) for k, v in prep.args.items()}, **values}
+
+
+def _moved_off_ties(prep, seed) -> PreparedModel:
+    """``prep`` with every float argument but index inputs moved by up to ``MOVE_OFF_TIES`` of its RMS."""
+    rng = np.random.default_rng([int(seed), 0x7135])
+    args = {}
+    for name, v in prep.args.items():
+        if v.dtype.kind != "f" or prep.roles.get(name, ("data", None))[0] == "index":
+            args[name] = v
+            continue
+        rms = float(np.sqrt(np.mean(np.square(v)))) if v.size else 0.0
+        args[name] = v + MOVE_OFF_TIES * (rms or 1.0) * rng.uniform(-1.0, 1.0, v.shape)
+    return dataclasses.replace(prep, args=args)
 
 
 def _run(check, result):

@@ -444,3 +444,84 @@ def test_the_float64_second_opinion_clears_a_correct_rule_and_never_a_wrong_one(
     # beyond ROUNDING_EXPLAINS x the tolerance: no verdict where the rule holds in float64, FAIL where it does not
     crossed, imprecise = mc._float64_second_opinion(check.point, "conv_weight", indices, bad, np.full(4, 5.0), allowed)
     assert not crossed.any() and imprecise.tolist() == agrees.tolist()
+
+
+# -- an opaque op on exact ties: judged at a point moved off them ------------------------------------------------
+
+
+class _PythonRelu(sg.operator.CustomOp):
+    """``max(x, 0)`` with ``relu'(0) = 0``, scaled by ``factor`` in the backward (1: correct)."""
+
+    factor = 1.0
+
+    def forward(self, is_train, req, in_data, out_data, aux):
+        self.assign(out_data[0], req[0], np.maximum(np.asarray(in_data[0]), 0.0))
+
+    def backward(self, req, out_grad, in_data, out_data, in_grad, aux):
+        x = np.asarray(in_data[0])
+        self.assign(in_grad[0], req[0], self.factor * np.asarray(out_grad[0]) * (x > 0))
+
+
+class _PythonReluTooLarge(_PythonRelu):
+    factor = 1.01
+
+
+register_unary("mc_python_relu", _PythonRelu)
+register_unary("mc_python_relu_1pct", _PythonReluTooLarge)
+
+
+def _zero_border_net(op_type):
+    """A zero-biased convolution over an image that is 0 but for its centre, a Python relu, max pooling, a dense
+    layer: the convolution's outputs over the border are exactly 0, so moving one border pixel moves several of
+    the relu's units off their kink together -- to either side, by the signs of the weights."""
+    d = S.Variable("data")
+    h = S.Custom(S.Convolution(d, kernel=(3, 3), num_filter=4, pad=(1, 1), name="c1"), op_type=op_type, name="r")
+    net = S.FullyConnected(S.Pooling(h, kernel=(2, 2), stride=(2, 2), pool_type="max"), num_hidden=3, name="fc")
+    rng = np.random.default_rng(0)
+    x = np.zeros((1, 2, 8, 8))
+    x[:, :, 2:6, 2:6] = rng.standard_normal((1, 2, 4, 4))
+    args = {
+        "data": x,
+        "c1_weight": rng.standard_normal((4, 2, 3, 3)),
+        "c1_bias": np.zeros(4),
+        "fc_weight": rng.standard_normal((3, 64)),
+        "fc_bias": np.zeros(3),
+    }
+    return net, args
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("mode", ["fast", "sample"])
+def test_a_correct_python_relu_on_exact_ties_passes_at_a_point_moved_off_them(mode, dtype):
+    """At the given point the one-sided derivatives of a border pixel need not bracket the backward's value
+    (relu'(0) = 0 at every unit), so no difference can judge it: before, the check failed 'data' and 'c1_bias'
+    and named the correct relu the faulty node. Now it is judged at a point off the ties, and says so."""
+    net, args = _zero_border_net("mc_python_relu")
+    given = {k: v.copy() for k, v in args.items()}
+    result = check_model(net, args, dtype=dtype, mode=mode, seed=0)
+    assert result.ok and not result.faults
+    moved = result.header["moved_off_ties"]
+    assert moved["nodes"] == ["r"] and "data" in moved["failed_at_given_point"]
+    assert "checked at a point moved off exact ties" in str(result)
+    assert result.to_dict()["moved_off_ties"]["nodes"] == ["r"]
+    for k, v in given.items():  # the user's arrays are not the ones moved
+        np.testing.assert_array_equal(args[k], v)
+
+
+def test_a_wrong_python_relu_on_exact_ties_is_caught_and_named_at_the_moved_point():
+    net, args = _zero_border_net("mc_python_relu_1pct")
+    with pytest.raises(GradientCheckError) as info:
+        check_model(net, args, dtype="float32", seed=0)
+    result = info.value.result
+    assert result.header["moved_off_ties"]["nodes"] == ["r"]
+    assert [f.name for f in result.faults] == ["r"] and "1.01" in str(result.faults[0].diagnosis)
+
+
+def test_a_failure_away_from_ties_is_not_checked_twice():
+    """A generic point (random data, nonzero biases) has no exact ties: a failure is reported as found."""
+    net, args = _zero_border_net("mc_python_relu_1pct")
+    rng = np.random.default_rng(1)
+    args = {k: v + 0.1 * rng.standard_normal(v.shape) for k, v in args.items()}
+    result = check_model(net, args, dtype="float64", seed=0, raise_on_failure=False)
+    assert not result.ok and "moved_off_ties" not in result.header
+    assert [f.name for f in result.faults] == ["r"]
