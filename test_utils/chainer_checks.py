@@ -66,6 +66,7 @@ from .harness import analytic_noise
 from .numeric import KinkRedraws, check_step, relative_step
 from .report import GradientCheckError, NondifferentiableError, NondifferentiablePointWarning, Report, format_index
 from .seed import seeded_check
+from .ties import off_ties, retaking
 from .tolerance import NOISE_FACTOR
 
 if TYPE_CHECKING:
@@ -510,7 +511,33 @@ def _check_backward(
         who,
         " Use a larger eps, or keep the float64 reference (dtype=None, float64_reference=True).",
     )
-    check.run()
+    try:
+        check.run()
+    except GradientCheckError as err:
+        moved = off_ties(graph, who, f"the directional check ({err.arg_name!r})")
+        if moved is None:
+            raise
+        xs = tuple(moved[n] if n in moved else x for n, x in zip(names, as_tuple(x_data)))
+        given = {**param_dict(params, who), **{k: moved[k] for k in graph.param_names}}
+        with retaking():
+            return _check_backward(
+                who,
+                func,
+                xs,
+                y_grad,
+                given,
+                eps,
+                atol,
+                rtol,
+                no_grads,
+                dtype,
+                detect,
+                float64_reference,
+                progress,
+                names,
+                wrap,
+                probes,
+            )
     graph.probe_buffers(checked, heads, who)
     if probes is not False and not wrap:  # first order only: a second-order graph's points are the first's
         graph.probe_points(probes, checked, heads, who, rtol, atol)

@@ -48,6 +48,7 @@ from .context import to_device, to_numpy
 from .differencer import Progress
 from .frames import hide_from_pytest as _hide_from_pytest
 from .report import few
+from .ties import MOVE_OFF_TIES, moved_note, moved_off_ties, tied_nodes, unpinned
 
 if TYPE_CHECKING:
     from concurrent.futures import Executor
@@ -485,12 +486,7 @@ class ModelCheckResult:
         out = self.table() + [""]
         moved = self.header.get("moved_off_ties")
         if moved:
-            out.append(
-                f"checked at a point moved off exact ties: at the given point {few(moved['failed_at_given_point'])} "
-                f"failed where unpinned node(s) {few(moved['nodes'], 4)} read exactly equal values (several units "
-                "on a kink at once, which no finite difference can judge from outside the node); every float "
-                f"argument was moved by up to {moved['share_of_rms']:g} of its RMS (seeded) and checked again"
-            )
+            out.append(moved_note(moved["nodes"], few(moved["failed_at_given_point"])))
         if self.pinning is not None:
             out.append(_pinning_line(self.pinning))
         for fault in self.faults:
@@ -1661,9 +1657,10 @@ def check_model(
     settings = (grad_req, dtype, ctx, mode, samples, seed, directions, progress, executor, workers, pin, locate)
     result = _attempt(prep, settings, keep_partial)
     tied = [] if result.ok or result.partial else _tied_unpinned_nodes(prep, result.pinning)
-    if tied:  # judge the point off the ties instead (MOVE_OFF_TIES): the given one cannot be judged from outside
+    if tied:  # the given point cannot be judged from outside those nodes: judge one off the ties (test_utils.ties)
         first = result
-        result = _attempt(_moved_off_ties(prep, seed), settings, keep_partial)
+        keep = {name for name, (role, _) in prep.roles.items() if role == "index"}
+        result = _attempt(dataclasses.replace(prep, args=moved_off_ties(prep.args, keep, seed)), settings, keep_partial)
         result.seconds += first.seconds
         result.header["moved_off_ties"] = {
             "nodes": tied,
@@ -1726,68 +1723,15 @@ def _attempt(prep, settings, keep_partial) -> ModelCheckResult:
     return result
 
 
-# -- a point off exact ties ------------------------------------------------------------------------------------
-
-#: a failing check whose numeric side leaves decisions unpinned (opaque ``Custom`` ops, ops without a pinned
-#: rule, ``pin=False``) at nodes reading exactly tied inputs is run again with every float argument (not index
-#: inputs, not auxiliary states) moved by up to this share of its RMS (1 where it is all 0), uniformly, seeded
-MOVE_OFF_TIES = 1e-3
-
-
 def _tied_unpinned_nodes(prep, pinning) -> list[str]:
     """The unpinned decision nodes (``pinning``'s opaque and unpinnable ones; with ``pin=False``, no pinning,
-    every decision node and every ``Custom`` one) a float input of which holds exactly equal values at the point.
-
-    Exact ties are structure, not chance: a convolution with a zero bias over a zero border outputs exact zeros,
-    and a Python relu after it then has many units on their kink at once. Moving one argument element moves
-    several of them off it together, to either side, and the one-sided derivatives a finite difference sees
-    need not bracket the backward's value, which picks a side at every unit separately (relu'(0) = 0 at each):
-    measured, a correct custom relu there failed and was named the faulty node. Pinning cannot see into such
-    a node, and the kink test cannot judge it from outside; a point off the ties can be judged. A generic
-    point (random data, trained weights) has no exact ties, and nothing changes there.
-    """
-    if pinning is not None:
+    every decision node and every ``Custom`` one) reading exactly equal values at ``prep``'s point."""
+    if pinning is None:
+        wanted = unpinned()
+    else:
         names = set(pinning.opaque) | set(pinning.unpinnable)
         wanted = lambda node: node.name in names
-    else:
-        wanted = lambda node: node.op.name == "Custom" or node.op.decisions is not None
-    nodes = [n["node"] for n in prep.sym.to_networkx().nodes.values() if n["node"].op is not None]
-    nodes = [n for n in nodes if wanted(n)]
-    if not nodes:
-        return []
-    values = _entry_values(prep)
-    tied = []
-    for node in nodes:
-        for src, idx in node.inputs:
-            v = values.get(src.name if src.op is None else src.output_name(idx))
-            if v is not None and v.dtype.kind == "f" and v.size > 1 and np.unique(v).size < v.size:
-                tied.append(node.name)
-                break
-    return tied
-
-
-def _entry_values(prep) -> dict:
-    """Every argument's and every node output's value at ``prep``'s point (float64, one training forward)."""
-    from symgrad.context import cpu
-
-    internals = prep.sym.get_internals()
-    exe = internals.bind(cpu(), {k: v.copy() for k, v in prep.args.items()}, grad_req="null", aux_states=dict(prep.aux))
-    outs = exe.forward(is_train=True)
-    values = {name: np.asarray(to_numpy(o)) for name, o in zip(internals.list_outputs(), outs)}
-    return {**{k: np.asarray(v) for k, v in prep.args.items()}, **values}
-
-
-def _moved_off_ties(prep, seed) -> PreparedModel:
-    """``prep`` with every float argument but index inputs moved by up to ``MOVE_OFF_TIES`` of its RMS."""
-    rng = np.random.default_rng([int(seed), 0x7135])
-    args = {}
-    for name, v in prep.args.items():
-        if v.dtype.kind != "f" or prep.roles.get(name, ("data", None))[0] == "index":
-            args[name] = v
-            continue
-        rms = float(np.sqrt(np.mean(np.square(v)))) if v.size else 0.0
-        args[name] = v + MOVE_OFF_TIES * (rms or 1.0) * rng.uniform(-1.0, 1.0, v.shape)
-    return dataclasses.replace(prep, args=args)
+    return tied_nodes(prep.sym, prep.args, prep.aux, wanted)
 
 
 def _run(check, result):

@@ -1,0 +1,124 @@
+"""Exact ties at a node no pinned reference reaches (``test_utils.ties``): a zero-biased convolution over a
+zero-bordered image puts many units of the relu after it on their kink at once. Moving one border pixel moves
+several of them off it together, so a difference's one-sided derivatives need not bracket the backward's value
+(relu'(0) = 0 at each unit): a correct Python relu there failed ``check_backward`` and fast ``gradcheck`` (and
+``check_model``, tests/test_model_check.py), and a correct built-in relu failed fast ``gradcheck``. The checkers
+now compare with the forward's own pieces where they can, and otherwise take the check again at a point moved
+off the ties, with a warning. A wrong backward is still caught."""
+
+import warnings
+
+import numpy as np
+import pytest
+from custom_unary import register_unary
+
+import symgrad as sg
+from symgrad.test_utils import GradientCheckError, check_backward, gradcheck, ties
+from symgrad.test_utils.report import NondifferentiablePointWarning
+
+S = sg.sym
+
+
+class _Relu(sg.operator.CustomOp):
+    factor = 1.0
+
+    def forward(self, is_train, req, in_data, out_data, aux):
+        self.assign(out_data[0], req[0], np.maximum(np.asarray(in_data[0]), 0.0))
+
+    def backward(self, req, out_grad, in_data, out_data, in_grad, aux):
+        x = np.asarray(in_data[0])
+        self.assign(in_grad[0], req[0], (self.factor * np.asarray(out_grad[0]) * (x > 0)).astype(x.dtype))
+
+
+class _ReluTooLarge(_Relu):
+    factor = 1.01
+
+
+register_unary("ties_relu", _Relu)
+register_unary("ties_relu_1pct", _ReluTooLarge)
+
+
+def _relu(kind):
+    if kind == "builtin":
+        return lambda h: S.relu(h, name="r")
+    return lambda h: S.Custom(h, op_type=kind, name="r")
+
+
+def _case(dtype):
+    rng = np.random.default_rng(0)
+    x = np.zeros((1, 2, 8, 8))
+    x[:, :, 2:6, 2:6] = rng.standard_normal((1, 2, 4, 4))
+    w, b = rng.standard_normal((4, 2, 3, 3)), np.zeros(4)  # the zero bias keeps the border's outputs exactly 0
+    return x.astype(dtype), w.astype(dtype), b.astype(dtype)
+
+
+def _conv_relu(kind):
+    return lambda d, w, b: _relu(kind)(S.Convolution(d, w, b, kernel=(3, 3), num_filter=4, pad=(1, 1), name="c"))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("fast_mode", [False, True])
+@pytest.mark.parametrize("kind", ["builtin", "ties_relu"])
+def test_gradcheck_passes_a_correct_relu_on_exact_ties(kind, fast_mode, dtype):
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        assert gradcheck(_conv_relu(kind), _case(dtype), fast_mode=fast_mode, progress=False) is True
+    moved = [w for w in seen if issubclass(w.category, NondifferentiablePointWarning) and "moved off" in str(w.message)]
+    if kind == "builtin":  # pinned: nothing to move
+        assert not moved
+    else:  # when the first take failed it says where and why it moved
+        assert all("'r'" in str(w.message) for w in moved)
+
+
+@pytest.mark.parametrize("fast_mode", [False, True])
+def test_gradcheck_catches_a_wrong_relu_on_exact_ties(fast_mode):
+    with pytest.raises(GradientCheckError):
+        gradcheck(_conv_relu("ties_relu_1pct"), _case(np.float64), fast_mode=fast_mode, progress=False)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_check_backward_passes_a_correct_python_relu_on_exact_ties(seed, dtype):
+    x, w, b = _case(dtype)
+    net = lambda d: S.FullyConnected(
+        _conv_relu("ties_relu")(d, S.Variable("c_weight"), S.Variable("c_bias")), num_hidden=3, name="fc"
+    )
+    rng = np.random.default_rng(seed)
+    params = {
+        "c_weight": w,
+        "c_bias": b,
+        "fc_weight": rng.standard_normal((3, 256)).astype(dtype),
+        "fc_bias": np.zeros(3, dtype),
+    }
+    given = [a.copy() for a in (x, *params.values())]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", NondifferentiablePointWarning)
+        assert check_backward(net, x, rng.standard_normal((1, 3)).astype(dtype), params=params, progress=False) is None
+    for before, after in zip(given, (x, *params.values())):  # the user's arrays are not the ones moved
+        np.testing.assert_array_equal(after, before)
+
+
+def test_check_backward_catches_a_wrong_python_relu_on_exact_ties():
+    x, w, b = _case(np.float64)
+    net = lambda d: _conv_relu("ties_relu_1pct")(d, S.Variable("c_weight"), S.Variable("c_bias"))
+    head = np.random.default_rng(3).standard_normal((1, 4, 8, 8))
+    with pytest.raises(GradientCheckError), warnings.catch_warnings():
+        warnings.simplefilter("ignore", NondifferentiablePointWarning)
+        check_backward(net, x, head, params={"c_weight": w, "c_bias": b}, progress=False)
+
+
+def test_tied_nodes_and_the_moved_point():
+    """``tied_nodes`` names a node reading exactly equal values, not one reading generic values; the moved
+    point changes every float array but the kept ones, by at most 1e-3 of its RMS (1 for an all-zero one)."""
+    x, w, b = _case(np.float64)
+    sym = _conv_relu("ties_relu")(S.Variable("d"), S.Variable("w"), S.Variable("b"))
+    args = {"d": x, "w": w, "b": b}
+    assert ties.tied_nodes(sym, args, {}, ties.unpinned()) == ["r"]
+    generic = {k: v + 0.1 * np.random.default_rng(1).standard_normal(v.shape) for k, v in args.items()}
+    assert ties.tied_nodes(sym, generic, {}, ties.unpinned()) == []
+    moved = ties.moved_off_ties({**args, "idx": np.array([0.0, 2.0])}, {"idx"}, seed=0)
+    np.testing.assert_array_equal(moved["idx"], [0.0, 2.0])
+    for k, v in args.items():
+        rms = float(np.sqrt(np.mean(v**2))) or 1.0
+        assert 0 < np.max(np.abs(moved[k] - v)) <= 1e-3 * rms
+    assert ties.tied_nodes(sym, {k: moved[k] for k in args}, {}, ties.unpinned()) == []
