@@ -251,3 +251,17 @@ def test_shape_checks():
         S.sin(S.Variable("x")).infer_shape_partial(x=(-2, 3))
     # legacy: -1 is unknown too, reported as 0 (MXNet)
     assert S.sin(S.Variable("x")).infer_shape_partial(x=(-1, 3)) == ([(0, 3)], [(0, 3)], [])
+
+
+def test_broadcast_of_partial_shapes_keeps_what_is_known():
+    """MXNet 1.9.1 (run in its venv): broadcast_add of (2, 0) and (1, 3) infers (2, 0) -- the known pair
+    broadcasts, a dimension either side does not know stays unknown -- and with np_shape, (0, -1) + (1, 3) gives
+    (0, -1) and (2, -1) + (1, 3) gives (2, -1). symgrad answered () and None."""
+    from symgrad.util import np_shape
+
+    c = sg.sym.broadcast_add(sg.sym.Variable("a"), sg.sym.Variable("b"))
+    assert c.infer_shape_partial(a=(2, 0), b=(1, 3)) == ([(2, 0), (1, 3)], [(2, 0)], [])
+    with np_shape(True):
+        assert c.infer_shape_partial(a=(0, -1), b=(1, 3)) == ([(0, -1), (1, 3)], [(0, -1)], [])
+        assert c.infer_shape_partial(a=(2, -1), b=(1, 3)) == ([(2, -1), (1, 3)], [(2, -1)], [])
+        assert c.infer_shape_partial(a=(0, 3), b=(1, 3)) == ([(0, 3), (1, 3)], [(0, 3)], [])

@@ -1092,7 +1092,27 @@ _scalar(
 @wait_for_inputs(0, 1)
 def _broadcast_shape(params, in_shapes, out_shapes, where):
     a, b = in_shapes
+    if util.zeros_are_unknown() and (0 in a or 0 in b):
+        return in_shapes, [_partial_broadcast(a, b, where)]
     return in_shapes, [broadcast_shapes(a, b, where)]
+
+
+def _partial_broadcast(a, b, where):
+    """MXNet's ``BroadcastShapeCompact`` with unknown dimensions (0 in the legacy reading): a dimension either
+    side does not know stays unknown, even against a known n (the unknown one may be 1 or n); known pairs
+    broadcast as numpy's (1 against n, or equal). MXNet 1.9.1: (2, 0) + (1, 3) -> (2, 0); with np_shape,
+    (0, -1) + (1, 3) -> (0, -1)."""
+    n = max(len(a), len(b))
+    x_all, y_all = (1,) * (n - len(a)) + tuple(a), (1,) * (n - len(b)) + tuple(b)
+    out = []
+    for x, y in zip(x_all, y_all):
+        if x == 0 or y == 0:
+            out.append(0)
+        elif x == y or y == 1 or x == 1:
+            out.append(max(x, y))
+        else:
+            raise ShapeError(f"{where}: shapes {tuple(a)} and {tuple(b)} cannot be broadcast together")
+    return tuple(out)
 
 
 def _same_shape_binary(params, in_shapes, out_shapes, where):
