@@ -532,7 +532,12 @@ add(
     _same,
     lambda a, b: a**b,
     lambda g, y, a, b: [g * b * y / a, g * y * np.log(a)],
-    lambda g, y, a, b: [g * b * a ** (b - 1), g * np.where(a == 0, 0, y * np.log(np.where(a == 0, 1, a)))],
+    # the twin also zeroes d/da where b == 0 (a^0 = 1 for every a; b a^(b-1) is 0 * inf = NaN at a = 0), as
+    # PyTorch's pow_backward does: the checkers' b = 0 probe found the NaN at the special point's zero bases
+    lambda g, y, a, b: [
+        g * np.where(b == 0, 0, b * np.where(b == 0, 1, a) ** (b - 1)),
+        g * np.where(a == 0, 0, y * np.log(np.where(a == 0, 1, a))),
+    ],
     lambda r, dt: {"a": np.abs(_n(r, (3, 4), dt)), "b": _n(r, (3, 4), dt)},  # positive bases: a user's pow test
     _pow_special,
     note="user draws positive bases |N(0,1)| (negative bases make the forward NaN)",
