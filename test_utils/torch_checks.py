@@ -673,9 +673,10 @@ class _Check:
         """Whether ``analytic`` matches the directional derivative along ``r`` of a reference evaluated on the
         forward's own pieces (``decisions.pinned_symbol``: relu masks, pooling windows of the forward under
         test) -- what backprop differentiates, whatever kinks the step crosses. Taken only when the plain
-        reference fails beyond the kinks it re-draws, as ``check_backward`` does: a random direction through a zero-biased convolution over
-        a zero border moves many relu units off 0 at once, and the difference's one-sided mix is no derivative
-        (measured: a correct conv + relu failed fast mode there). A wrong rule fails both."""
+        reference fails beyond the kinks it re-draws, as ``check_backward`` does: a random direction through a
+        zero-biased convolution over a zero border moves many relu units off 0 at once, and the difference's
+        one-sided mix is no derivative (measured: a correct conv + relu failed fast mode there). A wrong rule
+        fails both."""
         if self._pinned is None:
             record = self.graph.decisions()
             self._pinned = (
