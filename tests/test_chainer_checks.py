@@ -722,3 +722,61 @@ def test_a_long_eps_next_to_a_steep_point_is_retaken_not_failed(dtype):
     # a backward 1% too large at the same point still fails: it settles at once at its own wrong value
     with pytest.raises(GradientCheckError):
         check_backward(lambda v: S.Custom(v, op_type="cc_steep_arctan_wrong"), x, np.ones(1, dtype), progress=False)
+
+
+class _Pow(sg.operator.CustomOp):
+    """``a ** b`` for bases a >= 0; its backward zeroes the 0 * inf terms at a = 0 (PyTorch's pow_backward), or
+    (``bad``) keeps ``y log a``, NaN at a = 0 -- the shipped bug tensorflow/tfjs#346."""
+
+    bad = False
+
+    def forward(self, is_train, req, in_data, out_data, aux):
+        a, b = (np.asarray(v) for v in in_data)
+        self.assign(out_data[0], req[0], a**b)
+
+    def backward(self, req, out_grad, in_data, out_data, in_grad, aux):
+        (a, b), g, y = (np.asarray(v) for v in in_data), np.asarray(out_grad[0]), np.asarray(out_data[0])
+        safe = np.where(a == 0, 1.0, a)
+        da = np.where(a == 0, np.where(b == 1, 1.0, 0.0), b * safe ** (b - 1))  # b >= 1 at the zero bases here
+        db = y * np.log(a) if self.bad else np.where(a == 0, 0.0, y * np.log(safe))
+        self.assign(in_grad[0], req[0], g * da)
+        self.assign(in_grad[1], req[1], g * db)
+
+
+class _PowBad(_Pow):
+    bad = True
+
+
+def _register_pow(op_type, op):
+    @sg.operator.register(op_type)
+    class _Prop(sg.operator.CustomOpProp):
+        def __init__(self):
+            super().__init__(need_top_grad=True)
+
+        def list_arguments(self):
+            return ["a", "b"]
+
+        def infer_shape(self, in_shape):
+            return in_shape, [in_shape[0]], []
+
+        def create_operator(self, ctx, shapes, dtypes):
+            return op()
+
+
+_register_pow("cc_pow", _Pow)
+_register_pow("cc_pow_bad", _PowBad)
+
+
+def test_a_direction_that_leaves_the_domain_is_judged_by_each_inputs_part():
+    """At a base of 0 with exponent 2, moving base and exponent together gives (-eps)^(2 + eps) = NaN: the
+    difference along r is not finite though each input moved alone stays in the domain. A correct pow passes
+    with a warning; the shipped bug (y log a, NaN at a = 0) still fails."""
+    rng = np.random.default_rng(0)
+    a, b = np.abs(rng.standard_normal((3, 4))) + 0.5, rng.uniform(1.0, 2.0, (3, 4))
+    a[0, 1] = a[2, 2] = 0.0
+    b[0, 1] = b[2, 2] = 2.0
+    gy = rng.standard_normal((3, 4))
+    with pytest.warns(NondifferentiablePointWarning, match="leaves the function's domain"):
+        assert check_backward(lambda x, y: S.Custom(x, y, op_type="cc_pow"), (a, b), gy, progress=False) is None
+    with pytest.raises(GradientCheckError):
+        check_backward(lambda x, y: S.Custom(x, y, op_type="cc_pow_bad"), (a, b), gy, progress=False)
