@@ -1,6 +1,8 @@
 """``register_unary(op_type, make_op)``: register a one-input, one-output, same-shape Python ``CustomOp`` (made by
 ``make_op()``) under ``op_type``, as the tests' planted gradient bugs need."""
 
+import numpy as np
+
 import symgrad as sg
 
 
@@ -17,3 +19,18 @@ def register_unary(op_type, make_op):
             return make_op()
 
     return _Prop
+
+
+def python_relu(factor=1.0):
+    """A ``CustomOp`` class: ``max(x, 0)`` with ``relu'(0) = 0``, its backward scaled by ``factor`` (1: correct) --
+    an opaque relu, which no pinned reference reaches."""
+
+    class PythonRelu(sg.operator.CustomOp):
+        def forward(self, is_train, req, in_data, out_data, aux):
+            self.assign(out_data[0], req[0], np.maximum(np.asarray(in_data[0]), 0.0))
+
+        def backward(self, req, out_grad, in_data, out_data, in_grad, aux):
+            x = np.asarray(in_data[0])
+            self.assign(in_grad[0], req[0], (factor * np.asarray(out_grad[0]) * (x > 0)).astype(x.dtype))
+
+    return PythonRelu

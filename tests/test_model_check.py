@@ -25,7 +25,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import gluon_exports  # noqa: E402
 import planted_network  # noqa: E402
-from custom_unary import register_unary  # noqa: E402
+from custom_unary import python_relu, register_unary  # noqa: E402
 
 S = sg.sym
 ZOO = os.path.join(HERE, "fixtures", "zoo")
@@ -449,25 +449,8 @@ def test_the_float64_second_opinion_clears_a_correct_rule_and_never_a_wrong_one(
 # -- an opaque op on exact ties: judged at a point moved off them ------------------------------------------------
 
 
-class _PythonRelu(sg.operator.CustomOp):
-    """``max(x, 0)`` with ``relu'(0) = 0``, scaled by ``factor`` in the backward (1: correct)."""
-
-    factor = 1.0
-
-    def forward(self, is_train, req, in_data, out_data, aux):
-        self.assign(out_data[0], req[0], np.maximum(np.asarray(in_data[0]), 0.0))
-
-    def backward(self, req, out_grad, in_data, out_data, in_grad, aux):
-        x = np.asarray(in_data[0])
-        self.assign(in_grad[0], req[0], self.factor * np.asarray(out_grad[0]) * (x > 0))
-
-
-class _PythonReluTooLarge(_PythonRelu):
-    factor = 1.01
-
-
-register_unary("mc_python_relu", _PythonRelu)
-register_unary("mc_python_relu_1pct", _PythonReluTooLarge)
+register_unary("mc_python_relu", python_relu())
+register_unary("mc_python_relu_1pct", python_relu(1.01))
 
 
 def _zero_border_net(op_type):

@@ -10,7 +10,7 @@ import warnings
 
 import numpy as np
 import pytest
-from custom_unary import register_unary
+from custom_unary import python_relu, register_unary
 
 import symgrad as sg
 from symgrad.test_utils import GradientCheckError, check_backward, gradcheck, ties
@@ -19,23 +19,8 @@ from symgrad.test_utils.report import NondifferentiablePointWarning
 S = sg.sym
 
 
-class _Relu(sg.operator.CustomOp):
-    factor = 1.0
-
-    def forward(self, is_train, req, in_data, out_data, aux):
-        self.assign(out_data[0], req[0], np.maximum(np.asarray(in_data[0]), 0.0))
-
-    def backward(self, req, out_grad, in_data, out_data, in_grad, aux):
-        x = np.asarray(in_data[0])
-        self.assign(in_grad[0], req[0], (self.factor * np.asarray(out_grad[0]) * (x > 0)).astype(x.dtype))
-
-
-class _ReluTooLarge(_Relu):
-    factor = 1.01
-
-
-register_unary("ties_relu", _Relu)
-register_unary("ties_relu_1pct", _ReluTooLarge)
+register_unary("ties_relu", python_relu())
+register_unary("ties_relu_1pct", python_relu(1.01))
 
 
 def _relu(kind):
