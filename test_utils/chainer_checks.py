@@ -492,6 +492,7 @@ def _check_backward(
     wrap=None,
     probes=None,
 ):
+    call = dict(locals())  # the arguments as given, for a retake at a point moved off exact ties
     flags = {"detect_nondifferentiable": detect, "float64_reference": float64_reference, "progress": progress}
     graph, names, no_grads, dtype = _validate(who, func, x_data, params, eps, atol, rtol, no_grads, dtype, names, flags)
     eps, rtol, atol = float(eps), float(rtol), float(atol)
@@ -520,24 +521,7 @@ def _check_backward(
         xs = tuple(moved[n] if n in moved else x for n, x in zip(names, as_tuple(x_data)))
         given = {**param_dict(params, who), **{k: moved[k] for k in graph.param_names}}
         with retaking():
-            return _check_backward(
-                who,
-                func,
-                xs,
-                y_grad,
-                given,
-                eps,
-                atol,
-                rtol,
-                no_grads,
-                dtype,
-                detect,
-                float64_reference,
-                progress,
-                names,
-                wrap,
-                probes,
-            )
+            return _check_backward(**{**call, "x_data": xs, "params": given})
     graph.probe_buffers(checked, heads, who)
     if probes is not False and not wrap:  # first order only: a second-order graph's points are the first's
         graph.probe_points(probes, checked, heads, who, rtol, atol)
