@@ -17,6 +17,7 @@ import shlex
 from typing import Any, TypeAlias
 
 from .report import few
+from .ties import moved_note
 
 #: ``test_utils.model_check.ModelCheckResult``: not imported, not even for the type checker (model_check imports
 #: this module for ``to_html``, and an import back would close a circle: tests/test_layers.py)
@@ -158,6 +159,9 @@ def _header(result: ModelCheckResult) -> str:
         notes.append(f"not inputs of the model, ignored: {_few(h['ignored_params'], 6)}")
     if h.get("dropout_as_identity"):
         notes.append(f"Dropout checked as identity (p=0): {_few(h['dropout_as_identity'], 6)}")
+    if h.get("moved_off_ties"):
+        moved = h["moved_off_ties"]
+        notes.append(_e(moved_note(moved["nodes"], few(moved["failed_at_given_point"], 6))))
     rows = "".join(f"<dt>{_e(k)}</dt><dd>{_e(v)}</dd>" for k, v in meta if v is not None)
     note_html = "".join(f'<p class="muted">{n}</p>' for n in notes)
     return (

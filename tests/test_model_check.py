@@ -508,3 +508,9 @@ def test_a_failure_away_from_ties_is_not_checked_twice():
     result = check_model(net, args, dtype="float64", seed=0, raise_on_failure=False)
     assert not result.ok and "moved_off_ties" not in result.header
     assert [f.name for f in result.faults] == ["r"]
+
+
+def test_the_html_report_says_the_point_was_moved_off_ties():
+    net, args = _zero_border_net("mc_python_relu")
+    page = check_model(net, args, dtype="float64", seed=0).to_html()
+    assert "checked at a point moved off exact ties" in page and "&#x27;r&#x27;" in page
