@@ -48,7 +48,7 @@ from .context import to_device, to_numpy
 from .differencer import Progress
 from .frames import hide_from_pytest as _hide_from_pytest
 from .report import few
-from .ties import MOVE_OFF_TIES, moved_note, moved_off_ties, tied_nodes, unpinned
+from .ties import MOVE_OFF_TIES, moved_note, moved_off_ties, tie_faults, tied_nodes, unpinned
 
 if TYPE_CHECKING:
     from concurrent.futures import Executor
@@ -1657,7 +1657,10 @@ def check_model(
     settings = (grad_req, dtype, ctx, mode, samples, seed, directions, progress, executor, workers, pin, locate)
     result = _attempt(prep, settings, keep_partial)
     tied = [] if result.ok or result.partial else _tied_unpinned_nodes(prep, result.pinning)
-    if tied:  # the given point cannot be judged from outside those nodes: judge one off the ties (test_utils.ties)
+    wrong_at_ties = tie_faults(prep.sym, tied, prep.args, prep.aux, seed) if tied else []
+    if wrong_at_ties:  # the failure stands: a tied node is wrong at its ties, which moving off them would hide
+        result.header["wrong_at_ties"] = wrong_at_ties
+    elif tied:  # the given point cannot be judged from outside those nodes: judge one off the ties (test_utils.ties)
         first = result
         keep = {name for name, (role, _) in prep.roles.items() if role == "index"}
         result = _attempt(dataclasses.replace(prep, args=moved_off_ties(prep.args, keep, seed)), settings, keep_partial)

@@ -107,3 +107,73 @@ def test_tied_nodes_and_the_moved_point():
         rms = float(np.sqrt(np.mean(v**2))) or 1.0
         assert 0 < np.max(np.abs(moved[k] - v)) <= 1e-3 * rms
     assert ties.tied_nodes(sym, {k: moved[k] for k in args}, {}, ties.unpinned()) == []
+
+
+class _RowMax(sg.operator.CustomOp):
+    """``max`` along axis 1; the backward hands the gradient to the first maximum, or (``every_tie``, Theano's
+    max-pool bug) to every tied maximum."""
+
+    every_tie = False
+
+    def forward(self, is_train, req, in_data, out_data, aux):
+        self.assign(out_data[0], req[0], np.max(np.asarray(in_data[0]), axis=1))
+
+    def backward(self, req, out_grad, in_data, out_data, in_grad, aux):
+        x, g = np.asarray(in_data[0]), np.asarray(out_grad[0])
+        if self.every_tie:
+            pick = (x == x.max(axis=1, keepdims=True)).astype(x.dtype)
+        else:
+            pick = np.zeros_like(x)
+            pick[np.arange(x.shape[0]), np.argmax(x, axis=1)] = 1.0
+        self.assign(in_grad[0], req[0], pick * g[:, None])
+
+
+class _RowMaxEveryTie(_RowMax):
+    every_tie = True
+
+
+def _register_rowmax(op_type, op):
+    @sg.operator.register(op_type)
+    class _Prop(sg.operator.CustomOpProp):
+        def __init__(self):
+            super().__init__(need_top_grad=True)
+
+        def infer_shape(self, in_shape):
+            return in_shape, [in_shape[0][:1]], []
+
+        def create_operator(self, ctx, shapes, dtypes):
+            return op()
+
+
+_register_rowmax("ties_rowmax", _RowMax)
+_register_rowmax("ties_rowmax_every_tie", _RowMaxEveryTie)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_a_bug_only_at_ties_is_not_moved_away_from(dtype):
+    """Every row's maximum is tied. A backward handing every tied maximum the whole gradient fails the model
+    check at the given point, and the tie-keeping check of the node (the tied maxima moved together) confirms
+    it: the failure stands, with the node named, instead of a retake off the ties that would hide it. The
+    correct op passes."""
+    from symgrad.test_utils import check_model
+
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((4, 6))
+    x[:, 1] = x[:, 4] = np.max(np.abs(x), axis=1) + 1.0  # two equal maxima per row
+    args = {"data": x, "fc_weight": rng.standard_normal((3, 1)), "fc_bias": np.zeros(3)}  # (4,) reads as (4, 1)
+
+    def net(op_type):
+        return S.FullyConnected(S.Custom(S.Variable("data"), op_type=op_type, name="m"), num_hidden=3, name="fc")
+
+    assert check_model(net("ties_rowmax"), args, dtype=dtype, seed=0).ok
+    result = check_model(net("ties_rowmax_every_tie"), args, dtype=dtype, seed=0, raise_on_failure=False)
+    assert not result.ok and result.header.get("wrong_at_ties") == ["m"]
+    assert "moved_off_ties" not in result.header
+
+
+def test_tie_faults_names_a_node_wrong_at_its_ties_only():
+    x = np.zeros((3, 5))
+    x[:, 0] = x[:, 2] = 1.0  # tied maxima (and tied zeros)
+    for op_type, wrong in (("ties_rowmax", []), ("ties_rowmax_every_tie", ["m"])):
+        sym = S.Custom(S.Variable("data"), op_type=op_type, name="m")
+        assert ties.tie_faults(sym, ["m"], {"data": x}, {}) == wrong
