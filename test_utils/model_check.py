@@ -487,6 +487,12 @@ class ModelCheckResult:
         moved = self.header.get("moved_off_ties")
         if moved:
             out.append(moved_note(moved["nodes"], few(moved["failed_at_given_point"])))
+        if self.header.get("wrong_at_ties"):
+            out.append(
+                f"wrong at ties: node(s) {few(self.header['wrong_at_ties'], 4)} disagree with their own forward "
+                "along a direction that moves each group of their equal input values together (a backward that "
+                "hands every tied element the whole gradient, or none)"
+            )
         if self.pinning is not None:
             out.append(_pinning_line(self.pinning))
         for fault in self.faults:

@@ -168,6 +168,7 @@ def test_a_bug_only_at_ties_is_not_moved_away_from(dtype):
     assert check_model(net("ties_rowmax"), args, dtype=dtype, seed=0).ok
     result = check_model(net("ties_rowmax_every_tie"), args, dtype=dtype, seed=0, raise_on_failure=False)
     assert not result.ok and result.header.get("wrong_at_ties") == ["m"]
+    assert "wrong at ties: node(s) m disagree" in str(result)
     assert "moved_off_ties" not in result.header
 
 
