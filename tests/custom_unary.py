@@ -1,19 +1,23 @@
 """``register_unary(op_type, make_op)``: register a one-input, one-output, same-shape Python ``CustomOp`` (made by
-``make_op()``) under ``op_type``, as the tests' planted gradient bugs need."""
+``make_op()``) under ``op_type``, as the tests' planted gradient bugs need; ``arguments`` and ``out_shape`` give
+other input names and another output shape."""
 
 import numpy as np
 
 import symgrad as sg
 
 
-def register_unary(op_type, make_op):
+def register_unary(op_type, make_op, arguments=("data",), out_shape=lambda shape: shape):
     @sg.operator.register(op_type)
     class _Prop(sg.operator.CustomOpProp):
         def __init__(self):
             super().__init__(need_top_grad=True)
 
+        def list_arguments(self):
+            return list(arguments)
+
         def infer_shape(self, in_shape):
-            return in_shape, [in_shape[0]], []
+            return in_shape, [out_shape(in_shape[0])], []
 
         def create_operator(self, ctx, shapes, dtypes):
             return make_op()

@@ -747,24 +747,8 @@ class _PowBad(_Pow):
     bad = True
 
 
-def _register_pow(op_type, op):
-    @sg.operator.register(op_type)
-    class _Prop(sg.operator.CustomOpProp):
-        def __init__(self):
-            super().__init__(need_top_grad=True)
-
-        def list_arguments(self):
-            return ["a", "b"]
-
-        def infer_shape(self, in_shape):
-            return in_shape, [in_shape[0]], []
-
-        def create_operator(self, ctx, shapes, dtypes):
-            return op()
-
-
-_register_pow("cc_pow", _Pow)
-_register_pow("cc_pow_bad", _PowBad)
+register_unary("cc_pow", _Pow, arguments=("a", "b"))
+register_unary("cc_pow_bad", _PowBad, arguments=("a", "b"))
 
 
 def test_a_direction_that_leaves_the_domain_is_judged_by_each_inputs_part():

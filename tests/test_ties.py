@@ -132,21 +132,8 @@ class _RowMaxEveryTie(_RowMax):
     every_tie = True
 
 
-def _register_rowmax(op_type, op):
-    @sg.operator.register(op_type)
-    class _Prop(sg.operator.CustomOpProp):
-        def __init__(self):
-            super().__init__(need_top_grad=True)
-
-        def infer_shape(self, in_shape):
-            return in_shape, [in_shape[0][:1]], []
-
-        def create_operator(self, ctx, shapes, dtypes):
-            return op()
-
-
-_register_rowmax("ties_rowmax", _RowMax)
-_register_rowmax("ties_rowmax_every_tie", _RowMaxEveryTie)
+register_unary("ties_rowmax", _RowMax, out_shape=lambda shape: shape[:1])
+register_unary("ties_rowmax_every_tie", _RowMaxEveryTie, out_shape=lambda shape: shape[:1])
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
