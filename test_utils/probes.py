@@ -416,6 +416,28 @@ class _Probe:
             self._measured_noise = harness.evaluation_noise(objective, np.float64, runs=3)
         return self._measured_noise
 
+    def _settles(self, ref, r, h, sides, analytic, bound) -> bool:
+        """Whether the central difference, retaken at steps shorter than ``h`` until it settles
+        (``differencer.settle``), matches ``analytic``. A far-out probe can put the function's whole turn inside
+        both steps: at zero conv weights before a BatchNorm, data scaled by 1000 moves the channel from
+        ``var = 0`` to ``var >> eps`` within 1e-6 of the weights, and the quotients read 0.07 and 2.7 at the
+        probe's steps while they converge to the backward's 49.03 below 1e-4 (measured). A wrong derivative
+        settles at once at its own value."""
+        from .differencer import directional, settle
+
+        harness, scalar, _, _ = ref
+        with np.errstate(all="ignore"):
+            got = settle(
+                lambda step: directional(harness, r, step, scalar),
+                h,
+                0.5 * (sides[0] + sides[1]),
+                analytic,
+                self.atol + bound,
+                self._noise(ref),
+                self.rtol,
+            )
+        return got.settled and got.ok
+
     # -- agreement: the analytic directional derivative inside the one-sided interval, at two steps
     def _moves_set_kinks(self, ref, r) -> bool:
         """Whether ``r`` moves elements the probe set (``region``) that sit on a kink along their own coordinate
@@ -470,7 +492,11 @@ class _Probe:
         # float64 forwards with every intermediate value perturbed) -- at a far-out probe a softmax's gradient of
         # 1e-225 sits below what log(1 + 1e-225) can resolve, and the difference reads exactly 0
         verdicts = self._verdicts(sides, (h, h / CONFIRM), analytic, rounding + trunc, self._noise(ref))
-        if verdicts is None or any(ok for ok, *_ in verdicts):
+        if (
+            verdicts is None
+            or any(ok for ok, *_ in verdicts)
+            or self._settles(ref, r, h / CONFIRM, sides[1], analytic, rounding)
+        ):
             return
         if not keeps_ties and self._moves_set_kinks(ref, r):  # the tie-keeping direction crosses none of them
             return

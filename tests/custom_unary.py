@@ -38,3 +38,16 @@ def python_relu(factor=1.0):
             self.assign(in_grad[0], req[0], (factor * np.asarray(out_grad[0]) * (x > 0)).astype(x.dtype))
 
     return PythonRelu
+
+
+def python_scale(factor=1.0):
+    """A ``CustomOp`` class: the identity, its backward scaled by ``factor`` (1: correct)."""
+
+    class PythonScale(sg.operator.CustomOp):
+        def forward(self, is_train, req, in_data, out_data, aux):
+            self.assign(out_data[0], req[0], np.asarray(in_data[0]))
+
+        def backward(self, req, out_grad, in_data, out_data, in_grad, aux):
+            self.assign(in_grad[0], req[0], (factor * np.asarray(out_grad[0])).astype(np.asarray(in_data[0]).dtype))
+
+    return PythonScale

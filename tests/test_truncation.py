@@ -1,0 +1,114 @@
+"""Truncation at steep points: a difference retaken at shorter steps (``differencer.settle``) in every checker.
+
+A convolution with zero weights before a BatchNorm (a zero-initialised layer, checked on raw data) feeds the
+normalisation a constant channel: ``x_hat = d / sqrt(var + eps)`` at ``var = 0`` turns on a scale of
+``sqrt(eps)`` / |data| in the weights, so the default step's truncation is 0.01-0.1% of the gradient. A correct
+gradient failed ``check_numeric_gradient`` (float64, data of scale 255), ``gradcheck`` (float64, data
+of scale 255) and ``check_backward`` (Chainer's eps=1e-3; its settling needed a bound that scales with the
+gradient). Each now retakes the failing differences at shorter steps and passes with a RuntimeWarning; a backward
+0.1% off at the same point (1% for gradcheck, whose rtol is 1e-3) still fails.
+"""
+
+import warnings
+
+import numpy as np
+import pytest
+from custom_unary import python_scale, register_unary
+
+import symgrad as sg
+from symgrad.test_utils import GradientCheckError, check_backward, check_numeric_gradient, gradcheck
+from symgrad.test_utils.seed import with_seed
+
+S = sg.sym
+
+register_unary("trunc_identity", python_scale())
+register_unary("trunc_identity_01pct", python_scale(1.001))
+register_unary("trunc_identity_1pct", python_scale(1.01))  # gradcheck's rtol is 1e-3
+
+
+def _net(d, w, g, be, relu=False, op_type=None):
+    h = S.Convolution(d, w, kernel=(3, 3), num_filter=4, pad=(1, 1), no_bias=True, name="c")
+    if op_type:
+        h = S.Custom(h, op_type=op_type, name="planted")
+    h = S.BatchNorm(h, g, be, fix_gamma=False, name="bn")
+    return S.relu(h, name="r") if relu else h
+
+
+def _point(seed, scale):
+    rng = np.random.default_rng(seed)
+    return {
+        "d": rng.standard_normal((2, 2, 8, 8)) * scale,
+        "w": np.zeros((4, 2, 3, 3)),  # the constant channel
+        "g": rng.uniform(0.5, 1.5, 4),
+        "be": np.zeros(4),
+    }
+
+
+def _sym(op_type=None):
+    return _net(*[S.Variable(n) for n in ("d", "w", "g", "be")], op_type=op_type)
+
+
+def _aux(sym):
+    return {n: (np.zeros(4) if "mean" in n else np.ones(4)) for n in sym.list_auxiliary_states()}
+
+
+@pytest.mark.parametrize("op_type", [None, "trunc_identity"])
+@pytest.mark.parametrize("seed", [0, 1])
+def test_check_numeric_gradient_settles_the_truncation(seed, op_type):
+    np.random.seed(seed)  # the checker's draws (projection weights): whether the first step fails depends on them
+    sym, loc = _sym(op_type), _point(seed, 255.0)
+    given = {k: v.copy() for k, v in loc.items()}
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        result = check_numeric_gradient(sym, loc, aux_states=_aux(sym), dtype=np.float64)
+    assert "w" in result.retaken and result.retaken["w"]
+    assert any(issubclass(w.category, RuntimeWarning) and "truncation" in str(w.message) for w in seen)
+    analytic, numeric = result["w"]
+    assert np.abs(analytic).max() > 1.0  # a real gradient was compared, not zeros
+    assert all(np.array_equal(loc[k], given[k]) for k in loc)
+
+
+@pytest.mark.parametrize("scale", [1.0, 255.0])
+def test_check_numeric_gradient_still_catches_a_small_error_there(scale):
+    sym = _sym("trunc_identity_01pct")
+    with pytest.raises(GradientCheckError, match="'w'"):
+        check_numeric_gradient(sym, _point(0, scale), aux_states=_aux(sym), dtype=np.float64)
+
+
+def _func(op_type, relu=False):
+    return lambda d, w, g, be: _net(d, w, g, be, relu=relu, op_type=op_type)
+
+
+def test_gradcheck_settles_the_truncation():
+    np.random.seed(2)  # where the relu's kinks are re-drawn to: at this draw the Jacobian's first step errs
+    inputs = tuple(_point(0, 255.0).values())
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        assert gradcheck(_func("trunc_identity", relu=True), inputs, progress=False) is True
+    assert any(issubclass(w.category, RuntimeWarning) and "truncation" in str(w.message) for w in seen)
+
+
+def test_gradcheck_still_catches_a_small_error_there():
+    with pytest.raises(GradientCheckError, match="Jacobian mismatch"):
+        gradcheck(_func("trunc_identity_1pct", relu=True), tuple(_point(0, 255.0).values()), progress=False)
+
+
+def test_check_backward_settles_with_a_bound_that_scales_with_the_gradient():
+    np.random.seed(0)  # the direction r: at this draw Chainer's eps=1e-3 errs by half the derivative
+    inputs = tuple(_point(0, 255.0).values())
+    y_grad = np.random.default_rng(5).standard_normal((2, 4, 8, 8))
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        check_backward(_func(None), inputs, y_grad, dtype=np.float64)
+    assert any("erred by truncation" in str(w.message) for w in seen)
+    with pytest.raises(GradientCheckError):
+        check_backward(_func("trunc_identity_01pct"), inputs, y_grad, dtype=np.float64)
+
+
+@with_seed(4)  # the probe's random direction at this seed
+def test_a_far_out_probe_settles_the_truncation():
+    """The special-point probe "d scaled by 1000" moves the constant channel to ``var >> eps`` within 1e-6 of
+    the weights: its two steps read 0.07 and 2.7 where the quotients converge to the backward's 49.03."""
+    sym = _sym()
+    result = check_numeric_gradient(sym, _point(0, 255.0), aux_states=_aux(sym), dtype=np.float64, probes=True)
+    assert np.abs(result["w"][0]).max() > 1.0
