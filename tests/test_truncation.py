@@ -112,3 +112,14 @@ def test_a_far_out_probe_settles_the_truncation():
     sym = _sym()
     result = check_numeric_gradient(sym, _point(0, 255.0), aux_states=_aux(sym), dtype=np.float64, probes=True)
     assert np.abs(result["w"][0]).max() > 1.0
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_gradcheck_fast_mode_settles_the_truncation(dtype):
+    """L2Normalization at x = 0 turns on a scale of sqrt(eps) = 1e-5; eps=1e-6 erred by 0.25% along v."""
+    x = np.zeros((2, 4, 3, 3), dtype)
+    assert gradcheck(lambda x: S.L2Normalization(x), (x,), fast_mode=True, progress=False) is True
+    assert not x.any()
+    bad = lambda x: S.Custom(S.L2Normalization(x), op_type="trunc_identity_1pct")
+    with pytest.raises(GradientCheckError, match="fast mode"):
+        gradcheck(bad, (x,), fast_mode=True, progress=False)
