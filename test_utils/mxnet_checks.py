@@ -728,6 +728,8 @@ class NumericGradientResult(dict):
         excluded: ``{name: [index, ...]}``: elements left out of the comparison.
         retaken: ``{name: [index, ...]}``: elements whose difference failed at the first step and was retaken
             at shorter steps (``differencer.settle``); the comparison used the settled value.
+        pinned: names whose comparison used the reference on the forward's own pieces (relu masks, sort
+            orders, ...: ``decisions.pinned_symbol``), where the plain differences crossed kinks or ties.
         location: ``{name: array}``: the point finally checked (dtype under test).
         method: the numeric method.
     """
@@ -736,6 +738,7 @@ class NumericGradientResult(dict):
     redrawn: dict
     excluded: dict
     retaken: dict
+    pinned: list
     location: dict
     method: str
 
@@ -892,6 +895,7 @@ def check_numeric_gradient(
         )
         warnings.warn(NondifferentiablePointWarning(text), stacklevel=2)
     run.settle_truncation(rounds)
+    run.pinned_second_look(rounds)
     result = run.compare(rounds)
     run.probe_buffers(rounds)
     run.probe_points(probes)
@@ -999,10 +1003,12 @@ class _NumericRun:
         }
         self.weights64 = [w.astype(np.float64) for w in self.weights]
         ref_sym, self.loss_heads, self.make_objective = projected_objective(s.sym, self.weights64, s.who)
+        self.ref_sym = ref_sym
         self.heads = [None if loss else w for w, loss in zip(self.weights, self.loss_heads)]
         self._bind(ref_sym)
         self.first_kinks = None
         self.retaken: dict = {}
+        self.pinned: list = []  # the arguments compared with the reference on the forward's own pieces
 
     # -- phase 2: bind ------------------------------------------------------------------------------------
     def _bind(self, ref_sym):
@@ -1165,15 +1171,66 @@ class _NumericRun:
                 stacklevel=4,
             )
 
+    # -- phase 4c: the forward's own pieces --------------------------------------------------------------------
+    def pinned_second_look(self, r):
+        """Arguments that still fail, compared with the numeric gradient of the reference evaluated on the
+        forward's own pieces (``decisions.pinned_symbol``: relu masks, pooling windows, sort orders of the forward
+        under test), as check_backward and gradcheck do: at exact ties (24 equal values sorted) the re-draws run
+        out before every element is off its tie, and a difference moving a tied element sends it to either end
+        of its group, a mix of two permutations that matches none. An argument whose analytic gradient matches
+        the pinned one everywhere passes with that reference; a wrong rule fails both. Cost: one more numeric
+        gradient of each such argument, on the failure path only."""
+        from .decisions import pinned_symbol, record_decisions
+
+        s = self.s
+        failing = [k for k in s.checked if self._failing(k, r)[0].any()]
+        if not failing or s.complex_step or s.kinks != "redraw":  # kinks="error" / "exclude": as asked
+            return
+        for k in s.arg_names:
+            _write(self.exe.arg_dict[k], self.point[k])
+        for k, a in self.exe.aux_dict.items():
+            _write(a, s.aux[k])
+        sym, pinning = pinned_symbol(self.ref_sym, record_decisions(self.exe, is_train=True))
+        if not pinning.pinned:
+            return
+        ref = Harness.bind(sym, self.point, s.aux, ctx=s.ctx, dtype=s.ndtype, is_train=s.is_train)
+        objective = self.make_objective([np.asarray(b, np.float64) for b in ref.base()])
+        f_noise = ref.evaluation_noise(objective, s.ndtype)
+        numeric, widths = gradient(ref, failing, objective.value, {k: r["steps"][k] for k in failing}, progress=False)
+        for k in failing:
+            pinned = {"numeric": numeric[k], "n_noise": f_noise / widths[k], "atol": self._atol(numeric[k])}
+            if not self._failing(k, {**r, **{key: {**r[key], k: v} for key, v in pinned.items()}})[0].any():
+                for key, v in pinned.items():
+                    r[key][k] = v
+                self.pinned.append(k)
+        if self.pinned:
+            warnings.warn(
+                NondifferentiablePointWarning(
+                    f"{s.who}: {', '.join(map(repr, self.pinned))} compared with the numeric gradient of the reference "
+                    f"on the forward's own pieces ({', '.join(map(repr, pinning.pinned))} pinned): the plain "
+                    "differences cross kinks or ties the re-draws did not leave (result.pinned)"
+                ),
+                stacklevel=4,
+            )
+
+    def _failing(self, k, r):
+        """``(bad mask, |error|, allowed)`` of argument ``k`` as the comparison will judge it, kinks left out."""
+        s = self.s
+        bad, err, allowed = violations(
+            r["analytic"][k], r["numeric"][k], s.rtol, r["atol"][k], False, r["n_noise"][k] + r["a_noise"][k]
+        )
+        for i in self.kinks.excluded.get(k, ()):
+            bad[i] = False
+        return bad, err, allowed
+
     def _settle_argument(self, k, r):
         from .differencer import ElementDifferences, settle_entries
 
         s = self.s
         analytic, numeric, a_noise = r["analytic"][k], r["numeric"][k], r["a_noise"][k]
-        bad, err, allowed = violations(analytic, numeric, s.rtol, r["atol"][k], False, r["n_noise"][k] + a_noise)
-        left = set(self.kinks.excluded.get(k, ()))
+        bad, err, allowed = self._failing(k, r)
         failing = [tuple(map(int, i)) for i in np.argwhere(bad & np.isfinite(numeric) & np.isfinite(analytic))]
-        failing = sorted((i for i in failing if i not in left), key=lambda i: -err[i] / max(allowed[i], 1e-300))
+        failing.sort(key=lambda i: -err[i] / max(allowed[i], 1e-300))
         if not failing:
             return
         scalar = r["scalar"]
@@ -1247,7 +1304,7 @@ class _NumericRun:
             self.kinks.excluded,
         )
         results.location, results.method = self.point, s.method
-        results.retaken = self.retaken
+        results.retaken, results.pinned = self.retaken, self.pinned
         context_line = (
             f"dtype under test {s.dtype.name}, numeric reference in {np.dtype(s.ndtype).name} "
             f"({s.method}), forward is_train={s.is_train}"

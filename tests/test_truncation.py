@@ -4,7 +4,7 @@ A convolution with zero weights before a BatchNorm (a zero-initialised layer, ch
 normalisation a constant channel: ``x_hat = d / sqrt(var + eps)`` at ``var = 0`` turns on a scale of
 ``sqrt(eps)`` / |data| in the weights, so the default step's truncation is 0.01-0.1% of the gradient. A correct
 gradient failed ``check_numeric_gradient`` (float64, data of scale 255), ``gradcheck`` (float64, data
-of scale 255) and ``check_backward`` (Chainer's eps=1e-3; its settling needed a bound that scales with the
+of scale 2.55e4) and ``check_backward`` (Chainer's eps=1e-3; its settling needed a bound that scales with the
 gradient). Each now retakes the failing differences at shorter steps and passes with a RuntimeWarning; a backward
 0.1% off at the same point (1% for gradcheck, whose rtol is 1e-3) still fails.
 """
@@ -79,18 +79,20 @@ def _func(op_type, relu=False):
     return lambda d, w, g, be: _net(d, w, g, be, relu=relu, op_type=op_type)
 
 
+@with_seed(0)  # at this seed the Jacobian's first step errs (seeds 1 and 2 pass at once)
 def test_gradcheck_settles_the_truncation():
-    np.random.seed(2)  # where the relu's kinks are re-drawn to: at this draw the Jacobian's first step errs
-    inputs = tuple(_point(0, 255.0).values())
+    """Data of scale 2.55e4 (raw 16-bit audio, say): eps=1e-6 is long beside the channel's turn."""
+    inputs = tuple(_point(0, 25500.0).values())
     with warnings.catch_warnings(record=True) as seen:
         warnings.simplefilter("always")
-        assert gradcheck(_func("trunc_identity", relu=True), inputs, progress=False) is True
+        assert gradcheck(_func("trunc_identity"), inputs, progress=False) is True
     assert any(issubclass(w.category, RuntimeWarning) and "truncation" in str(w.message) for w in seen)
 
 
+@with_seed(0)
 def test_gradcheck_still_catches_a_small_error_there():
     with pytest.raises(GradientCheckError, match="Jacobian mismatch"):
-        gradcheck(_func("trunc_identity_1pct", relu=True), tuple(_point(0, 255.0).values()), progress=False)
+        gradcheck(_func("trunc_identity_1pct"), tuple(_point(0, 25500.0).values()), progress=False)
 
 
 def test_check_backward_settles_with_a_bound_that_scales_with_the_gradient():

@@ -25,6 +25,7 @@ import numpy as np
 
 from ..base import ParamError, ShapeError
 from ..opdef import (
+    Decision,
     Param,
     acc_dtype,
     adjoint_shape,
@@ -362,6 +363,35 @@ def _topk_core(xp, x, axis, k, is_ascend):
     return vals, idx
 
 
+def _order_choice(xp, x, axis, k, is_ascend):
+    """The decision of sort / topk: the source index of each output element along ``axis`` (None: flattened),
+    with its gap to the neighbouring values in sorted order as the quantity (0 at a tie: moving a tied element
+    changes the permutation, a kink of the output). Each output element is decided over its whole row."""
+    src = x.reshape(-1) if axis is None else xp.moveaxis(x, axis, -1)
+    order = _sorted_index(xp, src, is_ascend)
+    ranked = xp.take_along_axis(src, order, axis=-1).astype(np.float64)
+    gaps = xp.abs(xp.diff(ranked, axis=-1))
+    inf = xp.full(gaps.shape[:-1] + (1,), np.inf)
+    gap = xp.minimum(xp.concatenate([inf, gaps], axis=-1), xp.concatenate([gaps, inf], axis=-1))[..., :k]
+    idx = order[..., :k]
+    if axis is not None:
+        idx, gap = xp.moveaxis(idx, -1, axis), xp.moveaxis(gap, -1, axis)
+
+    def support(site):  # the whole row the element was ranked in
+        if axis is None:
+            return (tuple(slice(None) for _ in x.shape),)
+        return (tuple(slice(None) if i == axis else int(j) for i, j in enumerate(site)),)
+
+    return [Decision((0,), idx, gap, support)]
+
+
+def _ordered_piece(xp, x, axis, idx):
+    """The values at the recorded source indices ``idx`` (in the output's layout): sort / topk on their piece."""
+    if axis is None:
+        return x.reshape(-1)[idx]
+    return xp.take_along_axis(x, idx, axis=axis)
+
+
 def _dtype_prepare(opname, extra=None):
     def prepare(params, name):
         if params["dtype"].name not in _INDEX_DTYPES:
@@ -391,12 +421,24 @@ def _sort_fwd(xp, x, axis, is_ascend):
     return vals, idx.astype(_INDEX_TYPE)
 
 
+def _sort_choice(xp, x, axis, is_ascend):
+    axis = None if axis is None else normalize_axis(axis, x.ndim, "sort")
+    return _order_choice(xp, x, axis, x.size if axis is None else x.shape[axis], is_ascend)
+
+
+def _sort_pinned(xp, choices, x, axis, is_ascend):
+    axis = None if axis is None else normalize_axis(axis, x.ndim, "sort")
+    return _ordered_piece(xp, x, axis, choices[0]), choices[0].astype(_INDEX_TYPE)
+
+
 register(
     "sort",
     params={"axis": Param("int", -1, optional=True), "is_ascend": Param("bool", True)},
     num_outputs=2,
     num_visible=1,
     forward=_sort_fwd,
+    decisions=_sort_choice,
+    pinned=_sort_pinned,
     infer_shape=_sort_shape,
     infer_type=lambda p, i, o, w: (i, [i[0] if i[0] is not None else o[0], _INDEX_TYPE]),
     # y_i = x[idx_i] (a permutation): dx[idx_i] = dy_i, dx = scatter of dy at the hidden indices
@@ -468,6 +510,23 @@ def _topk_fwd(xp, x, axis, k, ret_typ, is_ascend, dtype):
     return vals, idx.astype(_INDEX_TYPE if ret_typ == "value" else dtype)
 
 
+def _topk_choice(xp, x, axis, k, ret_typ, is_ascend, dtype):
+    """The order decision of the values topk returns (``ret_typ`` value/both); none for indices and masks,
+    which have no gradient."""
+    if ret_typ not in ("value", "both"):
+        return []
+    axis, _, k = _topk_parse(x.shape, axis, k, "topk")
+    return _order_choice(xp, x, axis, k, is_ascend)
+
+
+def _topk_pinned(xp, choices, x, axis, k, ret_typ, is_ascend, dtype):
+    if not choices:
+        return _topk_fwd(xp, x, axis, k, ret_typ, is_ascend, dtype)
+    axis, _, k = _topk_parse(x.shape, axis, k, "topk")
+    idx = choices[0]
+    return _ordered_piece(xp, x, axis, idx), idx.astype(_INDEX_TYPE if ret_typ == "value" else dtype)
+
+
 def _topk_grad(F, n, g):
     # values (ret_typ value/both): y_i = x[idx_i]  ->  dx = scatter of dy at idx (MXNet's _backward_topk);
     # indices and mask are piecewise constant: no gradient
@@ -489,6 +548,8 @@ register(
     num_outputs=_topk_n_out,
     num_visible=lambda p: 2 if p["ret_typ"] == "both" else 1,
     forward=_topk_fwd,
+    decisions=_topk_choice,
+    pinned=_topk_pinned,
     infer_shape=_topk_shape,
     infer_type=_topk_type,
     gradient=_topk_grad,
