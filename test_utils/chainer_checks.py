@@ -656,7 +656,7 @@ class _Directional:
         exceed ``rtol`` (measured: atan2 at (0.024, -0.007), a shipped-bug twin, failed correct in float32 and
         float64). A wrong backward settles at once at its wrong value and still fails. A pass here warns that
         ``eps`` was too long."""
-        from .differencer import settle
+        from .differencer import settle, settled_note
 
         analytic, first, _ = self._sides()
         rounding = self.analytic_rounding  # the analytic side's part of the allowance
@@ -682,14 +682,8 @@ class _Directional:
                 self.rtol,
             )
         if got.settled and got.ok:
-            warnings.warn(
-                f"{self.who}: the central difference with eps={self.eps:g} along r erred by truncation "
-                f"(numeric {first:.10g}, backward . r {analytic:.10g}); retaken down to eps={got.step:.3g}{where} "
-                f"it settles at {got.value:.10g}, which the backward matches: pass (use a smaller eps "
-                "near steep points)",
-                RuntimeWarning,
-                stacklevel=4,
-            )
+            what = f"the central difference with eps={self.eps:g} along r"
+            warnings.warn(settled_note(self.who, what, first, analytic, got, where), RuntimeWarning, stacklevel=4)
             return True
         return False
 

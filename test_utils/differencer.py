@@ -581,6 +581,16 @@ def settle(
     return best
 
 
+def settled_note(who: str, what: str, first: float, analytic: float, got: Settled, where: str = "") -> str:
+    """The warning of a difference along one direction that passed once ``settle`` retook it: ``what`` names the
+    difference (``"the central difference with eps=0.001 along r"``), ``where`` the reference if not the first."""
+    return (
+        f"{who}: {what} erred by truncation (numeric {first:.10g}, backward {analytic:.10g}); retaken down to "
+        f"eps={got.step:.3g}{where} it settles at {got.value:.10g}, which the backward matches: pass (use a "
+        "smaller eps near steep points)"
+    )
+
+
 class ElementDifferences:
     """Central differences along single elements of argument ``name`` at any step, each taken once.
 

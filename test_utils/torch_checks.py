@@ -439,6 +439,12 @@ def _gradcheck(who, func, inputs, names, opts: _Options, wrap=None, executor=Non
     return True
 
 
+def _jacobian_noise(ref, widths, k):
+    """The rounding noise of a numeric Jacobian block of output ``k``: per entry, the output element's rounding
+    over its column's width."""
+    return numeric_noise(1.0, widths, ref.dtype)[None, :] * np.abs(ref.base[k]).reshape(-1, 1)
+
+
 class _Check:
     """One gradcheck: the graph, its float64 reference and the settings (phases 3-5)."""
 
@@ -548,7 +554,6 @@ class _Check:
         numeric, widths = {}, {}
         for n in self.used:
             numeric[n], widths[n] = self.ref.jacobian(n, self._steps(n))
-        base = self.ref.base
         for k in out_diff:
             size = int(np.prod(self.graph.out_shapes[k]))
             rows = [{n: np.zeros((size, self.graph.values[n].size)) for n in self.used} for _ in range(2)]
@@ -563,7 +568,7 @@ class _Check:
             a_noise = self._rows_noise(k, size, rows[0])
             for n in self.used:
                 a, num = rows[0][n], numeric[n][k]
-                n_noise = numeric_noise(1.0, widths[n], self.ref.dtype)[None, :] * np.abs(base[k]).reshape(-1, 1)
+                n_noise = _jacobian_noise(self.ref, widths[n], k)
                 try:
                     compare(
                         a,
@@ -724,7 +729,7 @@ class _Check:
         the bound also scales with the derivative). Measured: L2Normalization at x = 0 turns on a scale of
         sqrt(eps) = 1e-5, and eps=1e-6 erred by 0.25% (17383 against the backward's 17427). A pass warns
         (RuntimeWarning) that the step was too long there."""
-        from .differencer import settle
+        from .differencer import settle, settled_note
 
         (name,) = r
         h = self._dir_step(name)
@@ -739,13 +744,8 @@ class _Check:
         )
         if not (got.settled and got.ok):
             return False
-        warnings.warn(
-            f"{self.who}: the difference along v with respect to {self._iname(name)} erred by truncation at "
-            f"eps={self.eps_desc} (numeric {first:.10g}, analytic {analytic:.10g}); retaken down to eps={got.step:.3g} "
-            f"it settles at {got.value:.10g}, which the backward matches: pass (use a smaller eps near steep points)",
-            RuntimeWarning,
-            stacklevel=5,
-        )
+        what = f"the difference along v with respect to {self._iname(name)} at eps={self.eps_desc}"
+        warnings.warn(settled_note(self.who, what, first, analytic, got), RuntimeWarning, stacklevel=5)
         return True
 
     def _pinned_reference(self):
@@ -771,7 +771,7 @@ class _Check:
         if pinned is None:
             return False
         blocks, widths = pinned.jacobian(n, self._steps(n))
-        n_noise = numeric_noise(1.0, widths, pinned.dtype)[None, :] * np.abs(pinned.base[k]).reshape(-1, 1)
+        n_noise = _jacobian_noise(pinned, widths, k)
         try:
             compare(
                 a,
