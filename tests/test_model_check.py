@@ -377,6 +377,8 @@ def test_sigterm_prints_the_partial_table_and_exits_143(tmp_path, workers):
             "data=1,3,64,64",
             "--mode",
             "sample",
+            "--samples",
+            "4",  # a unit in seconds (the default 256 took a minute before the first progress line), many left
             "--progress",
             "--workers",
             workers,
