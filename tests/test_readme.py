@@ -237,3 +237,11 @@ def test_a_drifted_sample_is_caught_and_errors_and_times_are_not_compared():
 
 def test_the_readme_has_a_sample_output_to_check():
     assert _samples(), "README: no sample `$ symgrad ...` output block left to check"
+
+
+def test_ci_runs_exactly_the_readmes_test_command():
+    # command 2 of the set-up (the one that runs pytest) is the last line of .ci/run, word for word
+    setup = re.search(r"^## Set-up\n.*?```bash\n(.*?)```", _readme(), re.S | re.M).group(1)
+    (command,) = [ln for ln in setup.splitlines() if "pytest" in ln and not ln.startswith("#")]
+    ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8").rstrip().splitlines()
+    assert ci[-1] == command, f".ci/run ends with {ci[-1]!r}, the README's test command is {command!r}"
