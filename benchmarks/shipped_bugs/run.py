@@ -112,6 +112,7 @@ def main(argv=None):
     ap.add_argument("--out", default=None, help="JSONL file (appended)")
     ap.add_argument("--points", choices=("user", "special", "both"), default="both")
     ap.add_argument("--only", default=None, help="comma-separated entry ids (default: all)")
+    ap.add_argument("--checkers", default=",".join(CHECKERS), help="comma-separated (default: all three)")
     ap.add_argument(
         "--cost",
         action="store_true",
@@ -139,7 +140,7 @@ def main(argv=None):
                     for point in points:
                         loc, y_grad = draw(e, point, seed, dtype)
                         for variant, op_type in (("buggy", e.buggy), ("correct", e.correct)):
-                            for checker in CHECKERS:
+                            for checker in args.checkers.split(","):
                                 t0 = time.time()
                                 caught, error, diag = run_check(e, op_type, checker, dtype, loc, y_grad, seed)
                                 row = {
