@@ -372,9 +372,10 @@ def check_backward(
         Independent of the input sizes when the check passes: one forward and one backward in the dtype
         under test; a float64 bind, 4 forwards along ``r`` (at ``eps`` and ``eps/2``; 4 with
         ``detect_nondifferentiable``) and the noise estimates (8 float64 forwards; 7 float64 forward and
-        backward passes for float16/float32 gradients, 1 for float64). A failure adds 2 partial forwards per element of each failing input of at most 5 000
-        elements (6 more per mismatching element for the kink test) and 2 forwards per shorter step. Graphs
-        with ``Custom`` nodes add the buffer probe and the special points.
+        backward passes for float16/float32 gradients, 1 for float64). A failure adds 2 partial forwards per
+        element of each failing input of at most 5 000 elements (6 more per mismatching element for the kink
+        test) and 2 forwards per shorter step. Graphs with ``Custom`` nodes add the buffer probe and the special
+        points.
 
     Tolerance:
         ``|backward . r - numeric| <= atol + rtol * |numeric| + noise`` on the one projected number (Chainer
