@@ -38,6 +38,7 @@ from checker_cases import (
     softmax_op,
     zero_grad_cases,
 )
+from custom_unary import register_unary
 
 import symgrad as sg
 import symgrad.test_utils as tu
@@ -109,6 +110,72 @@ def test_gradcheck_instance_norm_shift_gradient_is_rounding_noise(seed):
     g = rng.uniform(0.5, 1.5, 2).astype(np.float32)
     b = rng.standard_normal(2).astype(np.float32)
     assert _seeded(seed, tu.gradcheck, lambda x, c, g, b: S.InstanceNorm(S.broadcast_sub(x, c), g, b), (x, c, g, b))
+
+
+class _OffsetBackward(sg.operator.CustomOp):
+    """The identity, its backward adding ``OFFSET`` -- times the sum of the head gradient's magnitudes (``SCALED``:
+    it scales with the head gradient) or a constant that ignores the head gradient: a small wrong value where
+    the exact gradient downstream is 0."""
+
+    OFFSET, SCALED = 1e-9, False
+
+    def forward(self, is_train, req, in_data, out_data, aux):
+        self.assign(out_data[0], req[0], np.asarray(in_data[0]))
+
+    def backward(self, req, out_grad, in_data, out_data, in_grad, aux):
+        g = np.asarray(out_grad[0])
+        self.assign(in_grad[0], req[0], g + self.OFFSET * (np.abs(g).sum() if self.SCALED else 1.0))
+
+
+class _OffsetScaled(_OffsetBackward):
+    SCALED = True
+
+
+register_unary("offset_constant", _OffsetBackward)
+register_unary("offset_scaled", _OffsetScaled)
+
+
+def _zero_layer(op_type=None):
+    """A zero-initialised convolution (weights and bias 0) before a BatchNorm: every channel is constant, so the
+    objective is exactly constant in the bias and its numeric gradient exactly 0."""
+    d, w, b, g, be = (S.Variable(n) for n in ("d", "w", "b", "g", "be"))
+    h = S.Convolution(d, w, b, kernel=(3, 3), num_filter=4, pad=(1, 1), name="c")
+    if op_type:
+        h = S.Custom(h, op_type=op_type, name="planted")
+    return S.BatchNorm(h, g, be, fix_gamma=False, name="bn")
+
+
+def _zero_layer_point(seed):
+    rng = np.random.default_rng(seed)
+    loc = {"d": rng.integers(0, 256, (2, 3, 8, 8)).astype(float), "w": np.zeros((4, 3, 3, 3)), "b": np.zeros(4)}
+    return {**loc, "g": rng.uniform(0.5, 1.5, 4), "be": np.zeros(4)}
+
+
+_ZERO_AUX = {"bn_moving_mean": np.zeros(4), "bn_moving_var": np.ones(4)}
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_float64_exactly_zero_gradient_passes_on_its_measured_rounding(seed):
+    # the bias gradient is 0 exactly and its numeric gradient exactly 0 (atol=None allows 0); BatchNorm's backward
+    # subtracts its head gradient's mean and the convolution sums the result: ~1e-13, which the float64 rounding
+    # model (4 eps |g|) did not allow -- failed in 60 of 60 draws
+    np.random.seed(seed)
+    loc = _zero_layer_point(seed)
+    given = {k: v.copy() for k, v in loc.items()}
+    result = tu.check_numeric_gradient(_zero_layer(), loc, aux_states=_ZERO_AUX, dtype=np.float64)
+    analytic, numeric = result["b"]
+    assert not numeric.any() and analytic.any()  # the case: rounding where the numeric side is exactly 0
+    assert result.measured == ["b"]
+    assert all(np.array_equal(loc[k], given[k]) for k in loc)
+
+
+@pytest.mark.parametrize("op_type", ["offset_constant", "offset_scaled"])
+def test_a_small_wrong_value_on_an_exactly_zero_gradient_is_not_taken_for_rounding(op_type):
+    # 1e-9 per element (a constant, or times the head gradient's |sum|) where the bias gradient must be 0
+    np.random.seed(0)
+    with pytest.raises(GradientCheckError, match="'b'") as err:
+        tu.check_numeric_gradient(_zero_layer(op_type), _zero_layer_point(0), aux_states=_ZERO_AUX, dtype=np.float64)
+    assert err.value.arg_name == "b"
 
 
 def _case_params(names, no_second_order):
