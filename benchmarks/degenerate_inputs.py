@@ -7,7 +7,8 @@ LayerNorm over a constant channel: ``x_hat = d / sqrt(var + eps)`` turns on a sc
 case here is a correct built-in op, so every failure is a false alarm -- except where the gradient itself is
 not finite (``norm`` at 0 is NaN in MXNet 1.9.1 as here, ``sqrt`` at 0 or below), which the table counts apart.
 
-Families (``--families``): ``conv`` (conv [+ BatchNorm] + relu + max-pool over 5 data kinds x 3 weight kinds),
+Families (``--families``): ``conv`` (conv [+ BatchNorm] + relu + max-pool, and conv + BatchNorm alone, over 5
+data kinds x 3 weight kinds),
 ``norm`` (LayerNorm, InstanceNorm, BatchNorm, L2Normalization, softmax, log_softmax, norm over constant, almost
 constant and zero data), ``ops`` (pooling, maximum/minimum, max/min, sort, topk, abs, relu, leaky, elu, clip,
 sqrt, softmax, logsumexp, norm, smooth_l1, FullyConnected, hard_sigmoid at ones, zeros, integers, arange).
@@ -60,6 +61,13 @@ def _conv_net(d, w, b, g=None, be=None):
     return S.Pooling(S.relu(h, name="r"), kernel=(2, 2), stride=(2, 2), pool_type="max", name="p")
 
 
+def _conv_bn(d, w, b, g, be):
+    """The BatchNorm's output checked directly: with zero weights each channel is constant, the bias gradient
+    exactly 0 and its numeric gradient exactly 0 (no relu at 0 zeroes the head gradient)."""
+    h = S.Convolution(d, w, b, kernel=(3, 3), num_filter=4, pad=(1, 1), name="c")
+    return S.BatchNorm(h, g, be, fix_gamma=False, name="bn")
+
+
 def conv_cases(rng):
     weights = {
         "random": lambda: rng.standard_normal((4, 2, 3, 3)) * 0.1,
@@ -73,6 +81,13 @@ def conv_cases(rng):
                 if bn:
                     ins += [rng.uniform(0.5, 1.5, 4), np.zeros(4)]
                 yield f"conv {dk} w={wk}{' bn' if bn else ''}", _conv_net, ins
+    # added later: drawn from a child generator, so the cases above keep their draws
+    child = np.random.default_rng(rng.bit_generator.seed_seq.spawn(1)[0])
+    for dk in ("pixels255", "ones", "binary", "arange", "mnist"):
+        for wk in ("random", "zeros", "ones"):
+            w = child.standard_normal((4, 2, 3, 3)) * 0.1 if wk == "random" else getattr(np, wk)((4, 2, 3, 3))
+            ins = [_data(dk, child, (2, 2, 8, 8)), w, np.zeros(4), child.uniform(0.5, 1.5, 4), np.zeros(4)]
+            yield f"conv {dk} w={wk} bn-out", _conv_bn, ins
 
 
 def norm_cases(rng):
