@@ -730,6 +730,28 @@ def analytic_noise(sym, values: dict, aux: dict, heads: list, names, dtype, *, i
     return exact, noise
 
 
+def rescaled_rounding(backward, base: dict) -> dict | None:
+    """``{name: noise}``: the rounding of the gradients ``base``, measured by running the same backward again with
+    every head gradient scaled by ``c = 1 + j 2^-20`` (j = 1 .. ``EMULATION_RUNS``; ``backward(c)`` returns the
+    gradients of that run): a backward is linear in its head gradient, so ``g_c / c`` is the same gradient with
+    its arithmetic rounded differently, and ``EMULATION_SIGMAS`` times the RMS of ``g_c / c - g`` bounds the
+    rounding of ``g``. A wrong value that is not rounding scales with ``c`` and does not move; one that ignores
+    the head gradient moves by ``j 2^-20`` of itself: neither is taken for rounding. None where ``backward(1.0)``
+    does not give ``base`` bit for bit (state kept between calls, fresh random numbers, another device): not
+    this run's arithmetic, nothing to measure it by. For float64, whose rounding the model only counts as
+    ``4 eps |g|``: an exactly-zero gradient computed with cancellation. Cost: ``EMULATION_RUNS + 1`` backwards."""
+    again = backward(1.0)
+    if any(not np.array_equal(again[k], g, equal_nan=True) for k, g in base.items()):
+        return None
+    square = {k: np.zeros(np.shape(g)) for k, g in base.items()}
+    for j in range(1, EMULATION_RUNS + 1):
+        c = 1.0 + j * 2.0**-20
+        got = backward(c)
+        for k, g in base.items():
+            square[k] += (got[k] / c - g) ** 2
+    return {k: EMULATION_SIGMAS * np.sqrt(v / EMULATION_RUNS) for k, v in square.items()}
+
+
 def with_measured(noise: dict, exact: dict, actual: dict, dtype, scale=None) -> dict:
     """``noise`` raised to twice the measured ``|actual - exact|``, capped at ``MEASURED_CAP`` times ``scale``
     (default: the largest ``|exact|`` entry of all the arrays); float64 under test: ``noise`` unchanged."""

@@ -838,32 +838,22 @@ class _Point:
         return grew
 
     def measure_rounding(self, k) -> bool:
-        """float64 under test: the analytic rounding of ``k`` measured, where the model (``4 eps |g|``) may allow
-        too little. Where the exact gradient is 0 and the objective exactly constant in ``k``, the numeric side is
-        exactly 0, and the backward's own rounding fails a correct model. Measured: a convolution with zero
-        weights and bias before a BatchNorm whose output is checked (each channel constant): the bias gradient
-        5.4e-15 against a tolerance of 1.3e-17, FAIL in every data kind, fast and sample mode.
-
-        The float64 backward is run again with every head gradient scaled by ``c = 1 + j 2^-20`` (j = 1 ..
-        ``EMULATION_RUNS``): a backward is linear in its head gradient, so ``g_c / c`` is the same gradient with
-        its arithmetic rounded differently, and ``EMULATION_SIGMAS`` times the RMS of ``g_c / c - g`` bounds the
-        rounding of ``g``. A wrong value that is not rounding scales with ``c`` and does not move; one that
-        ignores the head gradient moves by ``j 2^-20`` of itself: neither is excused. Taken only where the same
-        backward run again gives this run's gradient bit for bit (not state kept between calls, not another
-        device). Returns True when the noise grew. Cost: ``EMULATION_RUNS + 1`` float64 forwards and backwards,
-        on the failure path of a float64 check only."""
-        from .harness import EMULATION_RUNS, EMULATION_SIGMAS
+        """float64 under test: the analytic rounding of ``k`` measured (``harness.rescaled_rounding``), where the
+        model (``4 eps |g|``) may allow too little. Where the exact gradient is 0 and the objective exactly
+        constant in ``k``, the numeric side is exactly 0, and the backward's own rounding fails a correct model.
+        Measured: a convolution with zero weights and bias before a BatchNorm whose output is checked (each
+        channel constant): the bias gradient 5.4e-15 against a tolerance of 1.3e-17, FAIL in every data kind,
+        fast and sample mode. Returns True when the noise grew. Cost: ``EMULATION_RUNS + 1`` float64 forwards and
+        backwards, on the failure path of a float64 check only."""
+        from .harness import rescaled_rounding
 
         if self.dt.itemsize < 8 or k in self._rescaled:
             return False
         self._rescaled.add(k)
-        if not np.array_equal(self._rescaled_gradient(k, 1.0), self.analytic[k]):
-            return False  # not this run's arithmetic: nothing to measure it by
-        square = np.zeros(self.analytic[k].shape)
-        for j in range(1, EMULATION_RUNS + 1):
-            c = 1.0 + j * 2.0**-20
-            square += (self._rescaled_gradient(k, c) / c - self.analytic[k]) ** 2
-        raised = np.maximum(self.a_noise[k], EMULATION_SIGMAS * np.sqrt(square / EMULATION_RUNS))
+        measured = rescaled_rounding(lambda c: {k: self._rescaled_gradient(k, c)}, {k: self.analytic[k]})
+        if measured is None:
+            return False
+        raised = np.maximum(self.a_noise[k], measured[k])
         grew = bool(np.any(raised > self.a_noise[k]))
         self.a_noise[k] = raised
         return grew

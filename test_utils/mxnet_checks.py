@@ -43,7 +43,7 @@ from .compare import compare
 from .context import default_context, synchronize, to_device, to_numpy
 from .differencer import COMPLEX_STEP, METHODS, default_steps, gradient
 from .frames import hide_from_pytest as _hide_from_pytest
-from .harness import EMULATION_RUNS, EMULATION_SIGMAS, Harness, as_array_like, assert_deterministic, refuse_random_ops
+from .harness import Harness, as_array_like, assert_deterministic, refuse_random_ops, rescaled_rounding
 from .harness import analytic_noise as harness_analytic_noise
 from .numeric import (
     MAX_REDRAWS,
@@ -1228,39 +1228,25 @@ class _NumericRun:
 
     # -- phase 4d: the analytic side's own rounding, measured ----------------------------------------------------
     def measured_rounding(self, r):
-        """float64 arguments that still fail, judged once more with the analytic side's rounding measured instead
-        of modelled. The model counts a float64 gradient's rounding as ``4 eps |g|``; where the exact gradient is 0
-        and the objective is exactly constant in the argument, the numeric side is exactly 0, atol=None allows 0
-        (``rtol`` times the argument's largest numeric entry), and the backward's own rounding fails a correct op.
-        Measured: a convolution with zero weights and bias before a BatchNorm (a constant channel): BatchNorm's
-        backward subtracts the mean of its head gradient and the convolution sums the result over the channel,
-        so the bias gradient is 2.5e-13 instead of 0, and a correct layer failed in 60 of 60 draws.
-
-        The backward is run again ``EMULATION_RUNS`` times with every head gradient scaled by ``c = 1 + k 2^-20``
-        (k = 1, 2, ...): a backward is linear in its head gradient, so ``g_c / c`` is the same gradient with its
-        arithmetic rounded differently, and ``EMULATION_SIGMAS`` times the RMS of ``g_c / c - g`` bounds the
-        rounding of ``g``. A wrong value that is not rounding scales with ``c`` and does not move; one that
-        ignores the head gradient moves by ``k 2^-20`` of itself -- neither is excused. A backward that gives
-        another value when run again at the same point (state kept between calls, fresh random numbers) is not
-        measured. An argument that passes with the measured rounding added is listed in ``result.measured``.
-        Cost: ``EMULATION_RUNS + 1`` forwards and backwards, on the failure path only."""
+        """float64 arguments that still fail, judged once more with the analytic side's rounding measured
+        (``harness.rescaled_rounding``) instead of modelled. The model counts a float64 gradient's rounding as
+        ``4 eps |g|``; where the exact gradient is 0 and the objective is exactly constant in the argument, the
+        numeric side is exactly 0, atol=None allows 0 (``rtol`` times the argument's largest numeric entry), and
+        the backward's own rounding fails a correct op. Measured: a convolution with zero weights and bias before
+        a BatchNorm (a constant channel): BatchNorm's backward subtracts the mean of its head gradient and the
+        convolution sums the result over the channel, so the bias gradient is 2.5e-13 instead of 0, and a correct
+        layer failed in 60 of 60 draws. An argument that passes with the measured rounding added is listed in
+        ``result.measured``. Cost: ``EMULATION_RUNS + 1`` forwards and backwards, on the failure path only."""
         s = self.s
         if s.dtype.itemsize < 8 or s.complex_step or all(h is None for h in self.heads):
             return
         failing = [k for k in s.checked if self._failing(k, r)[0].any()]
         if not failing:
             return
-        _, again = self._backward(self.point, self.heads)
-        if any(not np.array_equal(again[k], r["analytic"][k], equal_nan=True) for k in failing):
-            return  # not reproducible at the same point: not rounding
-        square = {k: np.zeros_like(again[k]) for k in failing}
-        for step in range(1, EMULATION_RUNS + 1):
-            c = 1.0 + step * 2.0**-20
-            _, scaled = self._backward(self.point, [None if h is None else h * c for h in self.heads])
-            for k in failing:
-                square[k] += (scaled[k] / c - again[k]) ** 2
-        for k in failing:
-            noise = np.maximum(r["a_noise"][k], EMULATION_SIGMAS * np.sqrt(square[k] / EMULATION_RUNS))
+        scaled = lambda c: self._backward(self.point, [None if h is None else h * c for h in self.heads])[1]
+        measured = rescaled_rounding(scaled, {k: r["analytic"][k] for k in failing})
+        for k in failing if measured is not None else ():
+            noise = np.maximum(r["a_noise"][k], measured[k])
             if not self._failing(k, {**r, "a_noise": {**r["a_noise"], k: noise}})[0].any():
                 r["a_noise"][k] = noise
                 self.measured.append(k)
