@@ -460,7 +460,8 @@ class ModelCheckResult:
         return render_table(self.rows)
 
     def summary(self) -> str:
-        """The closing line: the verdict and the counts, as ``every gradient passes: N passed, 0 failed in T s``."""
+        """The closing line: the verdict and the counts, as ``every gradient passes: N passed, 0 failed in T s``
+        (``no gradient fails: ...`` where some argument got no verdict, unsettled or imprecise)."""
         c = self.counts()
         skipped = f", {c['skip']} skipped (not differentiable)" if c["skip"] else ""
         left = f", {c['not checked']} not checked" if c["not checked"] else ""
@@ -475,7 +476,7 @@ class ModelCheckResult:
         else:
             plural = "s" if c["FAIL"] != 1 else ""
             verdict = (
-                ("no gradient fails" if c["imprecise"] else "every gradient passes")
+                ("no gradient fails" if c["imprecise"] or c["unsettled"] else "every gradient passes")
                 if self.ok
                 else f"{c['FAIL']} gradient{plural} FAIL"
             )
