@@ -861,11 +861,10 @@ class _Point:
 
     def _rescaled_gradient(self, k, c) -> np.ndarray:
         """The gradient of ``k`` by a fresh float64 backward at the point, every head gradient times ``c``."""
-        bufs = {k: np.zeros(self.point[k].shape)}
         exe = self.sym.bind(
             self.ctx,
             {n: to_device(v, self.ctx) for n, v in self.point.items()},
-            args_grad={k: to_device(bufs[k], self.ctx)},
+            args_grad={k: to_device(np.zeros(self.point[k].shape), self.ctx)},
             grad_req={n: ("write" if n == k else "null") for n in self.point},
             aux_states={n: to_device(v.copy(), self.ctx) for n, v in self.aux.items()},
         )

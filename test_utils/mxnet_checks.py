@@ -1245,7 +1245,9 @@ class _NumericRun:
             return
         scaled = lambda c: self._backward(self.point, [None if h is None else h * c for h in self.heads])[1]
         measured = rescaled_rounding(scaled, {k: r["analytic"][k] for k in failing})
-        for k in failing if measured is not None else ():
+        if measured is None:  # not reproducible at the same point: not rounding
+            return
+        for k in failing:
             noise = np.maximum(r["a_noise"][k], measured[k])
             if not self._failing(k, {**r, "a_noise": {**r["a_noise"], k: noise}})[0].any():
                 r["a_noise"][k] = noise
