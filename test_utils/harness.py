@@ -752,13 +752,19 @@ def rescaled_rounding(backward, base: dict) -> dict | None:
     return {k: EMULATION_SIGMAS * np.sqrt(v / EMULATION_RUNS) for k, v in square.items()}
 
 
+def largest_finite(arrays: dict) -> float:
+    """The largest ``|entry|`` of the finite entries of ``arrays`` (one NaN gradient must not make every element's
+    noise NaN); 0.0 for none."""
+    return max((float(np.max(np.abs(g), where=np.isfinite(g), initial=0.0)) for g in arrays.values()), default=0.0)
+
+
 def with_measured(noise: dict, exact: dict, actual: dict, dtype, scale=None) -> dict:
     """``noise`` raised to twice the measured ``|actual - exact|``, capped at ``MEASURED_CAP`` times ``scale``
     (default: the largest ``|exact|`` entry of all the arrays); float64 under test: ``noise`` unchanged."""
     if np.dtype(dtype).itemsize >= 8:
         return noise
-    if scale is None:  # of the finite entries: one NaN gradient must not make every element's noise NaN
-        scale = max((float(np.max(np.abs(g), where=np.isfinite(g), initial=0.0)) for g in exact.values()), default=0.0)
+    if scale is None:
+        scale = largest_finite(exact)
     out = {}
     for k, v in noise.items():
         with np.errstate(invalid="ignore"):

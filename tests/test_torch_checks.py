@@ -4,6 +4,8 @@ The planted ops (custom ops whose backward is broken on purpose, and a registere
 gradient is broken) live in tests/test_chainer_checks.py; expected values are plain numpy.
 """
 
+import re
+
 import numpy as np
 import pytest
 from test_chainer_checks import PLANTED_FACTORS, planted, planted_bias, planted_cube, planted_matmul
@@ -145,6 +147,31 @@ def test_planted_constant_factors_are_caught_and_named(k, pattern, words, fast_m
         np.testing.assert_allclose(
             np.diag(err.jacobian_analytic), k * np.diag(err.jacobian_numeric), rtol=1e-5, atol=1e-6
         )
+
+
+def test_slow_mode_takes_the_rows_noise_a_block_at_a_time(monkeypatch):
+    """The rows' rounding noise is emulated NOISE_BLOCK rows at a time (memory in proportion to the block): with
+    blocks of 5 over 12 rows (the last one short) correct ops pass, a 1% wrong backward still fails in float32,
+    and a float64 failure reports the same numbers as one block does (float64 draws no random numbers)."""
+    import symgrad.test_utils.torch_checks as torch_checks
+
+    rng = np.random.default_rng(8)
+    x32 = _normal(rng, 3, 4, dtype=F32)
+    x64 = x32.astype(F64)
+
+    def report(x):
+        with pytest.raises(GradientCheckError) as info:
+            gradcheck(planted("scale", 1.01), (x,))
+        # the Jacobian part (the gradient view after it draws fresh head weights); the op's name counts up
+        return re.sub(r"custom\d+", "custom", str(info.value).split("as a gradient")[0])
+
+    whole = report(x64)
+    monkeypatch.setattr(torch_checks, "NOISE_BLOCK", 5)
+    y32 = _normal(rng, 3, 4, dtype=F32)
+    assert gradcheck(lambda x, y: (S.tanh(x) * y, S.sum(S.sin(x))), (x32, y32))
+    assert gradcheck(planted(), (x32,))
+    assert "Jacobian mismatch for output 0" in report(x32)
+    assert report(x64) == whole
 
 
 def test_planted_structural_bugs_are_named():
