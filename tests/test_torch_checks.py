@@ -189,7 +189,9 @@ def test_planted_structural_bugs_are_named():
     for func, inputs, pattern, words, modes in cases:
         for fast_mode in modes:
             with pytest.raises(GradientCheckError) as info:
-                gradcheck(func, inputs, fast_mode=fast_mode)
+                # seeded: fast mode's one random (u, v) pair can cancel u^T J v below its tolerance, and then only
+                # the probe at 0 catches the 1% error (5 of 300 seeds), with the probe's diagnosis
+                tu.with_seed(0)(gradcheck)(func, inputs, fast_mode=fast_mode)
             assert info.value.pattern == pattern, (pattern, fast_mode, info.value.diagnosis)
             assert words in info.value.diagnosis
 
