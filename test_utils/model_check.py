@@ -1082,6 +1082,11 @@ class _ModelCheck:
             row.update(verdict="FAIL", diagnosis="the gradient buffer was written although grad_req is 'null'")
 
     # -- phase 1 (fast): directions; phase 2: localisation
+    def _judged_again(self, k, taken):
+        """``(taken, failing)``: the directions of ``k`` taken, projected again with the point's current noise."""
+        taken = [(self.point.project({k: r}, rs), r, rs, j) for _, r, rs, j in taken]
+        return taken, _settled_failures(taken)
+
     def fast(self, k, bar):
         row = self.rows[k]
         taken = []
@@ -1092,17 +1097,15 @@ class _ModelCheck:
                 bar.update(self.directions - j)
                 break
             bar.update()
-        failing = [t for t in taken if t[0].settled and not t[0].ok]
+        failing = _settled_failures(taken)
         if (
             failing
             and any(self.point.rounding_could_explain(k, *t[:3]) for t in failing)
             and self.point.confirm_noise()
         ):  # the rounding was under-estimated: judge again
-            taken = [(self.point.project({k: r}, rs), r, rs, j) for _, r, rs, j in taken]
-            failing = [t for t in taken if t[0].settled and not t[0].ok]
+            taken, failing = self._judged_again(k, taken)
         if failing and self.point.measure_rounding(k):  # float64: the rounding measured, judge again
-            taken = [(self.point.project({k: r}, rs), r, rs, j) for _, r, rs, j in taken]
-            failing = [t for t in taken if t[0].settled and not t[0].ok]
+            taken, failing = self._judged_again(k, taken)
         unsettled = [t for t in taken if not t[0].settled]
         proj, r, random_signs, j = max(failing or unsettled or taken, key=lambda t: t[0].ratio)
         verdict = "FAIL" if failing else "unsettled" if unsettled else "pass"
@@ -1373,6 +1376,11 @@ class _Elements:
     def judge(self):
         self.allowed = self.atol + self.rtol * np.abs(self.numeric) + self.n_noise + self.a_noise
         self.bad = ~(self.err <= self.allowed)
+
+
+def _settled_failures(taken):
+    """The directions whose projection settled on a failure."""
+    return [t for t in taken if t[0].settled and not t[0].ok]
 
 
 def _confirm_rounding(p, k, e):
